@@ -1,0 +1,115 @@
+#pragma once
+// The job: everything `troupe run` needs, as parsed and validated from JSON.
+// Every field has a default, so a minimal config is a few lines; see
+// config/schema.cpp for the JSON names and config_error for bad input.
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace troupe {
+
+// Thrown for any bad config: `path` is the JSON path (e.g. "strategy.replicas"),
+// what() is the full message "strategy.replicas: expected an integer >= 1, got -1".
+class config_error : public std::runtime_error {
+ public:
+  config_error(std::string path, const std::string& message)
+      : std::runtime_error(path.empty() ? message : path + ": " + message), path_(std::move(path)) {}
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct model_config {
+  std::string kind = "mlp";
+  std::vector<int64_t> hidden = {256, 256};
+  std::string activation = "relu";  // relu | tanh
+  std::string init = "auto";        // auto (he for relu, glorot for tanh) | he | glorot
+};
+
+struct schedule_config {
+  std::string kind = "constant";  // constant | step | cosine
+  int64_t warmup_steps = 0;       // linear warm-up from 0 before the schedule
+  int64_t step_size = 1000;       // step: decay every step_size steps
+  double gamma = 0.1;             // step: multiply by gamma
+  int64_t decay_steps = 0;        // cosine: 0 = total training steps
+  double min_lr = 0.0;            // cosine: floor
+};
+
+struct optimizer_config {
+  std::string kind = "adam";  // sgd | momentum | adam | rmsprop
+  double learning_rate = 0.001;
+  double momentum = 0.9;    // momentum
+  bool nesterov = false;    // momentum
+  double beta1 = 0.9;       // adam
+  double beta2 = 0.999;     // adam
+  double epsilon = 1e-8;    // adam, rmsprop
+  double rho = 0.9;         // rmsprop: decay of the mean square
+  double weight_decay = 0.0;
+  bool decoupled_weight_decay = false;  // AdamW-style; else L2 added to the gradient
+  schedule_config schedule;
+};
+
+struct data_config {
+  std::string dataset = "fashion_mnist";
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  int64_t batch_size = 128;  // the global batch
+  bool shuffle = true;
+  bool normalize = true;     // scale to [0,1], then (x - mean) / std
+  int64_t prefetch = 2;      // batches prepared ahead per pipeline
+  int64_t train_limit = 0;   // 0 = all; else use only the first N training examples
+  int64_t test_limit = 0;    // 0 = all
+};
+
+struct strategy_config {
+  std::string kind = "one_device";  // one_device (more in later issues)
+  int64_t replicas = 1;
+};
+
+struct training_config {
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  // 0 = no limit; else stop after this many steps
+  int64_t eval_every_epochs = 1;
+};
+
+struct checkpoint_config {
+  std::string dir;           // "" = <output>/checkpoints
+  int64_t every_steps = 0;   // 0 = only at the end
+  int64_t keep = 3;          // most recent checkpoints kept; 0 = keep all
+  bool save_at_end = true;
+};
+
+struct logging_config {
+  std::string level = "info";  // trace | debug | info | warn | error | off
+  int64_t every_steps = 50;    // metrics line + progress every N steps
+  std::string output_dir;      // "" = runs/<name>
+};
+
+struct job_config {
+  std::string name = "job";
+  uint64_t seed = 42;
+  model_config model;
+  optimizer_config optimizer;
+  data_config data;
+  strategy_config strategy;
+  std::vector<std::string> devices = {"cpu:0"};
+  training_config training;
+  checkpoint_config checkpoint;
+  logging_config logging;
+};
+
+// Parses and validates; throws config_error naming the JSON path.
+// Unknown keys are errors, with "did you mean 'x'?" when one is close.
+job_config parse_job_config(const nlohmann::json& j);
+// Reads the file; a missing file or bad JSON is a config_error too (path "" /
+// the message names the file and the line/column of the syntax error).
+job_config load_job_config(const std::string& file);
+// The effective config with every default filled in (for summary.json and
+// checkpoint manifests).
+nlohmann::json to_json(const job_config& c);
+
+}  // namespace troupe

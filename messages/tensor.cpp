@@ -1,0 +1,97 @@
+#include "messages/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace troupe {
+
+std::size_t dtype_size(dtype t) {
+  switch (t) {
+    case dtype::f32: return 4;
+    case dtype::i32: return 4;
+    case dtype::i64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(dtype t) {
+  switch (t) {
+    case dtype::f32: return "float32";
+    case dtype::i32: return "int32";
+    case dtype::i64: return "int64";
+  }
+  return "unknown";
+}
+
+dtype parse_dtype(const std::string& s) {
+  if (s == "float32") return dtype::f32;
+  if (s == "int32") return dtype::i32;
+  if (s == "int64") return dtype::i64;
+  throw std::invalid_argument("unknown dtype '" + s + "' (expected float32, int32 or int64)");
+}
+
+std::string shape_string(const shape_t& s) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ", ";
+    r += std::to_string(s[i]);
+  }
+  return r + "]";
+}
+
+int64_t shape_numel(const shape_t& s) {
+  int64_t n = 1;
+  for (auto d : s) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_string(s));
+    n *= d;
+  }
+  return n;
+}
+
+namespace {
+// 64-byte alignment keeps BLAS and vector loads on their fast path.
+std::shared_ptr<void> allocate(std::size_t bytes) {
+  if (bytes == 0) return {};
+  std::size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+}  // namespace
+
+tensor::tensor(shape_t shape, dtype t) { reset(std::move(shape), t); }
+
+void tensor::reset(shape_t shape, dtype t) {
+  numel_ = shape_numel(shape);
+  shape_ = std::move(shape);
+  type_ = t;
+  buf_ = allocate(nbytes());
+}
+
+tensor tensor::clone() const {
+  tensor r(shape_, type_);
+  if (nbytes()) std::memcpy(r.raw(), raw(), nbytes());
+  return r;
+}
+
+tensor tensor::reshaped(shape_t shape) const {
+  if (shape_numel(shape) != numel_)
+    throw std::invalid_argument("tensor::reshaped: " + shape_string(shape_) + " to " +
+                                shape_string(shape));
+  tensor r = *this;
+  r.shape_ = std::move(shape);
+  return r;
+}
+
+void tensor::fill(float v) {
+  auto* p = f32();
+  for (int64_t i = 0; i < numel_; ++i) p[i] = v;
+}
+
+bool operator==(const tensor& a, const tensor& b) {
+  if (a.shape() != b.shape() || a.type() != b.type()) return false;
+  return a.nbytes() == 0 || std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+}  // namespace troupe

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every system dependency troupe needs from Debian packages.
+# Idempotent: when everything is present it prints nothing and exits 0.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkgconf
+  libcaf-dev            # CAF 0.17.6: actors, middleman (BASP), openssl
+  libspdlog-dev libfmt-dev
+  nlohmann-json3-dev
+  doctest-dev
+  zlib1g-dev
+  libopenblas-dev
+  dataset-fashion-mnist # /usr/share/datasets/fashion-mnist
+  clang-format
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
