@@ -1,0 +1,69 @@
+// Reading a job config file: I/O and JSON syntax errors become config_errors
+// that name the file (and the line and column of a syntax error).
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "config/job_config.hpp"
+
+namespace troupe {
+namespace {
+
+// nlohmann's detail reads "syntax error while parsing object - unexpected ','; expected ..."
+// after a "[json.exception...] parse error at line L, column C: " prefix; keep the detail
+// and say where it happened last.
+std::string syntax_detail(const nlohmann::json::parse_error& e) {
+  std::string what = e.what();
+  std::size_t bracket = what.find(']');
+  std::size_t colon = what.find(": ", bracket == std::string::npos ? 0 : bracket);
+  std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
+  const std::string lead = "syntax error while parsing ";
+  if (detail.starts_with(lead)) {
+    std::size_t dash = detail.find(" - ", lead.size());
+    if (dash != std::string::npos)
+      detail = detail.substr(dash + 3) + " (while parsing " +
+               detail.substr(lead.size(), dash - lead.size()) + ")";
+  }
+  return detail;
+}
+
+}  // namespace
+
+job_config load_job_config(const std::string& file) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec))
+    throw config_error("", "cannot open config file '" + file + "': " + std::strerror(EISDIR));
+  errno = 0;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    int err = errno ? errno : ENOENT;
+    throw config_error("", "cannot open config file '" + file + "': " + std::strerror(err));
+  }
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) throw config_error("", "cannot read config file '" + file + "'");
+  const std::string text = buf.str();
+
+  nlohmann::json j;
+  try {
+    // Comments (// and /* */) are allowed in config files.
+    j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is the 1-based index of the offending character (size + 1 at end of input).
+    std::size_t at = e.byte == 0 ? 0 : std::min<std::size_t>(e.byte - 1, text.size());
+    std::size_t line =
+        1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + at, '\n'));
+    std::size_t line_start = text.rfind('\n', at == 0 ? std::string::npos : at - 1);
+    line_start = (at == 0 || line_start == std::string::npos) ? 0 : line_start + 1;
+    std::size_t column = at - line_start + 1;
+    throw config_error("", file + ": JSON syntax error at line " + std::to_string(line) +
+                               ", column " + std::to_string(column) + ": " + syntax_detail(e));
+  }
+  return parse_job_config(j);
+}
+
+}  // namespace troupe

@@ -1,0 +1,498 @@
+// The JSON schema of a job: names, types, ranges, cross-field rules, and the
+// error messages a user reads when a config is wrong.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/job_config.hpp"
+
+namespace troupe {
+namespace {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------- messages
+
+constexpr std::size_t kMaxShown = 60;
+
+// A JSON value as the user wrote it, for "got ..." (short values verbatim).
+std::string show(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() <= kMaxShown) return s;
+  if (v.is_string()) {
+    std::string cut = v.get_ref<const std::string&>().substr(0, kMaxShown - 5);
+    // Do not end inside a UTF-8 sequence.
+    while (!cut.empty() && (static_cast<unsigned char>(cut.back()) & 0xC0) == 0x80) cut.pop_back();
+    if (!cut.empty() && (static_cast<unsigned char>(cut.back()) & 0x80)) cut.pop_back();
+    return json(cut + "...").dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  if (v.is_array()) return "an array of " + std::to_string(v.size()) + " elements";
+  if (v.is_object()) return "an object with " + std::to_string(v.size()) + " keys";
+  return s;
+}
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i) out += ", ";
+    out += '"' + names[i] + '"';
+  }
+  return out;
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& message) {
+  throw config_error(path.empty() ? "(root)" : path, message);
+}
+
+[[noreturn]] void expected(const std::string& path, const std::string& what, const json& got) {
+  fail(path, "expected " + what + ", got " + show(got));
+}
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+std::string index(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t up = row[j];
+      std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + cost});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// ------------------------------------------------------------ value readers
+
+int64_t read_int(const json& v, const std::string& path, int64_t min) {
+  const std::string want = "an integer >= " + std::to_string(min);
+  int64_t out = 0;
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    out = v.get<int64_t>();
+  } else if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      expected(path,
+               want + " (at most " + std::to_string(std::numeric_limits<int64_t>::max()) + ")", v);
+    out = static_cast<int64_t>(u);
+  } else if (v.is_number_float()) {
+    // An integral float (2.0, 1e3) is accepted; 1.5 is not.
+    double d = v.get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d) expected(path, want, v);
+    if (d < -9.2e18 || d > 9.2e18)
+      expected(path,
+               want + " (at most " + std::to_string(std::numeric_limits<int64_t>::max()) + ")", v);
+    out = static_cast<int64_t>(d);
+  } else {
+    expected(path, want, v);
+  }
+  if (out < min) expected(path, want, v);
+  return out;
+}
+
+uint64_t read_uint(const json& v, const std::string& path) {
+  const std::string want = "an integer >= 0";
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer()) {
+    int64_t i = v.get<int64_t>();
+    if (i < 0) expected(path, want, v);
+    return static_cast<uint64_t>(i);
+  }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d || d < 0) expected(path, want, v);
+    if (d >= 1.8e19) expected(path, want + " (at most 18446744073709551615)", v);
+    return static_cast<uint64_t>(d);
+  }
+  expected(path, want, v);
+}
+
+// The allowed range of a real-valued field.
+struct range {
+  double lo = 0;
+  bool lo_open = false;  // lo excluded
+  bool has_hi = false;
+  double hi = 0;
+  bool hi_open = false;  // hi excluded
+
+  bool contains(double x) const {
+    if (lo_open ? !(x > lo) : !(x >= lo)) return false;
+    if (has_hi && (hi_open ? !(x < hi) : !(x <= hi))) return false;
+    return true;
+  }
+  std::string describe() const {
+    auto num = [](double x) { return json(x).dump(); };
+    auto trim = [](std::string s) {
+      if (s.size() > 2 && s.ends_with(".0")) s.resize(s.size() - 2);
+      return s;
+    };
+    if (!has_hi) return std::string("a number ") + (lo_open ? "> " : ">= ") + trim(num(lo));
+    return std::string("a number in ") + (lo_open ? "(" : "[") + trim(num(lo)) + ", " +
+           trim(num(hi)) + (hi_open ? ")" : "]");
+  }
+};
+
+constexpr range positive{0, true};
+constexpr range non_negative{0, false};
+constexpr range unit_open_hi{0, false, true, 1, true};  // [0, 1)
+constexpr range unit_open_lo{0, true, true, 1, false};  // (0, 1]
+
+double read_number(const json& v, const std::string& path, const range& r) {
+  if (!v.is_number()) expected(path, r.describe(), v);
+  double d = v.get<double>();
+  if (!std::isfinite(d)) expected(path, "a finite number", v);
+  if (!r.contains(d)) expected(path, r.describe(), v);
+  return d;
+}
+
+bool read_bool(const json& v, const std::string& path) {
+  if (!v.is_boolean()) expected(path, "true or false", v);
+  return v.get<bool>();
+}
+
+std::string read_string(const json& v, const std::string& path, bool non_empty) {
+  if (!v.is_string()) expected(path, non_empty ? "a non-empty string" : "a string", v);
+  const auto& s = v.get_ref<const std::string&>();
+  if (non_empty && s.empty()) expected(path, "a non-empty string", v);
+  return s;
+}
+
+std::string read_enum(const json& v, const std::string& path,
+                      const std::vector<std::string>& allowed) {
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    if (std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
+  }
+  std::string want =
+      allowed.size() == 1 ? "\"" + allowed[0] + "\"" : "one of " + quoted_list(allowed);
+  expected(path, want, v);
+}
+
+// ------------------------------------------------------------ object reader
+
+// One JSON object of the schema: checks the type and the keys up front, then
+// hands out the members that are present.
+class object_reader {
+ public:
+  object_reader(const json& j, std::string path, std::vector<std::string> keys)
+      : j_(j), path_(std::move(path)), keys_(std::move(keys)) {
+    if (!j_.is_object()) fail(path_, std::string("expected a JSON object, got ") + j_.type_name());
+    for (const auto& [key, value] : j_.items()) {
+      if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) unknown(key);
+    }
+  }
+
+  const std::string& path() const { return path_; }
+  std::string path(std::string_view key) const { return join(path_, key); }
+
+  // The member, or nullptr when the key is absent (the default stays).
+  const json* get(const std::string& key) const {
+    auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+
+  template <class F>
+  void with(const std::string& key, F&& read) const {
+    if (const json* v = get(key)) read(*v, path(key));
+  }
+
+ private:
+  [[noreturn]] void unknown(const std::string& key) const {
+    std::size_t best = std::numeric_limits<std::size_t>::max();
+    const std::string* suggestion = nullptr;
+    for (const auto& k : keys_) {
+      std::size_t d = edit_distance(key, k);
+      if (d < best) {
+        best = d;
+        suggestion = &k;
+      }
+    }
+    // Close enough to be a typo, and not a wholesale replacement of the key.
+    if (suggestion && (best <= 2 || best * 3 <= suggestion->size()) && best < key.size())
+      fail(path(key), "unknown key; did you mean \"" + *suggestion + "\"?");
+    fail(path(key), "unknown key (expected one of: " + quoted_list(keys_) + ")");
+  }
+
+  const json& j_;
+  std::string path_;
+  std::vector<std::string> keys_;
+};
+
+// ------------------------------------------------------------------ sections
+
+const std::vector<std::string> kActivations = {"relu", "tanh"};
+const std::vector<std::string> kInits = {"auto", "he", "glorot"};
+const std::vector<std::string> kOptimizers = {"sgd", "momentum", "adam", "rmsprop"};
+const std::vector<std::string> kSchedules = {"constant", "step", "cosine"};
+const std::vector<std::string> kStrategies = {"one_device",      "mirrored",
+                                              "central_storage", "parameter_server",
+                                              "elastic_average", "actor_learner"};
+const std::vector<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
+
+std::string read_name(const json& v, const std::string& path) {
+  // The name becomes a directory (runs/<name>), so keep it to a safe alphabet.
+  const std::string want = "a non-empty name of letters, digits, '.', '_' or '-'";
+  if (!v.is_string()) expected(path, want, v);
+  const auto& s = v.get_ref<const std::string&>();
+  bool ok = !s.empty() && s != "." && s != "..";
+  for (char c : s) {
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && c != '.' && c != '_' && c != '-') ok = false;
+  }
+  if (!ok) expected(path, want, v);
+  return s;
+}
+
+void read_model(const json& j, const std::string& path, model_config& m) {
+  object_reader r(j, path, {"kind", "hidden", "activation", "init"});
+  r.with("kind", [&](const json& v, const std::string& p) { m.kind = read_enum(v, p, {"mlp"}); });
+  r.with("hidden", [&](const json& v, const std::string& p) {
+    if (!v.is_array()) expected(p, "an array of integers >= 1", v);
+    m.hidden.clear();
+    for (std::size_t i = 0; i < v.size(); ++i) m.hidden.push_back(read_int(v[i], index(p, i), 1));
+  });
+  r.with("activation", [&](const json& v, const std::string& p) {
+    m.activation = read_enum(v, p, kActivations);
+  });
+  r.with("init", [&](const json& v, const std::string& p) { m.init = read_enum(v, p, kInits); });
+}
+
+void read_schedule(const json& j, const std::string& path, schedule_config& s) {
+  object_reader r(j, path, {"kind", "warmup_steps", "step_size", "gamma", "decay_steps", "min_lr"});
+  r.with("kind",
+         [&](const json& v, const std::string& p) { s.kind = read_enum(v, p, kSchedules); });
+  r.with("warmup_steps",
+         [&](const json& v, const std::string& p) { s.warmup_steps = read_int(v, p, 0); });
+  r.with("step_size",
+         [&](const json& v, const std::string& p) { s.step_size = read_int(v, p, 1); });
+  r.with("gamma",
+         [&](const json& v, const std::string& p) { s.gamma = read_number(v, p, unit_open_lo); });
+  r.with("decay_steps",
+         [&](const json& v, const std::string& p) { s.decay_steps = read_int(v, p, 0); });
+  r.with("min_lr",
+         [&](const json& v, const std::string& p) { s.min_lr = read_number(v, p, non_negative); });
+}
+
+void read_optimizer(const json& j, const std::string& path, optimizer_config& o) {
+  object_reader r(j, path,
+                  {"kind", "learning_rate", "momentum", "nesterov", "beta1", "beta2", "epsilon",
+                   "rho", "weight_decay", "decoupled_weight_decay", "schedule"});
+  r.with("kind",
+         [&](const json& v, const std::string& p) { o.kind = read_enum(v, p, kOptimizers); });
+  r.with("learning_rate", [&](const json& v, const std::string& p) {
+    o.learning_rate = read_number(v, p, positive);
+  });
+  r.with("momentum", [&](const json& v, const std::string& p) {
+    o.momentum = read_number(v, p, unit_open_hi);
+  });
+  r.with("nesterov", [&](const json& v, const std::string& p) { o.nesterov = read_bool(v, p); });
+  r.with("beta1",
+         [&](const json& v, const std::string& p) { o.beta1 = read_number(v, p, unit_open_hi); });
+  r.with("beta2",
+         [&](const json& v, const std::string& p) { o.beta2 = read_number(v, p, unit_open_hi); });
+  r.with("epsilon",
+         [&](const json& v, const std::string& p) { o.epsilon = read_number(v, p, positive); });
+  r.with("rho",
+         [&](const json& v, const std::string& p) { o.rho = read_number(v, p, unit_open_hi); });
+  r.with("weight_decay", [&](const json& v, const std::string& p) {
+    o.weight_decay = read_number(v, p, non_negative);
+  });
+  r.with("decoupled_weight_decay",
+         [&](const json& v, const std::string& p) { o.decoupled_weight_decay = read_bool(v, p); });
+  r.with("schedule", [&](const json& v, const std::string& p) { read_schedule(v, p, o.schedule); });
+}
+
+void read_data(const json& j, const std::string& path, data_config& d) {
+  object_reader r(j, path,
+                  {"dataset", "path", "batch_size", "shuffle", "normalize", "prefetch",
+                   "train_limit", "test_limit"});
+  r.with("dataset", [&](const json& v, const std::string& p) {
+    d.dataset = read_enum(v, p, {"fashion_mnist"});
+  });
+  r.with("path", [&](const json& v, const std::string& p) { d.path = read_string(v, p, true); });
+  r.with("batch_size",
+         [&](const json& v, const std::string& p) { d.batch_size = read_int(v, p, 1); });
+  r.with("shuffle", [&](const json& v, const std::string& p) { d.shuffle = read_bool(v, p); });
+  r.with("normalize", [&](const json& v, const std::string& p) { d.normalize = read_bool(v, p); });
+  r.with("prefetch", [&](const json& v, const std::string& p) { d.prefetch = read_int(v, p, 1); });
+  r.with("train_limit",
+         [&](const json& v, const std::string& p) { d.train_limit = read_int(v, p, 0); });
+  r.with("test_limit",
+         [&](const json& v, const std::string& p) { d.test_limit = read_int(v, p, 0); });
+}
+
+void read_strategy(const json& j, const std::string& path, strategy_config& s) {
+  object_reader r(j, path, {"kind", "replicas"});
+  r.with("kind",
+         [&](const json& v, const std::string& p) { s.kind = read_enum(v, p, kStrategies); });
+  r.with("replicas", [&](const json& v, const std::string& p) { s.replicas = read_int(v, p, 1); });
+}
+
+// "cpu:N" or "cuda:N", N a decimal index without sign or leading zeros.
+bool valid_device(const std::string& s) {
+  std::string_view rest;
+  if (s.starts_with("cpu:"))
+    rest = std::string_view(s).substr(4);
+  else if (s.starts_with("cuda:"))
+    rest = std::string_view(s).substr(5);
+  else
+    return false;
+  if (rest.empty() || rest.size() > 9) return false;
+  if (rest.size() > 1 && rest[0] == '0') return false;
+  return std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::vector<std::string> read_devices(const json& v, const std::string& p) {
+  const std::string want_list = "a non-empty array of \"cpu:N\" or \"cuda:N\" strings";
+  if (!v.is_array() || v.empty()) expected(p, want_list, v);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const json& e = v[i];
+    if (!e.is_string() || !valid_device(e.get_ref<const std::string&>()))
+      expected(index(p, i), "\"cpu:N\" or \"cuda:N\"", e);
+    const auto& s = e.get_ref<const std::string&>();
+    auto dup = std::find(out.begin(), out.end(), s);
+    if (dup != out.end())
+      fail(index(p, i), "duplicate device " + show(e) + " (already " +
+                            index(p, static_cast<std::size_t>(dup - out.begin())) + ")");
+    out.push_back(s);
+  }
+  return out;
+}
+
+void read_training(const json& j, const std::string& path, training_config& t) {
+  object_reader r(j, path, {"epochs", "max_steps", "eval_every_epochs"});
+  r.with("epochs", [&](const json& v, const std::string& p) { t.epochs = read_int(v, p, 1); });
+  r.with("max_steps",
+         [&](const json& v, const std::string& p) { t.max_steps = read_int(v, p, 0); });
+  r.with("eval_every_epochs",
+         [&](const json& v, const std::string& p) { t.eval_every_epochs = read_int(v, p, 0); });
+}
+
+void read_checkpoint(const json& j, const std::string& path, checkpoint_config& c) {
+  object_reader r(j, path, {"dir", "every_steps", "keep", "save_at_end"});
+  r.with("dir", [&](const json& v, const std::string& p) { c.dir = read_string(v, p, false); });
+  r.with("every_steps",
+         [&](const json& v, const std::string& p) { c.every_steps = read_int(v, p, 0); });
+  r.with("keep", [&](const json& v, const std::string& p) { c.keep = read_int(v, p, 0); });
+  r.with("save_at_end",
+         [&](const json& v, const std::string& p) { c.save_at_end = read_bool(v, p); });
+}
+
+void read_logging(const json& j, const std::string& path, logging_config& l) {
+  object_reader r(j, path, {"level", "every_steps", "output_dir"});
+  r.with("level", [&](const json& v, const std::string& p) { l.level = read_enum(v, p, kLevels); });
+  r.with("every_steps",
+         [&](const json& v, const std::string& p) { l.every_steps = read_int(v, p, 1); });
+  r.with("output_dir",
+         [&](const json& v, const std::string& p) { l.output_dir = read_string(v, p, false); });
+}
+
+// Rules that involve more than one field; run after every field is valid.
+void check_cross_fields(const job_config& c) {
+  if (c.strategy.kind == "one_device") {
+    if (c.strategy.replicas != 1)
+      fail("strategy.replicas", "the one_device strategy runs exactly 1 replica, got " +
+                                    std::to_string(c.strategy.replicas));
+    if (c.devices.size() != 1)
+      fail("devices", "the one_device strategy needs exactly one device, got " +
+                          std::to_string(c.devices.size()) + " (" + quoted_list(c.devices) + ")");
+  }
+  if (c.data.batch_size < c.strategy.replicas)
+    fail("data.batch_size", "the global batch (" + std::to_string(c.data.batch_size) +
+                                ") must be >= strategy.replicas (" +
+                                std::to_string(c.strategy.replicas) +
+                                ") so every replica gets at least one example");
+  const auto& s = c.optimizer.schedule;
+  if (s.kind == "cosine" && s.min_lr > c.optimizer.learning_rate)
+    fail("optimizer.schedule.min_lr", "expected a number <= optimizer.learning_rate (" +
+                                          json(c.optimizer.learning_rate).dump() + "), got " +
+                                          json(s.min_lr).dump());
+}
+
+}  // namespace
+
+job_config parse_job_config(const nlohmann::json& j) {
+  job_config c;
+  object_reader r(j, "",
+                  {"name", "seed", "model", "optimizer", "data", "strategy", "devices", "training",
+                   "checkpoint", "logging"});
+  r.with("name", [&](const json& v, const std::string& p) { c.name = read_name(v, p); });
+  r.with("seed", [&](const json& v, const std::string& p) { c.seed = read_uint(v, p); });
+  r.with("model", [&](const json& v, const std::string& p) { read_model(v, p, c.model); });
+  r.with("optimizer",
+         [&](const json& v, const std::string& p) { read_optimizer(v, p, c.optimizer); });
+  r.with("data", [&](const json& v, const std::string& p) { read_data(v, p, c.data); });
+  r.with("strategy", [&](const json& v, const std::string& p) { read_strategy(v, p, c.strategy); });
+  r.with("devices", [&](const json& v, const std::string& p) { c.devices = read_devices(v, p); });
+  r.with("training", [&](const json& v, const std::string& p) { read_training(v, p, c.training); });
+  r.with("checkpoint",
+         [&](const json& v, const std::string& p) { read_checkpoint(v, p, c.checkpoint); });
+  r.with("logging", [&](const json& v, const std::string& p) { read_logging(v, p, c.logging); });
+  check_cross_fields(c);
+  return c;
+}
+
+nlohmann::json to_json(const job_config& c) {
+  const auto& m = c.model;
+  const auto& o = c.optimizer;
+  const auto& s = o.schedule;
+  const auto& d = c.data;
+  json j = json::object();
+  j["name"] = c.name;
+  j["seed"] = c.seed;
+  j["model"] = {
+      {"kind", m.kind}, {"hidden", m.hidden}, {"activation", m.activation}, {"init", m.init}};
+  j["optimizer"] = {{"kind", o.kind},
+                    {"learning_rate", o.learning_rate},
+                    {"momentum", o.momentum},
+                    {"nesterov", o.nesterov},
+                    {"beta1", o.beta1},
+                    {"beta2", o.beta2},
+                    {"epsilon", o.epsilon},
+                    {"rho", o.rho},
+                    {"weight_decay", o.weight_decay},
+                    {"decoupled_weight_decay", o.decoupled_weight_decay},
+                    {"schedule",
+                     {{"kind", s.kind},
+                      {"warmup_steps", s.warmup_steps},
+                      {"step_size", s.step_size},
+                      {"gamma", s.gamma},
+                      {"decay_steps", s.decay_steps},
+                      {"min_lr", s.min_lr}}}};
+  j["data"] = {{"dataset", d.dataset},         {"path", d.path},
+               {"batch_size", d.batch_size},   {"shuffle", d.shuffle},
+               {"normalize", d.normalize},     {"prefetch", d.prefetch},
+               {"train_limit", d.train_limit}, {"test_limit", d.test_limit}};
+  j["strategy"] = {{"kind", c.strategy.kind}, {"replicas", c.strategy.replicas}};
+  j["devices"] = c.devices;
+  j["training"] = {{"epochs", c.training.epochs},
+                   {"max_steps", c.training.max_steps},
+                   {"eval_every_epochs", c.training.eval_every_epochs}};
+  j["checkpoint"] = {{"dir", c.checkpoint.dir},
+                     {"every_steps", c.checkpoint.every_steps},
+                     {"keep", c.checkpoint.keep},
+                     {"save_at_end", c.checkpoint.save_at_end}};
+  j["logging"] = {{"level", c.logging.level},
+                  {"every_steps", c.logging.every_steps},
+                  {"output_dir", c.logging.output_dir}};
+  return j;
+}
+
+}  // namespace troupe

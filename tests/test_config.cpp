@@ -1,0 +1,349 @@
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "config/job_config.hpp"
+
+using namespace troupe;
+using nlohmann::json;
+
+namespace {
+
+// The what() of parsing `text`, or "" when it parses.
+std::string error_of(const std::string& text) {
+  try {
+    parse_job_config(json::parse(text));
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct bad_case {
+  const char* config;
+  const char* message;
+};
+
+const bad_case kBad[] = {
+    // root and unknown keys
+    {R"([1, 2])", R"((root): expected a JSON object, got array)"},
+    {R"("x")", R"((root): expected a JSON object, got string)"},
+    {R"({"optimizr": {}})", R"(optimizr: unknown key; did you mean "optimizer"?)"},
+    {R"({"devise": ["cpu:0"]})", R"(devise: unknown key; did you mean "devices"?)"},
+    {R"({"zzz": 1})",
+     R"(zzz: unknown key (expected one of: "name", "seed", "model", "optimizer", "data", "strategy", "devices", "training", "checkpoint", "logging"))"},
+    {R"({"optimizer": {"lerning_rate": 0.1}})",
+     R"(optimizer.lerning_rate: unknown key; did you mean "learning_rate"?)"},
+    {R"({"optimizer": {"schedule": {"knd": "step"}}})",
+     R"(optimizer.schedule.knd: unknown key; did you mean "kind"?)"},
+    {R"({"optimizer": {"lr": 0.1}})",
+     R"(optimizer.lr: unknown key (expected one of: "kind", "learning_rate", "momentum", "nesterov", "beta1", "beta2", "epsilon", "rho", "weight_decay", "decoupled_weight_decay", "schedule"))"},
+    {R"({"data": {"batchsize": 64}})",
+     R"(data.batchsize: unknown key; did you mean "batch_size"?)"},
+    // sections of the wrong type
+    {R"({"model": []})", R"(model: expected a JSON object, got array)"},
+    {R"({"logging": "debug"})", R"(logging: expected a JSON object, got string)"},
+    // integers
+    {R"({"strategy": {"kind": "mirrored", "replicas": -1}})",
+     R"(strategy.replicas: expected an integer >= 1, got -1)"},
+    {R"({"data": {"batch_size": "128"}})",
+     R"(data.batch_size: expected an integer >= 1, got "128")"},
+    {R"({"data": {"batch_size": 1.5}})", R"(data.batch_size: expected an integer >= 1, got 1.5)"},
+    {R"({"data": {"batch_size": null}})", R"(data.batch_size: expected an integer >= 1, got null)"},
+    {R"({"data": {"batch_size": [64]}})", R"(data.batch_size: expected an integer >= 1, got [64])"},
+    {R"({"data": {"prefetch": 0}})", R"(data.prefetch: expected an integer >= 1, got 0)"},
+    {R"({"data": {"train_limit": -5}})", R"(data.train_limit: expected an integer >= 0, got -5)"},
+    {R"({"model": {"hidden": [64, 0]}})", R"(model.hidden[1]: expected an integer >= 1, got 0)"},
+    {R"({"model": {"hidden": 256}})",
+     R"(model.hidden: expected an array of integers >= 1, got 256)"},
+    {R"({"training": {"epochs": 0}})", R"(training.epochs: expected an integer >= 1, got 0)"},
+    {R"({"training": {"max_steps": 9223372036854775808}})",
+     R"(training.max_steps: expected an integer >= 0 (at most 9223372036854775807), got 9223372036854775808)"},
+    {R"({"logging": {"every_steps": 0}})",
+     R"(logging.every_steps: expected an integer >= 1, got 0)"},
+    {R"({"checkpoint": {"keep": -1}})", R"(checkpoint.keep: expected an integer >= 0, got -1)"},
+    {R"({"seed": -3})", R"(seed: expected an integer >= 0, got -3)"},
+    {R"({"optimizer": {"schedule": {"step_size": 0}}})",
+     R"(optimizer.schedule.step_size: expected an integer >= 1, got 0)"},
+    // enums
+    {R"({"optimizer": {"kind": "adamw"}})",
+     R"(optimizer.kind: expected one of "sgd", "momentum", "adam", "rmsprop", got "adamw")"},
+    {R"({"optimizer": {"kind": 3}})",
+     R"(optimizer.kind: expected one of "sgd", "momentum", "adam", "rmsprop", got 3)"},
+    {R"({"model": {"activation": "gelu"}})",
+     R"(model.activation: expected one of "relu", "tanh", got "gelu")"},
+    {R"({"model": {"kind": "cnn"}})", R"(model.kind: expected "mlp", got "cnn")"},
+    {R"({"model": {"init": "xavier"}})",
+     R"(model.init: expected one of "auto", "he", "glorot", got "xavier")"},
+    {R"({"data": {"dataset": "mnist"}})", R"(data.dataset: expected "fashion_mnist", got "mnist")"},
+    {R"({"strategy": {"kind": "horovod"}})",
+     R"(strategy.kind: expected one of "one_device", "mirrored", "central_storage", "parameter_server", "elastic_average", "actor_learner", got "horovod")"},
+    {R"({"optimizer": {"schedule": {"kind": "linear"}}})",
+     R"(optimizer.schedule.kind: expected one of "constant", "step", "cosine", got "linear")"},
+    {R"({"logging": {"level": "verbose"}})",
+     R"(logging.level: expected one of "trace", "debug", "info", "warn", "error", "off", got "verbose")"},
+    // real numbers
+    {R"({"optimizer": {"learning_rate": 0}})",
+     R"(optimizer.learning_rate: expected a number > 0, got 0)"},
+    {R"({"optimizer": {"learning_rate": "1e-3"}})",
+     R"(optimizer.learning_rate: expected a number > 0, got "1e-3")"},
+    {R"({"optimizer": {"momentum": 1.0}})",
+     R"(optimizer.momentum: expected a number in [0, 1), got 1.0)"},
+    {R"({"optimizer": {"beta2": -0.1}})",
+     R"(optimizer.beta2: expected a number in [0, 1), got -0.1)"},
+    {R"({"optimizer": {"epsilon": -1e-8}})",
+     R"(optimizer.epsilon: expected a number > 0, got -1e-08)"},
+    {R"({"optimizer": {"weight_decay": -1}})",
+     R"(optimizer.weight_decay: expected a number >= 0, got -1)"},
+    {R"({"optimizer": {"schedule": {"gamma": 0}}})",
+     R"(optimizer.schedule.gamma: expected a number in (0, 1], got 0)"},
+    {R"({"optimizer": {"schedule": {"gamma": 1.5}}})",
+     R"(optimizer.schedule.gamma: expected a number in (0, 1], got 1.5)"},
+    // booleans and strings
+    {R"({"optimizer": {"nesterov": "yes"}})",
+     R"(optimizer.nesterov: expected true or false, got "yes")"},
+    {R"({"data": {"shuffle": 1}})", R"(data.shuffle: expected true or false, got 1)"},
+    {R"({"data": {"path": ""}})", R"(data.path: expected a non-empty string, got "")"},
+    {R"({"checkpoint": {"dir": 7}})", R"(checkpoint.dir: expected a string, got 7)"},
+    {R"({"name": "a/b"})",
+     R"(name: expected a non-empty name of letters, digits, '.', '_' or '-', got "a/b")"},
+    {R"({"name": ""})",
+     R"(name: expected a non-empty name of letters, digits, '.', '_' or '-', got "")"},
+    // devices
+    {R"({"devices": ["gpu0"]})", R"(devices[0]: expected "cpu:N" or "cuda:N", got "gpu0")"},
+    {R"({"devices": ["cpu:-1"]})", R"(devices[0]: expected "cpu:N" or "cuda:N", got "cpu:-1")"},
+    {R"({"devices": ["cuda:"]})", R"(devices[0]: expected "cpu:N" or "cuda:N", got "cuda:")"},
+    {R"({"strategy": {"kind": "mirrored"}, "devices": ["cpu:0", 1]})",
+     R"(devices[1]: expected "cpu:N" or "cuda:N", got 1)"},
+    {R"({"devices": []})",
+     R"(devices: expected a non-empty array of "cpu:N" or "cuda:N" strings, got [])"},
+    {R"({"devices": "cpu:0"})",
+     R"(devices: expected a non-empty array of "cpu:N" or "cuda:N" strings, got "cpu:0")"},
+    {R"({"strategy": {"kind": "mirrored"}, "devices": ["cuda:0", "cuda:1", "cuda:0"]})",
+     R"(devices[2]: duplicate device "cuda:0" (already devices[0]))"},
+    // cross-field rules
+    {R"({"strategy": {"replicas": 2}})",
+     R"(strategy.replicas: the one_device strategy runs exactly 1 replica, got 2)"},
+    {R"({"devices": ["cpu:0", "cpu:1"]})",
+     R"(devices: the one_device strategy needs exactly one device, got 2 ("cpu:0", "cpu:1"))"},
+    {R"({"strategy": {"kind": "mirrored", "replicas": 4}, "data": {"batch_size": 2}})",
+     R"(data.batch_size: the global batch (2) must be >= strategy.replicas (4) so every replica gets at least one example)"},
+    {R"({"optimizer": {"learning_rate": 0.01, "schedule": {"kind": "cosine", "min_lr": 0.1}}})",
+     R"(optimizer.schedule.min_lr: expected a number <= optimizer.learning_rate (0.01), got 0.1)"},
+};
+
+}  // namespace
+
+TEST_CASE("config: every bad config gets its exact message") {
+  CHECK(std::size(kBad) >= 25);
+  for (const auto& c : kBad) {
+    CAPTURE(c.config);
+    CHECK(error_of(c.config) == c.message);
+  }
+}
+
+TEST_CASE("config: the error path names the field") {
+  try {
+    parse_job_config(json::parse(R"({"model": {"hidden": [1, -2]}})"));
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    CHECK(e.path() == "model.hidden[1]");
+  }
+}
+
+TEST_CASE("config: {} gives the defaults") {
+  job_config c = parse_job_config(json::object());
+  job_config d;
+  CHECK(c.name == "job");
+  CHECK(c.seed == 42);
+  CHECK(c.model.kind == "mlp");
+  CHECK(c.model.hidden == std::vector<int64_t>{256, 256});
+  CHECK(c.model.activation == "relu");
+  CHECK(c.model.init == "auto");
+  CHECK(c.optimizer.kind == "adam");
+  CHECK(c.optimizer.learning_rate == 0.001);
+  CHECK(c.optimizer.momentum == 0.9);
+  CHECK_FALSE(c.optimizer.nesterov);
+  CHECK(c.optimizer.beta1 == 0.9);
+  CHECK(c.optimizer.beta2 == 0.999);
+  CHECK(c.optimizer.epsilon == 1e-8);
+  CHECK(c.optimizer.rho == 0.9);
+  CHECK(c.optimizer.weight_decay == 0.0);
+  CHECK_FALSE(c.optimizer.decoupled_weight_decay);
+  CHECK(c.optimizer.schedule.kind == "constant");
+  CHECK(c.optimizer.schedule.warmup_steps == 0);
+  CHECK(c.optimizer.schedule.step_size == 1000);
+  CHECK(c.optimizer.schedule.gamma == 0.1);
+  CHECK(c.optimizer.schedule.decay_steps == 0);
+  CHECK(c.optimizer.schedule.min_lr == 0.0);
+  CHECK(c.data.dataset == "fashion_mnist");
+  CHECK(c.data.path == d.data.path);
+  CHECK(c.data.batch_size == 128);
+  CHECK(c.data.shuffle);
+  CHECK(c.data.normalize);
+  CHECK(c.data.prefetch == 2);
+  CHECK(c.data.train_limit == 0);
+  CHECK(c.data.test_limit == 0);
+  CHECK(c.strategy.kind == "one_device");
+  CHECK(c.strategy.replicas == 1);
+  CHECK(c.devices == std::vector<std::string>{"cpu:0"});
+  CHECK(c.training.epochs == 1);
+  CHECK(c.training.max_steps == 0);
+  CHECK(c.training.eval_every_epochs == 1);
+  CHECK(c.checkpoint.dir.empty());
+  CHECK(c.checkpoint.every_steps == 0);
+  CHECK(c.checkpoint.keep == 3);
+  CHECK(c.checkpoint.save_at_end);
+  CHECK(c.logging.level == "info");
+  CHECK(c.logging.every_steps == 50);
+  CHECK(c.logging.output_dir.empty());
+  // Every field of the effective config is the default.
+  CHECK(to_json(c) == to_json(d));
+}
+
+TEST_CASE("config: {\"name\":\"x\"} changes only the name") {
+  job_config c = parse_job_config(json::parse(R"({"name":"x"})"));
+  CHECK(c.name == "x");
+  json expected = to_json(job_config{});
+  expected["name"] = "x";
+  CHECK(to_json(c) == expected);
+}
+
+TEST_CASE("config: a full config parses, integral floats count as integers") {
+  job_config c = parse_job_config(json::parse(R"({
+    "name": "fm-mirrored_2", "seed": 18446744073709551615,
+    "model": {"hidden": [512, 128, 64], "activation": "tanh", "init": "glorot"},
+    "optimizer": {"kind": "momentum", "learning_rate": 0.1, "momentum": 0, "nesterov": true,
+                  "weight_decay": 5e-4, "decoupled_weight_decay": true,
+                  "schedule": {"kind": "cosine", "warmup_steps": 100, "decay_steps": 1e4,
+                               "min_lr": 0.001}},
+    "data": {"batch_size": 256.0, "shuffle": false, "normalize": false, "prefetch": 4,
+             "train_limit": 1000, "test_limit": 500, "path": "/tmp/fm"},
+    "strategy": {"kind": "mirrored", "replicas": 4},
+    "devices": ["cuda:0", "cuda:1", "cpu:0", "cuda:10"],
+    "training": {"epochs": 3, "max_steps": 700, "eval_every_epochs": 0},
+    "checkpoint": {"dir": "ck", "every_steps": 100, "keep": 0, "save_at_end": false},
+    "logging": {"level": "debug", "every_steps": 10, "output_dir": "out"}
+  })"));
+  CHECK(c.name == "fm-mirrored_2");
+  CHECK(c.seed == 18446744073709551615ull);
+  CHECK(c.model.hidden == std::vector<int64_t>{512, 128, 64});
+  CHECK(c.optimizer.kind == "momentum");
+  CHECK(c.optimizer.momentum == 0.0);
+  CHECK(c.optimizer.nesterov);
+  CHECK(c.optimizer.schedule.decay_steps == 10000);
+  CHECK(c.data.batch_size == 256);
+  CHECK(c.strategy.replicas == 4);
+  CHECK(c.devices.size() == 4);
+  CHECK(c.logging.level == "debug");
+  // One device shared by several replicas is fine for the multi-replica strategies.
+  CHECK(error_of(R"({"strategy": {"kind": "mirrored", "replicas": 4}, "devices": ["cpu:0"]})")
+            .empty());
+  // Empty hidden list: a linear model.
+  CHECK(parse_job_config(json::parse(R"({"model": {"hidden": []}})")).model.hidden.empty());
+}
+
+TEST_CASE("config: to_json round-trips through parse_job_config") {
+  job_config c;
+  c.name = "rt";
+  c.seed = 7;
+  c.model.hidden = {3, 5};
+  c.model.activation = "tanh";
+  c.model.init = "he";
+  c.optimizer.kind = "rmsprop";
+  c.optimizer.learning_rate = 0.1 / 3;  // not exactly representable in short decimal
+  c.optimizer.rho = 0.95;
+  c.optimizer.epsilon = 1e-7;
+  c.optimizer.weight_decay = 1e-4;
+  c.optimizer.schedule.kind = "step";
+  c.optimizer.schedule.gamma = 0.5;
+  c.optimizer.schedule.step_size = 30;
+  c.data.path = "/data/fm";
+  c.data.batch_size = 64;
+  c.data.shuffle = false;
+  c.strategy.kind = "parameter_server";
+  c.strategy.replicas = 3;
+  c.devices = {"cpu:0", "cpu:1"};
+  c.training.max_steps = 5;
+  c.checkpoint.dir = "ck";
+  c.logging.output_dir = "out";
+  json j = to_json(c);
+  job_config back = parse_job_config(j);
+  CHECK(to_json(back) == j);
+  CHECK(back.optimizer.learning_rate == c.optimizer.learning_rate);
+  CHECK(back.devices == c.devices);
+  // Through text too (what summary.json and manifests store).
+  CHECK(to_json(parse_job_config(json::parse(j.dump()))) == j);
+  // Every key is present, and every section has every field.
+  CHECK(j.size() == 10);
+  CHECK(j["optimizer"].size() == 11);
+  CHECK(j["optimizer"]["schedule"].size() == 6);
+  CHECK(j["data"].size() == 8);
+  CHECK(to_json(parse_job_config(to_json(job_config{}))) == to_json(job_config{}));
+}
+
+namespace {
+
+struct temp_file {
+  std::filesystem::path path;
+  explicit temp_file(const std::string& text) {
+    path = std::filesystem::temp_directory_path() /
+           ("troupe_test_config_" + std::to_string(::getpid()) + ".json");
+    std::ofstream(path) << text;
+  }
+  ~temp_file() { std::filesystem::remove(path); }
+};
+
+std::string load_error(const std::string& file) {
+  try {
+    load_job_config(file);
+  } catch (const config_error& e) {
+    CHECK(e.path().empty());
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("config: load_job_config reports syntax errors with line and column") {
+  temp_file f("{\n  \"name\": \"x\",\n  \"seed\": ,\n}\n");
+  const std::string p = f.path.string();
+  CHECK(load_error(p) == p + ": JSON syntax error at line 3, column 11: unexpected ','; expected "
+                             "'[', '{', or a literal (while parsing value)");
+}
+
+TEST_CASE("config: load_job_config syntax error at the end of the input") {
+  temp_file f("{\"name\": \"x\"\n");
+  const std::string p = f.path.string();
+  CHECK(load_error(p) == p + ": JSON syntax error at line 2, column 1: unexpected end of input; "
+                             "expected '}' (while parsing object)");
+}
+
+TEST_CASE("config: load_job_config missing file") {
+  CHECK(load_error("/nonexistent/x.json") ==
+        "cannot open config file '/nonexistent/x.json': No such file or directory");
+}
+
+TEST_CASE("config: load_job_config on a good file (comments allowed)") {
+  temp_file f("// a job\n{\"name\": \"loaded\", /* inline */ \"seed\": 1}\n");
+  job_config c = load_job_config(f.path.string());
+  CHECK(c.name == "loaded");
+  CHECK(c.seed == 1);
+}
+
+TEST_CASE("config: load_job_config passes schema errors through") {
+  temp_file f(R"({"optimizer": {"kind": "adamw"}})");
+  try {
+    load_job_config(f.path.string());
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    CHECK(e.path() == "optimizer.kind");
+  }
+}
