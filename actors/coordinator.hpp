@@ -1,0 +1,54 @@
+#pragma once
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "actors/job.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "data/dataset.hpp"
+#include "messages/protocols.hpp"
+
+namespace troupe {
+
+// What the coordinator needs to drive a job, resolved before any actor starts.
+struct job_plan {
+  job_config config;
+  job_options options;
+  std::string output_dir;
+  std::string checkpoint_dir;
+  std::shared_ptr<const data::dataset> train;
+  std::shared_ptr<const data::dataset> test;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+  int64_t start_step = 0;
+  std::optional<checkpoint::snapshot> resume_from;
+};
+
+struct coordinator_state {
+  std::shared_ptr<const job_plan> plan;
+  std::vector<replica_actor> replicas;
+  std::vector<input_pipeline_actor> pipelines;
+  caf::typed_response_promise<std::string> done;
+  int64_t issued = 0;     // steps sent to replicas
+  int64_t completed = 0;  // steps finished
+  int64_t boundary = 0;   // the next step at which to stop and do epoch/checkpoint work
+  bool finished = false;
+  // Reporting.
+  std::ofstream metrics;
+  std::chrono::steady_clock::time_point started, window_start;
+  double boundary_seconds = 0;  // time spent in evaluation and checkpoints
+  double window_loss = 0;
+  int64_t window_count = 0;
+  int64_t samples = 0;
+  nlohmann::json last_eval;
+  int64_t last_eval_step = -1;
+  std::string last_checkpoint;
+  static inline const char* name = "coordinator";
+};
+
+coordinator_actor::behavior_type coordinator(
+    coordinator_actor::stateful_pointer<coordinator_state> self, std::shared_ptr<const job_plan> plan,
+    std::vector<replica_actor> replicas, std::vector<input_pipeline_actor> pipelines);
+
+}  // namespace troupe

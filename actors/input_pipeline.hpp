@@ -1,0 +1,38 @@
+#pragma once
+#include <memory>
+
+#include "data/dataset.hpp"
+#include "messages/protocols.hpp"
+
+namespace troupe {
+
+// Which part of the input this pipeline produces (tf.distribute's InputContext).
+struct input_context {
+  int64_t num_input_pipelines = 1;
+  int64_t input_pipeline_id = 0;
+  int64_t num_replicas_in_sync = 1;
+};
+
+struct input_pipeline_config {
+  std::shared_ptr<const data::dataset> data;
+  int64_t global_batch = 128;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  int64_t prefetch = 2;
+  input_context context;
+  int64_t replica = 0;      // which slice of the global batch this pipeline serves
+  int64_t start_epoch = 0;  // resume position
+  int64_t start_index = 0;
+};
+
+// Number of global batches per epoch: the last, partial batch is kept.
+int64_t batches_per_epoch(int64_t examples, int64_t global_batch);
+
+// [begin, end) of replica r's slice of a global batch of n examples over k
+// replicas: the first n % k replicas take one example more.
+std::pair<int64_t, int64_t> replica_slice(int64_t n, int64_t k, int64_t r);
+
+input_pipeline_actor::behavior_type input_pipeline(input_pipeline_actor::pointer self,
+                                                   input_pipeline_config cfg);
+
+}  // namespace troupe

@@ -1,0 +1,146 @@
+#include "actors/job.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <caf/io/all.hpp>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "actors/coordinator.hpp"
+#include "actors/input_pipeline.hpp"
+#include "actors/replica.hpp"
+#include "devices/device.hpp"
+#include "kernels/cpu_kernels.hpp"
+
+namespace troupe {
+
+namespace fs = std::filesystem;
+
+std::string output_dir_for(const job_config& c, const job_options& o) {
+  if (!o.output_dir.empty()) return o.output_dir;
+  if (!c.logging.output_dir.empty()) return c.logging.output_dir;
+  return "runs/" + c.name;
+}
+
+namespace {
+
+struct troupe_system_config : caf::actor_system_config {
+  troupe_system_config() {
+    register_messages(*this);
+    // Scheduler threads only route messages; compute runs on device threads.
+    set("scheduler.max-threads", static_cast<size_t>(2));
+    set("logger.verbosity", caf::atom("quiet"));
+  }
+};
+
+std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
+  auto plan = std::make_shared<job_plan>();
+  plan->config = c;
+  plan->options = o;
+  if (c.strategy.kind != "one_device")
+    throw job_error("strategy.kind: \"" + c.strategy.kind +
+                    "\" is not implemented yet in this build (available: \"one_device\")");
+  for (std::size_t i = 0; i < c.devices.size(); ++i) {
+    try {
+      check_device_available(parse_device(c.devices[i]));
+    } catch (const device_error& e) {
+      throw job_error("devices[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
+  plan->output_dir = output_dir_for(c, o);
+  plan->checkpoint_dir =
+      c.checkpoint.dir.empty() ? (fs::path(plan->output_dir) / "checkpoints").string() : c.checkpoint.dir;
+  std::error_code ec;
+  fs::create_directories(plan->output_dir, ec);
+  if (ec) throw job_error("cannot create output directory '" + plan->output_dir + "': " + ec.message());
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto tt = data::load_fashion_mnist(c.data);
+  spdlog::info("data: {} training and {} test examples from {} ({:.2f} s)", tt.train.size(),
+               tt.test.size(), c.data.path,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (tt.train.size() == 0) throw job_error("data: the training set is empty");
+  plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
+  plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
+  plan->steps_per_epoch = (plan->train->size() + c.data.batch_size - 1) / c.data.batch_size;
+  plan->total_steps = c.training.epochs * plan->steps_per_epoch;
+  if (c.training.max_steps > 0) plan->total_steps = std::min(plan->total_steps, c.training.max_steps);
+
+  if (o.resume) {
+    auto dir = checkpoint::resolve(plan->checkpoint_dir);
+    if (!dir)
+      throw job_error("--resume: no checkpoint found in '" + plan->checkpoint_dir + "'");
+    plan->resume_from = checkpoint::load(*dir);
+    plan->start_step = plan->resume_from->meta.step;
+    spdlog::info("resuming from {} (step {}, saved under strategy {})", *dir, plan->start_step,
+                 plan->resume_from->meta.strategy);
+  }
+  std::ofstream(fs::path(plan->output_dir) / "config.json") << to_json(c).dump(2) << '\n';
+  return plan;
+}
+
+}  // namespace
+
+nlohmann::json run_job(const job_config& c, const job_options& o) {
+  kernels::init_cpu_kernels();
+  auto plan = make_plan(c, o);
+  spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), output {}", c.name,
+               c.strategy.kind, plan->total_steps, plan->steps_per_epoch, plan->output_dir);
+
+  troupe_system_config cfg;
+  caf::actor_system sys{cfg};
+  std::vector<std::shared_ptr<cpu_device>> devices;
+  std::vector<input_pipeline_actor> pipelines;
+  std::vector<replica_actor> replicas;
+  const int64_t n = c.strategy.replicas;
+  for (int64_t r = 0; r < n; ++r) {
+    auto dev = c.devices[static_cast<std::size_t>(r) % c.devices.size()];
+    devices.push_back(std::make_shared<cpu_device>("troupe:" + dev));
+    input_pipeline_config ic;
+    ic.data = plan->train;
+    ic.global_batch = c.data.batch_size;
+    ic.shuffle = c.data.shuffle;
+    ic.seed = c.seed;
+    ic.prefetch = c.data.prefetch;
+    ic.context = {1, 0, n};
+    ic.replica = r;
+    ic.start_epoch = plan->start_step / plan->steps_per_epoch;
+    ic.start_index = plan->start_step % plan->steps_per_epoch;
+    pipelines.push_back(sys.spawn(input_pipeline, ic));
+    replica_config rc;
+    rc.index = r;
+    rc.device = devices.back();
+    rc.model = c.model;
+    rc.shape = {plan->train->features(), plan->train->classes};
+    rc.optimizer = c.optimizer;
+    rc.total_steps = plan->total_steps;
+    rc.seed = c.seed;
+    rc.input = pipelines.back();
+    if (o.fail_replica == r) rc.fail_at_step = o.fail_at_step;
+    replicas.push_back(sys.spawn(replica, rc));
+  }
+  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas, pipelines);
+
+  std::string error;
+  nlohmann::json summary;
+  {
+    caf::scoped_actor self{sys};
+    self->request(coord, caf::infinite, run_atom::value)
+        .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
+                 [&](caf::error& e) { error = sys.render(e); });
+    for (auto& r : replicas) self->send_exit(r, caf::exit_reason::user_shutdown);
+    for (auto& p : pipelines) self->send_exit(p, caf::exit_reason::user_shutdown);
+    self->send_exit(coord, caf::exit_reason::user_shutdown);
+  }
+  replicas.clear();
+  pipelines.clear();
+  coord = nullptr;
+  sys.await_all_actors_done();
+  devices.clear();  // joins device threads after their last task
+  if (!error.empty()) throw job_error(error);
+  std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
+  return summary;
+}
+
+}  // namespace troupe

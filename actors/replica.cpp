@@ -1,0 +1,214 @@
+#include "actors/replica.hpp"
+
+#include <deque>
+#include <map>
+#include <spdlog/spdlog.h>
+
+#include "kernels/optimizer.hpp"
+
+namespace troupe {
+
+// Model and optimizer are touched only by device tasks (one thread, FIFO);
+// everything else only by the actor.
+struct compute_state {
+  std::unique_ptr<model> net;
+  std::unique_ptr<kernels::optimizer> opt;
+  std::vector<named_tensor> grads;
+};
+
+
+
+namespace {
+
+using self_ptr = replica_actor::stateful_pointer<replica_state>;
+
+// Runs `work` on the device thread; `then` runs on the actor with its result,
+// or the actor quits with the error (the coordinator sees it as a down_msg).
+template <class R>
+void on_device(self_ptr self, std::function<R(compute_state&)> work,
+               std::function<void(R&)> then) {
+  auto ticket = self->state.next_ticket++;
+  struct outcome {
+    R value{};
+    std::string error;
+  };
+  auto out = std::make_shared<outcome>();
+  self->state.pending.emplace(ticket, [self, out, then = std::move(then)] {
+    if (!out->error.empty()) {
+      spdlog::error("replica {}: {}", self->state.cfg.index, out->error);
+      self->quit(caf::make_error(caf::sec::runtime_error,
+                                 "replica " + std::to_string(self->state.cfg.index) + ": " +
+                                     out->error));
+      return;
+    }
+    then(out->value);
+  });
+  auto handle = caf::actor_cast<replica_actor>(self);
+  self->state.cfg.device->submit(
+      [cs = self->state.compute, out, work = std::move(work), handle, ticket] {
+        try {
+          out->value = work(*cs);
+        } catch (const std::exception& e) {
+          out->error = e.what();
+        }
+        caf::anon_send(handle, computed_atom::value, ticket);
+      });
+}
+
+void start_step(self_ptr self, int64_t step, batch b, caf::typed_response_promise<step_stats> rp);
+
+void request_batches(self_ptr self) {
+  auto& st = self->state;
+  // Keep one batch ahead per waiting step plus one spare.
+  int64_t want = static_cast<int64_t>(st.waiting_steps.size()) + 1;
+  while (st.batches_requested + static_cast<int64_t>(st.batches.size()) < want) {
+    ++st.batches_requested;
+    self->request(st.cfg.input, caf::infinite, next_atom::value)
+        .then(
+            [self](batch& b) {
+              --self->state.batches_requested;
+              self->state.batches.push_back(std::move(b));
+              // Start as many waiting steps as we have batches for.
+              auto& s = self->state;
+              while (!s.batches.empty() && !s.waiting_steps.empty()) {
+                auto [step, rp] = std::move(s.waiting_steps.front());
+                s.waiting_steps.pop_front();
+                batch next = std::move(s.batches.front());
+                s.batches.pop_front();
+                start_step(self, step, std::move(next), std::move(rp));
+              }
+            },
+            [self](caf::error& e) { self->quit(e); });
+  }
+}
+
+void start_step(self_ptr self, int64_t step, batch b, caf::typed_response_promise<step_stats> rp) {
+  auto epoch = b.epoch;
+  on_device<step_stats>(
+      self,
+      [b = std::move(b), step, fail = self->state.cfg.fail_at_step](compute_state& cs) {
+        if (step == fail)
+          throw std::runtime_error("injected failure at step " + std::to_string(step));
+        float scale = b.global_size > 0 ? 1.0f / static_cast<float>(b.global_size) : 0.0f;
+        step_stats s;
+        s.lr = cs.opt->current_lr();
+        auto st = cs.net->train_batch(b.x, b.y, scale, cs.grads);
+        cs.opt->apply(cs.net->variables(), cs.grads);
+        s.step = step;
+        s.loss_sum = st.loss_sum;
+        s.correct = st.correct;
+        s.count = st.count;
+        return s;
+      },
+      [self, rp, epoch](step_stats& s) mutable {
+        s.epoch = epoch;
+        auto& m = self->state.train_metrics;
+        m.loss_sum += s.loss_sum;
+        m.correct += s.correct;
+        m.count += s.count;
+        rp.deliver(s);
+      });
+  request_batches(self);
+}
+
+}  // namespace
+
+replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.compute = std::make_shared<compute_state>();
+  // Build the model on its device thread: its memory is first touched there.
+  on_device<int>(
+      self,
+      [c = st.cfg](compute_state& cs) {
+        cs.net = create_model(c.model, c.shape, c.seed);
+        cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_steps);
+        cs.opt->init(cs.net->variables());
+        cs.grads = cs.net->make_gradients();
+        return 0;
+      },
+      [](int&) {});
+  request_batches(self);
+  return {
+      [self](train_atom, int64_t step) -> caf::result<step_stats> {
+        auto& s = self->state;
+        auto rp = self->make_response_promise<step_stats>();
+        if (!s.batches.empty()) {
+          batch b = std::move(s.batches.front());
+          s.batches.pop_front();
+          start_step(self, step, std::move(b), rp);
+        } else {
+          s.waiting_steps.emplace_back(step, rp);
+          request_batches(self);
+        }
+        return rp;
+      },
+      [self](eval_atom, tensor x, tensor y) -> caf::result<metric_sums> {
+        auto rp = self->make_response_promise<metric_sums>();
+        on_device<metric_sums>(
+            self,
+            [x = std::move(x), y = std::move(y)](compute_state& cs) {
+              auto r = cs.net->evaluate(x, y);
+              return metric_sums{r.loss_sum, r.correct, r.count};
+            },
+            [rp](metric_sums& m) mutable { rp.deliver(m); });
+        return rp;
+      },
+      [self](metrics_atom, bool reset) -> metric_sums {
+        auto m = self->state.train_metrics;
+        if (reset) self->state.train_metrics = {};
+        return m;
+      },
+      [self](state_atom) -> caf::result<model_state> {
+        auto rp = self->make_response_promise<model_state>();
+        on_device<model_state>(
+            self,
+            [](compute_state& cs) {
+              model_state ms;
+              for (auto& v : cs.net->variables()) ms.variables.push_back({v.name, v.value.clone()});
+              ms.slots = cs.opt->state();
+              return ms;
+            },
+            [rp](model_state& ms) mutable { rp.deliver(std::move(ms)); });
+        return rp;
+      },
+      [self](restore_atom, model_state ms) -> caf::result<int64_t> {
+        auto rp = self->make_response_promise<int64_t>();
+        on_device<int64_t>(
+            self,
+            [ms = std::move(ms)](compute_state& cs) {
+              auto& vars = cs.net->variables();
+              std::map<std::string, const tensor*> by_name;
+              for (auto& v : ms.variables) by_name[v.name] = &v.value;
+              for (auto& v : vars) {
+                auto i = by_name.find(v.name);
+                if (i == by_name.end())
+                  throw std::runtime_error("checkpoint has no variable '" + v.name + "'");
+                if (i->second->shape() != v.value.shape() || i->second->type() != v.value.type())
+                  throw std::runtime_error("checkpoint variable '" + v.name + "' has shape " +
+                                           shape_string(i->second->shape()) +
+                                           ", the model expects " + shape_string(v.value.shape()));
+              }
+              if (by_name.size() != vars.size())
+                throw std::runtime_error("checkpoint has " + std::to_string(by_name.size()) +
+                                         " variables, the model has " +
+                                         std::to_string(vars.size()));
+              for (auto& v : vars) v.value = by_name[v.name]->clone();
+              cs.opt->load_state(ms.slots);
+              return cs.opt->step();
+            },
+            [rp](int64_t& step) mutable { rp.deliver(step); });
+        return rp;
+      },
+      [self](computed_atom, uint64_t ticket) {
+        auto& p = self->state.pending;
+        auto i = p.find(ticket);
+        if (i == p.end()) return;
+        auto k = std::move(i->second);
+        p.erase(i);
+        k();
+      },
+  };
+}
+
+}  // namespace troupe

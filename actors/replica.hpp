@@ -1,0 +1,47 @@
+#pragma once
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "config/job_config.hpp"
+#include "devices/device.hpp"
+#include "messages/protocols.hpp"
+#include "models/model.hpp"
+
+namespace troupe {
+
+struct replica_config {
+  int64_t index = 0;
+  std::shared_ptr<cpu_device> device;
+  model_config model;
+  model_shape shape;
+  optimizer_config optimizer;
+  int64_t total_steps = 0;  // for learning-rate schedules
+  uint64_t seed = 0;
+  input_pipeline_actor input;
+  int64_t fail_at_step = -1;  // test hook: throw at this step
+};
+
+struct compute_state;  // model + optimizer: touched only on the device thread
+
+struct replica_state {
+  replica_config cfg;
+  std::shared_ptr<compute_state> compute;
+  uint64_t next_ticket = 0;
+  // Continuations of device tasks, run on the actor when `computed` arrives.
+  std::map<uint64_t, std::function<void()>> pending;
+  std::deque<batch> batches;  // prefetched from the input pipeline
+  std::deque<std::pair<int64_t, caf::typed_response_promise<step_stats>>> waiting_steps;
+  int64_t batches_requested = 0;
+  metric_sums train_metrics;
+  static inline const char* name = "replica";
+};
+
+// A replica owns one model copy and its optimizer, and runs all their compute
+// on its device thread. The actor itself only routes messages: a train request
+// becomes a device task, and the device reports back with `computed`.
+replica_actor::behavior_type replica(replica_actor::stateful_pointer<replica_state> self,
+                                     replica_config cfg);
+
+}  // namespace troupe

@@ -1,0 +1,192 @@
+// troupe: the command-line front end.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "actors/job.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "config/job_config.hpp"
+
+namespace {
+
+constexpr const char* usage = R"(troupe — an actor-model runtime for distributed training
+
+Usage:
+  troupe run FILE [--output DIR] [--resume] [--quiet]
+                              train the job described by FILE (JSON)
+  troupe validate FILE        check a job config; prints the effective config
+  troupe checkpoint show DIR  list a checkpoint's variables (DIR: a checkpoint
+                              or a directory of checkpoints -> the latest)
+  troupe checkpoint diff A B  largest absolute and relative difference per variable
+  troupe --help | --version
+
+run options:
+  --output DIR   where metrics.jsonl, summary.json and checkpoints go
+                 (default: logging.output_dir, else runs/<name>)
+  --resume       continue from the latest checkpoint in checkpoint.dir
+  --quiet        no progress line, warnings and errors only
+Exit status: 0 on success, 1 when the job fails, 2 on bad usage or config.
+)";
+
+int bad_usage(const std::string& why) {
+  std::cerr << "troupe: " << why << "\n\n" << usage;
+  return 2;
+}
+
+spdlog::level::level_enum level_from(const std::string& s) {
+  auto l = spdlog::level::from_str(s);
+  return l;
+}
+
+// Progress: one line rewritten in place on a terminal, plain lines otherwise.
+struct progress_printer {
+  bool tty = isatty(fileno(stderr)) != 0;
+  bool quiet = false;
+  bool dirty = false;
+  void step(const troupe::progress_info& p) {
+    if (quiet) return;
+    double pct = p.total_steps ? 100.0 * static_cast<double>(p.step) / static_cast<double>(p.total_steps) : 0;
+    double eta = p.step ? p.elapsed_seconds / static_cast<double>(p.step) * static_cast<double>(p.total_steps - p.step) : 0;
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "step %lld/%lld (%5.1f%%)  epoch %lld/%lld  loss %.4f  %.0f samples/s  "
+                  "elapsed %.1fs  eta %.1fs",
+                  static_cast<long long>(p.step), static_cast<long long>(p.total_steps), pct,
+                  static_cast<long long>(p.epoch + 1), static_cast<long long>(p.epochs), p.loss,
+                  p.samples_per_second, p.elapsed_seconds, eta);
+    if (tty) {
+      std::fprintf(stderr, "\r\033[K%s", buf);
+      dirty = true;
+    } else {
+      std::fprintf(stderr, "%s\n", buf);
+    }
+    std::fflush(stderr);
+  }
+  void clear() {
+    if (dirty) std::fprintf(stderr, "\r\033[K");
+    dirty = false;
+  }
+  void epoch(const nlohmann::json& j) {
+    if (quiet) return;
+    clear();
+    std::string line = "epoch " + std::to_string(j.value("epoch", 0) + 1);
+    for (auto k : {"train_loss", "train_accuracy", "test_loss", "test_accuracy"})
+      if (j.contains(k)) {
+        char b[64];
+        std::snprintf(b, sizeof b, "  %s %.4f", k, j[k].get<double>());
+        line += b;
+      }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+};
+
+int cmd_run(const std::vector<std::string>& args) {
+  std::string file;
+  troupe::job_options opts;
+  bool quiet = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
+    if (a == "--output") {
+      if (i + 1 >= args.size()) return bad_usage("--output needs a directory");
+      opts.output_dir = args[++i];
+    } else if (a == "--resume") {
+      opts.resume = true;
+    } else if (a == "--quiet") {
+      quiet = true;
+    } else if (a.rfind("--", 0) == 0) {
+      return bad_usage("unknown option '" + a + "' for run");
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      return bad_usage("run takes one config file, got '" + file + "' and '" + a + "'");
+    }
+  }
+  if (file.empty()) return bad_usage("run needs a config file");
+  troupe::job_config cfg;
+  try {
+    cfg = troupe::load_job_config(file);
+  } catch (const troupe::config_error& e) {
+    std::cerr << "troupe: " << (e.path().empty() ? "" : file + ": ") << e.what() << "\n";
+    return 2;
+  }
+  spdlog::set_level(quiet ? spdlog::level::warn : level_from(cfg.logging.level));
+  progress_printer pp;
+  pp.quiet = quiet;
+  opts.on_progress = [&pp](const troupe::progress_info& p) { pp.step(p); };
+  opts.on_epoch = [&pp](const nlohmann::json& j) { pp.epoch(j); };
+  try {
+    auto s = troupe::run_job(cfg, opts);
+    pp.clear();
+    std::printf("job %s finished: strategy %s, %lld steps (%.2f epochs), test accuracy %.4f, "
+                "test loss %.4f, %.0f samples/s, %.1f s\nsummary: %s/summary.json\n",
+                s.value("job", "").c_str(), s.value("strategy", "").c_str(),
+                static_cast<long long>(s.value("steps", 0)), s.value("epochs", 0.0),
+                s.value("test_accuracy", 0.0), s.value("test_loss", 0.0),
+                s.value("samples_per_second", 0.0), s.value("wall_seconds", 0.0),
+                s.value("output_dir", "").c_str());
+    return 0;
+  } catch (const troupe::config_error& e) {
+    pp.clear();
+    std::cerr << "troupe: " << file << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    pp.clear();
+    std::cerr << "troupe: job '" << cfg.name << "' failed: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+int cmd_validate(const std::vector<std::string>& args) {
+  if (args.size() != 1) return bad_usage("validate takes one config file");
+  try {
+    auto cfg = troupe::load_job_config(args[0]);
+    std::cout << troupe::to_json(cfg).dump(2) << "\n";
+    std::cerr << args[0] << ": valid\n";
+    return 0;
+  } catch (const troupe::config_error& e) {
+    std::cerr << "troupe: " << (e.path().empty() ? "" : args[0] + ": ") << e.what() << "\n";
+    return 2;
+  }
+}
+
+int cmd_checkpoint(const std::vector<std::string>& args) {
+  if (args.empty()) return bad_usage("checkpoint needs 'show DIR' or 'diff A B'");
+  try {
+    if (args[0] == "show" && args.size() == 2) return troupe::checkpoint::show(args[1], std::cout);
+    if (args[0] == "diff" && args.size() == 3)
+      return troupe::checkpoint::diff(args[1], args[2], std::cout);
+  } catch (const std::exception& e) {
+    std::cerr << "troupe: " << e.what() << "\n";
+    return 1;
+  }
+  return bad_usage("checkpoint needs 'show DIR' or 'diff A B'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto logger = spdlog::stderr_color_mt("troupe");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return bad_usage("no command given");
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::cout << usage;
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::cout << "troupe " << TROUPE_VERSION << "\n";
+    return 0;
+  }
+  if (cmd == "run") return cmd_run(args);
+  if (cmd == "validate") return cmd_validate(args);
+  if (cmd == "checkpoint") return cmd_checkpoint(args);
+  return bad_usage("unknown command '" + cmd + "'");
+}

@@ -1,0 +1,114 @@
+#include "devices/device.hpp"
+
+#include <pthread.h>
+
+#include <charconv>
+
+#ifdef TROUPE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace troupe {
+
+std::string device_spec::str() const {
+  return (kind == kind_t::cpu ? "cpu:" : "cuda:") + std::to_string(index);
+}
+
+device_spec parse_device(const std::string& s) {
+  auto bad = [&] {
+    return device_error("expected \"cpu:N\" or \"cuda:N\", got \"" + s + "\"");
+  };
+  auto colon = s.find(':');
+  if (colon == std::string::npos) throw bad();
+  device_spec d;
+  std::string k = s.substr(0, colon);
+  if (k == "cpu")
+    d.kind = device_spec::kind_t::cpu;
+  else if (k == "cuda")
+    d.kind = device_spec::kind_t::cuda;
+  else
+    throw bad();
+  const char* first = s.data() + colon + 1;
+  const char* last = s.data() + s.size();
+  if (first == last) throw bad();
+  auto [p, ec] = std::from_chars(first, last, d.index);
+  if (ec != std::errc{} || p != last || d.index < 0) throw bad();
+  return d;
+}
+
+bool built_with_cuda() noexcept {
+#ifdef TROUPE_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count(std::string* why) {
+#ifdef TROUPE_HAVE_CUDA
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err);
+    return 0;
+  }
+  if (n == 0 && why) *why = "cudaGetDeviceCount returned 0";
+  return n;
+#else
+  if (why) *why = "this troupe build has no CUDA support (nvcc was not found at build time)";
+  return 0;
+#endif
+}
+
+void check_device_available(const device_spec& d) {
+  if (d.kind == device_spec::kind_t::cpu) return;
+  std::string why;
+  int n = cuda_device_count(&why);
+  if (n == 0)
+    throw device_error(d.str() + " requested, but no CUDA device is available: " + why);
+  if (d.index >= n)
+    throw device_error(d.str() + " requested, but only " + std::to_string(n) +
+                       " CUDA device(s) are visible");
+  // The CUDA training path (cuBLAS dense layers) is not wired into replicas yet.
+  throw device_error(d.str() +
+                     " is visible, but troupe's replicas do not run on CUDA devices yet; use cpu:N");
+}
+
+cpu_device::cpu_device(std::string name) : name_(std::move(name)) {
+  thread_ = std::thread([this] { loop(); });
+  // Linux limits thread names to 15 characters.
+  pthread_setname_np(thread_.native_handle(), name_.substr(0, 15).c_str());
+}
+
+cpu_device::~cpu_device() {
+  {
+    std::lock_guard<std::mutex> g(mtx_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void cpu_device::submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> g(mtx_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void cpu_device::loop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> g(mtx_);
+      cv_.wait(g, [this] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stop_ and drained
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace troupe

@@ -1,0 +1,50 @@
+#include "messages/messages.hpp"
+
+#include "messages/protocols.hpp"
+
+namespace troupe {
+
+caf::error inspect(caf::serializer& f, tensor& x) {
+  auto t = static_cast<uint8_t>(x.type());
+  shape_t shape = x.shape();
+  size_t n = x.nbytes();
+  return caf::error::eval([&] { return f(t, shape); }, [&] { return f.begin_sequence(n); },
+                          [&] { return n ? f.apply_raw(n, x.raw()) : caf::none; },
+                          [&] { return f.end_sequence(); });
+}
+
+caf::error inspect(caf::deserializer& f, tensor& x) {
+  uint8_t t = 0;
+  shape_t shape;
+  size_t n = 0;
+  return caf::error::eval(
+      [&] { return f(t, shape); }, [&] { return f.begin_sequence(n); },
+      [&]() -> caf::error {
+        if (t > static_cast<uint8_t>(dtype::i64))
+          return caf::make_error(caf::sec::invalid_argument, "tensor: unknown dtype code");
+        for (auto d : shape)
+          if (d < 0) return caf::make_error(caf::sec::invalid_argument, "tensor: negative dim");
+        x.reset(shape, static_cast<dtype>(t));
+        if (x.nbytes() != n)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "tensor: shape " + shape_string(shape) + " does not match " +
+                                     std::to_string(n) + " data bytes");
+        return n ? f.apply_raw(n, x.raw()) : caf::none;
+      },
+      [&] { return f.end_sequence(); });
+}
+
+void register_messages(caf::actor_system_config& cfg) {
+  cfg.add_message_type<tensor>("troupe::tensor");
+  cfg.add_message_type<named_tensor>("troupe::named_tensor");
+  cfg.add_message_type<std::vector<named_tensor>>("std::vector<troupe::named_tensor>");
+  cfg.add_message_type<batch>("troupe::batch");
+  cfg.add_message_type<step_stats>("troupe::step_stats");
+  cfg.add_message_type<metric_sums>("troupe::metric_sums");
+  cfg.add_message_type<model_state>("troupe::model_state");
+  cfg.add_message_type<input_pipeline_actor>("troupe::input_pipeline_actor");
+  cfg.add_message_type<replica_actor>("troupe::replica_actor");
+  cfg.add_message_type<coordinator_actor>("troupe::coordinator_actor");
+}
+
+}  // namespace troupe

@@ -1,0 +1,33 @@
+#pragma once
+// Every protocol between troupe's actors, as typed_actor aliases: sending a
+// message an actor does not speak fails at compile time.
+#include <caf/all.hpp>
+
+#include "messages/messages.hpp"
+
+namespace troupe {
+
+// input_pipeline: hands out this replica's slices of global batches, in order,
+// with `data.prefetch` batches prepared ahead.
+using input_pipeline_actor = caf::typed_actor<caf::replies_to<next_atom>::with<batch>>;
+
+// replica: one device, one copy of the model and optimizer.
+using replica_actor = caf::typed_actor<
+    // Run training step `step` on the next batch from the pipeline.
+    caf::replies_to<train_atom, int64_t>::with<step_stats>,
+    // Evaluate on (x, y) with the current variables.
+    caf::replies_to<eval_atom, tensor, tensor>::with<metric_sums>,
+    // Read (and, if the flag is set, reset) the accumulated training metrics:
+    // sync-on-read, as tf.distribute's ON_READ variables.
+    caf::replies_to<metrics_atom, bool>::with<metric_sums>,
+    // Snapshot of variables and optimizer slots (clones).
+    caf::replies_to<state_atom>::with<model_state>,
+    // Replace variables and slots from a snapshot (checkpoint restore).
+    caf::replies_to<restore_atom, model_state>::with<int64_t>,
+    // Internal: the device finished task `ticket`.
+    caf::reacts_to<computed_atom, uint64_t>>;
+
+// coordinator: runs the whole job; replies with the summary (JSON text).
+using coordinator_actor = caf::typed_actor<caf::replies_to<run_atom>::with<std::string>>;
+
+}  // namespace troupe

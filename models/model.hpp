@@ -1,0 +1,50 @@
+#pragma once
+// A model: named variables and one forward/backward over a batch. Models are
+// registered by name (model.kind in the config) so users can add their own.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/job_config.hpp"
+#include "messages/tensor.hpp"
+
+namespace troupe {
+
+struct batch_stats {
+  double loss_sum = 0;  // sum of per-example losses
+  int64_t correct = 0;
+  int64_t count = 0;
+};
+
+class model {
+ public:
+  virtual ~model() = default;
+  // The variables, in a fixed order; names are stable across strategies.
+  virtual std::vector<named_tensor>& variables() = 0;
+  // Forward + backward on x [B,F] / y [B] (B may be 0: zero gradients).
+  // grads (from make_gradients()) get sum_over_batch(dloss/dw) * grad_scale,
+  // so grad_scale = 1/global_batch yields the mean over the global batch.
+  virtual batch_stats train_batch(const tensor& x, const tensor& y, float grad_scale,
+                                  std::vector<named_tensor>& grads) = 0;
+  // Forward only.
+  virtual batch_stats evaluate(const tensor& x, const tensor& y) = 0;
+  // Zeroed gradient buffers shaped and named like variables().
+  std::vector<named_tensor> make_gradients();
+};
+
+struct model_shape {
+  int64_t features = 0;
+  int64_t classes = 0;
+};
+
+using model_factory =
+    std::function<std::unique_ptr<model>(const model_config&, const model_shape&, uint64_t seed)>;
+
+// Registers a factory under a name; throws std::invalid_argument if taken.
+void register_model(const std::string& kind, model_factory f);
+// Throws std::invalid_argument naming the known kinds for an unknown one.
+std::unique_ptr<model> create_model(const model_config& c, const model_shape& s, uint64_t seed);
+std::vector<std::string> registered_models();
+
+}  // namespace troupe
