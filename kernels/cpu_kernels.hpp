@@ -32,8 +32,7 @@ void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n);
 // number of correct argmax predictions to *correct when non-null.
 // Labels outside [0, classes) throw std::out_of_range.
 double softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t batch,
-                             int64_t classes, float grad_scale, float* dlogits,
-                             int64_t* correct);
+                             int64_t classes, float grad_scale, float* dlogits, int64_t* correct);
 
 // Reductions over n floats (accumulated in double for sum/mean).
 double reduce_sum(const float* x, std::size_t n);
@@ -42,10 +41,10 @@ float reduce_min(const float* x, std::size_t n);  // n must be > 0
 float reduce_max(const float* x, std::size_t n);  // n must be > 0
 
 // Element-wise, in place, for reducers and gradient accumulation.
-void add_inplace(float* acc, const float* x, std::size_t n);   // acc += x
-void scale_inplace(float* x, float s, std::size_t n);          // x *= s
-void min_inplace(float* acc, const float* x, std::size_t n);   // acc = min(acc, x)
-void max_inplace(float* acc, const float* x, std::size_t n);   // acc = max(acc, x)
+void add_inplace(float* acc, const float* x, std::size_t n);  // acc += x
+void scale_inplace(float* x, float s, std::size_t n);         // x *= s
+void min_inplace(float* acc, const float* x, std::size_t n);  // acc = min(acc, x)
+void max_inplace(float* acc, const float* x, std::size_t n);  // acc = max(acc, x)
 
 // Optimizer steps on one variable of n elements, in place. `step` is the
 // 1-based update count (Adam's bias correction). weight_decay: L2 added to the
@@ -60,5 +59,9 @@ void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, floa
 // ms = rho*ms + (1-rho)g^2; w -= lr * g / (sqrt(ms) + eps)
 void rmsprop_step(float* w, float* ms, const float* g, std::size_t n, float lr, float rho,
                   float eps, float weight_decay);
+
+// Decoupled weight decay alone: w -= lr*wd*w (used by the optimizer for
+// decoupled decay with sgd/momentum/rmsprop; adam_step does it itself).
+void decoupled_decay_step(float* w, std::size_t n, float lr, float weight_decay);
 
 }  // namespace troupe::kernels

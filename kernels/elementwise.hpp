@@ -1,0 +1,102 @@
+#pragma once
+// Element-wise math, written once and shared by the CPU kernels
+// (kernels/cpu_kernels.cpp loops over these) and the CUDA kernels
+// (kernels/cuda_kernels.cu calls the same functions per thread). Everything
+// here must stay usable in nvcc device code: no std:: calls, no exceptions,
+// only the C math functions (::sqrtf, ::tanhf) that CUDA also provides.
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define TROUPE_HD __host__ __device__
+#else
+#define TROUPE_HD
+#endif
+
+namespace troupe::kernels::ew {
+
+TROUPE_HD inline float sqrt_f(float x) {
+  return ::sqrtf(x);
+}
+TROUPE_HD inline float tanh_f(float x) {
+  return ::tanhf(x);
+}
+TROUPE_HD inline float min_f(float a, float b) {
+  return b < a ? b : a;
+}
+TROUPE_HD inline float max_f(float a, float b) {
+  return b > a ? b : a;
+}
+
+// ---- activations ---------------------------------------------------------
+
+TROUPE_HD inline float relu(float x) {
+  return x > 0.0f ? x : 0.0f;
+}
+// y is the forward output; the gradient passes where the unit was active.
+TROUPE_HD inline float relu_grad(float y, float dy) {
+  return y > 0.0f ? dy : 0.0f;
+}
+
+TROUPE_HD inline float tanh_act(float x) {
+  return tanh_f(x);
+}
+// y is the forward output: d tanh(x)/dx = 1 - tanh(x)^2.
+TROUPE_HD inline float tanh_grad(float y, float dy) {
+  return dy * (1.0f - y * y);
+}
+
+// ---- optimizer updates (one element) ----------------------------------------
+
+// L2 weight decay: added to the gradient.
+TROUPE_HD inline float l2_grad(float g, float w, float weight_decay) {
+  return g + weight_decay * w;
+}
+
+// Decoupled weight decay (AdamW): w -= lr * wd * w, independent of the gradient.
+TROUPE_HD inline void decoupled_decay(float& w, float lr, float weight_decay) {
+  w -= lr * weight_decay * w;
+}
+
+// g' = g + wd*w; w -= lr*g'
+TROUPE_HD inline void sgd_update(float& w, float g, float lr, float weight_decay) {
+  const float gd = l2_grad(g, w, weight_decay);
+  w -= lr * gd;
+}
+
+// g' = g + wd*w; v = mu*v + g'; w -= lr*v   (nesterov: w -= lr*(g' + mu*v))
+TROUPE_HD inline void momentum_update(float& w, float& v, float g, float lr, float mu,
+                                      bool nesterov, float weight_decay) {
+  const float gd = l2_grad(g, w, weight_decay);
+  v = mu * v + gd;
+  const float step = nesterov ? gd + mu * v : v;
+  w -= lr * step;
+}
+
+// m = b1*m + (1-b1)g; v = b2*v + (1-b2)g^2; mhat = m/bc1; vhat = v/bc2;
+// w -= lr * mhat / (sqrt(vhat) + eps). bc1 = 1 - b1^t and bc2 = 1 - b2^t are
+// the bias-correction factors for the 1-based step t, computed once by the
+// caller. Weight decay: L2 on the gradient, or decoupled (AdamW: w -= lr*wd*w
+// with the weight before this update).
+TROUPE_HD inline void adam_update(float& w, float& m, float& v, float g, float lr, float b1,
+                                  float b2, float eps, float bc1, float bc2, float weight_decay,
+                                  bool decoupled) {
+  const float w0 = w;
+  const float gd = decoupled ? g : l2_grad(g, w0, weight_decay);
+  m = b1 * m + (1.0f - b1) * gd;
+  v = b2 * v + (1.0f - b2) * gd * gd;
+  const float mhat = m / bc1;
+  const float vhat = v / bc2;
+  float nw = w0 - lr * mhat / (sqrt_f(vhat) + eps);
+  if (decoupled) nw -= lr * weight_decay * w0;
+  w = nw;
+}
+
+// g' = g + wd*w; ms = rho*ms + (1-rho)g'^2; w -= lr * g' / (sqrt(ms) + eps)
+TROUPE_HD inline void rmsprop_update(float& w, float& ms, float g, float lr, float rho, float eps,
+                                     float weight_decay) {
+  const float gd = l2_grad(g, w, weight_decay);
+  ms = rho * ms + (1.0f - rho) * gd * gd;
+  w -= lr * gd / (sqrt_f(ms) + eps);
+}
+
+}  // namespace troupe::kernels::ew

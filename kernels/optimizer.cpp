@@ -1,0 +1,165 @@
+#include "kernels/optimizer.hpp"
+
+#include <map>
+#include <stdexcept>
+#include <utility>
+
+#include "kernels/cpu_kernels.hpp"
+#include "kernels/lr_schedule.hpp"
+
+namespace troupe::kernels {
+
+namespace {
+
+std::vector<std::string> suffixes_for(const std::string& kind) {
+  if (kind == "sgd") return {};
+  if (kind == "momentum") return {"momentum"};
+  if (kind == "adam") return {"adam_m", "adam_v"};
+  if (kind == "rmsprop") return {"rms"};
+  throw std::invalid_argument("optimizer: unknown kind '" + kind +
+                              "' (expected sgd, momentum, adam or rmsprop)");
+}
+
+constexpr const char* step_name = "optimizer/step";
+
+}  // namespace
+
+optimizer::optimizer(troupe::optimizer_config cfg, int64_t total_steps)
+    : cfg_(std::move(cfg)), total_steps_(total_steps), slot_suffixes_(suffixes_for(cfg_.kind)) {
+  // Fails early on an unknown schedule kind.
+  (void)learning_rate_at(cfg_, 0, total_steps_);
+}
+
+void optimizer::init(const std::vector<troupe::named_tensor>& vars) {
+  std::vector<std::string> names;
+  std::vector<troupe::shape_t> shapes;
+  for (const auto& v : vars) {
+    if (v.value.type() != dtype::f32)
+      throw std::invalid_argument("optimizer::init: variable '" + v.name + "' is " +
+                                  dtype_name(v.value.type()) + ", expected float32");
+    names.push_back(v.name);
+    shapes.push_back(v.value.shape());
+  }
+  std::vector<std::vector<troupe::tensor>> slots(slot_suffixes_.size());
+  for (auto& per_var : slots)
+    for (const auto& s : shapes) per_var.emplace_back(s, dtype::f32);
+  names_ = std::move(names);
+  shapes_ = std::move(shapes);
+  slots_ = std::move(slots);
+  step_ = 0;
+  initialized_ = true;
+}
+
+void optimizer::apply(std::vector<troupe::named_tensor>& vars,
+                      const std::vector<troupe::named_tensor>& grads) {
+  if (!initialized_) init(vars);
+  if (vars.size() != names_.size())
+    throw std::invalid_argument("optimizer::apply: " + std::to_string(vars.size()) +
+                                " variables, initialized with " + std::to_string(names_.size()));
+  if (grads.size() != vars.size())
+    throw std::invalid_argument("optimizer::apply: " + std::to_string(grads.size()) +
+                                " gradients for " + std::to_string(vars.size()) + " variables");
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const auto& v = vars[i];
+    const auto& g = grads[i];
+    if (v.name != names_[i])
+      throw std::invalid_argument("optimizer::apply: variable " + std::to_string(i) + " is '" +
+                                  v.name + "', initialized as '" + names_[i] + "'");
+    if (v.value.type() != dtype::f32 || g.value.type() != dtype::f32)
+      throw std::invalid_argument("optimizer::apply: variable '" + v.name +
+                                  "' and its gradient must be float32");
+    if (v.value.shape() != shapes_[i])
+      throw std::invalid_argument("optimizer::apply: variable '" + v.name + "' has shape " +
+                                  shape_string(v.value.shape()) + ", initialized as " +
+                                  shape_string(shapes_[i]));
+    if (g.value.shape() != v.value.shape())
+      throw std::invalid_argument("optimizer::apply: gradient '" + g.name + "' for variable '" +
+                                  v.name + "' has shape " + shape_string(g.value.shape()) +
+                                  ", expected " + shape_string(v.value.shape()));
+  }
+
+  const float lr = static_cast<float>(current_lr());
+  const float wd = static_cast<float>(cfg_.weight_decay);
+  const bool decoupled = cfg_.decoupled_weight_decay && cfg_.weight_decay != 0.0;
+  // L2 decay goes into the gradient; decoupled decay is a separate shrink.
+  const float l2 = decoupled ? 0.0f : wd;
+  const int64_t t = step_ + 1;  // 1-based update count
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    float* w = vars[i].value.f32();
+    const float* g = grads[i].value.f32();
+    const std::size_t n = static_cast<std::size_t>(vars[i].value.numel());
+    if (cfg_.kind == "sgd") {
+      if (decoupled) decoupled_decay_step(w, n, lr, wd);
+      sgd_step(w, g, n, lr, l2);
+    } else if (cfg_.kind == "momentum") {
+      if (decoupled) decoupled_decay_step(w, n, lr, wd);
+      momentum_step(w, slots_[0][i].f32(), g, n, lr, static_cast<float>(cfg_.momentum),
+                    cfg_.nesterov, l2);
+    } else if (cfg_.kind == "adam") {
+      adam_step(w, slots_[0][i].f32(), slots_[1][i].f32(), g, n, lr, static_cast<float>(cfg_.beta1),
+                static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.epsilon), t, wd, decoupled);
+    } else {  // rmsprop
+      if (decoupled) decoupled_decay_step(w, n, lr, wd);
+      rmsprop_step(w, slots_[0][i].f32(), g, n, lr, static_cast<float>(cfg_.rho),
+                   static_cast<float>(cfg_.epsilon), l2);
+    }
+  }
+  step_ = t;
+}
+
+double optimizer::current_lr() const {
+  return learning_rate_at(cfg_, step_, total_steps_);
+}
+
+int64_t optimizer::step() const {
+  return step_;
+}
+
+std::vector<troupe::named_tensor> optimizer::state() const {
+  std::vector<troupe::named_tensor> out;
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    for (std::size_t k = 0; k < slot_suffixes_.size(); ++k)
+      out.push_back({names_[i] + "/" + slot_suffixes_[k], slots_[k][i].clone()});
+  out.push_back({step_name, troupe::tensor::from<int64_t>({1}, {step_})});
+  return out;
+}
+
+void optimizer::load_state(const std::vector<troupe::named_tensor>& state) {
+  if (!initialized_)
+    throw std::runtime_error("optimizer::load_state: call init() with the variables first");
+  std::map<std::string, const troupe::tensor*> by_name;
+  for (const auto& s : state) by_name[s.name] = &s.value;
+
+  auto st = by_name.find(step_name);
+  if (st == by_name.end())
+    throw std::runtime_error(std::string("optimizer::load_state: missing '") + step_name + "'");
+  const troupe::tensor& step_t = *st->second;
+  if (step_t.type() != dtype::i64 || step_t.shape() != troupe::shape_t{1})
+    throw std::runtime_error(std::string("optimizer::load_state: '") + step_name +
+                             "' must be int64 of shape [1], got " + dtype_name(step_t.type()) +
+                             " " + shape_string(step_t.shape()));
+  const int64_t new_step = step_t.data<int64_t>()[0];
+  if (new_step < 0)
+    throw std::runtime_error(std::string("optimizer::load_state: '") + step_name +
+                             "' is negative (" + std::to_string(new_step) + ")");
+
+  std::vector<std::vector<troupe::tensor>> slots(slot_suffixes_.size());
+  for (std::size_t k = 0; k < slot_suffixes_.size(); ++k) {
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      const std::string name = names_[i] + "/" + slot_suffixes_[k];
+      auto it = by_name.find(name);
+      if (it == by_name.end())
+        throw std::runtime_error("optimizer::load_state: missing slot '" + name + "'");
+      const troupe::tensor& t = *it->second;
+      if (t.type() != dtype::f32 || t.shape() != shapes_[i])
+        throw std::runtime_error("optimizer::load_state: slot '" + name + "' is " +
+                                 dtype_name(t.type()) + " " + shape_string(t.shape()) +
+                                 ", expected float32 " + shape_string(shapes_[i]));
+      slots[k].push_back(t.clone());
+    }
+  }
+  slots_ = std::move(slots);
+  step_ = new_step;
+}
+
+}  // namespace troupe::kernels

@@ -1,0 +1,61 @@
+#pragma once
+// Tensor-level optimizer used by the replicas: owns the slot tensors
+// (momentum / Adam moments / RMSprop mean square) of a fixed list of
+// variables and applies one update per apply() with the scheduled learning
+// rate (kernels/lr_schedule.hpp).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/job_config.hpp"
+#include "messages/tensor.hpp"
+
+namespace troupe::kernels {
+
+class optimizer {
+ public:
+  // Throws std::invalid_argument for a kind other than sgd, momentum, adam,
+  // rmsprop (or an unknown schedule kind).
+  optimizer(troupe::optimizer_config cfg, int64_t total_steps);
+
+  // Creates zeroed slots for these variables (same order as later apply
+  // calls). Variables must be float32. Calling it again starts afresh.
+  void init(const std::vector<troupe::named_tensor>& vars);
+
+  // One update of every variable with its gradient (grads[i] belongs to
+  // vars[i]); throws std::invalid_argument on count/shape/name/type mismatch,
+  // before changing anything. Increments step(). Calls init() on first use
+  // when it was never called.
+  void apply(std::vector<troupe::named_tensor>& vars,
+             const std::vector<troupe::named_tensor>& grads);
+
+  double current_lr() const;  // lr that the next apply() will use
+  int64_t step() const;       // updates done
+
+  // State for checkpoints: slot tensors named "<var>/momentum",
+  // "<var>/adam_m", "<var>/adam_v", "<var>/rms" (whichever the kind uses, in
+  // variable order), plus "optimizer/step" (int64 tensor of shape [1]).
+  // Returns clones.
+  std::vector<troupe::named_tensor> state() const;
+  // Restores from state() (after init() with the same variables); throws
+  // std::runtime_error naming the missing or mis-shaped slot, leaving the
+  // optimizer unchanged. Entries that are not ours are ignored.
+  void load_state(const std::vector<troupe::named_tensor>& state);
+
+  const troupe::optimizer_config& config() const { return cfg_; }
+  // The slot suffixes this kind keeps per variable ("momentum", ...).
+  const std::vector<std::string>& slot_names() const { return slot_suffixes_; }
+
+ private:
+  troupe::optimizer_config cfg_;
+  int64_t total_steps_;
+  int64_t step_ = 0;
+  bool initialized_ = false;
+  std::vector<std::string> slot_suffixes_;
+  std::vector<std::string> names_;
+  std::vector<troupe::shape_t> shapes_;
+  // slots_[k][i]: slot k (index into slot_suffixes_) of variable i.
+  std::vector<std::vector<troupe::tensor>> slots_;
+};
+
+}  // namespace troupe::kernels
