@@ -30,3 +30,64 @@ TEST_CASE("tensor: copies share the buffer, clone does not") {
   CHECK(r.shares_buffer_with(a));
   CHECK_THROWS(a.reshaped({4}));
 }
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+
+#include "messages/messages.hpp"
+
+namespace {
+template <class T>
+std::vector<char> serialize(caf::actor_system& sys, T& x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  auto err = sink(x);
+  REQUIRE(!err);
+  return buf;
+}
+struct sys_fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  sys_fixture() {
+    register_messages(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+};
+}  // namespace
+
+TEST_CASE("serialization: tensors travel as one raw block and round-trip exactly") {
+  sys_fixture f;
+  auto t = tensor::from<float>({2, 3}, {1.5f, -2, 3, 4, 5, 6});
+  auto buf = serialize(*f.sys, t);
+  // The payload is the 24 data bytes plus a small header, not 6 tagged floats.
+  CHECK(buf.size() < 24 + 40);
+  tensor back;
+  caf::binary_deserializer src{*f.sys, buf};
+  REQUIRE(!src(back));
+  CHECK(back == t);
+  CHECK_FALSE(back.shares_buffer_with(t));
+
+  model_state ms{{{"w", t}, {"b", tensor::from<int64_t>({1}, {42})}}, {{"w/adam_m", t.clone()}}};
+  auto buf2 = serialize(*f.sys, ms);
+  model_state ms2;
+  caf::binary_deserializer src2{*f.sys, buf2};
+  REQUIRE(!src2(ms2));
+  CHECK(ms2.variables == ms.variables);
+  CHECK(ms2.slots == ms.slots);
+}
+
+TEST_CASE("serialization: truncated or inconsistent bytes give an error, not a crash") {
+  sys_fixture f;
+  auto t = tensor::from<float>({4}, {1, 2, 3, 4});
+  auto buf = serialize(*f.sys, t);
+  for (std::size_t cut : {std::size_t{1}, buf.size() / 2, buf.size() - 1}) {
+    std::vector<char> part(buf.begin(), buf.begin() + static_cast<long>(cut));
+    tensor back;
+    caf::binary_deserializer src{*f.sys, part};
+    CHECK(src(back));  // an error
+  }
+  buf[0] = 9;  // unknown dtype code
+  tensor back;
+  caf::binary_deserializer src{*f.sys, buf};
+  CHECK(src(back));
+}

@@ -1,0 +1,166 @@
+// Integration tests: real jobs through the actors, on a tiny generated dataset.
+#include <doctest/doctest.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "actors/job.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "tests/fixtures.hpp"
+
+using namespace troupe;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct tiny_env {
+  test::temp_dir tmp;
+  std::string data = tmp / "data";
+  tiny_env() {
+    spdlog::set_level(spdlog::level::warn);
+    fs::create_directories(data);
+    test::write_tiny_dataset(data, 500, 200);
+  }
+  job_config job(const std::string& out) { return test::tiny_job(data, tmp / out); }
+};
+
+std::vector<named_tensor> final_variables(const std::string& out) {
+  auto dir = checkpoint::resolve(out + "/checkpoints");
+  REQUIRE(dir.has_value());
+  return checkpoint::load(*dir).variables;
+}
+
+}  // namespace
+
+TEST_CASE("one_device job trains, writes metrics, summary and checkpoint") {
+  tiny_env env;
+  auto c = env.job("run");
+  auto s = run_job(c);
+  CHECK(s["strategy"] == "one_device");
+  CHECK(s["steps"] == 3 * 16);  // ceil(500/32) = 16 steps per epoch
+  CHECK(s["epochs"].get<double>() == doctest::Approx(3.0));
+  CHECK(s["test_accuracy"].get<double>() > 0.9);
+  CHECK(s["samples_per_second"].get<double>() > 0);
+  CHECK(s.contains("test_loss"));
+  CHECK(s.contains("wall_seconds"));
+  CHECK(fs::exists(env.tmp / "run/summary.json"));
+  // Every step of every epoch was trained on the whole set: 3 * 500 samples.
+  CHECK(s["samples"] == 1500);
+  // metrics.jsonl: JSON lines with step and epoch records.
+  std::ifstream m(env.tmp / "run/metrics.jsonl");
+  int steps = 0, epochs = 0;
+  for (std::string line; std::getline(m, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "step") ++steps;
+    if (j["type"] == "epoch") {
+      ++epochs;
+      CHECK(j.contains("test_accuracy"));
+      CHECK(j.contains("train_loss"));
+    }
+  }
+  CHECK(epochs == 3);
+  CHECK(steps >= 9);
+  auto vars = final_variables(env.tmp / "run");
+  REQUIRE(vars.size() == 4);
+  CHECK(vars[0].name == "dense_0/kernel");
+  CHECK(vars[0].value.shape() == shape_t{64, 16});
+}
+
+TEST_CASE("same seed gives identical parameters; another seed does not") {
+  tiny_env env;
+  auto a = env.job("a");
+  auto b = env.job("b");
+  auto c = env.job("c");
+  c.seed = 4;
+  run_job(a);
+  run_job(b);
+  run_job(c);
+  auto va = final_variables(env.tmp / "a");
+  auto vb = final_variables(env.tmp / "b");
+  auto vc = final_variables(env.tmp / "c");
+  for (std::size_t i = 0; i < va.size(); ++i) CHECK(va[i].value == vb[i].value);
+  CHECK_FALSE(va[0].value == vc[0].value);
+}
+
+TEST_CASE("interrupted job resumed from its checkpoint equals the uninterrupted run") {
+  tiny_env env;
+  auto full = env.job("full");
+  full.checkpoint.every_steps = 10;
+  run_job(full);
+
+  auto part = env.job("part");
+  part.checkpoint.every_steps = 10;
+  job_options fail;
+  fail.fail_replica = 0;
+  fail.fail_at_step = 27;  // dies after the checkpoint at step 20
+  CHECK_THROWS_WITH_AS(run_job(part, fail), doctest::Contains("injected failure at step 27"),
+                       job_error);
+  auto latest = checkpoint::resolve(env.tmp / "part/checkpoints");
+  REQUIRE(latest.has_value());
+  CHECK(checkpoint::load(*latest).meta.step == 20);
+
+  job_options resume;
+  resume.resume = true;
+  auto s = run_job(part, resume);
+  CHECK(s["steps"] == 48);
+  CHECK(s["steps_this_run"] == 28);
+  auto vf = final_variables(env.tmp / "full");
+  auto vp = final_variables(env.tmp / "part");
+  REQUIRE(vf.size() == vp.size());
+  for (std::size_t i = 0; i < vf.size(); ++i) {
+    CHECK(vf[i].name == vp[i].name);
+    CHECK(vf[i].value == vp[i].value);  // bit-identical
+  }
+}
+
+TEST_CASE("an injected replica failure ends the job quickly, naming the replica") {
+  tiny_env env;
+  auto c = env.job("fail");
+  job_options o;
+  o.fail_replica = 0;
+  o.fail_at_step = 5;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    run_job(c, o);
+    FAIL("the job should have failed");
+  } catch (const job_error& e) {
+    std::string w = e.what();
+    CHECK(w.find("replica 0") != std::string::npos);
+    CHECK(w.find("injected failure at step 5") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+}
+
+TEST_CASE("resume errors: no checkpoint, corrupted checkpoint, mismatched model") {
+  tiny_env env;
+  auto c = env.job("r");
+  job_options resume;
+  resume.resume = true;
+  CHECK_THROWS_WITH_AS(run_job(c, resume), doctest::Contains("no checkpoint found"), job_error);
+
+  run_job(c);
+  auto dir = *checkpoint::resolve(env.tmp / "r/checkpoints");
+  auto other = c;
+  other.model.hidden = {8};
+  CHECK_THROWS_WITH_AS(run_job(other, resume), doctest::Contains("dense_0/kernel"), job_error);
+
+  {
+    std::fstream f(dir + "/tensors.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char ch = 0;
+    f.read(&ch, 1);
+    f.seekp(100);
+    ch = static_cast<char>(ch ^ 0x5a);
+    f.write(&ch, 1);
+  }
+  CHECK_THROWS_WITH(run_job(c, resume), doctest::Contains("checksum"));
+}
+
+TEST_CASE("a cuda device without a GPU is refused with a clear message") {
+  tiny_env env;
+  auto c = env.job("cuda");
+  c.devices = {"cuda:0"};
+  CHECK_THROWS_WITH_AS(run_job(c), doctest::Contains("devices[0]: cuda:0 requested"), job_error);
+}

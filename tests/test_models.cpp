@@ -1,0 +1,107 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "kernels/cpu_kernels.hpp"
+#include "models/model.hpp"
+#include "models/random.hpp"
+
+using namespace troupe;
+
+namespace {
+struct tiny_batch {
+  tensor x, y;
+  tiny_batch(int64_t b, int64_t f, uint64_t seed) : x({b, f}), y({b}, dtype::i32) {
+    splitmix64 g(seed);
+    for (auto& v : x.span<float>()) v = static_cast<float>(g.normal());
+    for (auto& v : y.span<int32_t>()) v = static_cast<int32_t>(g.next() % 3);
+  }
+};
+model_config cfg(const std::string& act) {
+  model_config c;
+  c.hidden = {5, 4};
+  c.activation = act;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("mlp: variables, seeded init, He statistics") {
+  auto m = create_model(cfg("relu"), {6, 3}, 11);
+  auto& v = m->variables();
+  REQUIRE(v.size() == 6);
+  CHECK(v[0].name == "dense_0/kernel");
+  CHECK(v[0].value.shape() == shape_t{6, 5});
+  CHECK(v[5].name == "dense_2/bias");
+  CHECK(v[5].value.shape() == shape_t{3});
+  auto m2 = create_model(cfg("relu"), {6, 3}, 11);
+  auto m3 = create_model(cfg("relu"), {6, 3}, 12);
+  CHECK(m2->variables()[0].value == v[0].value);
+  CHECK_FALSE(m3->variables()[0].value == v[0].value);
+  for (float b : v[1].value.span<float>()) CHECK(b == 0.0f);
+
+  model_config big;
+  big.hidden = {512};
+  auto mb = create_model(big, {400, 10}, 1);
+  auto k = mb->variables()[0].value.span<float>();
+  double sum = 0, sq = 0;
+  for (float x : k) sum += x, sq += double(x) * x;
+  double mean = sum / k.size(), var = sq / k.size() - mean * mean;
+  CHECK(std::abs(mean) < 0.002);
+  CHECK(var == doctest::Approx(2.0 / 400).epsilon(0.03));  // He: var = 2/fan_in
+}
+
+TEST_CASE("mlp: gradients match numerical differentiation (relu and tanh)") {
+  for (std::string act : {"relu", "tanh"}) {
+    CAPTURE(act);
+    auto m = create_model(cfg(act), {6, 3}, 5);
+    tiny_batch b(7, 6, 9);
+    auto grads = m->make_gradients();
+    const float scale = 1.0f / 7;
+    m->train_batch(b.x, b.y, scale, grads);
+    auto loss = [&] { return m->evaluate(b.x, b.y).loss_sum / 7; };
+    auto& vars = m->variables();
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      float* w = vars[i].value.f32();
+      for (int64_t j = 0; j < vars[i].value.numel(); j += 3) {
+        float saved = w[j];
+        const float h = 1e-2f;
+        w[j] = saved + h;
+        double lp = loss();
+        w[j] = saved - h;
+        double lm = loss();
+        w[j] = saved;
+        double num = (lp - lm) / (2 * h);
+        CAPTURE(vars[i].name);
+        CAPTURE(j);
+        CHECK(grads[i].value.f32()[j] == doctest::Approx(num).epsilon(0.02).scale(1e-2));
+      }
+    }
+  }
+}
+
+TEST_CASE("mlp: an empty batch gives zero gradients; bad shapes throw") {
+  auto m = create_model(cfg("relu"), {6, 3}, 5);
+  auto grads = m->make_gradients();
+  for (auto& g : grads) g.value.fill(1.0f);
+  auto st = m->train_batch(tensor({0, 6}), tensor({0}, dtype::i32), 1.0f, grads);
+  CHECK(st.count == 0);
+  CHECK(st.loss_sum == 0);
+  for (auto& g : grads)
+    for (float v : g.value.span<float>()) CHECK(v == 0.0f);
+  CHECK_THROWS_AS(m->train_batch(tensor({2, 5}), tensor({2}, dtype::i32), 1.0f, grads),
+                  std::invalid_argument);
+}
+
+TEST_CASE("model registry: unknown kinds are named, users can add models") {
+  model_config c;
+  c.kind = "resnet";
+  CHECK_THROWS_WITH(create_model(c, {4, 2}, 1), doctest::Contains("unknown model 'resnet'"));
+  register_model("mlp_alias", [](const model_config& mc, const model_shape& s, uint64_t seed) {
+    auto copy = mc;
+    copy.kind = "mlp";
+    return create_model(copy, s, seed);
+  });
+  c.kind = "mlp_alias";
+  CHECK(create_model(c, {4, 2}, 1)->variables().size() == 6);
+  CHECK_THROWS(register_model("mlp", nullptr));
+}
