@@ -31,6 +31,15 @@ void fail(self_ptr self, const std::string& why) {
   self->quit(caf::make_error(caf::sec::runtime_error, why));
 }
 
+// Error handler for a request to a monitored actor. When the actor died, its
+// down_msg carries the cause and names it, so that is what gets reported.
+auto failed(self_ptr self, std::string what) {
+  return [self, what = std::move(what)](caf::error& e) {
+    if (e == caf::sec::request_receiver_down) return;
+    fail(self, what + ": " + describe(e));
+  };
+}
+
 int64_t next_boundary(const job_plan& p, int64_t completed) {
   int64_t b = p.total_steps;
   b = std::min(b, (completed / p.steps_per_epoch + 1) * p.steps_per_epoch);
@@ -99,7 +108,7 @@ void issue(self_ptr self, int64_t step) {
               else
                 pump(self);
             },
-            [self](caf::error& e) { fail(self, "training step failed: " + to_string(e)); });
+            failed(self, "training step failed"));
   }
 }
 
@@ -155,9 +164,9 @@ void end_epoch(self_ptr self, std::function<void()> k) {
                         if (st.plan->options.on_epoch) st.plan->options.on_epoch(line);
                         k();
                       },
-                      [self](caf::error& e) { fail(self, "evaluation failed: " + to_string(e)); });
+                      failed(self, "evaluation failed"));
             },
-            [self](caf::error& e) { fail(self, "reading metrics failed: " + to_string(e)); });
+            failed(self, "reading metrics failed"));
   }
 }
 
@@ -190,7 +199,7 @@ void save_checkpoint(self_ptr self, std::function<void()> k) {
                                  {"path", st.last_checkpoint}});
             k();
           },
-          [self](caf::error& e) { fail(self, "checkpoint snapshot failed: " + to_string(e)); });
+          failed(self, "checkpoint snapshot failed"));
 }
 
 void finish(self_ptr self) {
@@ -283,7 +292,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
         who = "replica " + std::to_string(i) + " (" + st.plan->config.devices[i % st.plan->config.devices.size()] + ")";
     for (std::size_t i = 0; i < st.pipelines.size(); ++i)
       if (dm.source == st.pipelines[i].address()) who = "input_pipeline " + std::to_string(i);
-    std::string cause = dm.reason ? self->system().render(dm.reason) : "exited";
+    std::string cause = dm.reason ? describe(dm.reason) : "exited";
     fail(self, who + " stopped: " + cause);
   });
   st.metrics.open(std::filesystem::path(st.plan->output_dir) / "metrics.jsonl",
@@ -302,9 +311,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
                     [self, left](int64_t) {
                       if (--*left == 0) start(self);
                     },
-                    [self](caf::error& e) {
-                      fail(self, "restoring the checkpoint failed: " + self->system().render(e));
-                    });
+                    failed(self, "restoring the checkpoint failed"));
         } else {
           start(self);
         }

@@ -29,6 +29,9 @@ struct progress_info {
 
 struct job_options {
   bool resume = false;
+  // A fresh run refuses an output whose checkpoint directory already holds
+  // checkpoints (they would be mixed with the new run's); overwrite deletes them.
+  bool overwrite = false;
   std::string output_dir;  // "" = config's logging.output_dir or runs/<name>
   // Called on the coordinator's thread every logging.every_steps steps.
   std::function<void(const progress_info&)> on_progress;

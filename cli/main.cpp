@@ -17,7 +17,7 @@ namespace {
 constexpr const char* usage = R"(troupe — an actor-model runtime for distributed training
 
 Usage:
-  troupe run FILE [--output DIR] [--resume] [--quiet]
+  troupe run FILE [--output DIR] [--resume | --overwrite] [--quiet]
                               train the job described by FILE (JSON)
   troupe validate FILE        check a job config; prints the effective config
   troupe checkpoint show DIR  list a checkpoint's variables (DIR: a checkpoint
@@ -29,6 +29,7 @@ run options:
   --output DIR   where metrics.jsonl, summary.json and checkpoints go
                  (default: logging.output_dir, else runs/<name>)
   --resume       continue from the latest checkpoint in checkpoint.dir
+  --overwrite    start over, deleting checkpoints an earlier run left there
   --quiet        no progress line, warnings and errors only
 Exit status: 0 on success, 1 when the job fails, 2 on bad usage or config.
 )";
@@ -96,6 +97,8 @@ int cmd_run(const std::vector<std::string>& args) {
       opts.output_dir = args[++i];
     } else if (a == "--resume") {
       opts.resume = true;
+    } else if (a == "--overwrite") {
+      opts.overwrite = true;
     } else if (a == "--quiet") {
       quiet = true;
     } else if (a.rfind("--", 0) == 0) {
@@ -107,6 +110,7 @@ int cmd_run(const std::vector<std::string>& args) {
     }
   }
   if (file.empty()) return bad_usage("run needs a config file");
+  if (opts.resume && opts.overwrite) return bad_usage("--resume and --overwrite exclude each other");
   troupe::job_config cfg;
   try {
     cfg = troupe::load_job_config(file);

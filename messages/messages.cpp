@@ -34,6 +34,13 @@ caf::error inspect(caf::deserializer& f, tensor& x) {
       [&] { return f.end_sequence(); });
 }
 
+std::string describe(const caf::error& e) {
+  if (!e) return "no error";
+  const auto& ctx = e.context();
+  if (ctx.match_elements<std::string>()) return ctx.get_as<std::string>(0);
+  return to_string(e);
+}
+
 void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<tensor>("troupe::tensor");
   cfg.add_message_type<named_tensor>("troupe::named_tensor");

@@ -91,6 +91,10 @@ inline bool operator==(const named_tensor& a, const named_tensor& b) {
   return a.name == b.name && a.value == b.value;
 }
 
+// A CAF error as users should read it: the message text troupe put in it
+// (e.g. "replica 0: injected failure at step 5"), else CAF's rendering.
+std::string describe(const caf::error& e);
+
 // Registers every message type of the system with CAF (one place, so any
 // message can cross a process boundary). Call in every process.
 void register_messages(caf::actor_system_config& cfg);
