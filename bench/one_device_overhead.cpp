@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "actors/job.hpp"
 #include "actors/input_pipeline.hpp"
+#include "actors/job.hpp"
 #include "data/dataset.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/optimizer.hpp"

@@ -51,8 +51,12 @@ struct progress_printer {
   bool dirty = false;
   void step(const troupe::progress_info& p) {
     if (quiet) return;
-    double pct = p.total_steps ? 100.0 * static_cast<double>(p.step) / static_cast<double>(p.total_steps) : 0;
-    double eta = p.step ? p.elapsed_seconds / static_cast<double>(p.step) * static_cast<double>(p.total_steps - p.step) : 0;
+    double pct = p.total_steps
+                     ? 100.0 * static_cast<double>(p.step) / static_cast<double>(p.total_steps)
+                     : 0;
+    double eta = p.step ? p.elapsed_seconds / static_cast<double>(p.step) *
+                              static_cast<double>(p.total_steps - p.step)
+                        : 0;
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "step %lld/%lld (%5.1f%%)  epoch %lld/%lld  loss %.4f  %.0f samples/s  "
@@ -110,7 +114,8 @@ int cmd_run(const std::vector<std::string>& args) {
     }
   }
   if (file.empty()) return bad_usage("run needs a config file");
-  if (opts.resume && opts.overwrite) return bad_usage("--resume and --overwrite exclude each other");
+  if (opts.resume && opts.overwrite)
+    return bad_usage("--resume and --overwrite exclude each other");
   troupe::job_config cfg;
   try {
     cfg = troupe::load_job_config(file);
@@ -126,13 +131,14 @@ int cmd_run(const std::vector<std::string>& args) {
   try {
     auto s = troupe::run_job(cfg, opts);
     pp.clear();
-    std::printf("job %s finished: strategy %s, %lld steps (%.2f epochs), test accuracy %.4f, "
-                "test loss %.4f, %.0f samples/s, %.1f s\nsummary: %s/summary.json\n",
-                s.value("job", "").c_str(), s.value("strategy", "").c_str(),
-                static_cast<long long>(s.value("steps", 0)), s.value("epochs", 0.0),
-                s.value("test_accuracy", 0.0), s.value("test_loss", 0.0),
-                s.value("samples_per_second", 0.0), s.value("wall_seconds", 0.0),
-                s.value("output_dir", "").c_str());
+    std::printf(
+        "job %s finished: strategy %s, %lld steps (%.2f epochs), test accuracy %.4f, "
+        "test loss %.4f, %.0f samples/s, %.1f s\nsummary: %s/summary.json\n",
+        s.value("job", "").c_str(), s.value("strategy", "").c_str(),
+        static_cast<long long>(s.value("steps", 0)), s.value("epochs", 0.0),
+        s.value("test_accuracy", 0.0), s.value("test_loss", 0.0),
+        s.value("samples_per_second", 0.0), s.value("wall_seconds", 0.0),
+        s.value("output_dir", "").c_str());
     return 0;
   } catch (const troupe::config_error& e) {
     pp.clear();

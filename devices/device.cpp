@@ -15,9 +15,7 @@ std::string device_spec::str() const {
 }
 
 device_spec parse_device(const std::string& s) {
-  auto bad = [&] {
-    return device_error("expected \"cpu:N\" or \"cuda:N\", got \"" + s + "\"");
-  };
+  auto bad = [&] { return device_error("expected \"cpu:N\" or \"cuda:N\", got \"" + s + "\""); };
   auto colon = s.find(':');
   if (colon == std::string::npos) throw bad();
   device_spec d;
@@ -64,14 +62,13 @@ void check_device_available(const device_spec& d) {
   if (d.kind == device_spec::kind_t::cpu) return;
   std::string why;
   int n = cuda_device_count(&why);
-  if (n == 0)
-    throw device_error(d.str() + " requested, but no CUDA device is available: " + why);
+  if (n == 0) throw device_error(d.str() + " requested, but no CUDA device is available: " + why);
   if (d.index >= n)
     throw device_error(d.str() + " requested, but only " + std::to_string(n) +
                        " CUDA device(s) are visible");
   // The CUDA training path (cuBLAS dense layers) is not wired into replicas yet.
-  throw device_error(d.str() +
-                     " is visible, but troupe's replicas do not run on CUDA devices yet; use cpu:N");
+  throw device_error(
+      d.str() + " is visible, but troupe's replicas do not run on CUDA devices yet; use cpu:N");
 }
 
 cpu_device::cpu_device(std::string name) : name_(std::move(name)) {

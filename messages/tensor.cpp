@@ -7,18 +7,24 @@ namespace troupe {
 
 std::size_t dtype_size(dtype t) {
   switch (t) {
-    case dtype::f32: return 4;
-    case dtype::i32: return 4;
-    case dtype::i64: return 8;
+    case dtype::f32:
+      return 4;
+    case dtype::i32:
+      return 4;
+    case dtype::i64:
+      return 8;
   }
   return 0;
 }
 
 const char* dtype_name(dtype t) {
   switch (t) {
-    case dtype::f32: return "float32";
-    case dtype::i32: return "int32";
-    case dtype::i64: return "int64";
+    case dtype::f32:
+      return "float32";
+    case dtype::i32:
+      return "int32";
+    case dtype::i64:
+      return "int64";
   }
   return "unknown";
 }
@@ -60,7 +66,9 @@ std::shared_ptr<void> allocate(std::size_t bytes) {
 }
 }  // namespace
 
-tensor::tensor(shape_t shape, dtype t) { reset(std::move(shape), t); }
+tensor::tensor(shape_t shape, dtype t) {
+  reset(std::move(shape), t);
+}
 
 void tensor::reset(shape_t shape, dtype t) {
   numel_ = shape_numel(shape);

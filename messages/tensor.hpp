@@ -24,11 +24,17 @@ dtype parse_dtype(const std::string& s);
 template <class T>
 constexpr dtype dtype_of();
 template <>
-constexpr dtype dtype_of<float>() { return dtype::f32; }
+constexpr dtype dtype_of<float>() {
+  return dtype::f32;
+}
 template <>
-constexpr dtype dtype_of<int32_t>() { return dtype::i32; }
+constexpr dtype dtype_of<int32_t>() {
+  return dtype::i32;
+}
 template <>
-constexpr dtype dtype_of<int64_t>() { return dtype::i64; }
+constexpr dtype dtype_of<int64_t>() {
+  return dtype::i64;
+}
 
 using shape_t = std::vector<int64_t>;
 
@@ -54,7 +60,9 @@ class tensor {
   const shape_t& shape() const noexcept { return shape_; }
   dtype type() const noexcept { return type_; }
   int64_t numel() const noexcept { return numel_; }
-  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel_) * dtype_size(type_); }
+  std::size_t nbytes() const noexcept {
+    return static_cast<std::size_t>(numel_) * dtype_size(type_);
+  }
   bool empty() const noexcept { return numel_ == 0; }
   int64_t dim(std::size_t i) const { return shape_.at(i); }
   std::size_t rank() const noexcept { return shape_.size(); }
@@ -89,9 +97,7 @@ class tensor {
   // Same buffer, new shape with the same number of elements.
   tensor reshaped(shape_t shape) const;
   // True when both tensors share one buffer (zero-copy check for tests).
-  bool shares_buffer_with(const tensor& other) const noexcept {
-    return buf_ && buf_ == other.buf_;
-  }
+  bool shares_buffer_with(const tensor& other) const noexcept { return buf_ && buf_ == other.buf_; }
   long use_count() const noexcept { return buf_.use_count(); }
 
   void fill(float v);

@@ -45,8 +45,8 @@ std::unique_ptr<model> create_model(const model_config& c, const model_shape& s,
   if (!f) {
     std::string known;
     for (auto& k : registered_models()) known += (known.empty() ? "" : ", ") + k;
-    throw std::invalid_argument("model.kind: unknown model '" + c.kind + "' (registered: " +
-                                known + ")");
+    throw std::invalid_argument("model.kind: unknown model '" + c.kind + "' (registered: " + known +
+                                ")");
   }
   return f(c, s, seed);
 }

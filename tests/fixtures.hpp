@@ -1,9 +1,9 @@
 #pragma once
 // Test fixtures: temporary directories and a tiny, learnable IDX dataset.
+#include <unistd.h>
 #include <atomic>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include "config/job_config.hpp"
 #include "data/idx.hpp"
