@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <filesystem>
 
 namespace troupe {
@@ -43,10 +44,8 @@ auto failed(self_ptr self, std::string what) {
 int64_t next_boundary(const job_plan& p, int64_t completed) {
   int64_t b = p.total_steps;
   b = std::min(b, (completed / p.steps_per_epoch + 1) * p.steps_per_epoch);
-  if (p.config.checkpoint.every_steps > 0) {
-    int64_t e = p.config.checkpoint.every_steps;
-    b = std::min(b, (completed / e + 1) * e);
-  }
+  for (int64_t e : {p.config.checkpoint.every_steps, p.config.strategy.check_replicas_every})
+    if (e > 0) b = std::min(b, (completed / e + 1) * e);
   return b;
 }
 
@@ -88,7 +87,8 @@ void issue(self_ptr self, int64_t step) {
                 pi.total_steps = p.total_steps;
                 pi.epoch = join->sum.epoch;
                 pi.epochs = p.config.training.epochs;
-                pi.loss = st.window_count ? st.window_loss / static_cast<double>(st.window_count) : 0;
+                pi.loss =
+                    st.window_count ? st.window_loss / static_cast<double>(st.window_count) : 0;
                 pi.samples_per_second = win > 0 ? static_cast<double>(st.window_count) / win : 0;
                 pi.elapsed_seconds = seconds_since(st.started);
                 write_metrics(self, {{"type", "step"},
@@ -115,7 +115,8 @@ void issue(self_ptr self, int64_t step) {
 void pump(self_ptr self) {
   auto& st = self->state;
   if (st.finished) return;
-  while (st.issued < st.boundary && st.issued - st.completed < pipeline_depth) issue(self, st.issued++);
+  while (st.issued < st.boundary && st.issued - st.completed < pipeline_depth)
+    issue(self, st.issued++);
 }
 
 // Reads the replicas' sync-on-read training metrics (resetting them), then
@@ -139,7 +140,8 @@ void end_epoch(self_ptr self, std::function<void()> k) {
               const auto& tm = sums->first;
               if (tm.count > 0) {
                 line["train_loss"] = tm.loss_sum / static_cast<double>(tm.count);
-                line["train_accuracy"] = static_cast<double>(tm.correct) / static_cast<double>(tm.count);
+                line["train_accuracy"] =
+                    static_cast<double>(tm.correct) / static_cast<double>(tm.count);
               }
               int64_t every = p.config.training.eval_every_epochs;
               bool last = st.completed == p.total_steps;
@@ -194,12 +196,49 @@ void save_checkpoint(self_ptr self, std::function<void()> k) {
               return;
             }
             spdlog::info("checkpoint saved: {} (step {})", st.last_checkpoint, st.completed);
-            write_metrics(self, {{"type", "checkpoint"},
-                                 {"step", st.completed},
-                                 {"path", st.last_checkpoint}});
+            write_metrics(
+                self,
+                {{"type", "checkpoint"}, {"step", st.completed}, {"path", st.last_checkpoint}});
             k();
           },
           failed(self, "checkpoint snapshot failed"));
+}
+
+// Mirrored replicas must hold bit-identical variables: compare them all with
+// replica 0, and end the job naming the first variable that differs.
+void check_replicas(self_ptr self, std::function<void()> k) {
+  auto& st = self->state;
+  auto n = st.replicas.size();
+  auto states = std::make_shared<std::vector<model_state>>(n);
+  auto left = std::make_shared<std::size_t>(n);
+  for (std::size_t i = 0; i < n; ++i)
+    self->request(st.replicas[i], caf::infinite, state_atom::value)
+        .then(
+            [self, states, left, i, k](model_state& ms) {
+              (*states)[i] = std::move(ms);
+              if (--*left > 0) return;
+              const auto& ref = (*states)[0].variables;
+              for (std::size_t r = 1; r < states->size(); ++r) {
+                const auto& vars = (*states)[r].variables;
+                for (std::size_t v = 0; v < ref.size(); ++v) {
+                  if (vars.at(v).value == ref[v].value) continue;
+                  double worst = 0;
+                  auto a = ref[v].value.span<float>();
+                  auto b = vars[v].value.span<float>();
+                  for (std::size_t j = 0; j < a.size(); ++j)
+                    worst = std::max(worst, std::abs(double(a[j]) - double(b[j])));
+                  fail(self, "replicas diverged at step " + std::to_string(self->state.completed) +
+                                 ": variable '" + ref[v].name +
+                                 "' differs between replica 0 and replica " + std::to_string(r) +
+                                 " (max abs difference " + std::to_string(worst) + ")");
+                  return;
+                }
+              }
+              spdlog::debug("step {}: {} replicas hold identical variables", self->state.completed,
+                            states->size());
+              k();
+            },
+            failed(self, "reading replica state failed"));
 }
 
 void finish(self_ptr self) {
@@ -207,17 +246,18 @@ void finish(self_ptr self) {
   const auto& p = *st.plan;
   double wall = seconds_since(st.started);
   double train_seconds = std::max(1e-9, wall - st.boundary_seconds);
-  nlohmann::json s{{"job", p.config.name},
-                   {"strategy", p.config.strategy.kind},
-                   {"replicas", st.replicas.size()},
-                   {"steps", st.completed},
-                   {"steps_this_run", st.completed - p.start_step},
-                   {"epochs", static_cast<double>(st.completed) / static_cast<double>(p.steps_per_epoch)},
-                   {"samples", st.samples},
-                   {"wall_seconds", wall},
-                   {"train_seconds", train_seconds},
-                   {"samples_per_second", static_cast<double>(st.samples) / train_seconds},
-                   {"output_dir", p.output_dir}};
+  nlohmann::json s{
+      {"job", p.config.name},
+      {"strategy", p.config.strategy.kind},
+      {"replicas", st.replicas.size()},
+      {"steps", st.completed},
+      {"steps_this_run", st.completed - p.start_step},
+      {"epochs", static_cast<double>(st.completed) / static_cast<double>(p.steps_per_epoch)},
+      {"samples", st.samples},
+      {"wall_seconds", wall},
+      {"train_seconds", train_seconds},
+      {"samples_per_second", static_cast<double>(st.samples) / train_seconds},
+      {"output_dir", p.output_dir}};
   s.update(st.last_eval);
   if (!st.last_checkpoint.empty()) s["checkpoint"] = st.last_checkpoint;
   write_metrics(self, {{"type", "summary"}, {"summary", s}});
@@ -245,11 +285,20 @@ void at_boundary(self_ptr self) {
   bool ckpt = (p.config.checkpoint.every_steps > 0 &&
                st.completed % p.config.checkpoint.every_steps == 0) ||
               (last && p.config.checkpoint.save_at_end);
-  auto after_epoch = [self, ckpt, resume] {
+  int64_t every_check = p.config.strategy.check_replicas_every;
+  bool check = st.replicas.size() > 1 && every_check >= 0 &&
+               ((every_check > 0 && st.completed % every_check == 0) || last);
+  auto after_check = [self, ckpt, resume] {
     if (ckpt)
       save_checkpoint(self, resume);
     else
       resume();
+  };
+  auto after_epoch = [self, check, after_check] {
+    if (check)
+      check_replicas(self, after_check);
+    else
+      after_check();
   };
   if (st.completed % p.steps_per_epoch == 0 || last)
     end_epoch(self, after_epoch);
@@ -263,8 +312,8 @@ void start(self_ptr self) {
   st.started = st.window_start = clock_type::now();
   st.issued = st.completed = p.start_step;
   if (st.completed >= p.total_steps) {
-    spdlog::info("checkpoint is at step {}, the job has {} steps: nothing to train",
-                 st.completed, p.total_steps);
+    spdlog::info("checkpoint is at step {}, the job has {} steps: nothing to train", st.completed,
+                 p.total_steps);
     end_epoch(self, [self] { finish(self); });
     return;
   }
@@ -274,24 +323,25 @@ void start(self_ptr self) {
 
 }  // namespace
 
-coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<const job_plan> plan,
-                                             std::vector<replica_actor> replicas,
-                                             std::vector<input_pipeline_actor> pipelines) {
+coordinator_actor::behavior_type coordinator(
+    self_ptr self, std::shared_ptr<const job_plan> plan, std::vector<replica_actor> replicas,
+    std::vector<std::pair<std::string, caf::actor>> others) {
   auto& st = self->state;
   st.plan = std::move(plan);
   st.replicas = std::move(replicas);
-  st.pipelines = std::move(pipelines);
+  st.others = std::move(others);
   for (auto& r : st.replicas) self->monitor(r);
-  for (auto& q : st.pipelines) self->monitor(q);
+  for (auto& [_, a] : st.others) self->monitor(a);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (st.finished) return;
     std::string who = "an actor";
     for (std::size_t i = 0; i < st.replicas.size(); ++i)
       if (dm.source == st.replicas[i].address())
-        who = "replica " + std::to_string(i) + " (" + st.plan->config.devices[i % st.plan->config.devices.size()] + ")";
-    for (std::size_t i = 0; i < st.pipelines.size(); ++i)
-      if (dm.source == st.pipelines[i].address()) who = "input_pipeline " + std::to_string(i);
+        who = "replica " + std::to_string(i) + " (" +
+              st.plan->config.devices[i % st.plan->config.devices.size()] + ")";
+    for (auto& [name, a] : st.others)
+      if (dm.source == a.address()) who = name;
     std::string cause = dm.reason ? describe(dm.reason) : "exited";
     fail(self, who + " stopped: " + cause);
   });
@@ -303,7 +353,8 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
         st.done = self->make_response_promise<std::string>();
         const auto& p = *st.plan;
         if (p.resume_from) {
-          auto ms = std::make_shared<model_state>(model_state{p.resume_from->variables, p.resume_from->slots});
+          auto ms = std::make_shared<model_state>(
+              model_state{p.resume_from->variables, p.resume_from->slots});
           auto left = std::make_shared<std::size_t>(st.replicas.size());
           for (auto& r : st.replicas)
             self->request(r, caf::infinite, restore_atom::value, *ms)

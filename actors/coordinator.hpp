@@ -28,7 +28,8 @@ struct job_plan {
 struct coordinator_state {
   std::shared_ptr<const job_plan> plan;
   std::vector<replica_actor> replicas;
-  std::vector<input_pipeline_actor> pipelines;
+  // Every other actor of the job, by name: monitored, a failure ends the job.
+  std::vector<std::pair<std::string, caf::actor>> others;
   caf::typed_response_promise<std::string> done;
   int64_t issued = 0;     // steps sent to replicas
   int64_t completed = 0;  // steps finished
@@ -48,7 +49,8 @@ struct coordinator_state {
 };
 
 coordinator_actor::behavior_type coordinator(
-    coordinator_actor::stateful_pointer<coordinator_state> self, std::shared_ptr<const job_plan> plan,
-    std::vector<replica_actor> replicas, std::vector<input_pipeline_actor> pipelines);
+    coordinator_actor::stateful_pointer<coordinator_state> self,
+    std::shared_ptr<const job_plan> plan, std::vector<replica_actor> replicas,
+    std::vector<std::pair<std::string, caf::actor>> others);
 
 }  // namespace troupe

@@ -4,8 +4,9 @@
 
 namespace troupe {
 
-int64_t batches_per_epoch(int64_t examples, int64_t global_batch) {
-  return (examples + global_batch - 1) / global_batch;
+int64_t batches_per_epoch(int64_t examples, int64_t global_batch, int64_t steps_per_update) {
+  int64_t update = global_batch * steps_per_update;
+  return (examples + update - 1) / update;
 }
 
 std::pair<int64_t, int64_t> replica_slice(int64_t n, int64_t k, int64_t r) {
@@ -22,7 +23,7 @@ class batch_source {
  public:
   explicit batch_source(input_pipeline_config cfg)
       : cfg_(std::move(cfg)), epoch_(cfg_.start_epoch), index_(cfg_.start_index) {
-    per_epoch_ = batches_per_epoch(cfg_.data->size(), cfg_.global_batch);
+    per_epoch_ = batches_per_epoch(cfg_.data->size(), cfg_.global_batch, cfg_.steps_per_update);
     load_order();
   }
 
@@ -33,15 +34,23 @@ class batch_source {
       load_order();
     }
     const int64_t n = cfg_.data->size();
-    int64_t gb = index_ * cfg_.global_batch;
-    int64_t ge = std::min(n, gb + cfg_.global_batch);
-    auto [b, e] = replica_slice(ge - gb, cfg_.context.num_replicas_in_sync, cfg_.replica);
+    const int64_t g = cfg_.global_batch;
+    int64_t ub = index_ * g * cfg_.steps_per_update;
+    int64_t ue = std::min(n, ub + g * cfg_.steps_per_update);
     batch out;
     out.epoch = epoch_;
     out.index = index_;
-    out.global_size = ge - gb;
-    std::span<const int64_t> idx(order_.data() + gb + b, static_cast<std::size_t>(e - b));
-    data::gather_batch(*cfg_.data, idx, out.x, out.y);
+    out.global_size = ue - ub;
+    for (int64_t m = 0; m < cfg_.steps_per_update; ++m) {
+      int64_t mb = std::min(ue, ub + m * g);
+      int64_t me = std::min(ue, mb + g);
+      auto [b, e] = replica_slice(me - mb, cfg_.context.num_replicas_in_sync, cfg_.replica);
+      std::span<const int64_t> idx(order_.data() + mb + b, static_cast<std::size_t>(e - b));
+      tensor x, y;
+      data::gather_batch(*cfg_.data, idx, x, y);
+      out.x.push_back(std::move(x));
+      out.y.push_back(std::move(y));
+    }
     ++index_;
     return out;
   }

@@ -15,7 +15,8 @@ struct input_context {
 
 struct input_pipeline_config {
   std::shared_ptr<const data::dataset> data;
-  int64_t global_batch = 128;
+  int64_t global_batch = 128;    // examples per micro-batch, all replicas
+  int64_t steps_per_update = 1;  // micro-batches per update (gradient accumulation)
   bool shuffle = true;
   uint64_t seed = 0;
   int64_t prefetch = 2;
@@ -25,8 +26,9 @@ struct input_pipeline_config {
   int64_t start_index = 0;
 };
 
-// Number of global batches per epoch: the last, partial batch is kept.
-int64_t batches_per_epoch(int64_t examples, int64_t global_batch);
+// Number of updates per epoch, each of global_batch * steps_per_update
+// examples: the last, partial one is kept.
+int64_t batches_per_epoch(int64_t examples, int64_t global_batch, int64_t steps_per_update = 1);
 
 // [begin, end) of replica r's slice of a global batch of n examples over k
 // replicas: the first n % k replicas take one example more.

@@ -5,11 +5,14 @@
 #include <caf/io/all.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "actors/coordinator.hpp"
 #include "actors/input_pipeline.hpp"
+#include "actors/reducer.hpp"
 #include "actors/replica.hpp"
+#include "actors/system_config.hpp"
 #include "devices/device.hpp"
 #include "kernels/cpu_kernels.hpp"
 
@@ -25,26 +28,14 @@ std::string output_dir_for(const job_config& c, const job_options& o) {
 
 namespace {
 
-struct troupe_system_config : caf::actor_system_config {
-  troupe_system_config() {
-    register_messages(*this);
-    // Scheduler threads only route messages; compute runs on device threads.
-    // The sharing policy parks idle threads on a condition variable; the
-    // default work-stealing policy polls, which takes CPU from the device
-    // threads on small machines (measured: ~35% lower samples/s on 2 cores).
-    set("scheduler.policy", caf::atom("sharing"));
-    set("scheduler.max-threads", static_cast<size_t>(2));
-    set("logger.verbosity", caf::atom("quiet"));
-  }
-};
-
 std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
   auto plan = std::make_shared<job_plan>();
   plan->config = c;
   plan->options = o;
-  if (c.strategy.kind != "one_device")
+  if (c.strategy.kind != "one_device" && c.strategy.kind != "mirrored")
     throw job_error("strategy.kind: \"" + c.strategy.kind +
-                    "\" is not implemented yet in this build (available: \"one_device\")");
+                    "\" is not implemented yet in this build (available: \"one_device\", "
+                    "\"mirrored\")");
   for (std::size_t i = 0; i < c.devices.size(); ++i) {
     try {
       check_device_available(parse_device(c.devices[i]));
@@ -53,11 +44,13 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
     }
   }
   plan->output_dir = output_dir_for(c, o);
-  plan->checkpoint_dir =
-      c.checkpoint.dir.empty() ? (fs::path(plan->output_dir) / "checkpoints").string() : c.checkpoint.dir;
+  plan->checkpoint_dir = c.checkpoint.dir.empty()
+                             ? (fs::path(plan->output_dir) / "checkpoints").string()
+                             : c.checkpoint.dir;
   std::error_code ec;
   fs::create_directories(plan->output_dir, ec);
-  if (ec) throw job_error("cannot create output directory '" + plan->output_dir + "': " + ec.message());
+  if (ec)
+    throw job_error("cannot create output directory '" + plan->output_dir + "': " + ec.message());
 
   auto t0 = std::chrono::steady_clock::now();
   auto tt = data::load_fashion_mnist(c.data);
@@ -67,9 +60,11 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
   if (tt.train.size() == 0) throw job_error("data: the training set is empty");
   plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
   plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
-  plan->steps_per_epoch = (plan->train->size() + c.data.batch_size - 1) / c.data.batch_size;
+  plan->steps_per_epoch =
+      batches_per_epoch(plan->train->size(), c.data.batch_size, c.strategy.steps_per_update);
   plan->total_steps = c.training.epochs * plan->steps_per_epoch;
-  if (c.training.max_steps > 0) plan->total_steps = std::min(plan->total_steps, c.training.max_steps);
+  if (c.training.max_steps > 0)
+    plan->total_steps = std::min(plan->total_steps, c.training.max_steps);
 
   if (!o.resume) {
     if (auto old = checkpoint::resolve(plan->checkpoint_dir)) {
@@ -84,8 +79,7 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
   }
   if (o.resume) {
     auto dir = checkpoint::resolve(plan->checkpoint_dir);
-    if (!dir)
-      throw job_error("--resume: no checkpoint found in '" + plan->checkpoint_dir + "'");
+    if (!dir) throw job_error("--resume: no checkpoint found in '" + plan->checkpoint_dir + "'");
     plan->resume_from = checkpoint::load(*dir);
     plan->start_step = plan->resume_from->meta.step;
     spdlog::info("resuming from {} (step {}, saved under strategy {})", *dir, plan->start_step,
@@ -100,21 +94,32 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
 nlohmann::json run_job(const job_config& c, const job_options& o) {
   kernels::init_cpu_kernels();
   auto plan = make_plan(c, o);
-  spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), output {}", c.name,
-               c.strategy.kind, plan->total_steps, plan->steps_per_epoch, plan->output_dir);
+  spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), output {}", c.name, c.strategy.kind,
+               plan->total_steps, plan->steps_per_epoch, plan->output_dir);
 
-  troupe_system_config cfg;
+  system_config cfg;
   caf::actor_system sys{cfg};
-  std::vector<std::shared_ptr<cpu_device>> devices;
+  // One thread per device; replicas placed on the same device share it.
+  std::map<std::string, std::shared_ptr<cpu_device>> devices;
   std::vector<input_pipeline_actor> pipelines;
   std::vector<replica_actor> replicas;
   const int64_t n = c.strategy.replicas;
+  std::vector<reducer_actor> reducers;
+  if (c.strategy.kind == "mirrored") {
+    reducer_config rc;
+    rc.algorithm = c.strategy.reducer.algorithm;
+    rc.bucket_bytes = c.strategy.reducer.bucket_bytes;
+    rc.chunk_bytes = c.strategy.reducer.chunk_bytes;
+    reducers = spawn_reducer_group(sys, static_cast<int>(n), rc);
+  }
   for (int64_t r = 0; r < n; ++r) {
     auto dev = c.devices[static_cast<std::size_t>(r) % c.devices.size()];
-    devices.push_back(std::make_shared<cpu_device>("troupe:" + dev));
+    auto& device = devices[dev];
+    if (!device) device = std::make_shared<cpu_device>("troupe:" + dev);
     input_pipeline_config ic;
     ic.data = plan->train;
     ic.global_batch = c.data.batch_size;
+    ic.steps_per_update = c.strategy.steps_per_update;
     ic.shuffle = c.data.shuffle;
     ic.seed = c.seed;
     ic.prefetch = c.data.prefetch;
@@ -125,7 +130,8 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
     pipelines.push_back(sys.spawn(input_pipeline, ic));
     replica_config rc;
     rc.index = r;
-    rc.device = devices.back();
+    rc.device = device;
+    if (!reducers.empty()) rc.reducer = reducers[static_cast<std::size_t>(r)];
     rc.model = c.model;
     rc.shape = {plan->train->features(), plan->train->classes};
     rc.optimizer = c.optimizer;
@@ -135,7 +141,13 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
     if (o.fail_replica == r) rc.fail_at_step = o.fail_at_step;
     replicas.push_back(sys.spawn(replica, rc));
   }
-  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas, pipelines);
+  std::vector<std::pair<std::string, caf::actor>> others;
+  for (std::size_t i = 0; i < pipelines.size(); ++i)
+    others.emplace_back("input_pipeline " + std::to_string(i),
+                        caf::actor_cast<caf::actor>(pipelines[i]));
+  for (std::size_t i = 0; i < reducers.size(); ++i)
+    others.emplace_back("reducer " + std::to_string(i), caf::actor_cast<caf::actor>(reducers[i]));
+  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas, others);
 
   std::string error;
   nlohmann::json summary;
@@ -146,10 +158,13 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
                  [&](caf::error& e) { error = describe(e); });
     for (auto& r : replicas) self->send_exit(r, caf::exit_reason::user_shutdown);
     for (auto& p : pipelines) self->send_exit(p, caf::exit_reason::user_shutdown);
+    for (auto& q : reducers) self->send_exit(q, caf::exit_reason::user_shutdown);
     self->send_exit(coord, caf::exit_reason::user_shutdown);
   }
   replicas.clear();
   pipelines.clear();
+  reducers.clear();
+  others.clear();
   coord = nullptr;
   sys.await_all_actors_done();
   devices.clear();  // joins device threads after their last task

@@ -1,8 +1,8 @@
 #include "actors/replica.hpp"
 
+#include <spdlog/spdlog.h>
 #include <deque>
 #include <map>
-#include <spdlog/spdlog.h>
 
 #include "kernels/optimizer.hpp"
 
@@ -16,8 +16,6 @@ struct compute_state {
   std::vector<named_tensor> grads;
 };
 
-
-
 namespace {
 
 using self_ptr = replica_actor::stateful_pointer<replica_state>;
@@ -25,8 +23,7 @@ using self_ptr = replica_actor::stateful_pointer<replica_state>;
 // Runs `work` on the device thread; `then` runs on the actor with its result,
 // or the actor quits with the error (the coordinator sees it as a down_msg).
 template <class R>
-void on_device(self_ptr self, std::function<R(compute_state&)> work,
-               std::function<void(R&)> then) {
+void on_device(self_ptr self, std::function<R(compute_state&)> work, std::function<void(R&)> then) {
   auto ticket = self->state.next_ticket++;
   struct outcome {
     R value{};
@@ -36,9 +33,9 @@ void on_device(self_ptr self, std::function<R(compute_state&)> work,
   self->state.pending.emplace(ticket, [self, out, then = std::move(then)] {
     if (!out->error.empty()) {
       spdlog::error("replica {}: {}", self->state.cfg.index, out->error);
-      self->quit(caf::make_error(caf::sec::runtime_error,
-                                 "replica " + std::to_string(self->state.cfg.index) + ": " +
-                                     out->error));
+      self->quit(
+          caf::make_error(caf::sec::runtime_error,
+                          "replica " + std::to_string(self->state.cfg.index) + ": " + out->error));
       return;
     }
     then(out->value);
@@ -55,7 +52,7 @@ void on_device(self_ptr self, std::function<R(compute_state&)> work,
       });
 }
 
-void start_step(self_ptr self, int64_t step, batch b, caf::typed_response_promise<step_stats> rp);
+void try_start(self_ptr self);
 
 void request_batches(self_ptr self) {
   auto& st = self->state;
@@ -68,47 +65,82 @@ void request_batches(self_ptr self) {
             [self](batch& b) {
               --self->state.batches_requested;
               self->state.batches.push_back(std::move(b));
-              // Start as many waiting steps as we have batches for.
-              auto& s = self->state;
-              while (!s.batches.empty() && !s.waiting_steps.empty()) {
-                auto [step, rp] = std::move(s.waiting_steps.front());
-                s.waiting_steps.pop_front();
-                batch next = std::move(s.batches.front());
-                s.batches.pop_front();
-                start_step(self, step, std::move(next), std::move(rp));
-              }
+              try_start(self);
             },
             [self](caf::error& e) { self->quit(e); });
   }
 }
 
+// The update itself, on the device; then the step is done.
+void apply_update(self_ptr self, step_stats s, caf::typed_response_promise<step_stats> rp) {
+  on_device<int>(
+      self,
+      [](compute_state& cs) {
+        cs.opt->apply(cs.net->variables(), cs.grads);
+        return 0;
+      },
+      [self, s, rp](int&) mutable {
+        self->state.busy = false;
+        rp.deliver(s);
+        try_start(self);
+      });
+}
+
+// One step: gradients over the step's micro-batches (accumulated), then, with
+// a reducer, the all-reduce (sum: every replica already scaled its gradients
+// by 1/global_size, so the sum is the mean over the global batch), then the
+// update. Without a reducer, gradients and update are one device task, and
+// the next step may be queued on the device behind it.
 void start_step(self_ptr self, int64_t step, batch b, caf::typed_response_promise<step_stats> rp) {
+  auto& st = self->state;
+  const bool reduce = static_cast<bool>(st.cfg.reducer);
+  st.busy = reduce;
   auto epoch = b.epoch;
   on_device<step_stats>(
       self,
-      [b = std::move(b), step, fail = self->state.cfg.fail_at_step](compute_state& cs) {
+      [b = std::move(b), step, reduce, fail = st.cfg.fail_at_step](compute_state& cs) {
         if (step == fail)
           throw std::runtime_error("injected failure at step " + std::to_string(step));
         float scale = b.global_size > 0 ? 1.0f / static_cast<float>(b.global_size) : 0.0f;
         step_stats s;
-        s.lr = cs.opt->current_lr();
-        auto st = cs.net->train_batch(b.x, b.y, scale, cs.grads);
-        cs.opt->apply(cs.net->variables(), cs.grads);
         s.step = step;
-        s.loss_sum = st.loss_sum;
-        s.correct = st.correct;
-        s.count = st.count;
+        s.lr = cs.opt->current_lr();
+        for (std::size_t m = 0; m < b.x.size(); ++m) {
+          auto r = cs.net->train_batch(b.x[m], b.y[m], scale, cs.grads, m > 0);
+          s.loss_sum += r.loss_sum;
+          s.correct += r.correct;
+          s.count += r.count;
+        }
+        if (!reduce) cs.opt->apply(cs.net->variables(), cs.grads);
         return s;
       },
-      [self, rp, epoch](step_stats& s) mutable {
+      [self, rp, epoch, reduce](step_stats& s) mutable {
         s.epoch = epoch;
-        auto& m = self->state.train_metrics;
-        m.loss_sum += s.loss_sum;
-        m.correct += s.correct;
-        m.count += s.count;
-        rp.deliver(s);
+        auto& st = self->state;
+        st.train_metrics.loss_sum += s.loss_sum;
+        st.train_metrics.correct += s.correct;
+        st.train_metrics.count += s.count;
+        if (!reduce) {
+          rp.deliver(s);
+          return;
+        }
+        self->request(st.cfg.reducer, caf::infinite, allreduce_atom::value, reduce_op::sum,
+                      st.grad_buffers)
+            .then([self, s, rp](std::vector<tensor>&) mutable { apply_update(self, s, rp); },
+                  [self](caf::error& e) { self->quit(e); });
       });
   request_batches(self);
+}
+
+void try_start(self_ptr self) {
+  auto& s = self->state;
+  while (!s.busy && !s.batches.empty() && !s.waiting_steps.empty()) {
+    auto [step, rp] = std::move(s.waiting_steps.front());
+    s.waiting_steps.pop_front();
+    batch next = std::move(s.batches.front());
+    s.batches.pop_front();
+    start_step(self, step, std::move(next), std::move(rp));
+  }
 }
 
 }  // namespace
@@ -118,29 +150,25 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
   st.cfg = std::move(cfg);
   st.compute = std::make_shared<compute_state>();
   // Build the model on its device thread: its memory is first touched there.
-  on_device<int>(
+  on_device<std::vector<tensor>>(
       self,
       [c = st.cfg](compute_state& cs) {
         cs.net = create_model(c.model, c.shape, c.seed);
         cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_steps);
         cs.opt->init(cs.net->variables());
         cs.grads = cs.net->make_gradients();
-        return 0;
+        std::vector<tensor> buffers;  // share the gradient buffers with the reducer
+        for (auto& g : cs.grads) buffers.push_back(g.value);
+        return buffers;
       },
-      [](int&) {});
+      [self](std::vector<tensor>& buffers) { self->state.grad_buffers = std::move(buffers); });
   request_batches(self);
   return {
       [self](train_atom, int64_t step) -> caf::result<step_stats> {
-        auto& s = self->state;
         auto rp = self->make_response_promise<step_stats>();
-        if (!s.batches.empty()) {
-          batch b = std::move(s.batches.front());
-          s.batches.pop_front();
-          start_step(self, step, std::move(b), rp);
-        } else {
-          s.waiting_steps.emplace_back(step, rp);
-          request_batches(self);
-        }
+        self->state.waiting_steps.emplace_back(step, rp);
+        try_start(self);
+        request_batches(self);
         return rp;
       },
       [self](eval_atom, tensor x, tensor y) -> caf::result<metric_sums> {

@@ -20,6 +20,7 @@ struct replica_config {
   int64_t total_steps = 0;  // for learning-rate schedules
   uint64_t seed = 0;
   input_pipeline_actor input;
+  reducer_actor reducer;      // mirrored: all-reduces gradients; null for one_device
   int64_t fail_at_step = -1;  // test hook: throw at this step
 };
 
@@ -34,6 +35,8 @@ struct replica_state {
   std::deque<batch> batches;  // prefetched from the input pipeline
   std::deque<std::pair<int64_t, caf::typed_response_promise<step_stats>>> waiting_steps;
   int64_t batches_requested = 0;
+  bool busy = false;                 // a step is between gradients and update (with a reducer)
+  std::vector<tensor> grad_buffers;  // the gradients' buffers, shared with the reducer
   metric_sums train_metrics;
   static inline const char* name = "replica";
 };

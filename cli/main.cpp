@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/job.hpp"
+#include "actors/reducer.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "config/job_config.hpp"
 
@@ -23,6 +24,9 @@ Usage:
   troupe checkpoint show DIR  list a checkpoint's variables (DIR: a checkpoint
                               or a directory of checkpoints -> the latest)
   troupe checkpoint diff A B  largest absolute and relative difference per variable
+  troupe bench allreduce [--replicas N] [--sizes 8,64K,1M,16M,64M]
+         [--algorithm ring|tree|reduce_to_one|all] [--iterations K] [--json]
+                              time in-process all-reduce across N reducers
   troupe --help | --version
 
 run options:
@@ -177,6 +181,11 @@ int cmd_checkpoint(const std::vector<std::string>& args) {
   return bad_usage("checkpoint needs 'show DIR' or 'diff A B'");
 }
 
+int cmd_bench(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "allreduce") return bad_usage("bench needs 'allreduce'");
+  return troupe::run_allreduce_bench({args.begin() + 1, args.end()}, std::cout, std::cerr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -198,5 +207,6 @@ int main(int argc, char** argv) {
   if (cmd == "run") return cmd_run(args);
   if (cmd == "validate") return cmd_validate(args);
   if (cmd == "checkpoint") return cmd_checkpoint(args);
+  if (cmd == "bench") return cmd_bench(args);
   return bad_usage("unknown command '" + cmd + "'");
 }

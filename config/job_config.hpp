@@ -17,7 +17,8 @@ namespace troupe {
 class config_error : public std::runtime_error {
  public:
   config_error(std::string path, const std::string& message)
-      : std::runtime_error(path.empty() ? message : path + ": " + message), path_(std::move(path)) {}
+      : std::runtime_error(path.empty() ? message : path + ": " + message),
+        path_(std::move(path)) {}
   const std::string& path() const noexcept { return path_; }
 
  private:
@@ -43,12 +44,12 @@ struct schedule_config {
 struct optimizer_config {
   std::string kind = "adam";  // sgd | momentum | adam | rmsprop
   double learning_rate = 0.001;
-  double momentum = 0.9;    // momentum
-  bool nesterov = false;    // momentum
-  double beta1 = 0.9;       // adam
-  double beta2 = 0.999;     // adam
-  double epsilon = 1e-8;    // adam, rmsprop
-  double rho = 0.9;         // rmsprop: decay of the mean square
+  double momentum = 0.9;  // momentum
+  bool nesterov = false;  // momentum
+  double beta1 = 0.9;     // adam
+  double beta2 = 0.999;   // adam
+  double epsilon = 1e-8;  // adam, rmsprop
+  double rho = 0.9;       // rmsprop: decay of the mean square
   double weight_decay = 0.0;
   bool decoupled_weight_decay = false;  // AdamW-style; else L2 added to the gradient
   schedule_config schedule;
@@ -59,15 +60,27 @@ struct data_config {
   std::string path = "/usr/share/datasets/fashion-mnist";
   int64_t batch_size = 128;  // the global batch
   bool shuffle = true;
-  bool normalize = true;     // scale to [0,1], then (x - mean) / std
-  int64_t prefetch = 2;      // batches prepared ahead per pipeline
-  int64_t train_limit = 0;   // 0 = all; else use only the first N training examples
-  int64_t test_limit = 0;    // 0 = all
+  bool normalize = true;    // scale to [0,1], then (x - mean) / std
+  int64_t prefetch = 2;     // batches prepared ahead per pipeline
+  int64_t train_limit = 0;  // 0 = all; else use only the first N training examples
+  int64_t test_limit = 0;   // 0 = all
+};
+
+struct reducer_settings {
+  std::string algorithm = "ring";  // ring | tree | reduce_to_one
+  int64_t bucket_bytes = 4 << 20;  // gradients fused into buckets of about this size
+  int64_t chunk_bytes = 1 << 20;   // ring pipelining granularity
 };
 
 struct strategy_config {
-  std::string kind = "one_device";  // one_device (more in later issues)
+  std::string kind = "one_device";  // one_device | mirrored (more in later issues)
   int64_t replicas = 1;
+  // Gradient accumulation: micro-batches per update (effective batch = batch_size * R).
+  int64_t steps_per_update = 1;
+  reducer_settings reducer;
+  // mirrored: verify the replicas' variables are bit-identical every N steps
+  // and at the end (0 = only at the end; -1 = never).
+  int64_t check_replicas_every = 0;
 };
 
 struct training_config {
@@ -77,9 +90,9 @@ struct training_config {
 };
 
 struct checkpoint_config {
-  std::string dir;           // "" = <output>/checkpoints
-  int64_t every_steps = 0;   // 0 = only at the end
-  int64_t keep = 3;          // most recent checkpoints kept; 0 = keep all
+  std::string dir;          // "" = <output>/checkpoints
+  int64_t every_steps = 0;  // 0 = only at the end
+  int64_t keep = 3;         // most recent checkpoints kept; 0 = keep all
   bool save_at_end = true;
 };
 

@@ -337,11 +337,28 @@ void read_data(const json& j, const std::string& path, data_config& d) {
          [&](const json& v, const std::string& p) { d.test_limit = read_int(v, p, 0); });
 }
 
+void read_reducer(const json& j, const std::string& path, reducer_settings& s) {
+  object_reader r(j, path, {"algorithm", "bucket_bytes", "chunk_bytes"});
+  r.with("algorithm", [&](const json& v, const std::string& p) {
+    s.algorithm = read_enum(v, p, {"ring", "tree", "reduce_to_one"});
+  });
+  r.with("bucket_bytes",
+         [&](const json& v, const std::string& p) { s.bucket_bytes = read_int(v, p, 4); });
+  r.with("chunk_bytes",
+         [&](const json& v, const std::string& p) { s.chunk_bytes = read_int(v, p, 4); });
+}
+
 void read_strategy(const json& j, const std::string& path, strategy_config& s) {
-  object_reader r(j, path, {"kind", "replicas"});
+  object_reader r(j, path,
+                  {"kind", "replicas", "steps_per_update", "reducer", "check_replicas_every"});
   r.with("kind",
          [&](const json& v, const std::string& p) { s.kind = read_enum(v, p, kStrategies); });
   r.with("replicas", [&](const json& v, const std::string& p) { s.replicas = read_int(v, p, 1); });
+  r.with("steps_per_update",
+         [&](const json& v, const std::string& p) { s.steps_per_update = read_int(v, p, 1); });
+  r.with("reducer", [&](const json& v, const std::string& p) { read_reducer(v, p, s.reducer); });
+  r.with("check_replicas_every",
+         [&](const json& v, const std::string& p) { s.check_replicas_every = read_int(v, p, -1); });
 }
 
 // "cpu:N" or "cuda:N", N a decimal index without sign or leading zeros.
@@ -480,7 +497,14 @@ nlohmann::json to_json(const job_config& c) {
                {"batch_size", d.batch_size},   {"shuffle", d.shuffle},
                {"normalize", d.normalize},     {"prefetch", d.prefetch},
                {"train_limit", d.train_limit}, {"test_limit", d.test_limit}};
-  j["strategy"] = {{"kind", c.strategy.kind}, {"replicas", c.strategy.replicas}};
+  j["strategy"] = {{"kind", c.strategy.kind},
+                   {"replicas", c.strategy.replicas},
+                   {"steps_per_update", c.strategy.steps_per_update},
+                   {"reducer",
+                    {{"algorithm", c.strategy.reducer.algorithm},
+                     {"bucket_bytes", c.strategy.reducer.bucket_bytes},
+                     {"chunk_bytes", c.strategy.reducer.chunk_bytes}}},
+                   {"check_replicas_every", c.strategy.check_replicas_every}};
   j["devices"] = c.devices;
   j["training"] = {{"epochs", c.training.epochs},
                    {"max_steps", c.training.max_steps},

@@ -34,6 +34,26 @@ caf::error inspect(caf::deserializer& f, tensor& x) {
       [&] { return f.end_sequence(); });
 }
 
+const char* reduce_op_name(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum:
+      return "sum";
+    case reduce_op::mean:
+      return "mean";
+    case reduce_op::min:
+      return "min";
+    case reduce_op::max:
+      return "max";
+  }
+  return "unknown";
+}
+
+reduce_op parse_reduce_op(const std::string& s) {
+  for (auto op : {reduce_op::sum, reduce_op::mean, reduce_op::min, reduce_op::max})
+    if (s == reduce_op_name(op)) return op;
+  throw std::invalid_argument("unknown reduce op '" + s + "' (known: sum, mean, min, max)");
+}
+
 std::string describe(const caf::error& e) {
   if (!e) return "no error";
   const auto& ctx = e.context();
@@ -52,6 +72,12 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<input_pipeline_actor>("troupe::input_pipeline_actor");
   cfg.add_message_type<replica_actor>("troupe::replica_actor");
   cfg.add_message_type<coordinator_actor>("troupe::coordinator_actor");
+  // reduce_op is not registered on its own: CAF would register
+  // std::vector<reduce_op> with it, whose loader trips -Wmaybe-uninitialized
+  // in CAF's headers; reducers only talk inside one process.
+  cfg.add_message_type<reducer_stats>("troupe::reducer_stats");
+  cfg.add_message_type<reduce_peer_msg>("troupe::reduce_peer_msg");
+  cfg.add_message_type<reducer_actor>("troupe::reducer_actor");
 }
 
 }  // namespace troupe

@@ -21,14 +21,22 @@ using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 using computed_atom = caf::atom_constant<caf::atom("computed")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
+// Reducers (actors/reducer.hpp): collectives, statistics, reducer-to-reducer.
+using allreduce_atom = caf::atom_constant<caf::atom("allreduce")>;
+using broadcast_atom = caf::atom_constant<caf::atom("broadcast")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using reduce_peer_atom = caf::atom_constant<caf::atom("rpeer")>;
+using reduce_abort_atom = caf::atom_constant<caf::atom("rabort")>;
 
-// One slice of a global batch for one replica.
+// One replica's share of one update: its slice of each of the update's
+// micro-batches (one micro-batch unless gradients are accumulated). A slice
+// may be empty (a partial last batch smaller than the number of replicas).
 struct batch {
   int64_t epoch = 0;
-  int64_t index = 0;         // batch index within the epoch
-  int64_t global_size = 0;   // examples in the whole global batch (loss weighting)
-  tensor x;                  // [b, features] float32
-  tensor y;                  // [b] int32
+  int64_t index = 0;        // update index within the epoch
+  int64_t global_size = 0;  // examples in the whole update, all replicas (loss weighting)
+  std::vector<tensor> x;    // per micro-batch: [b, features] float32
+  std::vector<tensor> y;    // per micro-batch: [b] int32
 };
 
 struct step_stats {
@@ -52,6 +60,35 @@ struct metric_sums {
 struct model_state {
   std::vector<named_tensor> variables;
   std::vector<named_tensor> slots;
+};
+
+// All-reduce operation. mean = sum / group size.
+enum class reduce_op : uint8_t { sum = 0, mean = 1, min = 2, max = 3 };
+const char* reduce_op_name(reduce_op op);
+// Parses "sum", "mean", "min", "max"; throws std::invalid_argument otherwise.
+reduce_op parse_reduce_op(const std::string& s);
+inline std::string to_string(reduce_op op) {
+  return reduce_op_name(op);
+}
+
+// One reducer's counters (tests assert bucketing with them).
+struct reducer_stats {
+  int64_t collectives = 0;    // allreduce + broadcast calls finished (ok or failed)
+  int64_t failed = 0;         // of those, ended with an error reply
+  int64_t buckets = 0;        // fused buckets run (one run of the algorithm each)
+  int64_t messages_sent = 0;  // messages sent to the other reducers of the group
+  int64_t bytes_reduced = 0;  // payload bytes of the collectives that succeeded
+};
+
+// Reducer to reducer, inside one process: "in collective `seq`, step `kind`
+// of bucket `bucket` is ready" (kind and arg belong to the algorithm; the
+// data stays in the sender's buffers and the receiver reads it there).
+struct reduce_peer_msg {
+  uint64_t seq = 0;
+  int32_t from = 0;
+  int32_t bucket = 0;
+  int32_t kind = 0;
+  int64_t arg = 0;
 };
 
 // --- serialization (CAF 0.17 inspect) ---
@@ -85,6 +122,16 @@ typename Inspector::result_type inspect(Inspector& f, metric_sums& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_state& x) {
   return f(caf::meta::type_name("model_state"), x.variables, x.slots);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reducer_stats& x) {
+  return f(caf::meta::type_name("reducer_stats"), x.collectives, x.failed, x.buckets,
+           x.messages_sent, x.bytes_reduced);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reduce_peer_msg& x) {
+  return f(caf::meta::type_name("reduce_peer_msg"), x.seq, x.from, x.bucket, x.kind, x.arg);
 }
 
 inline bool operator==(const named_tensor& a, const named_tensor& b) {

@@ -30,4 +30,24 @@ using replica_actor = caf::typed_actor<
 // coordinator: runs the whole job; replies with the summary (JSON text).
 using coordinator_actor = caf::typed_actor<caf::replies_to<run_atom>::with<std::string>>;
 
+// reducer: one per replica; all-reduce and broadcast across the group that
+// actors/reducer.hpp's spawn_reducer_group() wires (all in one process).
+using reducer_actor = caf::typed_actor<
+    // Collective all-reduce of the caller's float32 tensors IN PLACE (the
+    // buffers are shared with the caller, nothing is copied through messages);
+    // replies with the same tensors once this rank's result is in and no peer
+    // reads its buffers any more. Every rank calls with the same number,
+    // shapes and dtype of tensors, in the same order of collectives; a mismatch
+    // is an error reply on every rank.
+    caf::replies_to<allreduce_atom, reduce_op, std::vector<tensor>>::with<std::vector<tensor>>,
+    // Collective broadcast from rank `root` into every rank's tensors, in place.
+    caf::replies_to<broadcast_atom, int32_t, std::vector<tensor>>::with<std::vector<tensor>>,
+    // This rank's counters.
+    caf::replies_to<stats_atom>::with<reducer_stats>,
+    // Reducer to reducer: a step of a collective is ready (see reduce_peer_msg).
+    caf::reacts_to<reduce_peer_atom, reduce_peer_msg>,
+    // Reducer to reducer: collective `seq` fails (sender rank, reason); every
+    // rank answers with its own abort before it replies with the error.
+    caf::reacts_to<reduce_abort_atom, uint64_t, int32_t, std::string>>;
+
 }  // namespace troupe

@@ -49,14 +49,15 @@ class mlp final : public model {
   std::vector<named_tensor>& variables() override { return vars_; }
 
   batch_stats train_batch(const tensor& x, const tensor& y, float grad_scale,
-                          std::vector<named_tensor>& grads) override {
+                          std::vector<named_tensor>& grads, bool accumulate) override {
     check_batch(x, y);
     if (grads.size() != vars_.size()) throw std::invalid_argument("mlp: wrong gradient count");
     const int64_t b = x.dim(0);
     batch_stats st;
     st.count = b;
     if (b == 0) {
-      for (auto& g : grads) g.value.fill(0.0f);
+      if (!accumulate)
+        for (auto& g : grads) g.value.fill(0.0f);
       return st;
     }
     forward(x, b);
@@ -70,7 +71,7 @@ class mlp final : public model {
       float* din = l == 0 ? nullptr : dacts_[l - 1].f32();
       k::dense_backward(in, vars_[2 * l].value.f32(), dacts_[l].f32(), din,
                         grads[2 * l].value.f32(), grads[2 * l + 1].value.f32(), b, widths_[l],
-                        widths_[l + 1]);
+                        widths_[l + 1], accumulate);
       if (l > 0) {
         auto n = static_cast<std::size_t>(acts_[l - 1].numel());
         if (tanh_)

@@ -25,8 +25,10 @@ class model {
   // Forward + backward on x [B,F] / y [B] (B may be 0: zero gradients).
   // grads (from make_gradients()) get sum_over_batch(dloss/dw) * grad_scale,
   // so grad_scale = 1/global_batch yields the mean over the global batch.
+  // With accumulate, the gradients are added to grads (gradient accumulation
+  // over micro-batches) instead of replacing them.
   virtual batch_stats train_batch(const tensor& x, const tensor& y, float grad_scale,
-                                  std::vector<named_tensor>& grads) = 0;
+                                  std::vector<named_tensor>& grads, bool accumulate = false) = 0;
   // Forward only.
   virtual batch_stats evaluate(const tensor& x, const tensor& y) = 0;
   // Zeroed gradient buffers shaped and named like variables().

@@ -105,3 +105,22 @@ TEST_CASE("model registry: unknown kinds are named, users can add models") {
   CHECK(create_model(c, {4, 2}, 1)->variables().size() == 6);
   CHECK_THROWS(register_model("mlp", nullptr));
 }
+
+TEST_CASE("mlp: accumulated micro-batch gradients equal the whole batch's") {
+  auto m = create_model(cfg("tanh"), {6, 3}, 5);
+  tiny_batch whole(8, 6, 3);
+  tensor xa({5, 6}), ya({5}, dtype::i32), xb({3, 6}), yb({3}, dtype::i32);
+  std::copy(whole.x.f32(), whole.x.f32() + 30, xa.f32());
+  std::copy(whole.x.f32() + 30, whole.x.f32() + 48, xb.f32());
+  std::copy(whole.y.data<int32_t>(), whole.y.data<int32_t>() + 5, ya.data<int32_t>());
+  std::copy(whole.y.data<int32_t>() + 5, whole.y.data<int32_t>() + 8, yb.data<int32_t>());
+  auto g_whole = m->make_gradients();
+  auto g_acc = m->make_gradients();
+  m->train_batch(whole.x, whole.y, 1.0f / 8, g_whole);
+  m->train_batch(xa, ya, 1.0f / 8, g_acc);
+  m->train_batch(tensor({0, 6}), tensor({0}, dtype::i32), 1.0f / 8, g_acc, true);  // no-op
+  m->train_batch(xb, yb, 1.0f / 8, g_acc, true);
+  for (std::size_t i = 0; i < g_whole.size(); ++i)
+    for (int64_t j = 0; j < g_whole[i].value.numel(); ++j)
+      CHECK(g_acc[i].value.f32()[j] == doctest::Approx(g_whole[i].value.f32()[j]).epsilon(1e-5));
+}

@@ -1,0 +1,50 @@
+#pragma once
+// Reducers: one actor per replica, all-reducing (and broadcasting) tensors in
+// place across the group inside one process, with the algorithm chosen by
+// name (actors/reducers/: ring, tree, reduce_to_one).
+//
+// Usage: auto group = spawn_reducer_group(sys, n, cfg); then per step every
+// rank i sends `allreduce_atom, reduce_op::mean, grads_i` to group[i] and gets
+// the same tensors back, holding the mean over the group. Ranks may call at
+// different times; each rank's collectives are matched by their order. Keep
+// every handle of the group alive while using it (the reducers hold only weak
+// references to each other, so dropping all handles ends the group).
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "messages/protocols.hpp"
+
+namespace troupe {
+
+// reduce_op and reduce_op_name() live in messages/messages.hpp (the protocol
+// needs them).
+
+struct reducer_config {
+  std::string algorithm = "ring";  // "ring" | "tree" | "reduce_to_one"
+  // Fuse many tensors into buckets of about this size (DDP buckets / Horovod
+  // tensor fusion): one run of the algorithm per bucket, whatever the number
+  // of tensors; no copy (the tensors are one virtual buffer).
+  int64_t bucket_bytes = 4 << 20;
+  int64_t chunk_bytes = 1 << 20;  // pipelining granularity inside the ring (and tree)
+};
+
+// The algorithm names spawn_reducer_group() knows.
+const std::vector<std::string>& reducer_algorithms();
+
+// Spawns n reducers wired to each other (rank i = element i). Throws
+// std::invalid_argument for an unknown algorithm (naming the known ones),
+// n < 1, or non-positive bucket/chunk sizes.
+std::vector<reducer_actor> spawn_reducer_group(caf::actor_system& sys, int n,
+                                               const reducer_config& cfg);
+
+// `troupe bench allreduce` and bench_allreduce (bench/allreduce.cpp):
+// [--replicas N] [--sizes 8,64K,1M,16M,64M] [--algorithm ring|tree|reduce_to_one|all]
+// [--iterations K] [--op sum|mean|min|max] [--bucket-bytes B] [--chunk-bytes B] [--json].
+// Returns the process exit status (2 on bad usage).
+int run_allreduce_bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace troupe

@@ -1,0 +1,443 @@
+// Reducers: all-reduce and broadcast across a group of reducer actors, for
+// every algorithm, group size and operation, against references computed
+// here; ordering, bucketing, mismatches and bad configurations.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "actors/reducer.hpp"
+#include "actors/system_config.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto timeout = std::chrono::seconds(10);
+const reduce_op all_ops[] = {reduce_op::sum, reduce_op::mean, reduce_op::min, reduce_op::max};
+
+// Sizes not divisible by group sizes or chunk sizes, a single element, and
+// one tensor that spans several buckets and chunks (with the small sizes below).
+const std::vector<shape_t> odd_shapes{{1}, {7}, {3, 5}, {130}, {1}, {2, 129}, {11}};
+
+reducer_config small_config(const std::string& algo) {
+  reducer_config c;
+  c.algorithm = algo;
+  c.bucket_bytes = 512;  // 128 floats
+  c.chunk_bytes = 40;    // 10 floats
+  return c;
+}
+
+std::vector<tensor> random_tensors(const std::vector<shape_t>& shapes, std::mt19937& g) {
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<tensor> ts;
+  for (const auto& s : shapes) {
+    tensor t(s);
+    for (auto& x : t.span<float>()) x = d(g);
+    ts.push_back(t);
+  }
+  return ts;
+}
+
+std::vector<tensor> clones(const std::vector<tensor>& ts) {
+  std::vector<tensor> r;
+  for (const auto& t : ts) r.push_back(t.clone());
+  return r;
+}
+
+// The expected all-reduce of inputs[rank][tensor], from the originals.
+std::vector<std::vector<double>> reference(const std::vector<std::vector<tensor>>& inputs,
+                                           reduce_op op) {
+  std::vector<std::vector<double>> ref;
+  auto n = inputs.size();
+  for (std::size_t t = 0; t < inputs[0].size(); ++t) {
+    auto numel = static_cast<std::size_t>(inputs[0][t].numel());
+    std::vector<double> r(numel);
+    for (std::size_t i = 0; i < numel; ++i) {
+      double acc = inputs[0][t].f32()[i];
+      for (std::size_t k = 1; k < n; ++k) {
+        double x = inputs[k][t].f32()[i];
+        if (op == reduce_op::sum || op == reduce_op::mean)
+          acc += x;
+        else if (op == reduce_op::min)
+          acc = std::min(acc, x);
+        else
+          acc = std::max(acc, x);
+      }
+      if (op == reduce_op::mean) acc /= static_cast<double>(n);
+      r[i] = acc;
+    }
+    ref.push_back(std::move(r));
+  }
+  return ref;
+}
+
+struct outcome {
+  std::vector<tensor> value;
+  std::string error;
+  bool ok() const { return error.empty(); }
+};
+
+template <class Handles>
+std::vector<outcome> collect(caf::scoped_actor& self, Handles& hs) {
+  std::vector<outcome> out(hs.size());
+  for (std::size_t r = 0; r < hs.size(); ++r)
+    // Copied, not moved: see reducer.cpp finish() (the copy's reference
+    // count increments are what ThreadSanitizer sees as the hand-over).
+    hs[r].receive([&](std::vector<tensor>& v) { out[r].value = v; },
+                  [&](caf::error& e) {
+                    out[r].error = describe(e);
+                    if (out[r].error.empty()) out[r].error = self->system().render(e);
+                  });
+  return out;
+}
+
+// Every rank calls allreduce at once; returns each rank's outcome.
+std::vector<outcome> allreduce(caf::scoped_actor& self, const std::vector<reducer_actor>& group,
+                               reduce_op op, const std::vector<std::vector<tensor>>& data) {
+  using handle = decltype(self->request(group[0], timeout, allreduce_atom::value, op, data[0]));
+  std::vector<handle> hs;
+  for (std::size_t r = 0; r < group.size(); ++r)
+    hs.push_back(self->request(group[r], timeout, allreduce_atom::value, op, data[r]));
+  return collect(self, hs);
+}
+
+std::vector<outcome> broadcast(caf::scoped_actor& self, const std::vector<reducer_actor>& group,
+                               int32_t root, const std::vector<std::vector<tensor>>& data) {
+  using handle = decltype(self->request(group[0], timeout, broadcast_atom::value, root, data[0]));
+  std::vector<handle> hs;
+  for (std::size_t r = 0; r < group.size(); ++r)
+    hs.push_back(self->request(group[r], timeout, broadcast_atom::value, root, data[r]));
+  return collect(self, hs);
+}
+
+bool same_bits(const tensor& a, const tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// Sum and mean: every rank's float result within 1e-5 of the double
+// reference (inputs in [-1, 1], at most 5 ranks: float rounding stays below
+// 1e-6). Min and max: exact.
+void check_allreduce(const std::vector<outcome>& out, const std::vector<std::vector<tensor>>& data,
+                     const std::vector<std::vector<double>>& ref, reduce_op op) {
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    REQUIRE_MESSAGE(out[r].ok(), "rank ", r, ": ", out[r].error);
+    REQUIRE(out[r].value.size() == ref.size());
+    for (std::size_t t = 0; t < ref.size(); ++t) {
+      const tensor& got = out[r].value[t];
+      CHECK(got.shares_buffer_with(data[r][t]));  // in place, no copy
+      for (std::size_t i = 0; i < ref[t].size(); ++i) {
+        double g = got.f32()[i];
+        if (op == reduce_op::min || op == reduce_op::max) {
+          if (g != ref[t][i])
+            FAIL_CHECK("rank ", r, " tensor ", t, "[", i, "] = ", g, ", expected ", ref[t][i]);
+        } else if (std::abs(g - ref[t][i]) > 1e-5) {
+          FAIL_CHECK("rank ", r, " tensor ", t, "[", i, "] = ", g, ", expected ", ref[t][i]);
+        }
+      }
+      // Every rank holds the very same bits.
+      CHECK(same_bits(got, out[0].value[t]));
+    }
+  }
+}
+
+struct env {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+};
+
+}  // namespace
+
+TEST_CASE("allreduce: every algorithm, group size 1-5 and op matches the reference") {
+  env e;
+  std::mt19937 g(42);
+  for (const auto& algo : reducer_algorithms()) {
+    for (int n = 1; n <= 5; ++n) {
+      auto group = spawn_reducer_group(e.sys, n, small_config(algo));
+      for (auto op : all_ops) {
+        CAPTURE(algo);
+        CAPTURE(n);
+        CAPTURE(reduce_op_name(op));
+        std::vector<std::vector<tensor>> data, originals;
+        for (int r = 0; r < n; ++r) {
+          data.push_back(random_tensors(odd_shapes, g));
+          originals.push_back(clones(data.back()));
+        }
+        auto ref = reference(originals, op);
+        auto out = allreduce(e.self, group, op, data);
+        check_allreduce(out, data, ref, op);
+      }
+    }
+  }
+}
+
+TEST_CASE("allreduce: default bucket and chunk sizes on a 12 MB tensor (several buckets)") {
+  env e;
+  std::mt19937 g(7);
+  for (const auto& algo : reducer_algorithms()) {
+    CAPTURE(algo);
+    reducer_config c;
+    c.algorithm = algo;
+    auto group = spawn_reducer_group(e.sys, 3, c);
+    std::vector<std::vector<tensor>> data, originals;
+    for (int r = 0; r < 3; ++r) {
+      data.push_back(random_tensors({{3 << 20}, {5}}, g));
+      originals.push_back(clones(data.back()));
+    }
+    auto out = allreduce(e.self, group, reduce_op::sum, data);
+    check_allreduce(out, data, reference(originals, reduce_op::sum), reduce_op::sum);
+    e.self->request(group[0], timeout, stats_atom::value)
+        .receive([](reducer_stats& s) { CHECK(s.buckets == 4); },  // 12 MB / 4 MB, + 5 floats
+                 [](caf::error& err) { FAIL(describe(err)); });
+  }
+}
+
+TEST_CASE("broadcast: every algorithm, group size and root") {
+  env e;
+  std::mt19937 g(3);
+  for (const auto& algo : reducer_algorithms()) {
+    for (int n = 1; n <= 5; ++n) {
+      auto group = spawn_reducer_group(e.sys, n, small_config(algo));
+      for (int root = 0; root < n; ++root) {
+        CAPTURE(algo);
+        CAPTURE(n);
+        CAPTURE(root);
+        std::vector<std::vector<tensor>> data;
+        for (int r = 0; r < n; ++r) data.push_back(random_tensors(odd_shapes, g));
+        auto expected = clones(data[static_cast<std::size_t>(root)]);
+        auto out = broadcast(e.self, group, root, data);
+        for (int r = 0; r < n; ++r) {
+          auto& o = out[static_cast<std::size_t>(r)];
+          REQUIRE_MESSAGE(o.ok(), "rank ", r, ": ", o.error);
+          for (std::size_t t = 0; t < expected.size(); ++t) {
+            CHECK(o.value[t].shares_buffer_with(data[static_cast<std::size_t>(r)][t]));
+            CHECK(same_bits(o.value[t], expected[t]));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("collectives back to back, ranks calling in different orders and times") {
+  env e;
+  std::mt19937 g(11);
+  const int n = 4;
+  // Collective k: allreduce with ops[k], or a broadcast from rank 2 for k == 2.
+  const reduce_op ops[] = {reduce_op::sum, reduce_op::max, reduce_op::sum, reduce_op::mean,
+                           reduce_op::min};
+  const int count = 5;
+  for (const auto& algo : reducer_algorithms()) {
+    CAPTURE(algo);
+    auto group = spawn_reducer_group(e.sys, n, small_config(algo));
+    std::vector<std::vector<std::vector<tensor>>> data(count), originals(count);
+    for (int k = 0; k < count; ++k)
+      for (int r = 0; r < n; ++r) {
+        data[k].push_back(random_tensors(odd_shapes, g));
+        originals[k].push_back(clones(data[k].back()));
+      }
+    using handle = decltype(e.self->request(group[0], timeout, allreduce_atom::value,
+                                            reduce_op::sum, data[0][0]));
+    std::vector<std::vector<handle>> hs(static_cast<std::size_t>(n));
+    auto call = [&](int r, int k) {
+      auto& d = data[static_cast<std::size_t>(k)][static_cast<std::size_t>(r)];
+      auto& h = hs[static_cast<std::size_t>(r)];
+      if (k == 2)
+        h.push_back(e.self->request(group[static_cast<std::size_t>(r)], timeout,
+                                    broadcast_atom::value, int32_t{2}, d));
+      else
+        h.push_back(e.self->request(group[static_cast<std::size_t>(r)], timeout,
+                                    allreduce_atom::value, ops[k], d));
+    };
+    // Rank 2 queues everything at once, rank 0 two now and three later, rank 1
+    // in between, rank 3 only after a long pause: its peers' messages for
+    // collectives it has not begun must wait for it.
+    for (int k = 0; k < count; ++k) call(2, k);
+    call(0, 0);
+    call(0, 1);
+    std::this_thread::sleep_for(20ms);
+    for (int k = 0; k < count; ++k) call(1, k);
+    for (int k = 2; k < count; ++k) call(0, k);
+    std::this_thread::sleep_for(100ms);
+    for (int k = 0; k < count; ++k) call(3, k);
+    std::vector<std::vector<outcome>> out(count, std::vector<outcome>(n));
+    for (int r = 0; r < n; ++r) {
+      auto o = collect(e.self, hs[static_cast<std::size_t>(r)]);
+      for (int k = 0; k < count; ++k)
+        out[static_cast<std::size_t>(k)][static_cast<std::size_t>(r)] =
+            std::move(o[static_cast<std::size_t>(k)]);
+    }
+    for (int k = 0; k < count; ++k) {
+      CAPTURE(k);
+      auto& ok = out[static_cast<std::size_t>(k)];
+      if (k == 2) {
+        for (int r = 0; r < n; ++r) {
+          REQUIRE_MESSAGE(ok[static_cast<std::size_t>(r)].ok(),
+                          ok[static_cast<std::size_t>(r)].error);
+          for (std::size_t t = 0; t < odd_shapes.size(); ++t)
+            CHECK(same_bits(ok[static_cast<std::size_t>(r)].value[t], originals[2][2][t]));
+        }
+      } else {
+        check_allreduce(ok, data[static_cast<std::size_t>(k)],
+                        reference(originals[static_cast<std::size_t>(k)], ops[k]), ops[k]);
+      }
+    }
+  }
+}
+
+TEST_CASE("bucketing: 100 tiny tensors cost about one collective's messages") {
+  env e;
+  std::mt19937 g(5);
+  const int n = 4;
+  std::vector<shape_t> tiny(100, shape_t{3});
+  for (const auto& algo : reducer_algorithms()) {
+    CAPTURE(algo);
+    auto stats = [&](const std::vector<reducer_actor>& group) {
+      int64_t messages = 0, buckets = 0, collectives = 0;
+      for (auto& h : group)
+        e.self->request(h, timeout, stats_atom::value)
+            .receive(
+                [&](reducer_stats& s) {
+                  messages += s.messages_sent;
+                  buckets += s.buckets;
+                  collectives += s.collectives;
+                },
+                [](caf::error& err) { FAIL(describe(err)); });
+      return std::make_tuple(messages, buckets, collectives);
+    };
+    // Fused: one call with 100 tensors.
+    auto fused = spawn_reducer_group(e.sys, n, reducer_config{algo, 4 << 20, 1 << 20});
+    std::vector<std::vector<tensor>> data, originals;
+    for (int r = 0; r < n; ++r) {
+      data.push_back(random_tensors(tiny, g));
+      originals.push_back(clones(data.back()));
+    }
+    check_allreduce(allreduce(e.self, fused, reduce_op::sum, data), data,
+                    reference(originals, reduce_op::sum), reduce_op::sum);
+    auto [fused_messages, fused_buckets, fused_collectives] = stats(fused);
+    CHECK(fused_collectives == n);
+    CHECK(fused_buckets == n);  // one bucket per rank
+    // Unfused: the same 100 tensors as 100 collectives.
+    auto single = spawn_reducer_group(e.sys, n, reducer_config{algo, 4 << 20, 1 << 20});
+    for (std::size_t t = 0; t < tiny.size(); ++t) {
+      std::vector<std::vector<tensor>> one;
+      for (int r = 0; r < n; ++r) one.push_back({data[static_cast<std::size_t>(r)][t]});
+      for (auto& o : allreduce(e.self, single, reduce_op::sum, one)) REQUIRE(o.ok());
+    }
+    auto [single_messages, single_buckets, single_collectives] = stats(single);
+    CHECK(single_collectives == 100 * n);
+    MESSAGE(algo, ": 100 tensors fused: ", fused_messages,
+            " peer messages; as 100 collectives: ", single_messages);
+    CHECK(fused_messages > 0);
+    CHECK(fused_messages <= 8 * n);  // ring: 2(n-1) steps + 1 release per rank
+    CHECK(single_messages >= 100 * fused_messages / 2);
+    // A bucket size of 400 bytes splits the 1200 bytes into 3 buckets.
+    auto three = spawn_reducer_group(e.sys, n, reducer_config{algo, 400, 1 << 20});
+    auto out = allreduce(e.self, three, reduce_op::max, data);
+    for (auto& o : out) REQUIRE(o.ok());
+    auto [m3, b3, c3] = stats(three);
+    CHECK(b3 == 3 * n);
+  }
+}
+
+TEST_CASE("mismatched calls fail on every rank, quickly, and the group goes on") {
+  env e;
+  std::mt19937 g(9);
+  const int n = 4;
+  for (const auto& algo : reducer_algorithms()) {
+    CAPTURE(algo);
+    auto group = spawn_reducer_group(e.sys, n, small_config(algo));
+    auto make = [&](int bad_rank, const std::vector<shape_t>& bad_shapes) {
+      std::vector<std::vector<tensor>> d;
+      for (int r = 0; r < n; ++r)
+        d.push_back(random_tensors(r == bad_rank ? bad_shapes : odd_shapes, g));
+      return d;
+    };
+    auto expect_all_fail = [&](const std::vector<outcome>& out, const std::string& needle) {
+      CAPTURE(needle);
+      for (std::size_t r = 0; r < out.size(); ++r) {
+        CAPTURE(r);
+        REQUIRE_FALSE(out[r].ok());
+        CHECK_MESSAGE(out[r].error.find(needle) != std::string::npos, out[r].error);
+      }
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    // A different shape on one rank (rank 3: a leaf of every tree).
+    auto shapes = odd_shapes;
+    shapes[3] = {131};
+    expect_all_fail(allreduce(e.self, group, reduce_op::sum, make(3, shapes)), "tensor 3");
+    // A different number of tensors on rank 0 (every tree's root).
+    expect_all_fail(allreduce(e.self, group, reduce_op::sum, make(0, {{1}, {7}})), "tensors");
+    // A different op on rank 1.
+    {
+      auto d = make(-1, {});
+      using handle =
+          decltype(e.self->request(group[0], timeout, allreduce_atom::value, reduce_op::sum, d[0]));
+      std::vector<handle> hs;
+      for (int r = 0; r < n; ++r)
+        hs.push_back(e.self->request(
+            group[static_cast<std::size_t>(r)], timeout, allreduce_atom::value,
+            r == 1 ? reduce_op::max : reduce_op::sum, d[static_cast<std::size_t>(r)]));
+      expect_all_fail(collect(e.self, hs), "allreduce(max)");
+    }
+    // Broadcast with one rank's shape off, and with a root outside the group.
+    expect_all_fail(broadcast(e.self, group, 1, make(2, shapes)), "tensor 3");
+    expect_all_fail(broadcast(e.self, group, 7, make(-1, {})), "root 7");
+    // A float64-free world: int32 tensors are refused on every rank.
+    {
+      auto d = make(-1, {});
+      d[2][0] = tensor({1}, dtype::i32);
+      expect_all_fail(allreduce(e.self, group, reduce_op::sum, d), "float32");
+    }
+    auto elapsed = std::chrono::steady_clock::now() - t0;
+    CHECK(elapsed < 2s);
+    // The sequence numbers stayed in step: a good call still works.
+    std::vector<std::vector<tensor>> data, originals;
+    for (int r = 0; r < n; ++r) {
+      data.push_back(random_tensors(odd_shapes, g));
+      originals.push_back(clones(data.back()));
+    }
+    check_allreduce(allreduce(e.self, group, reduce_op::mean, data), data,
+                    reference(originals, reduce_op::mean), reduce_op::mean);
+  }
+}
+
+TEST_CASE("empty collectives and zero-element tensors") {
+  env e;
+  for (const auto& algo : reducer_algorithms()) {
+    CAPTURE(algo);
+    auto group = spawn_reducer_group(e.sys, 3, small_config(algo));
+    std::vector<std::vector<tensor>> none(3);
+    for (auto& o : allreduce(e.self, group, reduce_op::sum, none)) CHECK(o.ok());
+    std::vector<std::vector<tensor>> zero(3, std::vector<tensor>{tensor({0}), tensor({2, 0})});
+    for (auto& o : allreduce(e.self, group, reduce_op::max, zero)) CHECK(o.ok());
+    // One rank with an element more than the others: an error everywhere.
+    std::vector<std::vector<tensor>> uneven{{tensor({0})}, {tensor({1})}, {tensor({0})}};
+    for (auto& o : allreduce(e.self, group, reduce_op::sum, uneven)) CHECK_FALSE(o.ok());
+  }
+}
+
+TEST_CASE("spawn_reducer_group refuses unknown algorithms and bad sizes") {
+  env e;
+  reducer_config c;
+  c.algorithm = "butterfly";
+  CHECK_THROWS_AS(spawn_reducer_group(e.sys, 4, c), std::invalid_argument);
+  try {
+    spawn_reducer_group(e.sys, 4, c);
+  } catch (const std::invalid_argument& ex) {
+    std::string what = ex.what();
+    CHECK(what.find("butterfly") != std::string::npos);
+    CHECK(what.find("ring, tree, reduce_to_one") != std::string::npos);
+  }
+  CHECK_THROWS_AS(spawn_reducer_group(e.sys, 0, reducer_config{}), std::invalid_argument);
+  CHECK_THROWS_AS(spawn_reducer_group(e.sys, 2, reducer_config{"ring", 0, 1}),
+                  std::invalid_argument);
+  CHECK(std::string(reduce_op_name(reduce_op::mean)) == "mean");
+  CHECK(parse_reduce_op("max") == reduce_op::max);
+  CHECK_THROWS_AS(parse_reduce_op("avg"), std::invalid_argument);
+}
