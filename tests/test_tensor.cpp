@@ -91,3 +91,17 @@ TEST_CASE("serialization: truncated or inconsistent bytes give an error, not a c
   caf::binary_deserializer src{*f.sys, buf};
   CHECK(src(back));
 }
+
+TEST_CASE("tensor: large buffers are recycled, and come back zeroed") {
+  const void* first = nullptr;
+  {
+    tensor big({1024, 1024});  // 4 MiB: pooled
+    big.fill(7.0f);
+    first = big.raw();
+  }
+  tensor again({1024, 1024});
+  CHECK(again.raw() == first);  // the same buffer, reused
+  for (float v : again.span<float>()) REQUIRE(v == 0.0f);
+  tensor other({1024, 1024});  // the pooled one is taken: a new buffer
+  CHECK(other.raw() != again.raw());
+}
