@@ -1,6 +1,6 @@
 #include "actors/reducer.hpp"
 
-#include <atomic>
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -9,6 +9,7 @@
 #include "actors/reducers/reduce_to_one.hpp"
 #include "actors/reducers/ring_allreduce.hpp"
 #include "actors/reducers/tree_allreduce.hpp"
+#include "actors/reducers/visible_mailbox.hpp"
 
 namespace troupe {
 
@@ -25,9 +26,19 @@ namespace {
 constexpr int32_t kind_release = -1;  // "I have finished reading your buffers"
 constexpr int32_t kind_hello = -2;    // broadcast: "my buffers are posted" (to the root)
 
-// Buckets a rank keeps in flight: bounds the working set (all ranks' bucket
-// regions) so that it stays in the last-level cache; see bench/README.md.
-constexpr std::size_t bucket_window = 2;
+// Buckets a rank keeps in flight: as many as keep the working set (every
+// rank's region of every bucket in flight, which a ring reads and writes
+// 2(n-1) times) within this budget, at least one, at most four. 16 MiB is half
+// the 32 MiB L3 of the development machine; with the default 4 MiB buckets
+// and 4 ranks that is one bucket at a time, which measured ~20% faster at 16
+// and 64 MB than two (32 MiB in flight); see bench/README.md. (sysconf's L3
+// size is not trusted: it reads 320 MiB on that VM.)
+constexpr int64_t working_set_budget = int64_t{16} << 20;
+
+std::size_t bucket_window(int64_t bucket_bytes, int n) {
+  int64_t w = working_set_budget / std::max<int64_t>(1, bucket_bytes * n);
+  return static_cast<std::size_t>(std::clamp<int64_t>(w, 1, 4));
+}
 
 std::unique_ptr<algorithm> make_algorithm(const std::string& name, int n) {
   if (name == "ring") return std::make_unique<ring_allreduce>();
@@ -38,24 +49,10 @@ std::unique_ptr<algorithm> make_algorithm(const std::string& name, int n) {
   throw std::invalid_argument("unknown reducer algorithm '" + name + "' (known: " + known + ")");
 }
 
-// Sync slots per ordered pair of ranks (see group_shared::sync).
-constexpr std::size_t sync_ring = 64;
-
 // What the reducers of one group share: each other's addresses and each
-// rank's posted buffers. `sync` gives ThreadSanitizer (and the C++ memory
-// model, independently of CAF's mailbox internals, which ThreadSanitizer
-// cannot see) an explicit happens-before edge per peer message: the k-th
-// message from a to b stores (release) to slot k mod sync_ring of pair (a, b)
-// before it is sent, and b loads (acquire) that slot when it receives the
-// k-th message from a (CAF keeps the order of messages between two actors).
-// One slot per message rather than one counter per pair, so that a receiver
-// does not also synchronise with what the sender did after sending, which
-// would hide races from ThreadSanitizer.
+// rank's posted buffers.
 struct group_shared {
-  explicit group_shared(int size)
-      : n(size),
-        slots(static_cast<std::size_t>(size)),
-        sync(static_cast<std::size_t>(size * size) * sync_ring) {}
+  explicit group_shared(int size) : n(size), slots(static_cast<std::size_t>(size)) {}
   struct slot {
     std::mutex mtx;
     std::shared_ptr<const posted> p;
@@ -64,7 +61,6 @@ struct group_shared {
   std::mutex wiring_mtx;
   std::vector<caf::actor_addr> addrs;
   std::vector<slot> slots;
-  std::vector<std::atomic<uint64_t>> sync;  // [(from * n + to) * sync_ring + k % sync_ring]
 };
 
 struct request {
@@ -93,8 +89,6 @@ struct reducer_state {
   std::vector<caf::actor_addr> peers;  // weak: the group's owner holds the handles
   std::vector<char> dead;
   std::string dead_reason;
-  std::vector<uint64_t> sent_to;     // messages sent to each peer
-  std::vector<uint64_t> heard_from;  // messages received from each peer
   uint64_t next_seq = 0;
   std::deque<request> queue;
   std::unique_ptr<collective> cur;
@@ -104,19 +98,6 @@ struct reducer_state {
 };
 
 using self_ptr = reducer_actor::stateful_pointer<reducer_state>;
-
-// Happens-before for one peer message (see group_shared::sync).
-void sync_send(reducer_state& st, int to) {
-  auto k = st.sent_to[static_cast<std::size_t>(to)]++;
-  auto pair = static_cast<std::size_t>(st.rank * st.n + to);
-  st.group->sync[pair * sync_ring + k % sync_ring].store(k, std::memory_order_release);
-}
-void sync_receive(reducer_state& st, int from) {
-  if (from < 0 || from >= st.n || from == st.rank) return;
-  auto k = st.heard_from[static_cast<std::size_t>(from)]++;
-  auto pair = static_cast<std::size_t>(from * st.n + st.rank);
-  (void)st.group->sync[pair * sync_ring + k % sync_ring].load(std::memory_order_acquire);
-}
 
 // One collective on one rank; the link its buckets' steps see.
 class collective final : public link {
@@ -139,7 +120,6 @@ class collective final : public link {
 
   void send_peer(int to, const reduce_peer_msg& m) {
     auto& st = self->state;
-    sync_send(st, to);
     ++st.stats.messages_sent;
     if (auto h = caf::actor_cast<reducer_actor>(st.peers[static_cast<std::size_t>(to)]))
       self->send(h, reduce_peer_atom::value, m);
@@ -153,6 +133,7 @@ class collective final : public link {
   plan wiring;
   std::vector<std::unique_ptr<bucket_op>> buckets;
   std::vector<char> counted;  // bucket finished and counted
+  std::size_t window = 1;     // buckets in flight at most
   std::size_t next_start = 0;
   std::size_t in_flight = 0;
   std::size_t finished = 0;
@@ -211,7 +192,6 @@ void abort_current(self_ptr self, std::string reason) {
   for (int p = 0; p < c.n; ++p)
     if (p != c.rank) {
       auto& st = self->state;
-      sync_send(st, p);
       ++st.stats.messages_sent;
       if (auto h = caf::actor_cast<reducer_actor>(st.peers[static_cast<std::size_t>(p)]))
         self->send(h, reduce_abort_atom::value, c.seq, static_cast<int32_t>(c.rank), c.reason);
@@ -220,7 +200,7 @@ void abort_current(self_ptr self, std::string reason) {
 
 void start_buckets(self_ptr self) {
   auto& c = *self->state.cur;
-  while (!c.aborted && !c.gated && c.in_flight < bucket_window && c.next_start < c.buckets.size()) {
+  while (!c.aborted && !c.gated && c.in_flight < c.window && c.next_start < c.buckets.size()) {
     auto b = c.next_start++;
     c.buckets[b]->start();
     if (c.counted[b]) continue;  // finished before its turn (it had nothing to send)
@@ -308,12 +288,13 @@ void finish(self_ptr self, caf::error err) {
     c->req.rp.deliver(std::move(err));
   } else {
     st.stats.bytes_reduced += c->me->view.numel() * static_cast<int64_t>(sizeof(float));
-    // A copy, not a move: copying a tensor is an acquire-release on its
-    // buffer's reference count, after every write to the buffer (ours, and
-    // our peers', which we acquired with their messages). A caller that
-    // copies or drops the tensors it gets back acquires it: the
-    // happens-before stays visible to ThreadSanitizer across CAF's mailbox.
-    c->req.rp.deliver(std::vector<tensor>(c->req.tensors));
+    // Copying a tensor is an acquire-release on its buffer's reference
+    // count: done here after every write to the buffers (ours, and our
+    // peers', which we acquired with their messages), and by a caller that
+    // copies or drops the tensors it gets back, it keeps the hand-over
+    // visible to ThreadSanitizer across CAF's (uninstrumented) mailbox.
+    for (const auto& t : c->req.tensors) [[maybe_unused]] tensor touch = t;
+    c->req.rp.deliver(std::move(c->req.tensors));
   }
   start_next(self);
 }
@@ -341,15 +322,15 @@ void maybe_finish(self_ptr self) {
 }
 
 std::string check_request(const request& r, int n, uint64_t seq) {
-  std::string head = "collective #" + std::to_string(seq) + ": ";
+  auto head = [&] { return "collective #" + std::to_string(seq) + ": "; };
   if (r.kind == collective_kind::allreduce && static_cast<uint8_t>(r.op) > 3)
-    return head + "unknown reduce op " + std::to_string(static_cast<int>(r.op));
+    return head() + "unknown reduce op " + std::to_string(static_cast<int>(r.op));
   if (r.kind == collective_kind::broadcast && (r.root < 0 || r.root >= n))
-    return head + "broadcast root " + std::to_string(r.root) + " is not a rank of a group of " +
+    return head() + "broadcast root " + std::to_string(r.root) + " is not a rank of a group of " +
            std::to_string(n);
   for (std::size_t i = 0; i < r.tensors.size(); ++i)
     if (r.tensors[i].type() != dtype::f32)
-      return head + "tensor " + std::to_string(i) + " is " + dtype_name(r.tensors[i].type()) +
+      return head() + "tensor " + std::to_string(i) + " is " + dtype_name(r.tensors[i].type()) +
              "; reducers take float32 only";
   return {};
 }
@@ -408,6 +389,7 @@ void begin(self_ptr self) {
     int64_t bucket_elems = std::max<int64_t>(1, st.cfg.bucket_bytes / 4);
     int64_t nb = c.n == 1 ? 1 : std::max<int64_t>(1, (numel + bucket_elems - 1) / bucket_elems);
     st.stats.buckets += nb;
+    c.window = bucket_window(bucket_elems * 4, c.n);
     if (c.n > 1) {
       c.wiring = st.algo->wire(c.rank, c.n, c.kind, c.root);
       auto bounds = split_range(0, numel, nb);
@@ -468,8 +450,6 @@ reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_
   st.cfg = std::move(cfg);
   st.group = std::move(group);
   st.dead.assign(static_cast<std::size_t>(n), 0);
-  st.sent_to.assign(static_cast<std::size_t>(n), 0);
-  st.heard_from.assign(static_cast<std::size_t>(n), 0);
   self->set_down_handler([self](caf::down_msg& dm) { on_peer_down(self, dm); });
   return {
       [self](allreduce_atom, reduce_op op,
@@ -485,16 +465,31 @@ reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_
         return rp;
       },
       [self](stats_atom) -> reducer_stats { return self->state.stats; },
-      [self](reduce_peer_atom, const reduce_peer_msg& m) {
-        sync_receive(self->state, m.from);
-        dispatch(self, m);
-      },
+      [self](reduce_peer_atom, const reduce_peer_msg& m) { dispatch(self, m); },
       [self](reduce_abort_atom, uint64_t seq, int32_t from, const std::string& reason) {
-        sync_receive(self->state, from);
         on_abort(self, seq, from, reason);
       },
   };
 }
+
+// The reducer actor: reducer_fn's behavior, with its mailbox hand-over made
+// visible to ThreadSanitizer (see reducers/visible_mailbox.hpp).
+class reducer_impl final : public visible_mailbox<reducer_actor::stateful_base<reducer_state>> {
+ public:
+  reducer_impl(caf::actor_config& cfg, int rank, int n, reducer_config rc,
+               std::shared_ptr<group_shared> group)
+      : visible_mailbox(cfg), rank_(rank), n_(n), rc_(std::move(rc)), group_(std::move(group)) {}
+
+  behavior_type make_behavior() override {
+    return reducer_fn(this, rank_, n_, std::move(rc_), std::move(group_));
+  }
+
+ private:
+  int rank_;
+  int n_;
+  reducer_config rc_;
+  std::shared_ptr<group_shared> group_;
+};
 
 }  // namespace
 
@@ -508,7 +503,7 @@ std::vector<reducer_actor> spawn_reducer_group(caf::actor_system& sys, int n,
     throw std::invalid_argument("spawn_reducer_group: bucket_bytes and chunk_bytes must be > 0");
   auto group = std::make_shared<group_shared>(n);
   std::vector<reducer_actor> handles;
-  for (int r = 0; r < n; ++r) handles.push_back(sys.spawn(reducer_fn, r, n, cfg, group));
+  for (int r = 0; r < n; ++r) handles.push_back(sys.spawn<reducer_impl>(r, n, cfg, group));
   std::lock_guard<std::mutex> guard{group->wiring_mtx};
   for (auto& h : handles) group->addrs.push_back(h.address());
   return handles;

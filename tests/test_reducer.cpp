@@ -5,11 +5,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "actors/reducer.hpp"
+#include "actors/reducers/visible_mailbox.hpp"
 #include "actors/system_config.hpp"
 
 using namespace troupe;
@@ -78,41 +82,132 @@ std::vector<std::vector<double>> reference(const std::vector<std::vector<tensor>
 
 struct outcome {
   std::vector<tensor> value;
+  reducer_stats stats;
   std::string error;
   bool ok() const { return error.empty(); }
 };
 
-template <class Handles>
-std::vector<outcome> collect(caf::scoped_actor& self, Handles& hs) {
-  std::vector<outcome> out(hs.size());
-  for (std::size_t r = 0; r < hs.size(); ++r)
-    // Copied, not moved: see reducer.cpp finish() (the copy's reference
-    // count increments are what ThreadSanitizer sees as the hand-over).
-    hs[r].receive([&](std::vector<tensor>& v) { out[r].value = v; },
-                  [&](caf::error& e) {
-                    out[r].error = describe(e);
-                    if (out[r].error.empty()) out[r].error = self->system().render(e);
-                  });
-  return out;
-}
+enum class call_kind { allreduce, broadcast, stats };
+
+struct call {
+  reducer_actor target;
+  call_kind kind = call_kind::allreduce;
+  reduce_op op = reduce_op::sum;
+  int32_t root = 0;
+  std::vector<tensor> tensors;
+};
+
+// Calls and their outcomes, shared between the test thread and the caller
+// actor under a mutex.
+struct board {
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<call> calls;
+  std::vector<std::optional<outcome>> out;
+
+  std::size_t add(call c) {
+    std::lock_guard<std::mutex> lk{m};
+    calls.push_back(std::move(c));
+    out.emplace_back();
+    return calls.size() - 1;
+  }
+  call get(std::size_t i) {
+    std::lock_guard<std::mutex> lk{m};
+    return calls[i];
+  }
+  void put(std::size_t i, outcome o) {
+    std::lock_guard<std::mutex> lk{m};
+    out[i] = std::move(o);
+    cv.notify_all();
+  }
+  outcome wait(std::size_t i) {
+    std::unique_lock<std::mutex> lk{m};
+    if (!cv.wait_for(lk, timeout + 5s, [&] { return out[i].has_value(); }))
+      return outcome{{}, {}, "test: no reply, not even a timeout"};
+    return *out[i];
+  }
+};
+
+// Makes the calls the test thread posts: an actor (not the test thread) so
+// that CAF's hand-over of requests and replies is visible to ThreadSanitizer
+// (see actors/reducers/visible_mailbox.hpp), with finite request timeouts.
+class caller : public reducers::visible_mailbox<caf::event_based_actor> {
+ public:
+  caller(caf::actor_config& cfg, std::shared_ptr<board> b)
+      : visible_mailbox(cfg), board_(std::move(b)) {}
+
+  caf::behavior make_behavior() override {
+    return {[this](std::size_t i) {
+      auto c = board_->get(i);
+      auto b = board_;
+      auto fail = [b, i](caf::error& e) {
+        auto text = describe(e);
+        b->put(i, outcome{{}, {}, text.empty() ? to_string(e) : text});
+      };
+      auto done = [b, i](std::vector<tensor>& v) { b->put(i, outcome{v, {}, {}}); };
+      switch (c.kind) {
+        case call_kind::allreduce:
+          request(c.target, timeout, allreduce_atom::value, c.op, c.tensors).then(done, fail);
+          break;
+        case call_kind::broadcast:
+          request(c.target, timeout, broadcast_atom::value, c.root, c.tensors).then(done, fail);
+          break;
+        case call_kind::stats:
+          request(c.target, timeout, stats_atom::value)
+              .then(
+                  [b, i](reducer_stats& s) {
+                    b->put(i, outcome{{}, s, {}});
+                  },
+                  fail);
+          break;
+      }
+    }};
+  }
+
+ private:
+  std::shared_ptr<board> board_;
+};
+
+struct env {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  std::shared_ptr<board> b = std::make_shared<board>();
+  caf::actor calls = sys.spawn<caller>(b);
+  ~env() { caf::anon_send_exit(calls, caf::exit_reason::user_shutdown); }
+
+  std::size_t post(call c) {
+    auto i = b->add(std::move(c));
+    caf::anon_send(calls, i);
+    return i;
+  }
+  outcome result(std::size_t i) { return b->wait(i); }
+  std::vector<outcome> results(const std::vector<std::size_t>& is) {
+    std::vector<outcome> r;
+    for (auto i : is) r.push_back(result(i));
+    return r;
+  }
+  reducer_stats stats(const reducer_actor& h) {
+    auto o = result(post(call{h, call_kind::stats, reduce_op::sum, 0, {}}));
+    REQUIRE_MESSAGE(o.ok(), o.error);
+    return o.stats;
+  }
+};
 
 // Every rank calls allreduce at once; returns each rank's outcome.
-std::vector<outcome> allreduce(caf::scoped_actor& self, const std::vector<reducer_actor>& group,
-                               reduce_op op, const std::vector<std::vector<tensor>>& data) {
-  using handle = decltype(self->request(group[0], timeout, allreduce_atom::value, op, data[0]));
-  std::vector<handle> hs;
+std::vector<outcome> allreduce(env& e, const std::vector<reducer_actor>& group, reduce_op op,
+                               const std::vector<std::vector<tensor>>& data) {
+  std::vector<std::size_t> is;
   for (std::size_t r = 0; r < group.size(); ++r)
-    hs.push_back(self->request(group[r], timeout, allreduce_atom::value, op, data[r]));
-  return collect(self, hs);
+    is.push_back(e.post(call{group[r], call_kind::allreduce, op, 0, data[r]}));
+  return e.results(is);
 }
 
-std::vector<outcome> broadcast(caf::scoped_actor& self, const std::vector<reducer_actor>& group,
-                               int32_t root, const std::vector<std::vector<tensor>>& data) {
-  using handle = decltype(self->request(group[0], timeout, broadcast_atom::value, root, data[0]));
-  std::vector<handle> hs;
+std::vector<outcome> broadcast(env& e, const std::vector<reducer_actor>& group, int32_t root,
+                               const std::vector<std::vector<tensor>>& data) {
+  std::vector<std::size_t> is;
   for (std::size_t r = 0; r < group.size(); ++r)
-    hs.push_back(self->request(group[r], timeout, broadcast_atom::value, root, data[r]));
-  return collect(self, hs);
+    is.push_back(e.post(call{group[r], call_kind::broadcast, reduce_op::sum, root, data[r]}));
+  return e.results(is);
 }
 
 bool same_bits(const tensor& a, const tensor& b) {
@@ -145,12 +240,6 @@ void check_allreduce(const std::vector<outcome>& out, const std::vector<std::vec
   }
 }
 
-struct env {
-  system_config cfg;
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-};
-
 }  // namespace
 
 TEST_CASE("allreduce: every algorithm, group size 1-5 and op matches the reference") {
@@ -169,7 +258,7 @@ TEST_CASE("allreduce: every algorithm, group size 1-5 and op matches the referen
           originals.push_back(clones(data.back()));
         }
         auto ref = reference(originals, op);
-        auto out = allreduce(e.self, group, op, data);
+        auto out = allreduce(e, group, op, data);
         check_allreduce(out, data, ref, op);
       }
     }
@@ -189,11 +278,9 @@ TEST_CASE("allreduce: default bucket and chunk sizes on a 12 MB tensor (several 
       data.push_back(random_tensors({{3 << 20}, {5}}, g));
       originals.push_back(clones(data.back()));
     }
-    auto out = allreduce(e.self, group, reduce_op::sum, data);
+    auto out = allreduce(e, group, reduce_op::sum, data);
     check_allreduce(out, data, reference(originals, reduce_op::sum), reduce_op::sum);
-    e.self->request(group[0], timeout, stats_atom::value)
-        .receive([](reducer_stats& s) { CHECK(s.buckets == 4); },  // 12 MB / 4 MB, + 5 floats
-                 [](caf::error& err) { FAIL(describe(err)); });
+    CHECK(e.stats(group[0]).buckets == 4);  // 12 MB / 4 MB, + 5 floats
   }
 }
 
@@ -210,7 +297,7 @@ TEST_CASE("broadcast: every algorithm, group size and root") {
         std::vector<std::vector<tensor>> data;
         for (int r = 0; r < n; ++r) data.push_back(random_tensors(odd_shapes, g));
         auto expected = clones(data[static_cast<std::size_t>(root)]);
-        auto out = broadcast(e.self, group, root, data);
+        auto out = broadcast(e, group, root, data);
         for (int r = 0; r < n; ++r) {
           auto& o = out[static_cast<std::size_t>(r)];
           REQUIRE_MESSAGE(o.ok(), "rank ", r, ": ", o.error);
@@ -241,18 +328,13 @@ TEST_CASE("collectives back to back, ranks calling in different orders and times
         data[k].push_back(random_tensors(odd_shapes, g));
         originals[k].push_back(clones(data[k].back()));
       }
-    using handle = decltype(e.self->request(group[0], timeout, allreduce_atom::value,
-                                            reduce_op::sum, data[0][0]));
-    std::vector<std::vector<handle>> hs(static_cast<std::size_t>(n));
+    std::vector<std::vector<std::size_t>> hs(static_cast<std::size_t>(n));
     auto call = [&](int r, int k) {
       auto& d = data[static_cast<std::size_t>(k)][static_cast<std::size_t>(r)];
-      auto& h = hs[static_cast<std::size_t>(r)];
-      if (k == 2)
-        h.push_back(e.self->request(group[static_cast<std::size_t>(r)], timeout,
-                                    broadcast_atom::value, int32_t{2}, d));
-      else
-        h.push_back(e.self->request(group[static_cast<std::size_t>(r)], timeout,
-                                    allreduce_atom::value, ops[k], d));
+      auto& target = group[static_cast<std::size_t>(r)];
+      hs[static_cast<std::size_t>(r)].push_back(
+          k == 2 ? e.post({target, call_kind::broadcast, reduce_op::sum, 2, d})
+                 : e.post({target, call_kind::allreduce, ops[k], 0, d}));
     };
     // Rank 2 queues everything at once, rank 0 two now and three later, rank 1
     // in between, rank 3 only after a long pause: its peers' messages for
@@ -267,7 +349,7 @@ TEST_CASE("collectives back to back, ranks calling in different orders and times
     for (int k = 0; k < count; ++k) call(3, k);
     std::vector<std::vector<outcome>> out(count, std::vector<outcome>(n));
     for (int r = 0; r < n; ++r) {
-      auto o = collect(e.self, hs[static_cast<std::size_t>(r)]);
+      auto o = e.results(hs[static_cast<std::size_t>(r)]);
       for (int k = 0; k < count; ++k)
         out[static_cast<std::size_t>(k)][static_cast<std::size_t>(r)] =
             std::move(o[static_cast<std::size_t>(k)]);
@@ -299,15 +381,12 @@ TEST_CASE("bucketing: 100 tiny tensors cost about one collective's messages") {
     CAPTURE(algo);
     auto stats = [&](const std::vector<reducer_actor>& group) {
       int64_t messages = 0, buckets = 0, collectives = 0;
-      for (auto& h : group)
-        e.self->request(h, timeout, stats_atom::value)
-            .receive(
-                [&](reducer_stats& s) {
-                  messages += s.messages_sent;
-                  buckets += s.buckets;
-                  collectives += s.collectives;
-                },
-                [](caf::error& err) { FAIL(describe(err)); });
+      for (auto& h : group) {
+        auto s = e.stats(h);
+        messages += s.messages_sent;
+        buckets += s.buckets;
+        collectives += s.collectives;
+      }
       return std::make_tuple(messages, buckets, collectives);
     };
     // Fused: one call with 100 tensors.
@@ -317,7 +396,7 @@ TEST_CASE("bucketing: 100 tiny tensors cost about one collective's messages") {
       data.push_back(random_tensors(tiny, g));
       originals.push_back(clones(data.back()));
     }
-    check_allreduce(allreduce(e.self, fused, reduce_op::sum, data), data,
+    check_allreduce(allreduce(e, fused, reduce_op::sum, data), data,
                     reference(originals, reduce_op::sum), reduce_op::sum);
     auto [fused_messages, fused_buckets, fused_collectives] = stats(fused);
     CHECK(fused_collectives == n);
@@ -327,7 +406,7 @@ TEST_CASE("bucketing: 100 tiny tensors cost about one collective's messages") {
     for (std::size_t t = 0; t < tiny.size(); ++t) {
       std::vector<std::vector<tensor>> one;
       for (int r = 0; r < n; ++r) one.push_back({data[static_cast<std::size_t>(r)][t]});
-      for (auto& o : allreduce(e.self, single, reduce_op::sum, one)) REQUIRE(o.ok());
+      for (auto& o : allreduce(e, single, reduce_op::sum, one)) REQUIRE(o.ok());
     }
     auto [single_messages, single_buckets, single_collectives] = stats(single);
     CHECK(single_collectives == 100 * n);
@@ -338,7 +417,7 @@ TEST_CASE("bucketing: 100 tiny tensors cost about one collective's messages") {
     CHECK(single_messages >= 100 * fused_messages / 2);
     // A bucket size of 400 bytes splits the 1200 bytes into 3 buckets.
     auto three = spawn_reducer_group(e.sys, n, reducer_config{algo, 400, 1 << 20});
-    auto out = allreduce(e.self, three, reduce_op::max, data);
+    auto out = allreduce(e, three, reduce_op::max, data);
     for (auto& o : out) REQUIRE(o.ok());
     auto [m3, b3, c3] = stats(three);
     CHECK(b3 == 3 * n);
@@ -370,29 +449,27 @@ TEST_CASE("mismatched calls fail on every rank, quickly, and the group goes on")
     // A different shape on one rank (rank 3: a leaf of every tree).
     auto shapes = odd_shapes;
     shapes[3] = {131};
-    expect_all_fail(allreduce(e.self, group, reduce_op::sum, make(3, shapes)), "tensor 3");
+    expect_all_fail(allreduce(e, group, reduce_op::sum, make(3, shapes)), "tensor 3");
     // A different number of tensors on rank 0 (every tree's root).
-    expect_all_fail(allreduce(e.self, group, reduce_op::sum, make(0, {{1}, {7}})), "tensors");
+    expect_all_fail(allreduce(e, group, reduce_op::sum, make(0, {{1}, {7}})), "tensors");
     // A different op on rank 1.
     {
       auto d = make(-1, {});
-      using handle =
-          decltype(e.self->request(group[0], timeout, allreduce_atom::value, reduce_op::sum, d[0]));
-      std::vector<handle> hs;
+      std::vector<std::size_t> hs;
       for (int r = 0; r < n; ++r)
-        hs.push_back(e.self->request(
-            group[static_cast<std::size_t>(r)], timeout, allreduce_atom::value,
-            r == 1 ? reduce_op::max : reduce_op::sum, d[static_cast<std::size_t>(r)]));
-      expect_all_fail(collect(e.self, hs), "allreduce(max)");
+        hs.push_back(
+            e.post({group[static_cast<std::size_t>(r)], call_kind::allreduce,
+                    r == 1 ? reduce_op::max : reduce_op::sum, 0, d[static_cast<std::size_t>(r)]}));
+      expect_all_fail(e.results(hs), "allreduce(max)");
     }
     // Broadcast with one rank's shape off, and with a root outside the group.
-    expect_all_fail(broadcast(e.self, group, 1, make(2, shapes)), "tensor 3");
-    expect_all_fail(broadcast(e.self, group, 7, make(-1, {})), "root 7");
+    expect_all_fail(broadcast(e, group, 1, make(2, shapes)), "tensor 3");
+    expect_all_fail(broadcast(e, group, 7, make(-1, {})), "root 7");
     // A float64-free world: int32 tensors are refused on every rank.
     {
       auto d = make(-1, {});
       d[2][0] = tensor({1}, dtype::i32);
-      expect_all_fail(allreduce(e.self, group, reduce_op::sum, d), "float32");
+      expect_all_fail(allreduce(e, group, reduce_op::sum, d), "float32");
     }
     auto elapsed = std::chrono::steady_clock::now() - t0;
     CHECK(elapsed < 2s);
@@ -402,7 +479,7 @@ TEST_CASE("mismatched calls fail on every rank, quickly, and the group goes on")
       data.push_back(random_tensors(odd_shapes, g));
       originals.push_back(clones(data.back()));
     }
-    check_allreduce(allreduce(e.self, group, reduce_op::mean, data), data,
+    check_allreduce(allreduce(e, group, reduce_op::mean, data), data,
                     reference(originals, reduce_op::mean), reduce_op::mean);
   }
 }
@@ -413,12 +490,12 @@ TEST_CASE("empty collectives and zero-element tensors") {
     CAPTURE(algo);
     auto group = spawn_reducer_group(e.sys, 3, small_config(algo));
     std::vector<std::vector<tensor>> none(3);
-    for (auto& o : allreduce(e.self, group, reduce_op::sum, none)) CHECK(o.ok());
+    for (auto& o : allreduce(e, group, reduce_op::sum, none)) CHECK(o.ok());
     std::vector<std::vector<tensor>> zero(3, std::vector<tensor>{tensor({0}), tensor({2, 0})});
-    for (auto& o : allreduce(e.self, group, reduce_op::max, zero)) CHECK(o.ok());
+    for (auto& o : allreduce(e, group, reduce_op::max, zero)) CHECK(o.ok());
     // One rank with an element more than the others: an error everywhere.
     std::vector<std::vector<tensor>> uneven{{tensor({0})}, {tensor({1})}, {tensor({0})}};
-    for (auto& o : allreduce(e.self, group, reduce_op::sum, uneven)) CHECK_FALSE(o.ok());
+    for (auto& o : allreduce(e, group, reduce_op::sum, uneven)) CHECK_FALSE(o.ok());
   }
 }
 

@@ -32,22 +32,23 @@ std::string call_name(const posted& p) {
 }  // namespace
 
 std::string compare_posted(int rank_a, const posted& a, int rank_b, const posted& b) {
-  std::string ra = "rank " + std::to_string(rank_a);
-  std::string rb = "rank " + std::to_string(rank_b);
-  std::string head = "collective #" + std::to_string(a.seq) + ": ";
+  // The common case (everything matches) builds no strings.
+  auto ra = [&] { return "rank " + std::to_string(rank_a); };
+  auto rb = [&] { return "rank " + std::to_string(rank_b); };
+  auto head = [&] { return "collective #" + std::to_string(a.seq) + ": "; };
   if (a.kind != b.kind || (a.kind == collective_kind::allreduce && a.op != b.op) ||
       (a.kind == collective_kind::broadcast && a.root != b.root))
-    return head + ra + " called " + call_name(a) + ", " + rb + " called " + call_name(b);
+    return head() + ra() + " called " + call_name(a) + ", " + rb() + " called " + call_name(b);
   const auto& ta = a.view.tensors;
   const auto& tb = b.view.tensors;
   if (ta.size() != tb.size())
-    return head + ra + " passed " + std::to_string(ta.size()) + " tensors, " + rb + " passed " +
-           std::to_string(tb.size());
+    return head() + ra() + " passed " + std::to_string(ta.size()) + " tensors, " + rb() +
+           " passed " + std::to_string(tb.size());
   for (std::size_t i = 0; i < ta.size(); ++i)
     if (ta[i].shape() != tb[i].shape() || ta[i].type() != tb[i].type())
-      return head + "tensor " + std::to_string(i) + " is " + dtype_name(ta[i].type()) +
-             shape_string(ta[i].shape()) + " on " + ra + " but " + dtype_name(tb[i].type()) +
-             shape_string(tb[i].shape()) + " on " + rb;
+      return head() + "tensor " + std::to_string(i) + " is " + dtype_name(ta[i].type()) +
+             shape_string(ta[i].shape()) + " on " + ra() + " but " + dtype_name(tb[i].type()) +
+             shape_string(tb[i].shape()) + " on " + rb();
   return {};
 }
 

@@ -17,9 +17,8 @@
 //  - push (tree, reduce_to_one, broadcasts): a rank writes a peer's region
 //    only after that peer has said "ready" for it (or, down a tree, after the
 //    writer's own parent has), and the peer touches it again only when told.
-// Each message also carries a release/acquire pair on a per-pair atomic
-// counter, so the happens-before is explicit in our code (ThreadSanitizer
-// cannot see it inside CAF's uninstrumented mailbox).
+// The happens-before between a message's sender and its receiver is CAF's
+// mailbox; reducers/visible_mailbox.hpp shows it to ThreadSanitizer.
 #include <cstdint>
 #include <memory>
 #include <stdexcept>

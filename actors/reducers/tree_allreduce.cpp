@@ -44,6 +44,14 @@ class tree_op final : public bucket_op {
     children_ = tree_children(arity, l.rank, l.n, root_);
     chunks_ = chunk_count(end - begin, l.chunk_elems);
     flat_down_ = end - begin <= flat_down_elems || arity >= l.n - 1;
+    // Who this rank writes the result into: everyone (flat root), its
+    // children (down the tree), or nobody (a flat non-root).
+    if (flat_down_ && parent_ < 0) {
+      for (int p = 0; p < l.n; ++p)
+        if (p != l.rank) targets_.push_back(p);
+    } else if (!flat_down_) {
+      targets_ = children_;
+    }
     if (l.kind == collective_kind::allreduce) ready_.assign(static_cast<std::size_t>(chunks_), 0);
   }
 
@@ -120,13 +128,6 @@ class tree_op final : public bucket_op {
   // flat), then tell them. They do not touch that chunk until told.
   void push_down(int64_t c) {
     auto [a, b] = chunk(c);
-    targets_.clear();
-    if (flat_down_ && parent_ < 0) {
-      for (int p = 0; p < l_.n; ++p)
-        if (p != l_.rank) targets_.push_back(p);
-    } else if (!flat_down_) {
-      targets_ = children_;
-    }
     for (int t : targets_) {
       const flat_view& dst = l_.peer(t);
       l_.mine->for_pieces(a, b, [&](std::size_t i, int64_t off, int64_t len) {
@@ -142,7 +143,7 @@ class tree_op final : public bucket_op {
   int root_ = 0;
   int parent_ = -1;
   std::vector<int> children_;
-  std::vector<int> targets_;
+  std::vector<int> targets_;  // ranks this one writes the result into
   int64_t chunks_ = 1;
   bool flat_down_ = true;
   std::vector<int> ready_;  // per chunk: children whose partial is in
