@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "tests/fixtures.hpp"
 
 namespace fs = std::filesystem;
 using namespace troupe;
@@ -17,21 +18,7 @@ namespace ck = troupe::checkpoint;
 
 namespace {
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("troupe-test-ckpt-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
-            "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
+using test::temp_dir;
 
 ck::snapshot make_snapshot(int64_t step, float scale = 1.0f) {
   ck::snapshot s;

@@ -16,6 +16,7 @@
 
 #include "data/dataset.hpp"
 #include "data/idx.hpp"
+#include "tests/fixtures.hpp"
 
 namespace fs = std::filesystem;
 using namespace troupe;
@@ -23,21 +24,7 @@ using namespace troupe::data;
 
 namespace {
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("troupe-test-data-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
-            "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using test::temp_dir;
 
 void write_raw(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
