@@ -33,9 +33,9 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
   plan->config = c;
   plan->options = o;
   if (c.strategy.kind != "one_device" && c.strategy.kind != "mirrored")
-    throw job_error("strategy.kind: \"" + c.strategy.kind +
-                    "\" is not implemented yet in this build (available: \"one_device\", "
-                    "\"mirrored\")");
+    throw config_error("strategy.kind", "\"" + c.strategy.kind +
+                                            "\" is not implemented yet in this build (available: "
+                                            "\"one_device\", \"mirrored\")");
   for (std::size_t i = 0; i < c.devices.size(); ++i) {
     try {
       check_device_available(parse_device(c.devices[i]));
