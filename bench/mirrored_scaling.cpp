@@ -11,31 +11,9 @@
 #include <sstream>
 
 #include "actors/job.hpp"
+#include "bench/bench_common.hpp"
 
 using namespace troupe;
-
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-job_config base(int64_t batch, int64_t epochs) {
-  job_config c;
-  c.name = "bench_mirrored";
-  c.model.hidden = {256, 256};
-  c.optimizer.kind = "adam";
-  c.data.batch_size = batch;
-  c.training.epochs = epochs;
-  c.training.eval_every_epochs = 0;
-  c.checkpoint.save_at_end = false;
-  c.logging.every_steps = 1000000;
-  c.logging.output_dir = "/tmp/troupe-bench-mirrored";
-  return c;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int64_t replicas = argc > 1 ? std::atoll(argv[1]) : 2;
@@ -51,9 +29,9 @@ int main(int argc, char** argv) {
   for (int64_t batch : batches) {
     std::vector<double> one, mir;
     for (int r = 0; r < repeats; ++r) {
-      auto c1 = base(batch, epochs);
+      auto c1 = bench::training_only_job("bench_mirrored", batch, epochs);
       one.push_back(run_job(c1)["samples_per_second"].get<double>());
-      auto cm = base(batch, epochs);
+      auto cm = bench::training_only_job("bench_mirrored", batch, epochs);
       cm.strategy.kind = "mirrored";
       cm.strategy.replicas = replicas;
       cm.strategy.check_replicas_every = -1;
@@ -61,7 +39,7 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < replicas; ++i) cm.devices.push_back("cpu:" + std::to_string(i));
       mir.push_back(run_job(cm)["samples_per_second"].get<double>());
     }
-    double o = median(one), m = median(mir);
+    double o = bench::median(one), m = bench::median(mir);
     std::printf("%s\n", nlohmann::json{{"bench", "mirrored_scaling"},
                                        {"model", "mlp 784-256-256-10"},
                                        {"optimizer", "adam"},

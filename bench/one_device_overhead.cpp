@@ -13,6 +13,7 @@
 
 #include "actors/input_pipeline.hpp"
 #include "actors/job.hpp"
+#include "bench/bench_common.hpp"
 #include "data/dataset.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/optimizer.hpp"
@@ -48,11 +49,6 @@ double plain_loop(const job_config& c, const data::train_test& tt) {
   return static_cast<double>(samples) / s;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,16 +58,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   kernels::init_cpu_kernels();
 
-  job_config c;
-  c.name = "bench_one_device";
-  c.model.hidden = {256, 256};
-  c.optimizer.kind = "adam";
-  c.data.batch_size = batch;
-  c.training.epochs = epochs;
-  c.training.eval_every_epochs = 0;
-  c.checkpoint.save_at_end = false;
-  c.logging.every_steps = 1000000;
-  c.logging.output_dir = "/tmp/troupe-bench-one-device";
+  auto c = bench::training_only_job("bench_one_device", batch, epochs);
   auto tt = data::load_fashion_mnist(c.data);
 
   std::vector<double> plain, actors;
@@ -85,7 +72,7 @@ int main(int argc, char** argv) {
                             .dump()
                             .c_str());
   }
-  double p = median(plain), a = median(actors);
+  double p = bench::median(plain), a = bench::median(actors);
   double overhead = (p - a) / p * 100.0;
   std::printf("%s\n", nlohmann::json{{"bench", "one_device_overhead"},
                                      {"model", "mlp 784-256-256-10"},
