@@ -78,6 +78,10 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<reducer_stats>("troupe::reducer_stats");
   cfg.add_message_type<reduce_peer_msg>("troupe::reduce_peer_msg");
   cfg.add_message_type<reducer_actor>("troupe::reducer_actor");
+  cfg.add_message_type<shard_values>("troupe::shard_values");
+  cfg.add_message_type<shard_state>("troupe::shard_state");
+  cfg.add_message_type<shard_stats>("troupe::shard_stats");
+  cfg.add_message_type<variable_shard_actor>("troupe::variable_shard_actor");
 }
 
 }  // namespace troupe

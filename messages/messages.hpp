@@ -147,3 +147,61 @@ std::string describe(const caf::error& e);
 void register_messages(caf::actor_system_config& cfg);
 
 }  // namespace troupe
+
+// --- Variable shards (actors/variable_shard.hpp): parameter_server and
+// central_storage. Kept in their own block so the shard protocol reads in one
+// place. ---
+namespace troupe {
+
+using push_atom = caf::atom_constant<caf::atom("push")>;
+using pull_atom = caf::atom_constant<caf::atom("pull")>;
+using aggregate_atom = caf::atom_constant<caf::atom("aggregate")>;
+
+// A pull's answer: the shard's version (updates applied) when it answered,
+// and the requested pieces at that version.
+struct shard_values {
+  int64_t version = 0;
+  std::vector<named_tensor> values;
+};
+
+// A shard's checkpoint: its pieces, the optimizer slots of those pieces
+// ("<piece>/momentum", ..., plus "optimizer/step") and its version.
+struct shard_state {
+  int64_t version = 0;
+  std::vector<named_tensor> variables;
+  std::vector<named_tensor> slots;
+};
+
+// A shard's counters since it started (restores do not reset them).
+// Staleness of a push = shard version when it is applied - the version its
+// gradient was computed from (0 = fresh).
+struct shard_stats {
+  int64_t version = 0;
+  int64_t pushes = 0;    // accepted pushes
+  int64_t pulls = 0;     // answered pulls
+  int64_t applies = 0;   // optimizer updates (async: one per push; aggregate: one per step)
+  int64_t rejected = 0;  // pushes and pulls answered with an error
+  int64_t bytes_in = 0;  // gradient bytes of accepted pushes
+  int64_t bytes_out = 0;
+  int64_t staleness_max = 0;
+  double staleness_mean = 0;
+  // Pushes by staleness: [0] = 0, [i] = [2^(i-1), 2^i) for 1 <= i < 15,
+  // [15] = 2^14 and above.
+  std::vector<int64_t> staleness_histogram;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_values& x) {
+  return f(caf::meta::type_name("shard_values"), x.version, x.values);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_state& x) {
+  return f(caf::meta::type_name("shard_state"), x.version, x.variables, x.slots);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_stats& x) {
+  return f(caf::meta::type_name("shard_stats"), x.version, x.pushes, x.pulls, x.applies, x.rejected,
+           x.bytes_in, x.bytes_out, x.staleness_max, x.staleness_mean, x.staleness_histogram);
+}
+
+}  // namespace troupe

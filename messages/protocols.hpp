@@ -51,3 +51,32 @@ using reducer_actor = caf::typed_actor<
     caf::reacts_to<reduce_abort_atom, uint64_t, int32_t, std::string>>;
 
 }  // namespace troupe
+
+namespace troupe {
+
+// variable_shard (actors/variable_shard.hpp): owns some pieces of the
+// variables (actors/partitioner.hpp) and their optimizer slots; workers pull
+// values and push gradients, and never wait on each other through it (a
+// reply comes when the work is done; the caller goes on meanwhile).
+using variable_shard_actor = caf::typed_actor<
+    // Values of the named pieces (empty list = all, in the shard's order) at
+    // the current version. Later updates never change what a puller got.
+    caf::replies_to<pull_atom, std::vector<std::string>>::with<shard_values>,
+    // (worker, worker_step, based_on_version, grads): gradients for every
+    // piece of the shard, any order, computed from values of version
+    // based_on_version. Async mode: applied on arrival. Aggregate mode: summed
+    // with the other contributors' pushes of the same worker_step and applied
+    // once when all have arrived. Replies with the version after the apply
+    // that included it; an error naming the piece on a mismatch.
+    caf::replies_to<push_atom, int64_t, int64_t, int64_t, std::vector<named_tensor>>::with<int64_t>,
+    // Contributors per step (0 = async). Replies with the previous value; a
+    // pending step that now has enough pushes is applied.
+    caf::replies_to<aggregate_atom, int64_t>::with<int64_t>,
+    // Checkpoint: pieces, slots, version (a consistent snapshot).
+    caf::replies_to<state_atom>::with<shard_state>,
+    // Replace pieces, slots and version; replies with the version. Pending
+    // aggregate steps fail.
+    caf::replies_to<restore_atom, shard_state>::with<int64_t>,
+    caf::replies_to<stats_atom>::with<shard_stats>>;
+
+}  // namespace troupe
