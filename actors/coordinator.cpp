@@ -172,41 +172,8 @@ void end_epoch(self_ptr self, std::function<void()> k) {
   }
 }
 
-void save_checkpoint(self_ptr self, std::function<void()> k) {
-  auto& st = self->state;
-  self->request(st.replicas.front(), caf::infinite, state_atom::value)
-      .then(
-          [self, k](model_state& ms) {
-            auto& st = self->state;
-            const auto& p = *st.plan;
-            checkpoint::snapshot snap;
-            snap.meta.job = p.config.name;
-            snap.meta.strategy = p.config.strategy.kind;
-            snap.meta.step = st.completed;
-            snap.meta.epoch = st.completed / p.steps_per_epoch;
-            snap.meta.batch_in_epoch = st.completed % p.steps_per_epoch;
-            snap.meta.config = to_json(p.config);
-            snap.variables = std::move(ms.variables);
-            snap.slots = std::move(ms.slots);
-            try {
-              st.last_checkpoint =
-                  checkpoint::save(p.checkpoint_dir, snap, p.config.checkpoint.keep);
-            } catch (const std::exception& e) {
-              fail(self, std::string("writing checkpoint failed: ") + e.what());
-              return;
-            }
-            spdlog::info("checkpoint saved: {} (step {})", st.last_checkpoint, st.completed);
-            write_metrics(
-                self,
-                {{"type", "checkpoint"}, {"step", st.completed}, {"path", st.last_checkpoint}});
-            k();
-          },
-          failed(self, "checkpoint snapshot failed"));
-}
-
-// Mirrored replicas must hold bit-identical variables: compare them all with
-// replica 0, and end the job naming the first variable that differs.
-void check_replicas(self_ptr self, std::function<void()> k) {
+// Asks every replica for its state at once and hands all states to k.
+void collect_states(self_ptr self, std::function<void(std::vector<model_state>&)> k) {
   auto& st = self->state;
   auto n = st.replicas.size();
   auto states = std::make_shared<std::vector<model_state>>(n);
@@ -214,31 +181,72 @@ void check_replicas(self_ptr self, std::function<void()> k) {
   for (std::size_t i = 0; i < n; ++i)
     self->request(st.replicas[i], caf::infinite, state_atom::value)
         .then(
-            [self, states, left, i, k](model_state& ms) {
+            [states, left, i, k](model_state& ms) {
               (*states)[i] = std::move(ms);
-              if (--*left > 0) return;
-              const auto& ref = (*states)[0].variables;
-              for (std::size_t r = 1; r < states->size(); ++r) {
-                const auto& vars = (*states)[r].variables;
-                for (std::size_t v = 0; v < ref.size(); ++v) {
-                  if (vars.at(v).value == ref[v].value) continue;
-                  double worst = 0;
-                  auto a = ref[v].value.span<float>();
-                  auto b = vars[v].value.span<float>();
-                  for (std::size_t j = 0; j < a.size(); ++j)
-                    worst = std::max(worst, std::abs(double(a[j]) - double(b[j])));
-                  fail(self, "replicas diverged at step " + std::to_string(self->state.completed) +
-                                 ": variable '" + ref[v].name +
-                                 "' differs between replica 0 and replica " + std::to_string(r) +
-                                 " (max abs difference " + std::to_string(worst) + ")");
-                  return;
-                }
-              }
-              spdlog::debug("step {}: {} replicas hold identical variables", self->state.completed,
-                            states->size());
-              k();
+              if (--*left == 0) k(*states);
             },
             failed(self, "reading replica state failed"));
+}
+
+void save_checkpoint(self_ptr self, std::function<void()> k) {
+  auto save = [self, k](model_state& ms) {
+    auto& st = self->state;
+    const auto& p = *st.plan;
+    checkpoint::snapshot snap;
+    snap.meta.job = p.config.name;
+    snap.meta.strategy = p.config.strategy.kind;
+    snap.meta.step = st.completed;
+    snap.meta.epoch = st.completed / p.steps_per_epoch;
+    snap.meta.batch_in_epoch = st.completed % p.steps_per_epoch;
+    snap.meta.config = to_json(p.config);
+    snap.variables = std::move(ms.variables);
+    snap.slots = std::move(ms.slots);
+    try {
+      st.last_checkpoint = checkpoint::save(p.checkpoint_dir, snap, p.config.checkpoint.keep);
+    } catch (const std::exception& e) {
+      fail(self, std::string("writing checkpoint failed: ") + e.what());
+      return;
+    }
+    spdlog::info("checkpoint saved: {} (step {})", st.last_checkpoint, st.completed);
+    write_metrics(self,
+                  {{"type", "checkpoint"}, {"step", st.completed}, {"path", st.last_checkpoint}});
+    k();
+  };
+  auto& st = self->state;
+  // Sharded optimizer slots are gathered by a collective: every replica
+  // takes part, and then any of them holds the whole state.
+  if (st.plan->config.strategy.kind == "mirrored" && st.plan->config.strategy.shard_optimizer) {
+    collect_states(self, [save](std::vector<model_state>& all) mutable { save(all.front()); });
+    return;
+  }
+  self->request(st.replicas.front(), caf::infinite, state_atom::value)
+      .then(save, failed(self, "checkpoint snapshot failed"));
+}
+
+// Mirrored replicas must hold bit-identical variables: compare them all with
+// replica 0, and end the job naming the first variable that differs.
+void check_replicas(self_ptr self, std::function<void()> k) {
+  collect_states(self, [self, k](std::vector<model_state>& states) {
+    const auto& ref = states[0].variables;
+    for (std::size_t r = 1; r < states.size(); ++r) {
+      const auto& vars = states[r].variables;
+      for (std::size_t v = 0; v < ref.size(); ++v) {
+        if (vars.at(v).value == ref[v].value) continue;
+        double worst = 0;
+        auto a = ref[v].value.span<float>();
+        auto b = vars[v].value.span<float>();
+        for (std::size_t j = 0; j < a.size(); ++j)
+          worst = std::max(worst, std::abs(double(a[j]) - double(b[j])));
+        fail(self, "replicas diverged at step " + std::to_string(self->state.completed) +
+                       ": variable '" + ref[v].name + "' differs between replica 0 and replica " +
+                       std::to_string(r) + " (max abs difference " + std::to_string(worst) + ")");
+        return;
+      }
+    }
+    spdlog::debug("step {}: {} replicas hold identical variables", self->state.completed,
+                  states.size());
+    k();
+  });
 }
 
 void finish(self_ptr self) {

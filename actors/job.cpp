@@ -105,12 +105,12 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
   std::vector<replica_actor> replicas;
   const int64_t n = c.strategy.replicas;
   std::vector<reducer_actor> reducers;
+  reducer_config reducer_cfg;
   if (c.strategy.kind == "mirrored") {
-    reducer_config rc;
-    rc.algorithm = c.strategy.reducer.algorithm;
-    rc.bucket_bytes = c.strategy.reducer.bucket_bytes;
-    rc.chunk_bytes = c.strategy.reducer.chunk_bytes;
-    reducers = spawn_reducer_group(sys, static_cast<int>(n), rc);
+    reducer_cfg.algorithm = c.strategy.reducer.algorithm;
+    reducer_cfg.bucket_bytes = c.strategy.reducer.bucket_bytes;
+    reducer_cfg.chunk_bytes = c.strategy.reducer.chunk_bytes;
+    reducers = spawn_reducer_group(sys, static_cast<int>(n), reducer_cfg);
   }
   for (int64_t r = 0; r < n; ++r) {
     auto dev = c.devices[static_cast<std::size_t>(r) % c.devices.size()];
@@ -131,7 +131,12 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
     replica_config rc;
     rc.index = r;
     rc.device = device;
-    if (!reducers.empty()) rc.reducer = reducers[static_cast<std::size_t>(r)];
+    if (!reducers.empty()) {
+      rc.reducer = reducers[static_cast<std::size_t>(r)];
+      rc.shard_optimizer = c.strategy.shard_optimizer;
+      rc.replicas = n;
+      rc.reducer_cfg = reducer_cfg;
+    }
     rc.model = c.model;
     rc.shape = {plan->train->features(), plan->train->classes};
     rc.optimizer = c.optimizer;

@@ -35,9 +35,26 @@ constexpr int32_t kind_hello = -2;    // broadcast: "my buffers are posted" (to 
 // size is not trusted: it reads 320 MiB on that VM.)
 constexpr int64_t working_set_budget = int64_t{16} << 20;
 
+// Bucket boundaries of a collective over `numel` floats (one bucket when
+// alone: nothing moves).
+std::vector<int64_t> bucket_bounds(int64_t numel, const reducer_config& cfg, int n) {
+  int64_t bucket_elems = std::max<int64_t>(1, cfg.bucket_bytes / 4);
+  int64_t nb = n == 1 ? 1 : std::max<int64_t>(1, (numel + bucket_elems - 1) / bucket_elems);
+  return split_range(0, numel, nb);
+}
+
 std::size_t bucket_window(int64_t bucket_bytes, int n) {
   int64_t w = working_set_budget / std::max<int64_t>(1, bucket_bytes * n);
   return static_cast<std::size_t>(std::clamp<int64_t>(w, 1, 4));
+}
+
+// The two halves of an all-reduce run as the ring's, whatever the algorithm.
+const ring_allreduce ring_halves;
+
+const algorithm& algorithm_for(const std::unique_ptr<algorithm>& chosen, collective_kind kind) {
+  if (kind == collective_kind::reduce_scatter || kind == collective_kind::all_gather)
+    return ring_halves;
+  return *chosen;
 }
 
 std::unique_ptr<algorithm> make_algorithm(const std::string& name, int n) {
@@ -323,7 +340,8 @@ void maybe_finish(self_ptr self) {
 
 std::string check_request(const request& r, int n, uint64_t seq) {
   auto head = [&] { return "collective #" + std::to_string(seq) + ": "; };
-  if (r.kind == collective_kind::allreduce && static_cast<uint8_t>(r.op) > 3)
+  if ((r.kind == collective_kind::allreduce || r.kind == collective_kind::reduce_scatter) &&
+      static_cast<uint8_t>(r.op) > 3)
     return head() + "unknown reduce op " + std::to_string(static_cast<int>(r.op));
   if (r.kind == collective_kind::broadcast && (r.root < 0 || r.root >= n))
     return head() + "broadcast root " + std::to_string(r.root) + " is not a rank of a group of " +
@@ -385,16 +403,15 @@ void begin(self_ptr self) {
   else if (!early_abort.empty())
     abort_current(self, std::move(early_abort));
   if (!c.aborted) {
-    int64_t numel = me->view.numel();
-    int64_t bucket_elems = std::max<int64_t>(1, st.cfg.bucket_bytes / 4);
-    int64_t nb = c.n == 1 ? 1 : std::max<int64_t>(1, (numel + bucket_elems - 1) / bucket_elems);
+    auto bounds = bucket_bounds(me->view.numel(), st.cfg, c.n);
+    int64_t nb = static_cast<int64_t>(bounds.size()) - 1;
     st.stats.buckets += nb;
-    c.window = bucket_window(bucket_elems * 4, c.n);
+    c.window = bucket_window(st.cfg.bucket_bytes, c.n);
     if (c.n > 1) {
-      c.wiring = st.algo->wire(c.rank, c.n, c.kind, c.root);
-      auto bounds = split_range(0, numel, nb);
+      const auto& algo = algorithm_for(st.algo, c.kind);
+      c.wiring = algo.wire(c.rank, c.n, c.kind, c.root);
       for (int64_t b = 0; b < nb; ++b)
-        c.buckets.push_back(st.algo->make(c, static_cast<int32_t>(b), bounds[b], bounds[b + 1]));
+        c.buckets.push_back(algo.make(c, static_cast<int32_t>(b), bounds[b], bounds[b + 1]));
       c.counted.assign(c.buckets.size(), 0);
       if (c.kind == collective_kind::broadcast) {
         if (c.rank == c.root)
@@ -458,6 +475,17 @@ reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_
         enqueue(self, request{collective_kind::allreduce, op, 0, std::move(ts), rp});
         return rp;
       },
+      [self](reduce_scatter_atom, reduce_op op,
+             std::vector<tensor>& ts) -> caf::result<std::vector<tensor>> {
+        auto rp = self->make_response_promise<std::vector<tensor>>();
+        enqueue(self, request{collective_kind::reduce_scatter, op, 0, std::move(ts), rp});
+        return rp;
+      },
+      [self](all_gather_atom, std::vector<tensor>& ts) -> caf::result<std::vector<tensor>> {
+        auto rp = self->make_response_promise<std::vector<tensor>>();
+        enqueue(self, request{collective_kind::all_gather, reduce_op::sum, 0, std::move(ts), rp});
+        return rp;
+      },
       [self](broadcast_atom, int32_t root,
              std::vector<tensor>& ts) -> caf::result<std::vector<tensor>> {
         auto rp = self->make_response_promise<std::vector<tensor>>();
@@ -492,6 +520,23 @@ class reducer_impl final : public visible_mailbox<reducer_actor::stateful_base<r
 };
 
 }  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> reduce_scatter_segments(int64_t numel,
+                                                                 const reducer_config& cfg, int n,
+                                                                 int rank) {
+  if (n < 1 || rank < 0 || rank >= n)
+    throw std::invalid_argument("reduce_scatter_segments: rank " + std::to_string(rank) +
+                                " of a group of " + std::to_string(n));
+  if (n == 1) return {{0, numel}};
+  auto bounds = bucket_bounds(numel, cfg, n);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int own = (rank + 1) % n;
+  for (std::size_t b = 0; b + 1 < bounds.size(); ++b) {
+    auto seg = split_range(bounds[b], bounds[b + 1], n);
+    if (seg[own] < seg[own + 1]) out.emplace_back(seg[own], seg[own + 1]);
+  }
+  return out;
+}
 
 std::vector<reducer_actor> spawn_reducer_group(caf::actor_system& sys, int n,
                                                const reducer_config& cfg) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -31,6 +32,14 @@ struct reducer_config {
   int64_t bucket_bytes = 4 << 20;
   int64_t chunk_bytes = 1 << 20;  // pipelining granularity inside the ring (and tree)
 };
+
+// The ranges [begin, end) of a collective's virtual buffer (its tensors
+// concatenated, `numel` floats) that rank `rank` of `n` holds reduced after a
+// reduce_scatter and contributes to an all_gather. Over all ranks they cover
+// [0, numel) exactly once. Throws std::invalid_argument for a bad rank.
+std::vector<std::pair<int64_t, int64_t>> reduce_scatter_segments(int64_t numel,
+                                                                 const reducer_config& cfg, int n,
+                                                                 int rank);
 
 // The algorithm names spawn_reducer_group() knows.
 const std::vector<std::string>& reducer_algorithms();

@@ -14,6 +14,8 @@ struct compute_state {
   std::unique_ptr<model> net;
   std::unique_ptr<kernels::optimizer> opt;
   std::vector<named_tensor> grads;
+  // shard_optimizer: this replica's reduce-scatter segments of the variables.
+  std::vector<std::pair<int64_t, int64_t>> segments;
 };
 
 namespace {
@@ -79,11 +81,47 @@ void apply_update(self_ptr self, step_stats s, caf::typed_response_promise<step_
         cs.opt->apply(cs.net->variables(), cs.grads);
         return 0;
       },
-      [self, s, rp](int&) mutable {
-        self->state.busy = false;
-        rp.deliver(s);
-        try_start(self);
-      });
+      [s, rp](int&) mutable { rp.deliver(s); });
+  // The device runs tasks in order, so the next step's gradients may be
+  // queued right behind this update: the reducer is done with the buffers.
+  self->state.busy = false;
+  try_start(self);
+}
+
+std::vector<tensor> variable_buffers(compute_state& cs) {
+  std::vector<tensor> out;
+  for (auto& v : cs.net->variables()) out.push_back(v.value);
+  return out;
+}
+
+// ZeRO stage 1: reduce-scatter the gradients, update only this replica's
+// segments (1/N of the optimizer's work), all-gather the variables. The next
+// step's gradients wait for the all-gather: they read the variables.
+void sharded_update(self_ptr self, step_stats s, caf::typed_response_promise<step_stats> rp) {
+  auto& st = self->state;
+  self->request(st.cfg.reducer, caf::infinite, reduce_scatter_atom::value, reduce_op::sum,
+                st.grad_buffers)
+      .then(
+          [self, s, rp](std::vector<tensor>&) mutable {
+            on_device<std::vector<tensor>>(
+                self,
+                [](compute_state& cs) {
+                  cs.opt->apply_ranges(cs.net->variables(), cs.grads, cs.segments);
+                  return variable_buffers(cs);
+                },
+                [self, s, rp](std::vector<tensor>& vars) mutable {
+                  self->request(self->state.cfg.reducer, caf::infinite, all_gather_atom::value,
+                                std::move(vars))
+                      .then(
+                          [self, s, rp](std::vector<tensor>&) mutable {
+                            self->state.busy = false;
+                            rp.deliver(s);
+                            try_start(self);
+                          },
+                          [self](caf::error& e) { self->quit(e); });
+                });
+          },
+          [self](caf::error& e) { self->quit(e); });
 }
 
 // One step: gradients over the step's micro-batches (accumulated), then, with
@@ -124,12 +162,38 @@ void start_step(self_ptr self, int64_t step, batch b, caf::typed_response_promis
           rp.deliver(s);
           return;
         }
+        if (st.cfg.shard_optimizer) {
+          sharded_update(self, s, rp);
+          return;
+        }
         self->request(st.cfg.reducer, caf::infinite, allreduce_atom::value, reduce_op::sum,
                       st.grad_buffers)
             .then([self, s, rp](std::vector<tensor>&) mutable { apply_update(self, s, rp); },
                   [self](caf::error& e) { self->quit(e); });
       });
   request_batches(self);
+}
+
+// Sharded slots are current only in their owner's segments: all-gather them,
+// one slot kind at a time (each is laid out like the variables), before a
+// snapshot. Every replica is asked for its state at the same points of the
+// job, so the collectives match.
+void gather_slots(self_ptr self, std::size_t k, std::function<void()> done) {
+  on_device<std::vector<tensor>>(
+      self,
+      [k](compute_state& cs) {
+        return k < cs.opt->slot_names().size() ? cs.opt->slot_tensors(k) : std::vector<tensor>{};
+      },
+      [self, k, done](std::vector<tensor>& slots) {
+        if (slots.empty()) {
+          done();
+          return;
+        }
+        self->request(self->state.cfg.reducer, caf::infinite, all_gather_atom::value,
+                      std::move(slots))
+            .then([self, k, done](std::vector<tensor>&) { gather_slots(self, k + 1, done); },
+                  [self](caf::error& e) { self->quit(e); });
+      });
 }
 
 void try_start(self_ptr self) {
@@ -157,6 +221,10 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
         cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_steps);
         cs.opt->init(cs.net->variables());
         cs.grads = cs.net->make_gradients();
+        int64_t numel = 0;
+        for (auto& g : cs.grads) numel += g.value.numel();
+        cs.segments = reduce_scatter_segments(numel, c.reducer_cfg, static_cast<int>(c.replicas),
+                                              static_cast<int>(c.index));
         std::vector<tensor> buffers;  // share the gradient buffers with the reducer
         for (auto& g : cs.grads) buffers.push_back(g.value);
         return buffers;
@@ -189,15 +257,22 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
       },
       [self](state_atom) -> caf::result<model_state> {
         auto rp = self->make_response_promise<model_state>();
-        on_device<model_state>(
-            self,
-            [](compute_state& cs) {
-              model_state ms;
-              for (auto& v : cs.net->variables()) ms.variables.push_back({v.name, v.value.clone()});
-              ms.slots = cs.opt->state();
-              return ms;
-            },
-            [rp](model_state& ms) mutable { rp.deliver(std::move(ms)); });
+        auto snapshot = [self, rp]() mutable {
+          on_device<model_state>(
+              self,
+              [](compute_state& cs) {
+                model_state ms;
+                for (auto& v : cs.net->variables())
+                  ms.variables.push_back({v.name, v.value.clone()});
+                ms.slots = cs.opt->state();
+                return ms;
+              },
+              [rp](model_state& ms) mutable { rp.deliver(std::move(ms)); });
+        };
+        if (self->state.cfg.shard_optimizer)
+          gather_slots(self, 0, snapshot);
+        else
+          snapshot();
         return rp;
       },
       [self](restore_atom, model_state ms) -> caf::result<int64_t> {

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 
+#include "actors/reducer.hpp"
 #include "config/job_config.hpp"
 #include "devices/device.hpp"
 #include "messages/protocols.hpp"
@@ -20,8 +21,13 @@ struct replica_config {
   int64_t total_steps = 0;  // for learning-rate schedules
   uint64_t seed = 0;
   input_pipeline_actor input;
-  reducer_actor reducer;      // mirrored: all-reduces gradients; null for one_device
-  int64_t fail_at_step = -1;  // test hook: throw at this step
+  reducer_actor reducer;  // mirrored: all-reduces gradients; null for one_device
+  // mirrored with strategy.shard_optimizer: reduce-scatter the gradients,
+  // update this replica's segments, all-gather the variables.
+  bool shard_optimizer = false;
+  int64_t replicas = 1;
+  reducer_config reducer_cfg;  // where the segments lie (reduce_scatter_segments)
+  int64_t fail_at_step = -1;   // test hook: throw at this step
 };
 
 struct compute_state;  // model + optimizer: touched only on the device thread

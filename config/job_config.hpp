@@ -78,6 +78,11 @@ struct strategy_config {
   // Gradient accumulation: micro-batches per update (effective batch = batch_size * R).
   int64_t steps_per_update = 1;
   reducer_settings reducer;
+  // mirrored: each replica updates only its reduce-scatter segments of the
+  // variables (and keeps only those optimizer slots current), then an
+  // all-gather spreads them (ZeRO stage 1); false = every replica all-reduces
+  // the gradients and applies the whole update itself.
+  bool shard_optimizer = true;
   // mirrored: verify the replicas' variables are bit-identical every N steps
   // and at the end (0 = only at the end; -1 = never).
   int64_t check_replicas_every = 0;

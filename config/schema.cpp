@@ -350,13 +350,16 @@ void read_reducer(const json& j, const std::string& path, reducer_settings& s) {
 
 void read_strategy(const json& j, const std::string& path, strategy_config& s) {
   object_reader r(j, path,
-                  {"kind", "replicas", "steps_per_update", "reducer", "check_replicas_every"});
+                  {"kind", "replicas", "steps_per_update", "reducer", "shard_optimizer",
+                   "check_replicas_every"});
   r.with("kind",
          [&](const json& v, const std::string& p) { s.kind = read_enum(v, p, kStrategies); });
   r.with("replicas", [&](const json& v, const std::string& p) { s.replicas = read_int(v, p, 1); });
   r.with("steps_per_update",
          [&](const json& v, const std::string& p) { s.steps_per_update = read_int(v, p, 1); });
   r.with("reducer", [&](const json& v, const std::string& p) { read_reducer(v, p, s.reducer); });
+  r.with("shard_optimizer",
+         [&](const json& v, const std::string& p) { s.shard_optimizer = read_bool(v, p); });
   r.with("check_replicas_every",
          [&](const json& v, const std::string& p) { s.check_replicas_every = read_int(v, p, -1); });
 }
@@ -504,6 +507,7 @@ nlohmann::json to_json(const job_config& c) {
                     {{"algorithm", c.strategy.reducer.algorithm},
                      {"bucket_bytes", c.strategy.reducer.bucket_bytes},
                      {"chunk_bytes", c.strategy.reducer.chunk_bytes}}},
+                   {"shard_optimizer", c.strategy.shard_optimizer},
                    {"check_replicas_every", c.strategy.check_replicas_every}};
   j["devices"] = c.devices;
   j["training"] = {{"epochs", c.training.epochs},

@@ -1,5 +1,6 @@
 #include "kernels/optimizer.hpp"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <utility>
@@ -52,6 +53,14 @@ void optimizer::init(const std::vector<troupe::named_tensor>& vars) {
 
 void optimizer::apply(std::vector<troupe::named_tensor>& vars,
                       const std::vector<troupe::named_tensor>& grads) {
+  int64_t total = 0;
+  for (const auto& v : vars) total += v.value.numel();
+  apply_ranges(vars, grads, {{0, total}});
+}
+
+void optimizer::apply_ranges(std::vector<troupe::named_tensor>& vars,
+                             const std::vector<troupe::named_tensor>& grads,
+                             const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   if (!initialized_) init(vars);
   if (vars.size() != names_.size())
     throw std::invalid_argument("optimizer::apply: " + std::to_string(vars.size()) +
@@ -78,32 +87,44 @@ void optimizer::apply(std::vector<troupe::named_tensor>& vars,
                                   ", expected " + shape_string(v.value.shape()));
   }
 
+  std::vector<int64_t> offsets{0};
+  for (const auto& v : vars) offsets.push_back(offsets.back() + v.value.numel());
+  for (auto [a, b] : ranges)
+    if (a < 0 || b < a || b > offsets.back())
+      throw std::invalid_argument("optimizer::apply: range [" + std::to_string(a) + ", " +
+                                  std::to_string(b) + ") outside the variables' " +
+                                  std::to_string(offsets.back()) + " elements");
+
   const float lr = static_cast<float>(current_lr());
   const float wd = static_cast<float>(cfg_.weight_decay);
   const bool decoupled = cfg_.decoupled_weight_decay && cfg_.weight_decay != 0.0;
   // L2 decay goes into the gradient; decoupled decay is a separate shrink.
   const float l2 = decoupled ? 0.0f : wd;
   const int64_t t = step_ + 1;  // 1-based update count
-  for (std::size_t i = 0; i < vars.size(); ++i) {
-    float* w = vars[i].value.f32();
-    const float* g = grads[i].value.f32();
-    const std::size_t n = static_cast<std::size_t>(vars[i].value.numel());
+  auto update = [&](std::size_t i, int64_t off, std::size_t n) {
+    float* w = vars[i].value.f32() + off;
+    const float* g = grads[i].value.f32() + off;
+    auto slot = [&](std::size_t k) { return slots_[k][i].f32() + off; };
     if (cfg_.kind == "sgd") {
       if (decoupled) decoupled_decay_step(w, n, lr, wd);
       sgd_step(w, g, n, lr, l2);
     } else if (cfg_.kind == "momentum") {
       if (decoupled) decoupled_decay_step(w, n, lr, wd);
-      momentum_step(w, slots_[0][i].f32(), g, n, lr, static_cast<float>(cfg_.momentum),
-                    cfg_.nesterov, l2);
+      momentum_step(w, slot(0), g, n, lr, static_cast<float>(cfg_.momentum), cfg_.nesterov, l2);
     } else if (cfg_.kind == "adam") {
-      adam_step(w, slots_[0][i].f32(), slots_[1][i].f32(), g, n, lr, static_cast<float>(cfg_.beta1),
+      adam_step(w, slot(0), slot(1), g, n, lr, static_cast<float>(cfg_.beta1),
                 static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.epsilon), t, wd, decoupled);
     } else {  // rmsprop
       if (decoupled) decoupled_decay_step(w, n, lr, wd);
-      rmsprop_step(w, slots_[0][i].f32(), g, n, lr, static_cast<float>(cfg_.rho),
+      rmsprop_step(w, slot(0), g, n, lr, static_cast<float>(cfg_.rho),
                    static_cast<float>(cfg_.epsilon), l2);
     }
-  }
+  };
+  for (auto [a, b] : ranges)
+    for (std::size_t i = 0; i < vars.size() && a < b; ++i) {
+      int64_t lo = std::max(a, offsets[i]), hi = std::min(b, offsets[i + 1]);
+      if (lo < hi) update(i, lo - offsets[i], static_cast<std::size_t>(hi - lo));
+    }
   step_ = t;
 }
 

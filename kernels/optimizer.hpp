@@ -5,6 +5,7 @@
 // rate (kernels/lr_schedule.hpp).
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/job_config.hpp"
@@ -29,6 +30,14 @@ class optimizer {
   void apply(std::vector<troupe::named_tensor>& vars,
              const std::vector<troupe::named_tensor>& grads);
 
+  // As apply(), but only the elements in `ranges` ([begin, end) over the
+  // variables concatenated in order) and their slots are updated: a sharded
+  // (ZeRO-1) update, where each replica updates its reduce-scatter segments
+  // and an all-gather spreads the result. step() advances as for apply().
+  void apply_ranges(std::vector<troupe::named_tensor>& vars,
+                    const std::vector<troupe::named_tensor>& grads,
+                    const std::vector<std::pair<int64_t, int64_t>>& ranges);
+
   double current_lr() const;  // lr that the next apply() will use
   int64_t step() const;       // updates done
 
@@ -41,6 +50,10 @@ class optimizer {
   // std::runtime_error naming the missing or mis-shaped slot, leaving the
   // optimizer unchanged. Entries that are not ours are ignored.
   void load_state(const std::vector<troupe::named_tensor>& state);
+
+  // The live slot tensors of slot k (slot_names()[k]), one per variable in
+  // variable order: shared buffers, for an all-gather of sharded slots.
+  std::vector<troupe::tensor> slot_tensors(std::size_t k) const { return slots_.at(k); }
 
   const troupe::optimizer_config& config() const { return cfg_; }
   // The slot suffixes this kind keeps per variable ("momentum", ...).

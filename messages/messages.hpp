@@ -24,6 +24,8 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 // Reducers (actors/reducer.hpp): collectives, statistics, reducer-to-reducer.
 using allreduce_atom = caf::atom_constant<caf::atom("allreduce")>;
 using broadcast_atom = caf::atom_constant<caf::atom("broadcast")>;
+using reduce_scatter_atom = caf::atom_constant<caf::atom("rscatter")>;
+using all_gather_atom = caf::atom_constant<caf::atom("agather")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using reduce_peer_atom = caf::atom_constant<caf::atom("rpeer")>;
 using reduce_abort_atom = caf::atom_constant<caf::atom("rabort")>;

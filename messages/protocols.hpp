@@ -40,6 +40,12 @@ using reducer_actor = caf::typed_actor<
     // shapes and dtype of tensors, in the same order of collectives; a mismatch
     // is an error reply on every rank.
     caf::replies_to<allreduce_atom, reduce_op, std::vector<tensor>>::with<std::vector<tensor>>,
+    // The two halves of a ring all-reduce (ZeRO-style sharded updates): after
+    // a reduce-scatter, this rank's segments (reduce_scatter_segments() in
+    // actors/reducer.hpp) hold the reduction and the rest is unspecified;
+    // an all-gather copies every rank's segments into every rank's tensors.
+    caf::replies_to<reduce_scatter_atom, reduce_op, std::vector<tensor>>::with<std::vector<tensor>>,
+    caf::replies_to<all_gather_atom, std::vector<tensor>>::with<std::vector<tensor>>,
     // Collective broadcast from rank `root` into every rank's tensors, in place.
     caf::replies_to<broadcast_atom, int32_t, std::vector<tensor>>::with<std::vector<tensor>>,
     // This rank's counters.

@@ -534,3 +534,50 @@ TEST_CASE("optimizer class: errors") {
   optimizer fresh(make_cfg("adam", 0.1), 10);
   CHECK_THROWS_AS(fresh.load_state(st), std::runtime_error);  // no init() yet
 }
+
+TEST_CASE("optimizer class: apply_ranges over disjoint shards equals apply, bit for bit") {
+  for (const char* kind : {"sgd", "momentum", "adam", "rmsprop"}) {
+    CAPTURE(kind);
+    auto c = make_cfg(kind, 0.05);
+    c.weight_decay = 0.01;
+    c.decoupled_weight_decay = std::string(kind) == "adam";
+    auto make_vars = [] {
+      return std::vector<named_tensor>{
+          {"dense0/w", tensor::from<float>({2, 3}, {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f})},
+          {"dense0/b", tensor::from<float>({3}, {0.0f, 0.1f, -0.1f})}};
+    };
+    auto grads = std::vector<named_tensor>{
+        {"dense0/w", tensor::from<float>({2, 3}, {0.3f, -0.1f, 0.5f, -0.3f, 0.2f, 0.2f})},
+        {"dense0/b", tensor::from<float>({3}, {-0.4f, 0.05f, 0.7f})}};
+    optimizer whole(c, 10);
+    auto vw = make_vars();
+    // Three "replicas" each update their segments (one crosses the variable
+    // boundary at 6), then their segments are copied together.
+    const std::vector<std::vector<std::pair<int64_t, int64_t>>> shards{
+        {{0, 4}}, {{4, 7}}, {{7, 9}}};
+    std::vector<optimizer> parts;
+    std::vector<std::vector<named_tensor>> pv;
+    for (std::size_t r = 0; r < shards.size(); ++r) {
+      parts.emplace_back(c, 10);
+      pv.push_back(make_vars());
+    }
+    for (int s = 0; s < 3; ++s) {
+      whole.apply(vw, grads);
+      for (std::size_t r = 0; r < shards.size(); ++r)
+        parts[r].apply_ranges(pv[r], grads, shards[r]);
+      // all-gather
+      for (std::size_t r = 0; r < shards.size(); ++r)
+        for (auto [a, b] : shards[r])
+          for (int64_t i = a; i < b; ++i)
+            for (auto& other : pv) {
+              auto& dst = i < 6 ? other[0].value.f32()[i] : other[1].value.f32()[i - 6];
+              dst = i < 6 ? pv[r][0].value.f32()[i] : pv[r][1].value.f32()[i - 6];
+            }
+    }
+    for (std::size_t r = 0; r < shards.size(); ++r) {
+      CHECK(parts[r].step() == 3);
+      for (std::size_t i = 0; i < vw.size(); ++i) CHECK(pv[r][i].value == vw[i].value);
+    }
+    CHECK_THROWS_AS(parts[0].apply_ranges(pv[0], grads, {{5, 10}}), std::invalid_argument);
+  }
+}

@@ -87,7 +87,7 @@ struct outcome {
   bool ok() const { return error.empty(); }
 };
 
-enum class call_kind { allreduce, broadcast, stats };
+enum class call_kind { allreduce, broadcast, stats, reduce_scatter, all_gather };
 
 struct call {
   reducer_actor target;
@@ -152,6 +152,12 @@ class caller : public reducers::visible_mailbox<caf::event_based_actor> {
         case call_kind::broadcast:
           request(c.target, timeout, broadcast_atom::value, c.root, c.tensors).then(done, fail);
           break;
+        case call_kind::reduce_scatter:
+          request(c.target, timeout, reduce_scatter_atom::value, c.op, c.tensors).then(done, fail);
+          break;
+        case call_kind::all_gather:
+          request(c.target, timeout, all_gather_atom::value, c.tensors).then(done, fail);
+          break;
         case call_kind::stats:
           request(c.target, timeout, stats_atom::value)
               .then(
@@ -199,6 +205,14 @@ std::vector<outcome> allreduce(env& e, const std::vector<reducer_actor>& group, 
   std::vector<std::size_t> is;
   for (std::size_t r = 0; r < group.size(); ++r)
     is.push_back(e.post(call{group[r], call_kind::allreduce, op, 0, data[r]}));
+  return e.results(is);
+}
+
+std::vector<outcome> collective(env& e, const std::vector<reducer_actor>& group, call_kind k,
+                                reduce_op op, const std::vector<std::vector<tensor>>& data) {
+  std::vector<std::size_t> is;
+  for (std::size_t r = 0; r < group.size(); ++r)
+    is.push_back(e.post(call{group[r], k, op, 0, data[r]}));
   return e.results(is);
 }
 
@@ -517,4 +531,109 @@ TEST_CASE("spawn_reducer_group refuses unknown algorithms and bad sizes") {
   CHECK(std::string(reduce_op_name(reduce_op::mean)) == "mean");
   CHECK(parse_reduce_op("max") == reduce_op::max);
   CHECK_THROWS_AS(parse_reduce_op("avg"), std::invalid_argument);
+}
+
+// Element i of the tensors seen as one buffer (how segments are numbered).
+float& flat_at(std::vector<tensor>& ts, int64_t i) {
+  for (auto& t : ts) {
+    if (i < t.numel()) return t.f32()[i];
+    i -= t.numel();
+  }
+  throw std::out_of_range("flat_at");
+}
+
+TEST_CASE("reduce_scatter then all_gather: segments, ops and the same bits as allreduce") {
+  env e;
+  std::mt19937 g(11);
+  int64_t numel = 0;
+  for (const auto& s : odd_shapes) numel += shape_numel(s);
+  for (const auto& algo : reducer_algorithms()) {
+    for (int n = 1; n <= 5; ++n) {
+      auto cfg = small_config(algo);
+      auto group = spawn_reducer_group(e.sys, n, cfg);
+      // The segments cover the buffer exactly once over the ranks.
+      std::vector<int> owner(static_cast<std::size_t>(numel), -1);
+      for (int r = 0; r < n; ++r)
+        for (auto [a, b] : reduce_scatter_segments(numel, cfg, n, r))
+          for (int64_t i = a; i < b; ++i) {
+            CHECK(owner[static_cast<std::size_t>(i)] == -1);
+            owner[static_cast<std::size_t>(i)] = r;
+          }
+      CHECK(std::count(owner.begin(), owner.end(), -1) == 0);
+      for (auto op : all_ops) {
+        CAPTURE(algo);
+        CAPTURE(n);
+        CAPTURE(reduce_op_name(op));
+        std::vector<std::vector<tensor>> data, originals, again;
+        for (int r = 0; r < n; ++r) {
+          data.push_back(random_tensors(odd_shapes, g));
+          originals.push_back(clones(data.back()));
+          again.push_back(clones(data.back()));
+        }
+        auto ref = reference(originals, op);
+        auto rs = collective(e, group, call_kind::reduce_scatter, op, data);
+        for (int r = 0; r < n; ++r) {
+          REQUIRE_MESSAGE(rs[static_cast<std::size_t>(r)].ok(),
+                          rs[static_cast<std::size_t>(r)].error);
+          auto& got = rs[static_cast<std::size_t>(r)].value;
+          CHECK(got[0].shares_buffer_with(data[static_cast<std::size_t>(r)][0]));
+          std::vector<double> flat_ref;
+          for (auto& t : ref) flat_ref.insert(flat_ref.end(), t.begin(), t.end());
+          for (auto [a, b] : reduce_scatter_segments(numel, cfg, n, r))
+            for (int64_t i = a; i < b; ++i)
+              if (std::abs(flat_at(got, i) - flat_ref[static_cast<std::size_t>(i)]) > 1e-5)
+                FAIL_CHECK("rank ", r, " element ", i, " = ", flat_at(got, i), ", expected ",
+                           flat_ref[static_cast<std::size_t>(i)]);
+        }
+        auto ag = collective(e, group, call_kind::all_gather, reduce_op::sum, data);
+        auto ar = allreduce(e, group, op, again);
+        for (int r = 0; r < n; ++r) {
+          REQUIRE_MESSAGE(ag[static_cast<std::size_t>(r)].ok(),
+                          ag[static_cast<std::size_t>(r)].error);
+          REQUIRE(ar[static_cast<std::size_t>(r)].ok());
+          for (std::size_t t = 0; t < odd_shapes.size(); ++t)
+            if (algo == "ring")  // the same arithmetic, so the same bits
+              CHECK(same_bits(ag[static_cast<std::size_t>(r)].value[t],
+                              ar[static_cast<std::size_t>(r)].value[t]));
+            else
+              CHECK(same_bits(ag[static_cast<std::size_t>(r)].value[t], ag[0].value[t]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("all_gather copies each rank's segments to every rank; a mismatch fails everywhere") {
+  env e;
+  auto cfg = small_config("tree");
+  const int n = 3;
+  auto group = spawn_reducer_group(e.sys, n, cfg);
+  std::vector<std::vector<tensor>> data;
+  int64_t numel = 0;
+  for (const auto& s : odd_shapes) numel += shape_numel(s);
+  for (int r = 0; r < n; ++r) {
+    data.push_back(random_tensors(odd_shapes, *std::make_unique<std::mt19937>(r)));
+    for (auto [a, b] : reduce_scatter_segments(numel, cfg, n, r))
+      for (int64_t i = a; i < b; ++i) flat_at(data.back(), i) = static_cast<float>(1000 * r + i);
+  }
+  auto out = collective(e, group, call_kind::all_gather, reduce_op::sum, data);
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(out[static_cast<std::size_t>(r)].ok());
+    for (int owner = 0; owner < n; ++owner)
+      for (auto [a, b] : reduce_scatter_segments(numel, cfg, n, owner))
+        for (int64_t i = a; i < b; ++i)
+          CHECK(flat_at(out[static_cast<std::size_t>(r)].value, i) ==
+                static_cast<float>(1000 * owner + i));
+  }
+  // Rank 2 calls allreduce where the others all_gather: everyone gets an error.
+  std::vector<std::size_t> is;
+  for (int r = 0; r < n; ++r)
+    is.push_back(e.post(call{group[static_cast<std::size_t>(r)],
+                             r == 2 ? call_kind::allreduce : call_kind::all_gather, reduce_op::sum,
+                             0, data[static_cast<std::size_t>(r)]}));
+  for (auto& o : e.results(is)) {
+    CHECK_FALSE(o.ok());
+    CHECK_MESSAGE(o.error.find("all_gather") != std::string::npos, o.error);
+  }
+  CHECK_THROWS_AS(reduce_scatter_segments(10, cfg, 3, 3), std::invalid_argument);
 }

@@ -25,8 +25,16 @@ std::size_t flat_view::first_tensor(int64_t a) const {
 
 namespace {
 std::string call_name(const posted& p) {
-  if (p.kind == collective_kind::allreduce)
-    return std::string("allreduce(") + reduce_op_name(p.op) + ")";
+  switch (p.kind) {
+    case collective_kind::allreduce:
+      return std::string("allreduce(") + reduce_op_name(p.op) + ")";
+    case collective_kind::reduce_scatter:
+      return std::string("reduce_scatter(") + reduce_op_name(p.op) + ")";
+    case collective_kind::all_gather:
+      return "all_gather";
+    case collective_kind::broadcast:
+      break;
+  }
   return "broadcast(root " + std::to_string(p.root) + ")";
 }
 }  // namespace
@@ -36,7 +44,8 @@ std::string compare_posted(int rank_a, const posted& a, int rank_b, const posted
   auto ra = [&] { return "rank " + std::to_string(rank_a); };
   auto rb = [&] { return "rank " + std::to_string(rank_b); };
   auto head = [&] { return "collective #" + std::to_string(a.seq) + ": "; };
-  if (a.kind != b.kind || (a.kind == collective_kind::allreduce && a.op != b.op) ||
+  bool reduces = a.kind == collective_kind::allreduce || a.kind == collective_kind::reduce_scatter;
+  if (a.kind != b.kind || (reduces && a.op != b.op) ||
       (a.kind == collective_kind::broadcast && a.root != b.root))
     return head() + ra() + " called " + call_name(a) + ", " + rb() + " called " + call_name(b);
   const auto& ta = a.view.tensors;

@@ -29,7 +29,14 @@
 
 namespace troupe::reducers {
 
-enum class collective_kind : uint8_t { allreduce = 0, broadcast = 1 };
+// reduce_scatter and all_gather are the ring's two halves on their own (every
+// algorithm runs them as the ring does; see actors/reducer.hpp).
+enum class collective_kind : uint8_t {
+  allreduce = 0,
+  broadcast = 1,
+  reduce_scatter = 2,
+  all_gather = 3
+};
 
 // A rank's tensors of one collective as one virtual buffer of numel() floats
 // (no copy: the tensors are the caller's, this only holds references).

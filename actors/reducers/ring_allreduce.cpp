@@ -29,12 +29,20 @@ class ring_op final : public bucket_op {
     for (int s = 0; s < n_; ++s) {
       chunks_.push_back(chunk_count(seg_[s + 1] - seg_[s], l.chunk_elems));
       max_chunks_ = std::max(max_chunks_, chunks_.back());
-      if (s != r_) expected_ += chunks_.back();     // reduce-scatter receives
-      if (s != next_) expected_ += chunks_.back();  // all-gather receives
+      if (s != r_ && l.kind != collective_kind::all_gather)
+        expected_ += chunks_.back();  // reduce-scatter receives
+      if (s != next_ && l.kind != collective_kind::reduce_scatter)
+        expected_ += chunks_.back();  // all-gather receives
     }
   }
 
+  // An all-gather on its own starts where the reduce-scatter ends: this rank
+  // holds segment r+1 and passes it on.
   void start() override {
+    if (l_.kind == collective_kind::all_gather) {
+      for (int64_t k = 0; k < chunks_[next_]; ++k) l_.send(next_, bucket_, all_gather, pack(0, k));
+      return;
+    }
     for (int64_t k = 0; k < chunks_[r_]; ++k) l_.send(next_, bucket_, reduce_scatter, pack(0, k));
   }
 
@@ -56,7 +64,10 @@ class ring_op final : public bucket_op {
         else
           combine(own[i] + off, src.data[i] + off, len, l_.op);
       });
-      l_.send(next_, bucket_, last ? all_gather : reduce_scatter, pack(last ? 0 : t + 1, k));
+      if (!last)
+        l_.send(next_, bucket_, reduce_scatter, pack(t + 1, k));
+      else if (l_.kind == collective_kind::allreduce)
+        l_.send(next_, bucket_, all_gather, pack(0, k));
     } else {
       auto [a, b] = chunk(mod(r_ - t), k);
       l_.mine->for_pieces(a, b, [&](std::size_t i, int64_t off, int64_t len) {

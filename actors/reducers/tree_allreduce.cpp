@@ -85,9 +85,12 @@ class tree_op final : public bucket_op {
       }
     } else {
       // Our chunk c holds the result (written by the root or our parent,
-      // who checked our call against theirs before).
-      if (c < 0 || c >= chunks_)
+      // who checked our call against theirs before; a sender running some
+      // other call is reported as such by peer()).
+      if (c < 0 || c >= chunks_) {
+        (void)l_.peer(from);
         throw peer_mismatch("tree: chunk " + std::to_string(c) + " out of range");
+      }
       if (!flat_down_) push_down(c);
       ++final_;
     }
