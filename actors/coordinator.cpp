@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "kernels/lr_schedule.hpp"
+
 namespace troupe {
 namespace {
 
@@ -58,6 +60,52 @@ struct step_join {
   step_stats sum;
 };
 
+bool async_workers(const coordinator_state& st) {
+  return st.plan->config.strategy.kind == "parameter_server";
+}
+
+// Books a finished update (all replicas' parts of a synchronous step, or one
+// worker's push): progress, metrics lines, and the next steps or a boundary.
+void step_done(self_ptr self, const step_stats& sum) {
+  auto& st = self->state;
+  if (st.finished) return;
+  ++st.completed;
+  st.samples += sum.count;
+  st.window_loss += sum.loss_sum;
+  st.window_count += sum.count;
+  const auto& p = *st.plan;
+  if (st.completed % p.config.logging.every_steps == 0 || st.completed == st.boundary) {
+    double win = seconds_since(st.window_start);
+    progress_info pi;
+    pi.step = st.completed;
+    pi.total_steps = p.total_steps;
+    pi.epoch = (st.completed - 1) / p.steps_per_epoch;
+    pi.epochs = p.config.training.epochs;
+    pi.loss = st.window_count ? st.window_loss / static_cast<double>(st.window_count) : 0;
+    pi.samples_per_second = win > 0 ? static_cast<double>(st.window_count) / win : 0;
+    pi.elapsed_seconds = seconds_since(st.started);
+    // With shards the replicas' own optimizers never step: the schedule says.
+    double lr = st.shards.actors.empty() ? sum.lr
+                                         : kernels::learning_rate_at(
+                                               p.config.optimizer, st.completed - 1, p.total_steps);
+    write_metrics(self, {{"type", "step"},
+                         {"step", pi.step},
+                         {"epoch", pi.epoch},
+                         {"loss", pi.loss},
+                         {"lr", lr},
+                         {"samples_per_second", pi.samples_per_second},
+                         {"elapsed_seconds", pi.elapsed_seconds}});
+    if (p.options.on_progress) p.options.on_progress(pi);
+    st.window_loss = 0;
+    st.window_count = 0;
+    st.window_start = clock_type::now();
+  }
+  if (st.completed == st.boundary)
+    at_boundary(self);
+  else
+    pump(self);
+}
+
 void issue(self_ptr self, int64_t step) {
   auto& st = self->state;
   auto join = std::make_shared<step_join>();
@@ -72,51 +120,141 @@ void issue(self_ptr self, int64_t step) {
               join->sum.loss_sum += s.loss_sum;
               join->sum.correct += s.correct;
               join->sum.count += s.count;
-              if (--join->pending > 0) return;
-              auto& st = self->state;
-              if (st.finished) return;
-              ++st.completed;
-              st.samples += join->sum.count;
-              st.window_loss += join->sum.loss_sum;
-              st.window_count += join->sum.count;
-              const auto& p = *st.plan;
-              if (st.completed % p.config.logging.every_steps == 0 || st.completed == st.boundary) {
-                double win = seconds_since(st.window_start);
-                progress_info pi;
-                pi.step = st.completed;
-                pi.total_steps = p.total_steps;
-                pi.epoch = join->sum.epoch;
-                pi.epochs = p.config.training.epochs;
-                pi.loss =
-                    st.window_count ? st.window_loss / static_cast<double>(st.window_count) : 0;
-                pi.samples_per_second = win > 0 ? static_cast<double>(st.window_count) / win : 0;
-                pi.elapsed_seconds = seconds_since(st.started);
-                write_metrics(self, {{"type", "step"},
-                                     {"step", pi.step},
-                                     {"epoch", pi.epoch},
-                                     {"loss", pi.loss},
-                                     {"lr", join->sum.lr},
-                                     {"samples_per_second", pi.samples_per_second},
-                                     {"elapsed_seconds", pi.elapsed_seconds}});
-                if (p.options.on_progress) p.options.on_progress(pi);
-                st.window_loss = 0;
-                st.window_count = 0;
-                st.window_start = clock_type::now();
-              }
-              if (st.completed == st.boundary)
-                at_boundary(self);
-              else
-                pump(self);
+              if (--join->pending == 0) step_done(self, join->sum);
             },
             failed(self, "training step failed"));
   }
 }
 
+// --- parameter_server: workers step independently ---
+
+// The slowest admitted, live worker's clock (-1: none).
+int64_t slowest_clock(const coordinator_state& st) {
+  int64_t m = -1;
+  for (const auto& w : st.workers)
+    if (w.alive && w.admitted && (m < 0 || w.clock < m)) m = w.clock;
+  return m;
+}
+
+// Admits workers whose time has come: a joining worker starts level with the
+// slowest one, so the staleness bound does not stall the others.
+void admit_workers(self_ptr self) {
+  auto& st = self->state;
+  for (std::size_t i = 0; i < st.workers.size(); ++i) {
+    auto& w = st.workers[i];
+    if (!w.alive || w.admitted || st.completed < w.admit_at) continue;
+    w.admitted = true;
+    w.clock = std::max<int64_t>(0, slowest_clock(st));
+    if (w.admit_at > 0) {
+      spdlog::info("worker {} joins at update {} (worker step {})", i, st.completed, w.clock);
+      write_metrics(self, {{"type", "worker_joined"}, {"worker", i}, {"step", st.completed}});
+    }
+  }
+}
+
+void issue_to_worker(self_ptr self, std::size_t i) {
+  auto& st = self->state;
+  auto& w = st.workers[i];
+  w.busy = true;
+  ++st.issued;
+  self->request(st.replicas[i], caf::infinite, train_atom::value, w.clock)
+      .then(
+          [self, i](step_stats& s) {
+            auto& st = self->state;
+            auto& w = st.workers[i];
+            w.busy = false;
+            ++w.clock;
+            write_metrics(self, {{"type", "push"}, {"worker", i}, {"worker_step", s.step}});
+            step_done(self, s);
+          },
+          failed(self, "training step failed"));
+}
+
+void pump_async(self_ptr self) {
+  auto& st = self->state;
+  admit_workers(self);
+  const int64_t k = st.plan->config.strategy.max_staleness;
+  for (std::size_t i = 0; i < st.workers.size() && st.issued < st.boundary; ++i) {
+    auto& w = st.workers[i];
+    if (!w.alive || !w.admitted || w.busy) continue;
+    // Stale synchronous parallel: at most k steps ahead of the slowest.
+    if (k >= 0 && w.clock - slowest_clock(st) > k) continue;
+    issue_to_worker(self, i);
+  }
+}
+
+// A lost worker is dropped; its step in flight is given up (never counted).
+void lose_worker(self_ptr self, std::size_t i, const std::string& cause) {
+  auto& st = self->state;
+  auto& w = st.workers[i];
+  if (!w.alive) return;
+  w.alive = false;
+  if (w.busy) --st.issued;
+  w.busy = false;
+  std::size_t left = 0;
+  for (const auto& x : st.workers) left += x.alive ? 1 : 0;
+  spdlog::warn("worker {} lost ({}); {} workers go on", i, cause, left);
+  write_metrics(self, {{"type", "worker_lost"},
+                       {"worker", i},
+                       {"step", st.completed},
+                       {"cause", cause},
+                       {"workers_left", left}});
+  if (left == 0) {
+    fail(self, "every worker is lost (the last: worker " + std::to_string(i) + ", " + cause + ")");
+    return;
+  }
+  if (st.issued == st.completed && st.completed == st.boundary)
+    at_boundary(self);
+  else
+    pump(self);
+}
+
+// The replicas that can still answer (parameter_server drops lost workers).
+std::vector<replica_actor> live_replicas(const coordinator_state& st) {
+  if (st.workers.empty()) return st.replicas;
+  std::vector<replica_actor> out;
+  for (std::size_t i = 0; i < st.replicas.size(); ++i)
+    if (st.workers[i].alive) out.push_back(st.replicas[i]);
+  return out;
+}
+
 void pump(self_ptr self) {
   auto& st = self->state;
   if (st.finished) return;
+  if (async_workers(st)) {
+    pump_async(self);
+    return;
+  }
   while (st.issued < st.boundary && st.issued - st.completed < pipeline_depth)
     issue(self, st.issued++);
+}
+
+// Each shard's counters as a metrics line (staleness for parameter_server);
+// the latest are kept for the summary.
+void write_shard_stats(self_ptr self, int64_t epoch) {
+  auto& st = self->state;
+  for (std::size_t i = 0; i < st.shards.actors.size(); ++i)
+    self->request(st.shards.actors[i], caf::infinite, stats_atom::value)
+        .then(
+            [self, i, epoch](shard_stats& s) {
+              nlohmann::json line{{"type", "shard"},
+                                  {"shard", i},
+                                  {"epoch", epoch},
+                                  {"version", s.version},
+                                  {"pushes", s.pushes},
+                                  {"pulls", s.pulls},
+                                  {"applies", s.applies},
+                                  {"bytes_in", s.bytes_in},
+                                  {"bytes_out", s.bytes_out},
+                                  {"staleness_mean", s.staleness_mean},
+                                  {"staleness_max", s.staleness_max}};
+              write_metrics(self, line);
+              auto& sum = self->state.shard_summary;
+              sum["staleness_max"] =
+                  std::max<int64_t>(sum.value("staleness_max", int64_t{0}), s.staleness_max);
+              sum["staleness_mean"] = s.staleness_mean;
+            },
+            failed(self, "reading shard statistics failed"));
 }
 
 // Reads the replicas' sync-on-read training metrics (resetting them), then
@@ -125,8 +263,9 @@ void end_epoch(self_ptr self, std::function<void()> k) {
   auto& st = self->state;
   const auto& p = *st.plan;
   int64_t epoch = (st.completed - 1) / p.steps_per_epoch;
-  auto sums = std::make_shared<std::pair<metric_sums, int64_t>>(metric_sums{}, st.replicas.size());
-  for (auto& r : st.replicas) {
+  auto live = live_replicas(st);
+  auto sums = std::make_shared<std::pair<metric_sums, int64_t>>(metric_sums{}, live.size());
+  for (auto& r : live) {
     self->request(r, caf::infinite, metrics_atom::value, true)
         .then(
             [self, sums, epoch, k](metric_sums& m) {
@@ -147,13 +286,15 @@ void end_epoch(self_ptr self, std::function<void()> k) {
               bool last = st.completed == p.total_steps;
               bool due = last || (every > 0 && (epoch + 1) % every == 0);
               if (!due || !p.test || p.test->size() == 0) {
+                write_shard_stats(self, epoch);
                 write_metrics(self, line);
                 if (p.options.on_epoch) p.options.on_epoch(line);
                 k();
                 return;
               }
-              self->request(st.replicas.front(), caf::infinite, eval_atom::value, p.test->images,
-                            p.test->labels)
+              write_shard_stats(self, epoch);
+              self->request(live_replicas(st).front(), caf::infinite, eval_atom::value,
+                            p.test->images, p.test->labels)
                   .then(
                       [self, line, k](metric_sums& e) mutable {
                         auto& st = self->state;
@@ -213,6 +354,30 @@ void save_checkpoint(self_ptr self, std::function<void()> k) {
     k();
   };
   auto& st = self->state;
+  if (!st.shards.actors.empty()) {
+    // No step is in flight at a boundary: every shard is at the same version.
+    auto n = st.shards.actors.size();
+    auto states = std::make_shared<std::vector<shard_state>>(n);
+    auto left = std::make_shared<std::size_t>(n);
+    for (std::size_t i = 0; i < n; ++i)
+      self->request(st.shards.actors[i], caf::infinite, state_atom::value)
+          .then(
+              [self, states, left, i, save](shard_state& s) mutable {
+                (*states)[i] = std::move(s);
+                if (--*left > 0) return;
+                auto& sh = self->state.shards;
+                model_state ms;
+                try {
+                  ms = join_shard_states(*states, sh.place, sh.slot_suffixes);
+                } catch (const std::exception& e) {
+                  fail(self, std::string("joining the shards' state failed: ") + e.what());
+                  return;
+                }
+                save(ms);
+              },
+              failed(self, "checkpoint snapshot failed"));
+    return;
+  }
   // Sharded optimizer slots are gathered by a collective: every replica
   // takes part, and then any of them holds the whole state.
   if (st.plan->config.strategy.kind == "mirrored" && st.plan->config.strategy.shard_optimizer) {
@@ -267,6 +432,7 @@ void finish(self_ptr self) {
       {"samples_per_second", static_cast<double>(st.samples) / train_seconds},
       {"output_dir", p.output_dir}};
   s.update(st.last_eval);
+  s.update(st.shard_summary);
   if (!st.last_checkpoint.empty()) s["checkpoint"] = st.last_checkpoint;
   write_metrics(self, {{"type", "summary"}, {"summary", s}});
   st.finished = true;
@@ -294,7 +460,7 @@ void at_boundary(self_ptr self) {
                st.completed % p.config.checkpoint.every_steps == 0) ||
               (last && p.config.checkpoint.save_at_end);
   int64_t every_check = p.config.strategy.check_replicas_every;
-  bool check = st.replicas.size() > 1 && every_check >= 0 &&
+  bool check = st.shards.actors.empty() && st.replicas.size() > 1 && every_check >= 0 &&
                ((every_check > 0 && st.completed % every_check == 0) || last);
   auto after_check = [self, ckpt, resume] {
     if (ckpt)
@@ -329,28 +495,80 @@ void start(self_ptr self) {
   pump(self);
 }
 
+// Restores the checkpoint into the replicas, or the shards, then starts.
+void restore_then_start(self_ptr self) {
+  auto& st = self->state;
+  const auto& p = *st.plan;
+  model_state ms{p.resume_from->variables, p.resume_from->slots};
+  if (!st.shards.actors.empty()) {
+    std::vector<shard_state> parts;
+    try {
+      parts = split_model_state(ms, st.shards.place, static_cast<int64_t>(st.shards.actors.size()),
+                                st.shards.slot_suffixes, p.start_step);
+    } catch (const std::exception& e) {
+      fail(self, std::string("the checkpoint does not fit the shards: ") + e.what());
+      return;
+    }
+    auto left = std::make_shared<std::size_t>(parts.size());
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      self->request(st.shards.actors[i], caf::infinite, restore_atom::value, std::move(parts[i]))
+          .then(
+              [self, left](int64_t) {
+                if (--*left == 0) start(self);
+              },
+              failed(self, "restoring the checkpoint failed"));
+    return;
+  }
+  auto shared = std::make_shared<model_state>(std::move(ms));
+  auto left = std::make_shared<std::size_t>(st.replicas.size());
+  for (auto& r : st.replicas)
+    self->request(r, caf::infinite, restore_atom::value, *shared)
+        .then(
+            [self, left](int64_t) {
+              if (--*left == 0) start(self);
+            },
+            failed(self, "restoring the checkpoint failed"));
+}
+
 }  // namespace
 
-coordinator_actor::behavior_type coordinator(
-    self_ptr self, std::shared_ptr<const job_plan> plan, std::vector<replica_actor> replicas,
-    std::vector<std::pair<std::string, caf::actor>> others) {
+coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<const job_plan> plan,
+                                             std::vector<replica_actor> replicas,
+                                             std::vector<std::pair<std::string, caf::actor>> others,
+                                             shard_set shards) {
   auto& st = self->state;
   st.plan = std::move(plan);
   st.replicas = std::move(replicas);
   st.others = std::move(others);
+  st.shards = std::move(shards);
+  for (std::size_t i = 0; i < st.shards.actors.size(); ++i)
+    st.others.emplace_back("variable_shard " + std::to_string(i),
+                           caf::actor_cast<caf::actor>(st.shards.actors[i]));
+  if (async_workers(st)) {
+    st.workers.resize(st.replicas.size());
+    if (st.plan->options.join_replica >= 0 &&
+        st.plan->options.join_replica < static_cast<int64_t>(st.workers.size()))
+      st.workers[static_cast<std::size_t>(st.plan->options.join_replica)].admit_at =
+          std::max<int64_t>(1, st.plan->options.join_at_step);
+  }
   for (auto& r : st.replicas) self->monitor(r);
   for (auto& [_, a] : st.others) self->monitor(a);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     if (st.finished) return;
     std::string who = "an actor";
+    std::string cause = dm.reason ? describe(dm.reason) : "exited";
     for (std::size_t i = 0; i < st.replicas.size(); ++i)
-      if (dm.source == st.replicas[i].address())
+      if (dm.source == st.replicas[i].address()) {
+        if (async_workers(st)) {
+          lose_worker(self, i, cause);
+          return;
+        }
         who = "replica " + std::to_string(i) + " (" +
               st.plan->config.devices[i % st.plan->config.devices.size()] + ")";
+      }
     for (auto& [name, a] : st.others)
       if (dm.source == a.address()) who = name;
-    std::string cause = dm.reason ? describe(dm.reason) : "exited";
     fail(self, who + " stopped: " + cause);
   });
   st.metrics.open(std::filesystem::path(st.plan->output_dir) / "metrics.jsonl",
@@ -361,16 +579,7 @@ coordinator_actor::behavior_type coordinator(
         st.done = self->make_response_promise<std::string>();
         const auto& p = *st.plan;
         if (p.resume_from) {
-          auto ms = std::make_shared<model_state>(
-              model_state{p.resume_from->variables, p.resume_from->slots});
-          auto left = std::make_shared<std::size_t>(st.replicas.size());
-          for (auto& r : st.replicas)
-            self->request(r, caf::infinite, restore_atom::value, *ms)
-                .then(
-                    [self, left](int64_t) {
-                      if (--*left == 0) start(self);
-                    },
-                    failed(self, "restoring the checkpoint failed"));
+          restore_then_start(self);
         } else {
           start(self);
         }

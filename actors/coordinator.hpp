@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "actors/job.hpp"
+#include "actors/partitioner.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "data/dataset.hpp"
 #include "messages/protocols.hpp"
@@ -25,9 +26,27 @@ struct job_plan {
   std::optional<checkpoint::snapshot> resume_from;
 };
 
+// central_storage, parameter_server: where the variables live.
+struct shard_set {
+  std::vector<variable_shard_actor> actors;
+  placement place;
+  std::vector<std::string> slot_suffixes;  // the optimizer's slot names
+};
+
+// parameter_server: what the coordinator knows of each worker.
+struct worker_status {
+  int64_t clock = 0;     // steps this worker has finished
+  bool busy = false;     // a step is in flight
+  bool alive = true;     // lost workers are dropped, the job goes on
+  int64_t admit_at = 0;  // takes steps once this many updates are done (late join)
+  bool admitted = false;
+};
+
 struct coordinator_state {
   std::shared_ptr<const job_plan> plan;
   std::vector<replica_actor> replicas;
+  shard_set shards;
+  std::vector<worker_status> workers;  // parameter_server only
   // Every other actor of the job, by name: monitored, a failure ends the job.
   std::vector<std::pair<std::string, caf::actor>> others;
   caf::typed_response_promise<std::string> done;
@@ -45,12 +64,13 @@ struct coordinator_state {
   nlohmann::json last_eval;
   int64_t last_eval_step = -1;
   std::string last_checkpoint;
+  nlohmann::json shard_summary = nlohmann::json::object();  // staleness, for the summary
   static inline const char* name = "coordinator";
 };
 
 coordinator_actor::behavior_type coordinator(
     coordinator_actor::stateful_pointer<coordinator_state> self,
     std::shared_ptr<const job_plan> plan, std::vector<replica_actor> replicas,
-    std::vector<std::pair<std::string, caf::actor>> others);
+    std::vector<std::pair<std::string, caf::actor>> others, shard_set shards = {});
 
 }  // namespace troupe

@@ -10,11 +10,15 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/input_pipeline.hpp"
+#include "actors/partitioner.hpp"
 #include "actors/reducer.hpp"
 #include "actors/replica.hpp"
 #include "actors/system_config.hpp"
+#include "actors/variable_shard.hpp"
 #include "devices/device.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/optimizer.hpp"
+#include "models/model.hpp"
 
 namespace troupe {
 
@@ -28,14 +32,71 @@ std::string output_dir_for(const job_config& c, const job_options& o) {
 
 namespace {
 
+bool uses_replicas_only(const job_config& c) {
+  return c.strategy.kind == "one_device" || c.strategy.kind == "mirrored";
+}
+bool uses_shards(const job_config& c) {
+  return c.strategy.kind == "central_storage" || c.strategy.kind == "parameter_server";
+}
+bool async_workers(const job_config& c) {
+  return c.strategy.kind == "parameter_server";
+}
+
+// parameter_server: W workers each read a batch of data.batch_size per step,
+// disjoint slices of one "round" of W batches; an epoch is W rounds' worth of
+// pushes per round of the data.
+int64_t updates_per_epoch(const job_config& c, int64_t examples) {
+  if (async_workers(c))
+    return c.strategy.replicas *
+           batches_per_epoch(examples, c.data.batch_size * c.strategy.replicas, 1);
+  return batches_per_epoch(examples, c.data.batch_size, c.strategy.steps_per_update);
+}
+
+// central_storage, parameter_server: the model's initial variables (the same
+// seed as every other strategy), placed and split over the shards, which are
+// spawned with them.
+shard_set spawn_shards(caf::actor_system& sys, const job_config& c, const job_plan& plan) {
+  auto net = create_model(c.model, {plan.train->features(), plan.train->classes}, c.seed);
+  std::vector<variable_desc> descs;
+  for (const auto& v : net->variables()) descs.push_back({v.name, v.value.shape(), v.value.type()});
+  shard_set out;
+  try {
+    out.place = partition_variables(descs, c.strategy.shards, c.strategy.partitioner);
+  } catch (const std::invalid_argument& e) {
+    throw job_error(e.what());
+  }
+  out.slot_suffixes = kernels::optimizer(c.optimizer, plan.total_steps).slot_names();
+  auto pieces = split_for_shards(net->variables(), out.place, c.strategy.shards);
+  for (int64_t s = 0; s < c.strategy.shards; ++s) {
+    variable_shard_config sc;
+    sc.index = s;
+    sc.pieces = std::move(pieces[static_cast<std::size_t>(s)]);
+    sc.optimizer = c.optimizer;
+    sc.total_steps = plan.total_steps;
+    sc.aggregate = async_workers(c) ? 0 : c.strategy.replicas;
+    // An update of a model-sized piece takes a while: keep it off the
+    // scheduler threads that route everyone's messages.
+    sc.detached = true;
+    out.actors.push_back(spawn_variable_shard(sys, std::move(sc)));
+    spdlog::info("variable_shard {}: {}", s, [&] {
+      std::string names;
+      for (const auto& p : pieces_on_shard(out.place, s))
+        names += (names.empty() ? "" : ", ") + p.piece_name;
+      return names;
+    }());
+  }
+  return out;
+}
+
 std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
   auto plan = std::make_shared<job_plan>();
   plan->config = c;
   plan->options = o;
-  if (c.strategy.kind != "one_device" && c.strategy.kind != "mirrored")
+  if (!uses_replicas_only(c) && !uses_shards(c))
     throw config_error("strategy.kind", "\"" + c.strategy.kind +
                                             "\" is not implemented yet in this build (available: "
-                                            "\"one_device\", \"mirrored\")");
+                                            "\"one_device\", \"mirrored\", \"central_storage\", "
+                                            "\"parameter_server\")");
   for (std::size_t i = 0; i < c.devices.size(); ++i) {
     try {
       check_device_available(parse_device(c.devices[i]));
@@ -60,8 +121,7 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
   if (tt.train.size() == 0) throw job_error("data: the training set is empty");
   plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
   plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
-  plan->steps_per_epoch =
-      batches_per_epoch(plan->train->size(), c.data.batch_size, c.strategy.steps_per_update);
+  plan->steps_per_epoch = updates_per_epoch(c, plan->train->size());
   plan->total_steps = c.training.epochs * plan->steps_per_epoch;
   if (c.training.max_steps > 0)
     plan->total_steps = std::min(plan->total_steps, c.training.max_steps);
@@ -106,6 +166,8 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
   const int64_t n = c.strategy.replicas;
   std::vector<reducer_actor> reducers;
   reducer_config reducer_cfg;
+  shard_set shards;
+  if (uses_shards(c)) shards = spawn_shards(sys, c, *plan);
   if (c.strategy.kind == "mirrored") {
     reducer_cfg.algorithm = c.strategy.reducer.algorithm;
     reducer_cfg.bucket_bytes = c.strategy.reducer.bucket_bytes;
@@ -118,7 +180,7 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
     if (!device) device = std::make_shared<cpu_device>("troupe:" + dev);
     input_pipeline_config ic;
     ic.data = plan->train;
-    ic.global_batch = c.data.batch_size;
+    ic.global_batch = async_workers(c) ? c.data.batch_size * n : c.data.batch_size;
     ic.steps_per_update = c.strategy.steps_per_update;
     ic.shuffle = c.data.shuffle;
     ic.seed = c.seed;
@@ -127,6 +189,7 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
     ic.replica = r;
     ic.start_epoch = plan->start_step / plan->steps_per_epoch;
     ic.start_index = plan->start_step % plan->steps_per_epoch;
+    if (async_workers(c)) ic.start_index /= n;  // each worker's own position, about
     pipelines.push_back(sys.spawn(input_pipeline, ic));
     replica_config rc;
     rc.index = r;
@@ -143,6 +206,9 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
     rc.total_steps = plan->total_steps;
     rc.seed = c.seed;
     rc.input = pipelines.back();
+    rc.shards = shards.actors;
+    rc.place = shards.place;
+    rc.local_mean = async_workers(c);
     if (o.fail_replica == r) rc.fail_at_step = o.fail_at_step;
     replicas.push_back(sys.spawn(replica, rc));
   }
@@ -152,7 +218,9 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
                         caf::actor_cast<caf::actor>(pipelines[i]));
   for (std::size_t i = 0; i < reducers.size(); ++i)
     others.emplace_back("reducer " + std::to_string(i), caf::actor_cast<caf::actor>(reducers[i]));
-  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas, others);
+  auto shard_actors = shards.actors;
+  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas, others,
+                         std::move(shards));
 
   std::string error;
   nlohmann::json summary;
@@ -164,11 +232,13 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
     for (auto& r : replicas) self->send_exit(r, caf::exit_reason::user_shutdown);
     for (auto& p : pipelines) self->send_exit(p, caf::exit_reason::user_shutdown);
     for (auto& q : reducers) self->send_exit(q, caf::exit_reason::user_shutdown);
+    for (auto& v : shard_actors) self->send_exit(v, caf::exit_reason::user_shutdown);
     self->send_exit(coord, caf::exit_reason::user_shutdown);
   }
   replicas.clear();
   pipelines.clear();
   reducers.clear();
+  shard_actors.clear();
   others.clear();
   coord = nullptr;
   sys.await_all_actors_done();

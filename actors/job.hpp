@@ -40,6 +40,10 @@ struct job_options {
   // Test hook: make replica k throw at step s (both >= 0 to enable).
   int64_t fail_replica = -1;
   int64_t fail_at_step = -1;
+  // Test hook (parameter_server): worker k takes no step until s updates are
+  // done, then joins as a late worker would.
+  int64_t join_replica = -1;
+  int64_t join_at_step = -1;
 };
 
 // Resolved output directory of a job.

@@ -259,4 +259,93 @@ std::vector<named_tensor> join_pieces(const std::vector<named_tensor>& pieces, c
   return out;
 }
 
+namespace {
+
+// Entries of `all` whose name is "<prefix>/<suffix>" for a piece, by piece.
+std::vector<named_tensor> with_suffix(const std::vector<named_tensor>& all, const placement& p,
+                                      const std::string& suffix, bool rename_to_piece) {
+  std::map<std::string, const tensor*> by_name;
+  for (const auto& t : all) by_name[t.name] = &t.value;
+  std::vector<named_tensor> out;
+  for (const auto& piece : p) {
+    auto i = by_name.find(piece.piece_name + "/" + suffix);
+    if (i == by_name.end())
+      throw std::invalid_argument("slot '" + piece.piece_name + "/" + suffix + "' is missing");
+    out.push_back({rename_to_piece ? piece.piece_name : i->first, *i->second});
+  }
+  return out;
+}
+
+bool is_slot_of_a_piece(const std::string& name, const placement& p,
+                        const std::vector<std::string>& suffixes) {
+  for (const auto& piece : p)
+    for (const auto& s : suffixes)
+      if (name == piece.piece_name + "/" + s) return true;
+  return false;
+}
+
+bool is_slot_of_a_variable(const std::string& name, const placement& p,
+                           const std::vector<std::string>& suffixes) {
+  for (const auto& piece : p)
+    for (const auto& s : suffixes)
+      if (name == piece.variable + "/" + s) return true;
+  return false;
+}
+
+}  // namespace
+
+model_state join_shard_states(const std::vector<shard_state>& states, const placement& p,
+                              const std::vector<std::string>& slot_suffixes) {
+  std::vector<named_tensor> pieces, slots;
+  for (const auto& s : states) {
+    pieces.insert(pieces.end(), s.variables.begin(), s.variables.end());
+    slots.insert(slots.end(), s.slots.begin(), s.slots.end());
+  }
+  model_state ms;
+  ms.variables = join_pieces(pieces, p);
+  for (const auto& suffix : slot_suffixes) {
+    auto joined = join_pieces(with_suffix(slots, p, suffix, true), p);
+    for (auto& t : joined) ms.slots.push_back({t.name + "/" + suffix, std::move(t.value)});
+  }
+  if (!states.empty())
+    for (const auto& t : states.front().slots)
+      if (!is_slot_of_a_piece(t.name, p, slot_suffixes)) ms.slots.push_back(t);
+  return ms;
+}
+
+std::vector<shard_state> split_model_state(const model_state& ms, const placement& p,
+                                           int64_t shards,
+                                           const std::vector<std::string>& slot_suffixes,
+                                           int64_t version) {
+  std::vector<shard_state> out(static_cast<std::size_t>(shards));
+  auto vars = split_for_shards(ms.variables, p, shards);
+  for (int64_t s = 0; s < shards; ++s) {
+    out[static_cast<std::size_t>(s)].variables = std::move(vars[static_cast<std::size_t>(s)]);
+    out[static_cast<std::size_t>(s)].version = version;
+  }
+  for (const auto& suffix : slot_suffixes) {
+    // The slots of every variable, named as the variables, split like them.
+    std::vector<named_tensor> as_vars;
+    std::map<std::string, const tensor*> by_name;
+    for (const auto& t : ms.slots) by_name[t.name] = &t.value;
+    for (const auto& piece : p) {
+      if (!as_vars.empty() && as_vars.back().name == piece.variable) continue;
+      auto i = by_name.find(piece.variable + "/" + suffix);
+      if (i == by_name.end())
+        throw std::invalid_argument("optimizer slot '" + piece.variable + "/" + suffix +
+                                    "' is missing");
+      as_vars.push_back({piece.variable, *i->second});
+    }
+    auto split = split_for_shards(as_vars, p, shards);
+    for (int64_t s = 0; s < shards; ++s)
+      for (auto& t : split[static_cast<std::size_t>(s)])
+        out[static_cast<std::size_t>(s)].slots.push_back(
+            {t.name + "/" + suffix, std::move(t.value)});
+  }
+  for (const auto& t : ms.slots)
+    if (!is_slot_of_a_variable(t.name, p, slot_suffixes))
+      for (auto& s : out) s.slots.push_back(t);
+  return out;
+}
+
 }  // namespace troupe

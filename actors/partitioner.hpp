@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "messages/tensor.hpp"
+#include "config/job_config.hpp"
+#include "messages/messages.hpp"
 
 namespace troupe {
 
@@ -35,13 +36,7 @@ struct variable_piece {
 // In variable order, and within a variable in row order.
 using placement = std::vector<variable_piece>;
 
-struct partitioner_config {
-  // round_robin | greedy_bytes | fixed_shards | min_max_bytes
-  std::string kind = "round_robin";
-  int64_t max_shard_bytes = 0;          // min_max_bytes: split variables larger than this
-  int64_t min_slice_bytes = 256 << 10;  // min_max_bytes: never make smaller pieces
-  int64_t fixed_shards = 0;             // fixed_shards: pieces per variable; 0 = S
-};
+// partitioner_config (strategy.partitioner) lives in config/job_config.hpp.
 
 // The kinds partition_variables() knows, in the order error messages list them.
 const std::vector<std::string>& partitioner_kinds();
@@ -96,5 +91,20 @@ std::vector<std::vector<named_tensor>> split_for_shards(const std::vector<named_
 // any number of shards), in the placement's variable order. Throws
 // std::invalid_argument naming a missing piece.
 std::vector<named_tensor> join_pieces(const std::vector<named_tensor>& pieces, const placement& p);
+
+// A whole model state from the shards' states: variables joined from their
+// pieces, and slots "<piece>/<suffix>" joined into "<var>/<suffix>" for each
+// of `slot_suffixes` (the optimizer's slot_names()); other entries (such as
+// "optimizer/step") are taken from shard 0. Throws std::invalid_argument
+// naming a missing piece or slot.
+model_state join_shard_states(const std::vector<shard_state>& states, const placement& p,
+                              const std::vector<std::string>& slot_suffixes);
+// The inverse, for restoring: shard s gets its pieces and their slots, the
+// other entries, and `version`. Throws std::invalid_argument naming a
+// variable or slot the state lacks.
+std::vector<shard_state> split_model_state(const model_state& ms, const placement& p,
+                                           int64_t shards,
+                                           const std::vector<std::string>& slot_suffixes,
+                                           int64_t version);
 
 }  // namespace troupe

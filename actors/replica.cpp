@@ -124,6 +124,142 @@ void sharded_update(self_ptr self, step_stats s, caf::typed_response_promise<ste
           [self](caf::error& e) { self->quit(e); });
 }
 
+// Gradients of a step's micro-batches into cs.grads (accumulated), scaled so
+// that they are the mean over the global batch, or over this replica's batch
+// with local_mean.
+step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, int64_t fail,
+                             bool local_mean) {
+  if (step == fail) throw std::runtime_error("injected failure at step " + std::to_string(step));
+  int64_t n = b.global_size;
+  if (local_mean) {
+    n = 0;
+    for (const auto& x : b.x) n += x.empty() ? 0 : x.dim(0);
+  }
+  float scale = n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
+  step_stats s;
+  s.step = step;
+  s.lr = cs.opt->current_lr();
+  for (std::size_t m = 0; m < b.x.size(); ++m) {
+    auto r = cs.net->train_batch(b.x[m], b.y[m], scale, cs.grads, m > 0);
+    s.loss_sum += r.loss_sum;
+    s.correct += r.correct;
+    s.count += r.count;
+  }
+  return s;
+}
+
+// --- variables on shards (central_storage, parameter_server) ---
+
+// The pulled pieces become the model's variables: an unsplit variable takes
+// the shard's tensor itself (a shard never writes a buffer it handed out),
+// a split one is joined.
+void install_pulled(compute_state& cs, const placement& place,
+                    const std::vector<shard_values>& pulled) {
+  std::map<std::string, const tensor*> by_piece;
+  for (const auto& sv : pulled)
+    for (const auto& t : sv.values) by_piece[t.name] = &t.value;
+  for (auto& v : cs.net->variables()) {
+    std::vector<tensor> parts;
+    for (const auto& piece : pieces_of(place, v.name)) {
+      auto i = by_piece.find(piece.piece_name);
+      if (i == by_piece.end())
+        throw std::runtime_error("pulled values lack piece '" + piece.piece_name + "'");
+      parts.push_back(*i->second);
+    }
+    tensor t = parts.size() == 1 ? parts.front() : join_rows(parts);
+    if (t.shape() != v.value.shape())
+      throw std::runtime_error("pulled variable '" + v.name + "' has shape " +
+                               shape_string(t.shape()) + ", the model expects " +
+                               shape_string(v.value.shape()));
+    v.value = std::move(t);
+  }
+}
+
+// The gradients each shard gets: its pieces, named by piece; an unsplit
+// variable's gradient buffer itself (the shard is done with it when it
+// replies, before this replica computes again).
+std::vector<std::vector<named_tensor>> gradients_for_shards(const compute_state& cs,
+                                                            const placement& place,
+                                                            std::size_t shards) {
+  std::vector<std::vector<named_tensor>> out(shards);
+  for (const auto& g : cs.grads) {
+    auto pieces = pieces_of(place, g.name);
+    if (pieces.size() == 1) {
+      out[static_cast<std::size_t>(pieces[0].shard)].push_back({pieces[0].piece_name, g.value});
+      continue;
+    }
+    auto parts = split_rows(g.value, pieces);
+    for (std::size_t k = 0; k < pieces.size(); ++k)
+      out[static_cast<std::size_t>(pieces[k].shard)].push_back(
+          {pieces[k].piece_name, std::move(parts[k])});
+  }
+  return out;
+}
+
+// Pulls every shard's pieces (all at once), then calls k with them in shard order.
+void pull_all(self_ptr self, std::function<void(std::vector<shard_values>&)> k) {
+  auto& shards = self->state.cfg.shards;
+  auto got = std::make_shared<std::vector<shard_values>>(shards.size());
+  auto left = std::make_shared<std::size_t>(shards.size());
+  for (std::size_t s = 0; s < shards.size(); ++s)
+    self->request(shards[s], caf::infinite, pull_atom::value, std::vector<std::string>{})
+        .then(
+            [got, left, s, k](shard_values& v) {
+              (*got)[s] = std::move(v);
+              if (--*left == 0) k(*got);
+            },
+            [self](caf::error& e) { self->quit(e); });
+}
+
+struct shard_push {
+  step_stats stats;
+  std::vector<std::vector<named_tensor>> grads;  // per shard
+};
+
+// One step against the shards: pull, gradients, push; done when every shard
+// has applied its part (parameter_server: on arrival; central_storage: once
+// all replicas' pushes for the step are in).
+void shard_step(self_ptr self, int64_t step, batch b, caf::typed_response_promise<step_stats> rp) {
+  auto& st = self->state;
+  st.busy = true;
+  pull_all(self, [self, step, b = std::move(b), rp](std::vector<shard_values>& pulled) mutable {
+    auto& st = self->state;
+    std::vector<int64_t> versions;
+    for (const auto& v : pulled) versions.push_back(v.version);
+    auto epoch = b.epoch;
+    on_device<shard_push>(
+        self,
+        [b = std::move(b), step, pulled = std::move(pulled), place = st.cfg.place,
+         fail = st.cfg.fail_at_step, local = st.cfg.local_mean](compute_state& cs) {
+          install_pulled(cs, place, pulled);
+          shard_push out;
+          out.stats = compute_gradients(cs, b, step, fail, local);
+          out.grads = gradients_for_shards(cs, place, pulled.size());
+          return out;
+        },
+        [self, rp, epoch, step, versions](shard_push& r) mutable {
+          auto& st = self->state;
+          r.stats.epoch = epoch;
+          st.train_metrics.loss_sum += r.stats.loss_sum;
+          st.train_metrics.correct += r.stats.correct;
+          st.train_metrics.count += r.stats.count;
+          auto left = std::make_shared<std::size_t>(st.cfg.shards.size());
+          auto stats = r.stats;
+          for (std::size_t s = 0; s < st.cfg.shards.size(); ++s)
+            self->request(st.cfg.shards[s], caf::infinite, push_atom::value, st.cfg.index, step,
+                          versions[s], std::move(r.grads[s]))
+                .then(
+                    [self, left, rp, stats](int64_t) mutable {
+                      if (--*left > 0) return;
+                      self->state.busy = false;
+                      rp.deliver(stats);
+                      try_start(self);
+                    },
+                    [self](caf::error& e) { self->quit(e); });
+        });
+  });
+}
+
 // One step: gradients over the step's micro-batches (accumulated), then, with
 // a reducer, the all-reduce (sum: every replica already scaled its gradients
 // by 1/global_size, so the sum is the mean over the global batch), then the
@@ -131,24 +267,18 @@ void sharded_update(self_ptr self, step_stats s, caf::typed_response_promise<ste
 // the next step may be queued on the device behind it.
 void start_step(self_ptr self, int64_t step, batch b, caf::typed_response_promise<step_stats> rp) {
   auto& st = self->state;
+  if (!st.cfg.shards.empty()) {
+    shard_step(self, step, std::move(b), rp);
+    request_batches(self);
+    return;
+  }
   const bool reduce = static_cast<bool>(st.cfg.reducer);
   st.busy = reduce;
   auto epoch = b.epoch;
   on_device<step_stats>(
       self,
       [b = std::move(b), step, reduce, fail = st.cfg.fail_at_step](compute_state& cs) {
-        if (step == fail)
-          throw std::runtime_error("injected failure at step " + std::to_string(step));
-        float scale = b.global_size > 0 ? 1.0f / static_cast<float>(b.global_size) : 0.0f;
-        step_stats s;
-        s.step = step;
-        s.lr = cs.opt->current_lr();
-        for (std::size_t m = 0; m < b.x.size(); ++m) {
-          auto r = cs.net->train_batch(b.x[m], b.y[m], scale, cs.grads, m > 0);
-          s.loss_sum += r.loss_sum;
-          s.correct += r.correct;
-          s.count += r.count;
-        }
+        auto s = compute_gradients(cs, b, step, fail, false);
         if (!reduce) cs.opt->apply(cs.net->variables(), cs.grads);
         return s;
       },
@@ -221,10 +351,12 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
         cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_steps);
         cs.opt->init(cs.net->variables());
         cs.grads = cs.net->make_gradients();
-        int64_t numel = 0;
-        for (auto& g : cs.grads) numel += g.value.numel();
-        cs.segments = reduce_scatter_segments(numel, c.reducer_cfg, static_cast<int>(c.replicas),
-                                              static_cast<int>(c.index));
+        if (c.shard_optimizer) {
+          int64_t numel = 0;
+          for (auto& g : cs.grads) numel += g.value.numel();
+          cs.segments = reduce_scatter_segments(numel, c.reducer_cfg, static_cast<int>(c.replicas),
+                                                static_cast<int>(c.index));
+        }
         std::vector<tensor> buffers;  // share the gradient buffers with the reducer
         for (auto& g : cs.grads) buffers.push_back(g.value);
         return buffers;
@@ -241,13 +373,23 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
       },
       [self](eval_atom, tensor x, tensor y) -> caf::result<metric_sums> {
         auto rp = self->make_response_promise<metric_sums>();
-        on_device<metric_sums>(
-            self,
-            [x = std::move(x), y = std::move(y)](compute_state& cs) {
-              auto r = cs.net->evaluate(x, y);
-              return metric_sums{r.loss_sum, r.correct, r.count};
-            },
-            [rp](metric_sums& m) mutable { rp.deliver(m); });
+        // With shards, on the variables pulled now.
+        auto evaluate = [self, rp, x = std::move(x),
+                         y = std::move(y)](std::vector<shard_values> pulled) mutable {
+          on_device<metric_sums>(
+              self,
+              [x, y, pulled = std::move(pulled), place = self->state.cfg.place](compute_state& cs) {
+                if (!pulled.empty()) install_pulled(cs, place, pulled);
+                auto r = cs.net->evaluate(x, y);
+                return metric_sums{r.loss_sum, r.correct, r.count};
+              },
+              [rp](metric_sums& m) mutable { rp.deliver(m); });
+        };
+        if (self->state.cfg.shards.empty())
+          evaluate({});
+        else
+          pull_all(self,
+                   [evaluate](std::vector<shard_values>& p) mutable { evaluate(std::move(p)); });
         return rp;
       },
       [self](metrics_atom, bool reset) -> metric_sums {

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 
+#include "actors/partitioner.hpp"
 #include "actors/reducer.hpp"
 #include "config/job_config.hpp"
 #include "devices/device.hpp"
@@ -27,7 +28,15 @@ struct replica_config {
   bool shard_optimizer = false;
   int64_t replicas = 1;
   reducer_config reducer_cfg;  // where the segments lie (reduce_scatter_segments)
-  int64_t fail_at_step = -1;   // test hook: throw at this step
+  // central_storage, parameter_server: the variables live on these shards,
+  // placed by `place`. A step pulls them, computes the gradients on them and
+  // pushes each shard its pieces' gradients; the shards apply the update.
+  std::vector<variable_shard_actor> shards;
+  placement place;
+  // parameter_server: every push is an update of its own, so gradients are
+  // the mean over this worker's batch (else over the global batch).
+  bool local_mean = false;
+  int64_t fail_at_step = -1;  // test hook: throw at this step
 };
 
 struct compute_state;  // model + optimizer: touched only on the device thread

@@ -72,8 +72,19 @@ struct reducer_settings {
   int64_t chunk_bytes = 1 << 20;   // ring pipelining granularity
 };
 
+// How variables are spread over variable shards (actors/partitioner.hpp).
+struct partitioner_config {
+  // round_robin | greedy_bytes | fixed_shards | min_max_bytes
+  std::string kind = "round_robin";
+  int64_t max_shard_bytes = 0;          // min_max_bytes: split variables larger than this
+  int64_t min_slice_bytes = 256 << 10;  // min_max_bytes: never make smaller pieces
+  int64_t fixed_shards = 0;             // fixed_shards: pieces per variable; 0 = shards
+};
+
 struct strategy_config {
-  std::string kind = "one_device";  // one_device | mirrored (more in later issues)
+  // one_device | mirrored | central_storage | parameter_server
+  std::string kind = "one_device";
+  // Replicas (mirrored, central_storage) or workers (parameter_server).
   int64_t replicas = 1;
   // Gradient accumulation: micro-batches per update (effective batch = batch_size * R).
   int64_t steps_per_update = 1;
@@ -83,6 +94,13 @@ struct strategy_config {
   // all-gather spreads them (ZeRO stage 1); false = every replica all-reduces
   // the gradients and applies the whole update itself.
   bool shard_optimizer = true;
+  // central_storage, parameter_server: variable shards holding the variables
+  // and their optimizer slots, and how variables are placed on them.
+  int64_t shards = 1;
+  partitioner_config partitioner;
+  // parameter_server: how many steps the fastest worker may be ahead of the
+  // slowest (0 = bulk-synchronous; -1 = unbounded, fully asynchronous).
+  int64_t max_staleness = -1;
   // mirrored: verify the replicas' variables are bit-identical every N steps
   // and at the end (0 = only at the end; -1 = never).
   int64_t check_replicas_every = 0;

@@ -348,16 +348,34 @@ void read_reducer(const json& j, const std::string& path, reducer_settings& s) {
          [&](const json& v, const std::string& p) { s.chunk_bytes = read_int(v, p, 4); });
 }
 
+void read_partitioner(const json& j, const std::string& path, partitioner_config& c) {
+  object_reader r(j, path, {"kind", "max_shard_bytes", "min_slice_bytes", "fixed_shards"});
+  r.with("kind", [&](const json& v, const std::string& p) {
+    c.kind = read_enum(v, p, {"round_robin", "greedy_bytes", "fixed_shards", "min_max_bytes"});
+  });
+  r.with("max_shard_bytes",
+         [&](const json& v, const std::string& p) { c.max_shard_bytes = read_int(v, p, 0); });
+  r.with("min_slice_bytes",
+         [&](const json& v, const std::string& p) { c.min_slice_bytes = read_int(v, p, 1); });
+  r.with("fixed_shards",
+         [&](const json& v, const std::string& p) { c.fixed_shards = read_int(v, p, 0); });
+}
+
 void read_strategy(const json& j, const std::string& path, strategy_config& s) {
   object_reader r(j, path,
                   {"kind", "replicas", "steps_per_update", "reducer", "shard_optimizer",
-                   "check_replicas_every"});
+                   "check_replicas_every", "shards", "partitioner", "max_staleness"});
   r.with("kind",
          [&](const json& v, const std::string& p) { s.kind = read_enum(v, p, kStrategies); });
   r.with("replicas", [&](const json& v, const std::string& p) { s.replicas = read_int(v, p, 1); });
   r.with("steps_per_update",
          [&](const json& v, const std::string& p) { s.steps_per_update = read_int(v, p, 1); });
   r.with("reducer", [&](const json& v, const std::string& p) { read_reducer(v, p, s.reducer); });
+  r.with("shards", [&](const json& v, const std::string& p) { s.shards = read_int(v, p, 1); });
+  r.with("partitioner",
+         [&](const json& v, const std::string& p) { read_partitioner(v, p, s.partitioner); });
+  r.with("max_staleness",
+         [&](const json& v, const std::string& p) { s.max_staleness = read_int(v, p, -1); });
   r.with("shard_optimizer",
          [&](const json& v, const std::string& p) { s.shard_optimizer = read_bool(v, p); });
   r.with("check_replicas_every",
@@ -434,11 +452,20 @@ void check_cross_fields(const job_config& c) {
       fail("devices", "the one_device strategy needs exactly one device, got " +
                           std::to_string(c.devices.size()) + " (" + quoted_list(c.devices) + ")");
   }
-  if (c.data.batch_size < c.strategy.replicas)
+  // parameter_server: data.batch_size is each worker's own batch.
+  if (c.strategy.kind != "parameter_server" && c.data.batch_size < c.strategy.replicas)
     fail("data.batch_size", "the global batch (" + std::to_string(c.data.batch_size) +
                                 ") must be >= strategy.replicas (" +
                                 std::to_string(c.strategy.replicas) +
                                 ") so every replica gets at least one example");
+  if (c.strategy.partitioner.kind == "min_max_bytes" && c.strategy.partitioner.max_shard_bytes <= 0)
+    fail("strategy.partitioner.max_shard_bytes",
+         "the min_max_bytes partitioner needs a size > 0 to split at, got " +
+             std::to_string(c.strategy.partitioner.max_shard_bytes));
+  if (c.strategy.kind == "parameter_server" && c.strategy.steps_per_update != 1)
+    fail("strategy.steps_per_update",
+         "parameter_server workers push every batch; gradient accumulation needs 1, got " +
+             std::to_string(c.strategy.steps_per_update));
   const auto& s = c.optimizer.schedule;
   if (s.kind == "cosine" && s.min_lr > c.optimizer.learning_rate)
     fail("optimizer.schedule.min_lr", "expected a number <= optimizer.learning_rate (" +
@@ -508,6 +535,13 @@ nlohmann::json to_json(const job_config& c) {
                      {"bucket_bytes", c.strategy.reducer.bucket_bytes},
                      {"chunk_bytes", c.strategy.reducer.chunk_bytes}}},
                    {"shard_optimizer", c.strategy.shard_optimizer},
+                   {"shards", c.strategy.shards},
+                   {"partitioner",
+                    {{"kind", c.strategy.partitioner.kind},
+                     {"max_shard_bytes", c.strategy.partitioner.max_shard_bytes},
+                     {"min_slice_bytes", c.strategy.partitioner.min_slice_bytes},
+                     {"fixed_shards", c.strategy.partitioner.fixed_shards}}},
+                   {"max_staleness", c.strategy.max_staleness},
                    {"check_replicas_every", c.strategy.check_replicas_every}};
   j["devices"] = c.devices;
   j["training"] = {{"epochs", c.training.epochs},

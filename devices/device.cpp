@@ -72,37 +72,40 @@ void check_device_available(const device_spec& d) {
 }
 
 cpu_device::cpu_device(std::string name) : name_(std::move(name)) {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([q = q_] { loop(*q); });
   // Linux limits thread names to 15 characters.
   pthread_setname_np(thread_.native_handle(), name_.substr(0, 15).c_str());
 }
 
 cpu_device::~cpu_device() {
   {
-    std::lock_guard<std::mutex> g(mtx_);
-    stop_ = true;
+    std::lock_guard<std::mutex> g(q_->mtx);
+    q_->stop = true;
   }
-  cv_.notify_one();
-  thread_.join();
+  q_->cv.notify_one();
+  if (thread_.get_id() == std::this_thread::get_id())
+    thread_.detach();  // dropped by one of its own tasks: the loop ends after it
+  else
+    thread_.join();
 }
 
 void cpu_device::submit(std::function<void()> task) {
   {
-    std::lock_guard<std::mutex> g(mtx_);
-    tasks_.push_back(std::move(task));
+    std::lock_guard<std::mutex> g(q_->mtx);
+    q_->tasks.push_back(std::move(task));
   }
-  cv_.notify_one();
+  q_->cv.notify_one();
 }
 
-void cpu_device::loop() {
+void cpu_device::loop(queue& q) {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> g(mtx_);
-      cv_.wait(g, [this] { return stop_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;  // stop_ and drained
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
+      std::unique_lock<std::mutex> g(q.mtx);
+      q.cv.wait(g, [&q] { return q.stop || !q.tasks.empty(); });
+      if (q.tasks.empty()) return;  // stop and drained
+      task = std::move(q.tasks.front());
+      q.tasks.pop_front();
     }
     task();
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -52,12 +53,18 @@ class cpu_device {
   const std::string& name() const noexcept { return name_; }
 
  private:
-  void loop();
+  // The queue lives as long as the thread that drains it: the last owner of
+  // a device may drop it from one of its own tasks (an actor that dies on the
+  // device thread), and then the thread finishes on its own.
+  struct queue {
+    std::mutex mtx;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> tasks;
+    bool stop = false;
+  };
+  static void loop(queue& q);
   std::string name_;
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stop_ = false;
+  std::shared_ptr<queue> q_ = std::make_shared<queue>();
   std::thread thread_;
 };
 
