@@ -100,6 +100,11 @@ void step_done(self_ptr self, const step_stats& sum) {
     st.window_count = 0;
     st.window_start = clock_type::now();
   }
+  const auto& o = p.options;
+  if (o.fail_shard >= 0 && o.fail_shard < static_cast<int64_t>(st.shards.actors.size()) &&
+      st.completed == o.fail_shard_at_step)
+    self->send_exit(st.shards.actors[static_cast<std::size_t>(o.fail_shard)],
+                    caf::make_error(caf::sec::runtime_error, "injected failure"));
   if (st.completed == st.boundary)
     at_boundary(self);
   else

@@ -44,6 +44,10 @@ struct job_options {
   // done, then joins as a late worker would.
   int64_t join_replica = -1;
   int64_t join_at_step = -1;
+  // Test hook (central_storage, parameter_server): variable shard k fails
+  // once s updates are done.
+  int64_t fail_shard = -1;
+  int64_t fail_shard_at_step = -1;
 };
 
 // Resolved output directory of a job.
