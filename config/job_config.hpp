@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/cluster.hpp"
+
 namespace troupe {
 
 // Thrown for any bad config: `path` is the JSON path (e.g. "strategy.replicas"),
@@ -136,6 +138,9 @@ struct job_config {
   training_config training;
   checkpoint_config checkpoint;
   logging_config logging;
+  // Multi-process jobs only: the tasks, their addresses and what each hosts
+  // (config/cluster.hpp). Absent = a single-process job.
+  std::optional<cluster_spec> cluster;
 };
 
 // Parses and validates; throws config_error naming the JSON path.

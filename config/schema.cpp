@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -442,6 +443,100 @@ void read_logging(const json& j, const std::string& path, logging_config& l) {
          [&](const json& v, const std::string& p) { l.output_dir = read_string(v, p, false); });
 }
 
+// An environment variable's name: letters, digits and '_', not starting with a digit.
+std::string read_env_name(const json& v, const std::string& path) {
+  const std::string want = "an environment variable name (letters, digits, '_')";
+  if (!v.is_string()) expected(path, want, v);
+  const auto& s = v.get_ref<const std::string&>();
+  bool ok = !s.empty() && !(s[0] >= '0' && s[0] <= '9');
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+      ok = false;
+  if (!ok) expected(path, want, v);
+  return s;
+}
+
+std::vector<int64_t> read_index_list(const json& v, const std::string& path) {
+  if (!v.is_array()) expected(path, "an array of integers >= 0", v);
+  std::vector<int64_t> out;
+  for (std::size_t i = 0; i < v.size(); ++i) out.push_back(read_int(v[i], index(path, i), 0));
+  return out;
+}
+
+// The cluster spec (config/cluster.hpp): shapes and values here, the rules
+// that involve other fields (a chief, placement vs strategy) in check_cluster.
+void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
+  object_reader r(
+      j, path,
+      {"tasks", "hosts", "join_timeout_seconds", "heartbeat_seconds", "secret_env", "secret_file"});
+  if (!r.get("tasks"))
+    fail(r.path("tasks"),
+         "missing; expected an object like {\"chief\": [\"127.0.0.1:7000\"], \"worker\": "
+         "[\"127.0.0.1:7001\"]}");
+  r.with("tasks", [&](const json& v, const std::string& p) {
+    object_reader t(v, p, cluster_job_names());
+    std::vector<std::pair<std::string, std::string>> seen;  // normalized address, its path
+    for (const auto& name : cluster_job_names())
+      t.with(name, [&](const json& list, const std::string& lp) {
+        if (!list.is_array() || list.empty())
+          expected(lp, "a non-empty array of \"host:port\" strings", list);
+        auto& addresses = c.tasks[name];
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          const std::string ip = index(lp, i);
+          if (!list[i].is_string()) expected(ip, "\"host:port\"", list[i]);
+          const auto& s = list[i].get_ref<const std::string&>();
+          host_port hp;
+          try {
+            hp = parse_host_port(s);
+          } catch (const std::invalid_argument& e) {
+            fail(ip, e.what());
+          }
+          std::string key = hp.host;
+          std::transform(key.begin(), key.end(), key.begin(),
+                         [](char ch) { return (ch >= 'A' && ch <= 'Z') ? ch - 'A' + 'a' : ch; });
+          key.push_back('|');
+          key.append(std::to_string(hp.port));
+          for (const auto& [other, where] : seen)
+            if (other == key)
+              fail(ip, "duplicate address " + show(list[i]) + " (already " + where + ")");
+          seen.emplace_back(key, ip);
+          addresses.push_back(s);
+        }
+      });
+  });
+  r.with("hosts", [&](const json& v, const std::string& p) {
+    if (!v.is_object())
+      expected(p, "an object of \"job:index\" -> {\"replicas\", \"devices\", \"shards\"}", v);
+    for (const auto& [key, e] : v.items()) {
+      object_reader h(e, join(p, key), {"replicas", "devices", "shards"});
+      task_hosts th;
+      h.with("replicas",
+             [&](const json& l, const std::string& lp) { th.replicas = read_index_list(l, lp); });
+      h.with("shards",
+             [&](const json& l, const std::string& lp) { th.shards = read_index_list(l, lp); });
+      h.with("devices", [&](const json& l, const std::string& lp) {
+        if (!l.is_array()) expected(lp, "an array of \"cpu:N\" or \"cuda:N\" strings", l);
+        for (std::size_t i = 0; i < l.size(); ++i) {
+          if (!l[i].is_string() || !valid_device(l[i].get_ref<const std::string&>()))
+            expected(index(lp, i), "\"cpu:N\" or \"cuda:N\"", l[i]);
+          th.devices.push_back(l[i].get<std::string>());
+        }
+      });
+      c.hosts[key] = std::move(th);
+    }
+  });
+  r.with("join_timeout_seconds", [&](const json& v, const std::string& p) {
+    c.join_timeout_seconds = read_number(v, p, positive);
+  });
+  r.with("heartbeat_seconds", [&](const json& v, const std::string& p) {
+    c.heartbeat_seconds = read_number(v, p, positive);
+  });
+  r.with("secret_env",
+         [&](const json& v, const std::string& p) { c.secret_env = read_env_name(v, p); });
+  r.with("secret_file",
+         [&](const json& v, const std::string& p) { c.secret_file = read_string(v, p, false); });
+}
+
 // Rules that involve more than one field; run after every field is valid.
 void check_cross_fields(const job_config& c) {
   if (c.strategy.kind == "one_device") {
@@ -479,7 +574,7 @@ job_config parse_job_config(const nlohmann::json& j) {
   job_config c;
   object_reader r(j, "",
                   {"name", "seed", "model", "optimizer", "data", "strategy", "devices", "training",
-                   "checkpoint", "logging"});
+                   "checkpoint", "logging", "cluster"});
   r.with("name", [&](const json& v, const std::string& p) { c.name = read_name(v, p); });
   r.with("seed", [&](const json& v, const std::string& p) { c.seed = read_uint(v, p); });
   r.with("model", [&](const json& v, const std::string& p) { read_model(v, p, c.model); });
@@ -492,7 +587,12 @@ job_config parse_job_config(const nlohmann::json& j) {
   r.with("checkpoint",
          [&](const json& v, const std::string& p) { read_checkpoint(v, p, c.checkpoint); });
   r.with("logging", [&](const json& v, const std::string& p) { read_logging(v, p, c.logging); });
+  r.with("cluster", [&](const json& v, const std::string& p) {
+    c.cluster.emplace();
+    read_cluster(v, p, *c.cluster);
+  });
   check_cross_fields(c);
+  check_cluster(c);
   return c;
 }
 
@@ -554,6 +654,21 @@ nlohmann::json to_json(const job_config& c) {
   j["logging"] = {{"level", c.logging.level},
                   {"every_steps", c.logging.every_steps},
                   {"output_dir", c.logging.output_dir}};
+  if (c.cluster) {
+    const auto& k = *c.cluster;
+    json hosts = json::object();
+    for (const auto& [name, h] : k.hosts) {
+      json e = {{"replicas", h.replicas}, {"shards", h.shards}};
+      if (!h.devices.empty()) e["devices"] = h.devices;
+      hosts[name] = std::move(e);
+    }
+    j["cluster"] = {{"tasks", k.tasks},
+                    {"hosts", std::move(hosts)},
+                    {"join_timeout_seconds", k.join_timeout_seconds},
+                    {"heartbeat_seconds", k.heartbeat_seconds},
+                    {"secret_env", k.secret_env},
+                    {"secret_file", k.secret_file}};
+  }
   return j;
 }
 

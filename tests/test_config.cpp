@@ -37,7 +37,7 @@ const bad_case kBad[] = {
     {R"({"optimizr": {}})", R"(optimizr: unknown key; did you mean "optimizer"?)"},
     {R"({"devise": ["cpu:0"]})", R"(devise: unknown key; did you mean "devices"?)"},
     {R"({"zzz": 1})",
-     R"(zzz: unknown key (expected one of: "name", "seed", "model", "optimizer", "data", "strategy", "devices", "training", "checkpoint", "logging"))"},
+     R"(zzz: unknown key (expected one of: "name", "seed", "model", "optimizer", "data", "strategy", "devices", "training", "checkpoint", "logging", "cluster"))"},
     {R"({"optimizer": {"lerning_rate": 0.1}})",
      R"(optimizer.lerning_rate: unknown key; did you mean "learning_rate"?)"},
     {R"({"optimizer": {"schedule": {"knd": "step"}}})",

@@ -1,0 +1,334 @@
+// The cluster spec: task names, addresses, and where a job's actors live.
+#include "config/cluster.hpp"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "config/job_config.hpp"
+
+namespace troupe {
+namespace {
+
+using nlohmann::json;
+
+std::string quote(std::string_view s) {
+  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& message) {
+  throw config_error(path, message);
+}
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// A decimal number without sign or leading zeros, at most `max_digits` long.
+bool parse_decimal(std::string_view s, std::size_t max_digits, uint64_t& out) {
+  if (s.empty() || s.size() > max_digits || !std::all_of(s.begin(), s.end(), is_digit))
+    return false;
+  if (s.size() > 1 && s[0] == '0') return false;
+  out = 0;
+  for (char c : s) out = out * 10 + static_cast<uint64_t>(c - '0');
+  return true;
+}
+
+bool valid_hostname(std::string_view h) {
+  if (h.empty() || h.size() > 253) return false;
+  return std::all_of(h.begin(), h.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '.' ||
+           c == '-' || c == '_';
+  });
+}
+
+bool valid_ipv6(std::string_view h) {
+  if (h.size() < 2 || h.find(':') == std::string_view::npos) return false;
+  return std::all_of(h.begin(), h.end(), [](char c) {
+    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' || c == '.';
+  });
+}
+
+std::string block_of(const std::string& job, std::size_t n) {
+  return n == 1 ? job + ":0" : job + ":0.." + job + ":" + std::to_string(n - 1);
+}
+
+// Items 0..n-1 in contiguous blocks over `parts` (the first n % parts get one more).
+std::vector<std::vector<int64_t>> blocks(int64_t n, int64_t parts) {
+  std::vector<std::vector<int64_t>> out(static_cast<std::size_t>(parts));
+  int64_t next = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    int64_t count = n / parts + (p < n % parts ? 1 : 0);
+    for (int64_t k = 0; k < count; ++k) out[static_cast<std::size_t>(p)].push_back(next++);
+  }
+  return out;
+}
+
+bool uses_shards(const std::string& kind) {
+  return kind == "central_storage" || kind == "parameter_server" || kind == "elastic_average";
+}
+
+std::size_t job_size(const cluster_spec& spec, const std::string& job) {
+  auto it = spec.tasks.find(job);
+  return it == spec.tasks.end() ? 0 : it->second.size();
+}
+
+}  // namespace
+
+const std::vector<std::string>& cluster_job_names() {
+  static const std::vector<std::string> names = {"chief", "worker", "ps"};
+  return names;
+}
+
+std::string task_id::str() const {
+  return job + ":" + std::to_string(index);
+}
+
+host_port parse_host_port(std::string_view s) {
+  const std::string bad = "expected \"host:port\", got " + quote(s);
+  host_port out;
+  std::string_view port;
+  if (!s.empty() && s[0] == '[') {
+    auto close = s.find(']');
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':')
+      throw std::invalid_argument(bad);
+    std::string_view host = s.substr(1, close - 1);
+    if (!valid_ipv6(host)) throw std::invalid_argument(bad);
+    out.host = std::string(host);
+    port = s.substr(close + 2);
+  } else {
+    auto colon = s.rfind(':');
+    if (colon == std::string_view::npos) throw std::invalid_argument(bad);
+    std::string_view host = s.substr(0, colon);
+    if (!valid_hostname(host)) throw std::invalid_argument(bad);
+    out.host = std::string(host);
+    port = s.substr(colon + 1);
+  }
+  if (port.empty() || !std::all_of(port.begin(), port.end(), is_digit))
+    throw std::invalid_argument(bad);
+  uint64_t p = 0;
+  if (!parse_decimal(port, 5, p) || p < 1 || p > 65535)
+    throw std::invalid_argument("expected \"host:port\" with a port in 1..65535, got " + quote(s));
+  out.port = static_cast<uint16_t>(p);
+  return out;
+}
+
+task_id parse_task_name(std::string_view name) {
+  auto colon = name.find(':');
+  if (colon == std::string_view::npos)
+    throw std::invalid_argument("expected a task name \"job:index\" like \"worker:1\", got " +
+                                quote(name));
+  std::string job(name.substr(0, colon));
+  const auto& jobs = cluster_job_names();
+  if (std::find(jobs.begin(), jobs.end(), job) == jobs.end())
+    throw std::invalid_argument("unknown job " + quote(job) + " in task name " + quote(name) +
+                                " (expected \"chief\", \"worker\" or \"ps\")");
+  uint64_t index = 0;
+  if (!parse_decimal(name.substr(colon + 1), 9, index))
+    throw std::invalid_argument(
+        "expected a task name \"job:index\" with a decimal index like \"worker:1\", got " +
+        quote(name));
+  return {job, static_cast<int64_t>(index)};
+}
+
+std::vector<task_id> all_tasks(const cluster_spec& spec) {
+  std::vector<task_id> out;
+  for (const auto& job : cluster_job_names()) {
+    std::size_t n = job_size(spec, job);
+    for (std::size_t i = 0; i < n; ++i) out.push_back({job, static_cast<int64_t>(i)});
+  }
+  return out;
+}
+
+bool has_task(const cluster_spec& spec, const task_id& task) {
+  return task.index >= 0 && static_cast<std::size_t>(task.index) < job_size(spec, task.job);
+}
+
+const std::string& task_address(const cluster_spec& spec, const task_id& task) {
+  if (!has_task(spec, task)) {
+    std::size_t n = job_size(spec, task.job);
+    throw std::out_of_range("no task " + task.str() + " in the cluster spec" +
+                            (n == 0
+                                 ? " (it has no \"" + task.job + "\" job)"
+                                 : " (" + task.job + " has tasks " + block_of(task.job, n) + ")"));
+  }
+  return spec.tasks.at(task.job)[static_cast<std::size_t>(task.index)];
+}
+
+const task_placement& placement_of(const std::vector<task_placement>& placement,
+                                   const task_id& task) {
+  for (const auto& p : placement)
+    if (p.task == task) return p;
+  throw std::out_of_range("no placement for task " + task.str());
+}
+
+std::vector<task_placement> resolve_placement(const job_config& job) {
+  if (!job.cluster) throw config_error("cluster", "the job has no cluster spec");
+  const cluster_spec& spec = *job.cluster;
+  const std::string& kind = job.strategy.kind;
+  const int64_t R = job.strategy.replicas;
+  const int64_t S = job.strategy.shards;
+  const auto W = static_cast<int64_t>(job_size(spec, "worker"));
+  const auto P = static_cast<int64_t>(job_size(spec, "ps"));
+  const bool sharded = uses_shards(kind);
+
+  if (kind == "parameter_server" && P == 0)
+    fail("cluster.tasks",
+         "strategy.kind \"parameter_server\" needs a \"ps\" job with at least one task "
+         "(the variable shards live there)");
+  if (kind == "parameter_server" && W == 0)
+    fail("cluster.tasks",
+         "strategy.kind \"parameter_server\" needs a \"worker\" job with at least one task");
+  if (!sharded && P > 0)
+    fail("cluster.tasks.ps", "the " + kind +
+                                 " strategy has no variable shards for ps tasks to host; "
+                                 "remove the \"ps\" job");
+
+  std::vector<task_placement> out;
+  for (const auto& t : all_tasks(spec)) {
+    task_placement p;
+    p.task = t;
+    p.coordinator = t.job == "chief";
+    out.push_back(std::move(p));
+  }
+  auto entry = [&](const task_id& t) -> task_placement& {
+    for (auto& p : out)
+      if (p.task == t) return p;
+    throw std::logic_error("no task " + t.str());
+  };
+  auto default_device = [&](int64_t r) {
+    return job.devices[static_cast<std::size_t>(r) % job.devices.size()];
+  };
+  const std::string unit = kind == "parameter_server" ? "worker" : "replica";
+
+  if (spec.hosts.empty()) {
+    // Replicas (parameter_server: workers).
+    if (kind == "one_device" && W > 1)
+      fail("cluster.tasks.worker",
+           "the one_device strategy runs one replica; expected at most "
+           "1 worker task, got " +
+               std::to_string(W));
+    if (W == 0) {
+      for (int64_t r = 0; r < R; ++r) entry({"chief", 0}).replicas.push_back(r);
+    } else {
+      if (R < W)
+        fail("strategy.replicas", "expected >= the " + std::to_string(W) +
+                                      " worker tasks of cluster.tasks.worker (each hosts at "
+                                      "least one " +
+                                      unit + "), got " + std::to_string(R));
+      auto b = blocks(R, W);
+      for (int64_t w = 0; w < W; ++w)
+        entry({"worker", w}).replicas = b[static_cast<std::size_t>(w)];
+    }
+    // Variable shards.
+    if (sharded) {
+      if (P == 0) {
+        for (int64_t s = 0; s < S; ++s) entry({"chief", 0}).shards.push_back(s);
+      } else {
+        if (S < P)
+          fail("strategy.shards", "expected >= the " + std::to_string(P) +
+                                      " ps tasks of cluster.tasks.ps (each hosts at least one "
+                                      "shard), got " +
+                                      std::to_string(S));
+        auto b = blocks(S, P);
+        for (int64_t s = 0; s < P; ++s) entry({"ps", s}).shards = b[static_cast<std::size_t>(s)];
+      }
+    }
+    for (auto& p : out)
+      for (int64_t r : p.replicas) p.devices.push_back(default_device(r));
+    return out;
+  }
+
+  // An explicit "hosts": check every key names a task of the spec.
+  for (const auto& [key, th] : spec.hosts) {
+    const std::string path = "cluster.hosts." + key;
+    task_id t;
+    try {
+      t = parse_task_name(key);
+    } catch (const std::invalid_argument& e) {
+      fail(path, e.what());
+    }
+    if (t.str() != key)
+      fail(path, "expected a task name \"job:index\" like \"worker:1\", got " + quote(key));
+    if (!has_task(spec, t)) {
+      std::size_t n = job_size(spec, t.job);
+      fail(path, "no task " + key + " in cluster.tasks" +
+                     (n == 0 ? " (it has no \"" + t.job + "\" job)"
+                             : " (cluster.tasks." + t.job + " has " + std::to_string(n) +
+                                   (n == 1 ? " task: " : " tasks: ") + block_of(t.job, n) + ")"));
+    }
+  }
+  std::map<int64_t, std::string> replica_owner, shard_owner;
+  for (auto& p : out) {
+    const std::string name = p.task.str();
+    auto it = spec.hosts.find(name);
+    if (it == spec.hosts.end()) continue;
+    const task_hosts& th = it->second;
+    const std::string path = "cluster.hosts." + name;
+    for (std::size_t i = 0; i < th.replicas.size(); ++i) {
+      const std::string ip = path + ".replicas[" + std::to_string(i) + "]";
+      int64_t r = th.replicas[i];
+      if (r < 0 || r >= R)
+        fail(ip, "expected an integer in [0, " + std::to_string(R - 1) +
+                     "] (strategy.replicas is " + std::to_string(R) + "), got " +
+                     std::to_string(r));
+      auto [owner, fresh] = replica_owner.emplace(r, name);
+      if (!fresh)
+        fail(ip, unit + " " + std::to_string(r) + " is already placed on " + owner->second);
+    }
+    if (!th.devices.empty() && th.devices.size() != th.replicas.size())
+      fail(path + ".devices", "expected one device per " + unit + " (" +
+                                  std::to_string(th.replicas.size()) + "), got " +
+                                  std::to_string(th.devices.size()));
+    if (!sharded && !th.shards.empty())
+      fail(path + ".shards", "the " + kind + " strategy has no variable shards");
+    for (std::size_t i = 0; i < th.shards.size(); ++i) {
+      const std::string ip = path + ".shards[" + std::to_string(i) + "]";
+      int64_t s = th.shards[i];
+      if (s < 0 || s >= S)
+        fail(ip, "expected an integer in [0, " + std::to_string(S - 1) + "] (strategy.shards is " +
+                     std::to_string(S) + "), got " + std::to_string(s));
+      auto [owner, fresh] = shard_owner.emplace(s, name);
+      if (!fresh) fail(ip, "shard " + std::to_string(s) + " is already placed on " + owner->second);
+    }
+    p.replicas = th.replicas;
+    p.devices = th.devices;
+    if (p.devices.empty())
+      for (int64_t r : p.replicas) p.devices.push_back(default_device(r));
+    p.shards = th.shards;
+  }
+  for (int64_t r = 0; r < R; ++r)
+    if (!replica_owner.count(r))
+      fail("cluster.hosts", unit + " " + std::to_string(r) +
+                                " is not placed on any task (strategy.replicas is " +
+                                std::to_string(R) + ")");
+  if (sharded)
+    for (int64_t s = 0; s < S; ++s)
+      if (!shard_owner.count(s))
+        fail("cluster.hosts", "shard " + std::to_string(s) +
+                                  " is not placed on any task (strategy.shards is " +
+                                  std::to_string(S) + ")");
+  for (const auto& p : out)
+    if (!p.coordinator && p.replicas.empty() && p.shards.empty())
+      fail("cluster.hosts", "task " + p.task.str() +
+                                " hosts nothing; place replicas or shards on it, or remove it "
+                                "from cluster.tasks");
+  return out;
+}
+
+void check_cluster(const job_config& job) {
+  if (!job.cluster) return;
+  const cluster_spec& spec = *job.cluster;
+  std::size_t chiefs = job_size(spec, "chief");
+  if (chiefs == 0)
+    fail("cluster.tasks.chief",
+         "missing; a cluster needs exactly one chief task (it runs the coordinator)");
+  if (chiefs != 1)
+    fail("cluster.tasks.chief",
+         "expected exactly one address (one chief task), got " + std::to_string(chiefs));
+  resolve_placement(job);
+}
+
+}  // namespace troupe
