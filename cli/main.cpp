@@ -11,6 +11,7 @@
 #include "actors/job.hpp"
 #include "actors/reducer.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "cli/launch.hpp"
 #include "config/job_config.hpp"
 
 namespace {
@@ -21,6 +22,10 @@ Usage:
   troupe run FILE [--output DIR] [--resume | --overwrite] [--quiet]
                               train the job described by FILE (JSON)
   troupe validate FILE        check a job config; prints the effective config
+  troupe launch [--config] FILE [--output DIR] [--resume | --overwrite] [-- ARGS]
+                              start every task of FILE's cluster spec as a local
+                              process (troupe node --task NAME ...), output
+                              prefixed [NAME]; if one fails, stop the others
   troupe checkpoint show DIR  list a checkpoint's variables (DIR: a checkpoint
                               or a directory of checkpoints -> the latest)
   troupe checkpoint diff A B  largest absolute and relative difference per variable
@@ -206,6 +211,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "run") return cmd_run(args);
   if (cmd == "validate") return cmd_validate(args);
+  if (cmd == "launch") return troupe::launch::cmd_launch(args, bad_usage);
   if (cmd == "checkpoint") return cmd_checkpoint(args);
   if (cmd == "bench") return cmd_bench(args);
   return bad_usage("unknown command '" + cmd + "'");

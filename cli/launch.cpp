@@ -1,0 +1,488 @@
+// `troupe launch`: local child processes for every task of a cluster spec.
+#include "cli/launch.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/cluster.hpp"
+#include "config/job_config.hpp"
+
+namespace troupe::launch {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+constexpr std::size_t kMaxLine = 64 << 10;  // a longer line is relayed in pieces
+
+int g_signal_pipe = -1;  // write end of the self-pipe the signal handler feeds
+
+extern "C" void on_signal(int sig) {
+  int saved = errno;
+  auto b = static_cast<unsigned char>(sig);
+  if (g_signal_pipe >= 0) {
+    [[maybe_unused]] ssize_t n = ::write(g_signal_pipe, &b, 1);
+  }
+  errno = saved;
+}
+
+void write_all(int fd, const std::string& s) {
+  std::size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // nowhere to write to: drop, the children go on
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           signal_name(WTERMSIG(status)) + ")";
+  return "ended with wait status " + std::to_string(status);
+}
+
+// One output stream of a child: its pipe and the partial line read so far.
+struct stream {
+  int fd = -1;
+  int to = 1;
+  std::string pending;
+};
+
+struct running {
+  const child* spec = nullptr;
+  std::string prefix;
+  pid_t pid = -1;
+  bool alive = false;
+  int status = 0;
+  stream out, err;
+};
+
+void emit_lines(stream& s, const std::string& prefix, bool flush_all) {
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t nl = s.pending.find('\n', start);
+    if (nl == std::string::npos) break;
+    write_all(s.to, prefix + s.pending.substr(start, nl - start + 1));
+    start = nl + 1;
+  }
+  s.pending.erase(0, start);
+  if (!s.pending.empty() && (flush_all || s.pending.size() >= kMaxLine)) {
+    write_all(s.to, prefix + s.pending + "\n");
+    s.pending.clear();
+  }
+}
+
+// Reads what is there; closes the stream at end of file.
+void drain(stream& s, const std::string& prefix) {
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(s.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n > 0) {
+      s.pending.append(buf, static_cast<std::size_t>(n));
+      emit_lines(s, prefix, false);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    // End of file or an error: the writer is gone.
+    emit_lines(s, prefix, true);
+    ::close(s.fd);
+    s.fd = -1;
+    return;
+  }
+}
+
+void close_stream(stream& s, const std::string& prefix) {
+  if (s.fd < 0) return;
+  emit_lines(s, prefix, true);
+  ::close(s.fd);
+  s.fd = -1;
+}
+
+// Saves and restores the handlers supervise() installs.
+struct signal_scope {
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGCHLD};
+  struct sigaction old[3]{};
+  int pipe_fds[2] = {-1, -1};
+  bool ok = false;
+
+  signal_scope() {
+    if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) return;
+    g_signal_pipe = pipe_fds[1];
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old[i]);
+    ok = true;
+  }
+  ~signal_scope() {
+    if (ok)
+      for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old[i], nullptr);
+    g_signal_pipe = -1;
+    for (int fd : pipe_fds)
+      if (fd >= 0) ::close(fd);
+  }
+  signal_scope(const signal_scope&) = delete;
+  signal_scope& operator=(const signal_scope&) = delete;
+};
+
+// fork + exec of one child, its stdout/stderr on fresh pipes. Returns false
+// (with `why`) when it could not be started at all.
+bool start(running& r, int out_to, int err_to, std::string& why) {
+  const child& c = *r.spec;
+  if (c.argv.empty()) {
+    why = "no command for task " + c.name;
+    return false;
+  }
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    why = std::string("pipe: ") + std::strerror(errno);
+    return false;
+  }
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    why = std::string("pipe: ") + std::strerror(errno);
+    ::close(out[0]);
+    ::close(out[1]);
+    return false;
+  }
+  // Everything the child needs is built before fork: after it, only
+  // async-signal-safe calls.
+  std::vector<char*> argv;
+  for (const auto& a : c.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_store;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    bool overridden = false;
+    for (const auto& x : c.env) {
+      auto eq = x.find('=');
+      if (kv.compare(0, eq + 1, x, 0, eq + 1) == 0) overridden = true;
+    }
+    if (!overridden) env_store.push_back(std::move(kv));
+  }
+  for (const auto& x : c.env) env_store.push_back(x);
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const std::string exec_failed = "troupe launch: cannot run " + c.argv[0] + ": ";
+  const pid_t parent = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    why = std::string("fork: ") + std::strerror(errno);
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    return false;
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(125);  // the launcher is already gone
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) ::sigaction(s, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) {
+      ::dup2(devnull, 0);
+      if (devnull != 0) ::close(devnull);
+    }
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    ::execve(argv[0], argv.data(), envp.data());
+    int e = errno;
+    [[maybe_unused]] auto n1 = ::write(2, exec_failed.data(), exec_failed.size());
+    const char* msg = std::strerror(e);
+    [[maybe_unused]] auto n2 = ::write(2, msg, std::strlen(msg));
+    [[maybe_unused]] auto n3 = ::write(2, "\n", 1);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so a signal to the group cannot race the child's own call
+  ::close(out[1]);
+  ::close(err[1]);
+  ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
+  ::fcntl(err[0], F_SETFL, ::fcntl(err[0], F_GETFL) | O_NONBLOCK);
+  r.pid = pid;
+  r.alive = true;
+  r.out = {out[0], out_to, {}};
+  r.err = {err[0], err_to, {}};
+  return true;
+}
+
+// Has the child ended? If so, kill what is left of its process group while
+// its zombie still holds the group's id, then reap it.
+bool reap(running& r) {
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(r.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0)
+    return false;
+  if (info.si_pid != r.pid) return false;
+  ::kill(-r.pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.status = status;
+  r.alive = false;
+  return true;
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "/proc/self/exe";
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+}  // namespace
+
+int supervise(const std::vector<child>& children, const supervise_options& opts) {
+  auto say = [&](const std::string& line) {
+    write_all(opts.err_fd, "troupe launch: " + line + "\n");
+  };
+  signal_scope signals;
+  if (!signals.ok) {
+    say(std::string("cannot create a pipe: ") + std::strerror(errno));
+    return 1;
+  }
+  std::vector<running> rs(children.size());
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    rs[i].spec = &children[i];
+    rs[i].prefix = "[" + children[i].name + "] ";
+  }
+
+  bool stopping = false, killed = false;
+  clock::time_point kill_at{};
+  std::optional<std::string> failure;  // the first task that failed, and how
+  int interrupted_by = 0;
+  auto stop_all = [&](int sig) {
+    for (auto& r : rs)
+      if (r.alive) ::kill(-r.pid, sig);
+    if (sig == SIGKILL) killed = true;
+    if (!stopping) {
+      stopping = true;
+      kill_at = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                   std::chrono::duration<double>(opts.grace_seconds));
+    }
+  };
+
+  for (auto& r : rs) {
+    std::string why;
+    if (!start(r, opts.out_fd, opts.err_fd, why)) {
+      say("cannot start task " + r.spec->name + ": " + why);
+      failure = "task " + r.spec->name + " could not be started";
+      stop_all(SIGTERM);
+      break;
+    }
+  }
+
+  auto any_alive = [&] {
+    for (const auto& r : rs)
+      if (r.alive) return true;
+    return false;
+  };
+  // Until every child is reaped; then a short while for output still in the pipes.
+  std::optional<clock::time_point> drain_until;
+  for (;;) {
+    if (!any_alive() && !drain_until) drain_until = clock::now() + std::chrono::milliseconds(500);
+    std::vector<pollfd> fds;
+    std::vector<stream*> owners;
+    fds.push_back({signals.pipe_fds[0], POLLIN, 0});
+    owners.push_back(nullptr);
+    for (auto& r : rs)
+      for (stream* s : {&r.out, &r.err})
+        if (s->fd >= 0) {
+          fds.push_back({s->fd, POLLIN, 0});
+          owners.push_back(s);
+        }
+    if (drain_until && fds.size() == 1) break;
+    int timeout = -1;
+    auto now = clock::now();
+    auto ms_until = [&](clock::time_point t) {
+      return static_cast<int>(std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count() + 1));
+    };
+    if (drain_until) {
+      if (now >= *drain_until) break;
+      timeout = ms_until(*drain_until);
+    } else if (stopping && !killed) {
+      timeout = ms_until(kill_at);
+    } else if (stopping) {
+      timeout = 100;  // SIGKILLed: reap soon
+    }
+    int n = ::poll(fds.data(), fds.size(), timeout);
+    if (n < 0 && errno != EINTR) {
+      say(std::string("poll: ") + std::strerror(errno));
+      stop_all(SIGKILL);
+    }
+    if (n > 0) {
+      for (std::size_t i = 1; i < fds.size(); ++i)
+        if (fds[i].revents) {
+          for (auto& r : rs)
+            if (&r.out == owners[i] || &r.err == owners[i]) drain(*owners[i], r.prefix);
+        }
+      if (fds[0].revents & POLLIN) {
+        unsigned char sig = 0;
+        while (::read(signals.pipe_fds[0], &sig, 1) == 1) {
+          if (sig != SIGINT && sig != SIGTERM) continue;  // SIGCHLD: reaped below
+          if (!stopping) {
+            interrupted_by = sig;
+            say("got " + signal_name(sig) + "; stopping all tasks");
+            stop_all(sig);
+          } else if (!killed) {
+            say("got " + signal_name(sig) + " again; killing all tasks");
+            stop_all(SIGKILL);
+          }
+        }
+      }
+    }
+    for (auto& r : rs) {
+      if (!r.alive || !reap(r)) continue;
+      bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+      if (!ok && !stopping) {
+        failure = "task " + r.spec->name + " " + describe(r.status);
+        say(*failure + "; stopping the other tasks");
+        stop_all(SIGTERM);
+      }
+    }
+    if (stopping && !killed && any_alive() && clock::now() >= kill_at) {
+      say("tasks still running after " + std::to_string(opts.grace_seconds).substr(0, 4) +
+          " s; sending SIGKILL");
+      stop_all(SIGKILL);
+    }
+  }
+  for (auto& r : rs) {
+    close_stream(r.out, r.prefix);
+    close_stream(r.err, r.prefix);
+  }
+
+  if (!failure && !interrupted_by) {
+    bool all_ok = true;
+    for (const auto& r : rs)
+      if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) all_ok = false;
+    if (all_ok) return 0;
+  }
+  for (const auto& r : rs) {
+    if (r.pid < 0) continue;
+    std::string line = "task " + r.spec->name + " " + describe(r.status);
+    if (failure && *failure == line) continue;
+    if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) say("  " + line);
+  }
+  if (failure)
+    say(*failure);
+  else
+    say("interrupted by " + signal_name(interrupted_by) + "; stopped all tasks");
+  return 1;
+}
+
+std::vector<child> node_children(const cluster_spec& spec, const std::string& config_file,
+                                 const launch_options& opts) {
+  std::vector<std::string> base;
+  const char* env_cmd = std::getenv("TROUPE_LAUNCH_NODE_CMD");
+  if (env_cmd && *env_cmd)
+    base = {"/bin/sh", "-c", std::string(env_cmd) + " \"$@\"", "troupe-node"};
+  else if (!opts.node_command.empty())
+    base = opts.node_command;
+  else
+    base = {self_exe(), "node"};
+  std::vector<child> out;
+  for (const auto& task : all_tasks(spec)) {
+    child c;
+    c.name = task.str();
+    c.argv = base;
+    for (const char* a : {"--config", config_file.c_str(), "--task", c.name.c_str()})
+      c.argv.emplace_back(a);
+    if (!opts.output_dir.empty()) {
+      c.argv.emplace_back("--output");
+      c.argv.push_back(opts.output_dir);
+    }
+    if (opts.resume) c.argv.emplace_back("--resume");
+    if (opts.overwrite) c.argv.emplace_back("--overwrite");
+    c.argv.insert(c.argv.end(), opts.extra_args.begin(), opts.extra_args.end());
+    c.env = {"TROUPE_TASK=" + c.name};
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+int cmd_launch(const std::vector<std::string>& args,
+               const std::function<int(const std::string&)>& bad_usage) {
+  std::string file;
+  launch_options opts;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
+    if (a == "--") {
+      opts.extra_args.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      break;
+    } else if (a == "--config") {
+      if (i + 1 >= args.size()) return bad_usage("--config needs a file");
+      if (!file.empty()) return bad_usage("launch takes one config file");
+      file = args[++i];
+    } else if (a == "--output") {
+      if (i + 1 >= args.size()) return bad_usage("--output needs a directory");
+      opts.output_dir = args[++i];
+    } else if (a == "--resume") {
+      opts.resume = true;
+    } else if (a == "--overwrite") {
+      opts.overwrite = true;
+    } else if (a.rfind("--", 0) == 0) {
+      return bad_usage("unknown option '" + a + "' for launch");
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      return bad_usage("launch takes one config file, got '" + file + "' and '" + a + "'");
+    }
+  }
+  if (file.empty()) return bad_usage("launch needs a config file (--config FILE)");
+  if (opts.resume && opts.overwrite)
+    return bad_usage("--resume and --overwrite exclude each other");
+  job_config cfg;
+  try {
+    cfg = load_job_config(file);
+  } catch (const config_error& e) {
+    std::cerr << "troupe: " << (e.path().empty() ? "" : file + ": ") << e.what() << "\n";
+    return 2;
+  }
+  if (!cfg.cluster) {
+    std::cerr << "troupe: " << file
+              << ": no \"cluster\" section; troupe launch starts the tasks of a cluster spec "
+                 "(\"cluster\": {\"tasks\": {\"chief\": [\"127.0.0.1:7000\"], ...}}); use "
+                 "troupe run for a single-process job\n";
+    return 2;
+  }
+  auto children = node_children(*cfg.cluster, file, opts);
+  std::string names;
+  for (const auto& c : children) {
+    if (!names.empty()) names += ", ";
+    names += c.name + " (" + task_address(*cfg.cluster, parse_task_name(c.name)) + ")";
+  }
+  std::cerr << "troupe launch: starting " << children.size() << " tasks: " << names << "\n";
+  std::cerr.flush();
+  std::cout.flush();
+  return supervise(children);
+}
+
+}  // namespace troupe::launch

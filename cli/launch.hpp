@@ -1,0 +1,69 @@
+#pragma once
+// `troupe launch`: starts every task of a job's cluster spec as a local child
+// process (`troupe node --config FILE --task NAME ...`), as torchrun/mpirun do
+// for a laptop or a test.
+//
+// - Each line a child writes is relayed with its task name in front
+//   ("[worker:1] ..."), stdout to stdout and stderr to stderr, one write per
+//   line so lines of different tasks never interleave.
+// - SIGINT/SIGTERM to the launcher are forwarded to every child.
+// - When a child exits non-zero or is killed, the others get SIGTERM, then
+//   SIGKILL after a grace period; the launcher exits 1 naming the task and its
+//   status. It exits 0 when every child exits 0.
+// - No orphans: each child leads its own process group, which is SIGKILLed
+//   once the child is gone (so its own children go too), and a child gets
+//   SIGKILL when the launcher dies (PR_SET_PDEATHSIG).
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace troupe {
+struct cluster_spec;
+}
+
+namespace troupe::launch {
+
+// One child process.
+struct child {
+  std::string name;               // the output prefix and the name in messages
+  std::vector<std::string> argv;  // argv[0]: a path (no PATH lookup)
+  std::vector<std::string> env;   // "NAME=value" added to the launcher's environment
+};
+
+struct supervise_options {
+  double grace_seconds = 3;  // between SIGTERM and SIGKILL when stopping
+  int out_fd = 1;            // where the children's prefixed stdout goes
+  int err_fd = 2;            // their stderr, and the launcher's own messages
+};
+
+// Starts the children, relays their output and waits for all of them.
+// Returns 0 when every child exits 0, else 1 (after stopping the others and
+// writing `troupe launch: task NAME exited with status N` or `... killed by
+// signal N (SIGNAME)` to err_fd). Installs handlers for SIGINT, SIGTERM and
+// SIGCHLD while it runs and restores the previous ones. Call from one thread.
+int supervise(const std::vector<child>& children, const supervise_options& opts = {});
+
+struct launch_options {
+  std::string output_dir;               // forwarded as --output DIR when set
+  bool resume = false;                  // forwarded as --resume
+  bool overwrite = false;               // forwarded as --overwrite
+  std::vector<std::string> extra_args;  // after `--`: appended to every node's arguments
+  // The command each task runs, before its arguments; empty = this binary's
+  // `node` subcommand (/proc/self/exe node). The environment variable
+  // TROUPE_LAUNCH_NODE_CMD, when set, overrides both: a /bin/sh command line
+  // that gets the node arguments appended ("$@").
+  std::vector<std::string> node_command;
+};
+
+// The children for every task of `spec` (all_tasks order), each running
+// `<node command> --config FILE --task NAME [--output DIR] [--resume]
+// [--overwrite] [extra...]` with TROUPE_TASK=NAME in its environment.
+std::vector<child> node_children(const cluster_spec& spec, const std::string& config_file,
+                                 const launch_options& opts);
+
+// `troupe launch` from its arguments (after "launch"): exit status 0, 1, or
+// 2 (bad usage through `bad_usage`, a bad config, a job without a cluster).
+int cmd_launch(const std::vector<std::string>& args,
+               const std::function<int(const std::string&)>& bad_usage);
+
+}  // namespace troupe::launch
