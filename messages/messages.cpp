@@ -1,6 +1,7 @@
 #include "messages/messages.hpp"
 
 #include "messages/protocols.hpp"
+#include "messages/remote_ring_messages.hpp"
 
 namespace troupe {
 
@@ -82,6 +83,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<shard_state>("troupe::shard_state");
   cfg.add_message_type<shard_stats>("troupe::shard_stats");
   cfg.add_message_type<variable_shard_actor>("troupe::variable_shard_actor");
+  register_remote_ring_messages(cfg);  // reduce_op, ring_chunk, ring node handles
 }
 
 }  // namespace troupe

@@ -1,0 +1,412 @@
+#include "actors/reducers/remote_ring.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "actors/reducers/collective.hpp"
+
+namespace troupe {
+
+namespace {
+
+using reducers::flat_view;
+
+caf::error ring_error(std::string text) {
+  return caf::make_error(caf::sec::runtime_error, std::move(text));
+}
+
+// A chunk still to be sent: which step and which elements. The data is
+// copied out of the caller's buffer only when the send happens.
+struct out_item {
+  int32_t step = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+struct pending_request {
+  reduce_op op = reduce_op::sum;
+  std::vector<tensor> tensors;
+  caf::typed_response_promise<std::vector<tensor>> rp;
+};
+
+struct active_collective {
+  uint64_t seq = 0;
+  reduce_op op = reduce_op::sum;
+  flat_view view;
+  std::vector<int64_t> seg;  // P + 1 segment boundaries
+  int64_t to_receive = 0;
+  int64_t received = 0;
+  int64_t to_send = 0;
+  int64_t sent = 0;
+  caf::typed_response_promise<std::vector<tensor>> rp;
+};
+
+struct ring_state {
+  ring_options opt;
+  int64_t chunk_elems = 1;
+  int32_t rank = -1;
+  int32_t n = 0;
+  std::vector<ring_peer_actor> peers;
+  std::string broken;  // non-empty: the group failed for this reason
+  uint64_t next_seq = 1;
+  std::deque<pending_request> queue;
+  std::optional<active_collective> act;
+  // Chunks of collectives this rank has not started yet (not acknowledged:
+  // bounded by the window).
+  std::map<uint64_t, std::vector<ring_chunk>> early;
+  std::deque<out_item> out;
+  int32_t in_flight = 0;
+  reducer_stats stats;
+
+  static inline const char* name = "ring_node";
+
+  int32_t mod(int64_t x) const { return static_cast<int32_t>(((x % n) + n) % n); }
+  int32_t left() const { return mod(rank - 1); }
+  int32_t right() const { return mod(rank + 1); }
+  // The segment rank `r` sends at step `s`.
+  int32_t send_seg(int32_t r, int32_t s) const {
+    return s < n - 1 ? mod(r - s) : mod(r + 1 - (s - (n - 1)));
+  }
+  int32_t last_step() const { return 2 * (n - 1) - 1; }
+  int64_t chunks_of(int32_t seg_index, const std::vector<int64_t>& seg) const {
+    return reducers::chunk_count(seg[seg_index + 1] - seg[seg_index], chunk_elems);
+  }
+};
+
+using ring_self = ring_node_actor::stateful_pointer<ring_state>;
+
+void fail_all(ring_self self, const std::string& reason, bool tell_peers) {
+  auto& st = self->state;
+  if (!st.broken.empty()) return;
+  st.broken = reason;
+  uint64_t seq = st.act ? st.act->seq : st.next_seq;
+  if (st.act) {
+    st.act->rp.deliver(ring_error(reason));
+    ++st.stats.collectives;
+    ++st.stats.failed;
+    st.act.reset();
+  }
+  for (auto& r : st.queue) {
+    r.rp.deliver(ring_error(reason));
+    ++st.stats.collectives;
+    ++st.stats.failed;
+  }
+  st.queue.clear();
+  st.early.clear();
+  st.out.clear();
+  if (tell_peers)
+    for (int32_t p = 0; p < st.n; ++p)
+      if (p != st.rank) self->send(st.peers[p], ring_abort_atom::value, seq, st.rank, reason);
+  // Drop the peers' handles: nodes holding each other's handles would keep
+  // each other alive (and the actor_system's destructor waiting) forever.
+  st.peers.clear();
+}
+
+std::string where(const ring_state& st) {
+  return "remote_ring rank " + std::to_string(st.rank) + "/" + std::to_string(st.n);
+}
+
+void start_next(ring_self self);
+
+void check_done(ring_self self) {
+  auto& st = self->state;
+  if (!st.act) return;
+  auto& a = *st.act;
+  if (a.received < a.to_receive || a.sent < a.to_send) return;
+  ++st.stats.collectives;
+  st.stats.bytes_reduced += a.view.numel() * static_cast<int64_t>(sizeof(float));
+  a.rp.deliver(std::move(a.view.tensors));
+  st.act.reset();
+  start_next(self);
+}
+
+// Sends queued chunks while the window allows.
+void pump(ring_self self) {
+  auto& st = self->state;
+  while (st.act && !st.out.empty() && st.in_flight < st.opt.window) {
+    auto it = st.out.front();
+    st.out.pop_front();
+    auto& a = *st.act;
+    ring_chunk ch;
+    ch.seq = a.seq;
+    ch.step = it.step;
+    ch.offset = it.begin;
+    ch.total = a.view.numel();
+    ch.op = a.op;
+    ch.data = tensor(shape_t{it.end - it.begin});
+    float* dst = ch.data.f32();
+    a.view.for_pieces(it.begin, it.end, [&](std::size_t i, int64_t off, int64_t len) {
+      reducers::copy_floats(dst, a.view.data[i] + off, len);
+      dst += len;
+    });
+    self->send(st.peers[st.right()], ring_chunk_atom::value, std::move(ch));
+    ++st.in_flight;
+    ++a.sent;
+    ++st.stats.buckets;
+    ++st.stats.messages_sent;
+  }
+}
+
+// Consumes one chunk of the active collective (from the left neighbour).
+void consume(ring_self self, const ring_chunk& ch) {
+  auto& st = self->state;
+  auto& a = *st.act;
+  int64_t len = ch.data.numel();
+  if (ch.total != a.view.numel() || ch.op != a.op) {
+    fail_all(self,
+             where(st) + ": collective " + std::to_string(a.seq) + " mismatch: rank " +
+                 std::to_string(st.left()) + " reduces " + std::to_string(ch.total) +
+                 " elements with " + reduce_op_name(ch.op) + ", this rank " +
+                 std::to_string(a.view.numel()) + " with " + reduce_op_name(a.op),
+             true);
+    return;
+  }
+  if (ch.data.type() != dtype::f32 || ch.step < 0 || ch.step > st.last_step() || ch.offset < 0 ||
+      ch.offset + len > a.view.numel()) {
+    fail_all(self, where(st) + ": malformed chunk from rank " + std::to_string(st.left()), true);
+    return;
+  }
+  const float* in = len ? ch.data.f32() : nullptr;
+  float scale = a.op == reduce_op::mean ? 1.0f / static_cast<float>(st.n) : 1.0f;
+  bool rs = ch.step < st.n - 1;
+  bool rs_last = ch.step == st.n - 2;
+  a.view.for_pieces(ch.offset, ch.offset + len, [&](std::size_t i, int64_t off, int64_t l) {
+    float* mine = a.view.data[i] + off;
+    if (rs_last)
+      reducers::combine_final(mine, in, l, a.op, scale);
+    else if (rs)
+      reducers::combine(mine, in, l, a.op);
+    else
+      reducers::copy_floats(mine, in, l);
+    in += l;
+  });
+  if (ch.step < st.last_step()) st.out.push_back({ch.step + 1, ch.offset, ch.offset + len});
+  ++a.received;
+  self->send(st.peers[st.left()], ring_credit_atom::value, int32_t{1});
+  ++st.stats.messages_sent;
+}
+
+void start_next(ring_self self) {
+  auto& st = self->state;
+  if (st.act || st.queue.empty() || !st.broken.empty()) return;
+  auto req = std::move(st.queue.front());
+  st.queue.pop_front();
+  st.act.emplace();
+  auto& a = *st.act;
+  a.seq = st.next_seq++;
+  a.op = req.op;
+  a.view = flat_view(std::move(req.tensors));
+  a.rp = std::move(req.rp);
+  a.seg = reducers::split_range(0, a.view.numel(), st.n);
+  for (int32_t s = 0; s <= st.last_step(); ++s) {
+    a.to_send += st.chunks_of(st.send_seg(st.rank, s), a.seg);
+    a.to_receive += st.chunks_of(st.send_seg(st.left(), s), a.seg);
+  }
+  // Step 0: this rank's own segment.
+  int32_t k = st.rank;
+  for (int64_t b = a.seg[k];; b += st.chunk_elems) {
+    int64_t e = std::min(a.seg[k + 1], b + st.chunk_elems);
+    st.out.push_back({0, b, e});
+    if (e >= a.seg[k + 1]) break;
+  }
+  self->delayed_send(self, st.opt.timeout, ring_timeout_atom::value, a.seq);
+  pump(self);
+  auto it = st.early.find(a.seq);
+  if (it != st.early.end()) {
+    auto held = std::move(it->second);
+    st.early.erase(it);
+    for (auto& ch : held) {
+      if (!st.act || st.act->seq != ch.seq) break;  // failed meanwhile
+      consume(self, ch);
+      pump(self);
+    }
+  }
+  check_done(self);
+}
+
+ring_node_actor::behavior_type ring_node_impl(ring_self self, ring_options opt) {
+  auto& st0 = self->state;
+  st0.opt = opt;
+  st0.opt.window = std::max<int32_t>(1, opt.window);
+  st0.chunk_elems = std::max<int64_t>(1, opt.chunk_bytes / static_cast<int64_t>(sizeof(float)));
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (int32_t p = 0; p < static_cast<int32_t>(st.peers.size()); ++p)
+      if (p != st.rank && st.peers[p].address() == dm.source) {
+        fail_all(
+            self,
+            where(st) + ": lost peer rank " + std::to_string(p) + " (" + to_string(dm.reason) + ")",
+            true);
+        return;
+      }
+  });
+  return {
+      [=](ring_chunk_atom, ring_chunk& ch) {
+        auto& st = self->state;
+        if (!st.broken.empty()) return;
+        if (!st.act || ch.seq > st.act->seq) {
+          st.early[ch.seq].push_back(std::move(ch));
+          return;
+        }
+        if (ch.seq < st.act->seq) {  // stale: acknowledge and drop
+          self->send(st.peers[st.left()], ring_credit_atom::value, int32_t{1});
+          return;
+        }
+        consume(self, ch);
+        pump(self);
+        check_done(self);
+      },
+      [=](ring_credit_atom, int32_t k) {
+        auto& st = self->state;
+        st.in_flight = std::max(0, st.in_flight - k);
+        pump(self);
+        check_done(self);
+      },
+      [=](ring_abort_atom, uint64_t seq, int32_t from, std::string& reason) {
+        auto& st = self->state;
+        fail_all(self,
+                 where(st) + ": collective " + std::to_string(seq) + " aborted by rank " +
+                     std::to_string(from) + ": " + reason,
+                 false);
+      },
+      [=](ring_timeout_atom, uint64_t seq) {
+        auto& st = self->state;
+        if (!st.act || st.act->seq != seq) return;
+        auto& a = *st.act;
+        fail_all(
+            self,
+            where(st) + ": collective " + std::to_string(seq) + " timed out after " +
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(st.opt.timeout).count()) +
+                " ms" + " (received " + std::to_string(a.received) + "/" +
+                std::to_string(a.to_receive) + " chunks from rank " + std::to_string(st.left()) +
+                ", sent " + std::to_string(a.sent) + "/" + std::to_string(a.to_send) + " to rank " +
+                std::to_string(st.right()) + ")",
+            true);
+      },
+      [=](ring_wire_atom, int32_t rank,
+          std::vector<ring_peer_actor>& peers) -> caf::result<int32_t> {
+        auto& st = self->state;
+        if (st.n > 0) return ring_error(where(st) + ": already wired");
+        auto n = static_cast<int32_t>(peers.size());
+        if (rank < 0 || rank >= n)
+          return ring_error("remote_ring: rank " + std::to_string(rank) + " out of range for " +
+                            std::to_string(n) + " peers");
+        for (int32_t p = 0; p < n; ++p)
+          if (!peers[p])
+            return ring_error("remote_ring: peer " + std::to_string(p) + " is invalid");
+        if (peers[rank].address() != self->address())
+          return ring_error("remote_ring: peers[" + std::to_string(rank) + "] is not this node");
+        st.rank = rank;
+        st.n = n;
+        st.peers = std::move(peers);
+        for (int32_t p = 0; p < n; ++p)
+          if (p != rank) self->monitor(st.peers[p]);
+        start_next(self);
+        return n;
+      },
+      [=](allreduce_atom, reduce_op op,
+          std::vector<tensor>& ts) -> caf::result<std::vector<tensor>> {
+        auto& st = self->state;
+        if (!st.broken.empty()) return ring_error(st.broken);
+        if (st.n == 0) return ring_error("remote_ring: node is not wired");
+        for (std::size_t i = 0; i < ts.size(); ++i)
+          if (ts[i].type() != dtype::f32)
+            return ring_error("remote_ring: tensor " + std::to_string(i) + " is " +
+                              dtype_name(ts[i].type()) + ", only float32 is reduced");
+        if (st.n == 1) {  // op over one rank = identity (mean: x / 1)
+          ++st.stats.collectives;
+          return std::move(ts);
+        }
+        auto rp = self->make_response_promise<std::vector<tensor>>();
+        st.queue.push_back({op, std::move(ts), rp});
+        start_next(self);
+        return rp;
+      },
+      [=](stats_atom) { return self->state.stats; },
+  };
+}
+
+}  // namespace
+
+ring_node_actor spawn_ring_node(caf::actor_system& sys, ring_options opts) {
+  return sys.spawn(ring_node_impl, opts);
+}
+
+caf::expected<uint16_t> publish_ring_node(caf::actor_system& sys, const ring_node_actor& node,
+                                          uint16_t port, const std::string& bind) {
+  return sys.middleman().publish(node, port, bind.empty() ? nullptr : bind.c_str(), true);
+}
+
+caf::expected<ring_peer_actor> connect_ring_peer(caf::actor_system& sys, const std::string& host,
+                                                 uint16_t port, caf::timespan timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto h = sys.middleman().remote_actor<ring_node_actor>(host, port);
+    if (h) return ring_peer_actor{*h};
+    if (h.error() != caf::sec::cannot_connect_to_node ||
+        std::chrono::steady_clock::now() >= deadline)
+      return ring_error("remote_ring: cannot reach ring node at " + host + ":" +
+                        std::to_string(port) + ": " + sys.render(h.error()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+caf::error wire_ring_node(caf::actor_system& sys, const ring_node_actor& node, int32_t rank,
+                          std::vector<ring_peer_actor> peers, caf::timespan timeout) {
+  caf::scoped_actor self{sys};
+  caf::error result;
+  self->request(node, timeout, ring_wire_atom::value, rank, std::move(peers))
+      .receive([](int32_t) {}, [&](caf::error& e) { result = std::move(e); });
+  return result;
+}
+
+caf::error join_ring(caf::actor_system& sys, const ring_node_actor& node, int32_t rank,
+                     const std::vector<std::pair<std::string, uint16_t>>& addresses,
+                     caf::timespan timeout) {
+  std::vector<ring_peer_actor> peers(addresses.size());
+  for (std::size_t p = 0; p < addresses.size(); ++p) {
+    if (static_cast<int32_t>(p) == rank) {
+      peers[p] = node;
+      continue;
+    }
+    auto h = connect_ring_peer(sys, addresses[p].first, addresses[p].second, timeout);
+    if (!h) return std::move(h.error());
+    peers[p] = std::move(*h);
+  }
+  return wire_ring_node(sys, node, rank, std::move(peers), timeout);
+}
+
+std::vector<ring_node_actor> spawn_ring_group(caf::actor_system& sys, int n, ring_options opts) {
+  std::vector<ring_node_actor> nodes;
+  std::vector<ring_peer_actor> peers;
+  for (int i = 0; i < n; ++i) {
+    nodes.push_back(spawn_ring_node(sys, opts));
+    peers.emplace_back(nodes.back());
+  }
+  for (int i = 0; i < n; ++i)
+    if (auto err = wire_ring_node(sys, nodes[i], i, peers))
+      throw std::runtime_error("spawn_ring_group: " + describe(err));
+  return nodes;
+}
+
+void stop_ring_nodes(const std::vector<ring_node_actor>& nodes) {
+  for (auto& n : nodes) caf::anon_send_exit(n, caf::exit_reason::user_shutdown);
+}
+
+caf::expected<std::vector<tensor>> ring_allreduce(caf::actor_system& sys,
+                                                  const ring_node_actor& node, reduce_op op,
+                                                  std::vector<tensor> tensors,
+                                                  caf::timespan timeout) {
+  caf::scoped_actor self{sys};
+  caf::expected<std::vector<tensor>> result{caf::sec::request_timeout};
+  self->request(node, timeout, allreduce_atom::value, op, std::move(tensors))
+      .receive([&](std::vector<tensor>& ts) { result = std::move(ts); },
+               [&](caf::error& e) { result = std::move(e); });
+  return result;
+}
+
+}  // namespace troupe

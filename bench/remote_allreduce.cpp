@@ -1,0 +1,189 @@
+// bench_remote_allreduce: ring all-reduce between 2 processes on 127.0.0.1
+// over CAF's middleman (actors/reducers/remote_ring.hpp).
+//
+//   bench_remote_allreduce [--sizes-mb=1,16,64] [--iters=10] [--chunk-kb=1024]
+//                          [--window=8] [--reads=N]
+//
+// Starts itself as rank 1 (`--peer ...`), publishes rank 0 on a free port,
+// and for each size runs 2 warm-up + `iters` mean all-reduces of that many
+// bytes of float32 on both ranks. Prints one JSON line per size: median time
+// on rank 0 and busbw = bytes / time * 2(P-1)/P (P = 2).
+// --reads sets middleman.max-consecutive-reads (default: CAF's 50).
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/reducers/remote_ring.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace troupe;
+using clk = std::chrono::steady_clock;
+
+struct options {
+  std::vector<int64_t> sizes_mb = {1, 16, 64};
+  int iters = 10;
+  int64_t chunk_kb = 1024;
+  int32_t window = 8;
+  int64_t reads = 0;
+  // peer mode
+  int peer_port = -1;
+};
+
+std::string value_of(const std::string& a, const std::string& key) {
+  return a.rfind(key, 0) == 0 ? a.substr(key.size()) : std::string{};
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (auto v = value_of(a, "--sizes-mb="); !v.empty()) {
+      o.sizes_mb.clear();
+      std::stringstream ss(v);
+      for (std::string x; std::getline(ss, x, ',');) o.sizes_mb.push_back(std::stoll(x));
+    } else if (auto v = value_of(a, "--iters="); !v.empty()) {
+      o.iters = std::stoi(v);
+    } else if (auto v = value_of(a, "--chunk-kb="); !v.empty()) {
+      o.chunk_kb = std::stoll(v);
+    } else if (auto v = value_of(a, "--window="); !v.empty()) {
+      o.window = std::stoi(v);
+    } else if (auto v = value_of(a, "--reads="); !v.empty()) {
+      o.reads = std::stoll(v);
+    } else if (auto v = value_of(a, "--peer="); !v.empty()) {
+      o.peer_port = std::stoi(v);
+    } else {
+      std::cerr << "unknown argument " << a << "\n";
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+struct bench_config : net_system_config {
+  explicit bench_config(int64_t reads) {
+    if (reads > 0) set("middleman.max-consecutive-reads", static_cast<size_t>(reads));
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<tensor> make_input(int64_t bytes, float v) {
+  tensor t(shape_t{bytes / static_cast<int64_t>(sizeof(float))});
+  t.fill(v);
+  return {t};
+}
+
+// Both ranks run the same loop; the ring pairs their collectives up.
+int run_rank(caf::actor_system& sys, const ring_node_actor& node, const options& o, int rank,
+             bool report) {
+  for (auto mb : o.sizes_mb) {
+    int64_t bytes = mb * 1000 * 1000;
+    auto data = make_input(bytes, static_cast<float>(rank + 1));
+    std::vector<double> secs;
+    for (int i = 0; i < o.iters + 2; ++i) {
+      auto t0 = clk::now();
+      auto r = ring_allreduce(sys, node, reduce_op::mean, data, std::chrono::seconds(60));
+      double dt = std::chrono::duration<double>(clk::now() - t0).count();
+      if (!r) {
+        std::cerr << "rank " << rank << ": " << describe(r.error()) << "\n";
+        return 1;
+      }
+      if (i >= 2) secs.push_back(dt);
+    }
+    if (!report) continue;
+    double t = median(secs);
+    double busbw = static_cast<double>(bytes) / t * 2.0 * (2 - 1) / 2;
+    std::printf(
+        "{\"bench\":\"remote_allreduce\",\"processes\":2,\"bytes\":%lld,\"chunk_bytes\":%lld,"
+        "\"window\":%d,\"iters\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,\"busbw_gbps\":%.3f}\n",
+        static_cast<long long>(bytes), static_cast<long long>(o.chunk_kb * 1024), o.window, o.iters,
+        t * 1e3, *std::min_element(secs.begin(), secs.end()) * 1e3, busbw / 1e9);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto o = parse(argc, argv);
+  bench_config cfg{o.reads};
+  caf::actor_system sys{cfg};
+  ring_options ro;
+  ro.chunk_bytes = o.chunk_kb * 1024;
+  ro.window = o.window;
+  auto node = spawn_ring_node(sys, ro);
+  auto port = publish_ring_node(sys, node, 0);
+  if (!port) {
+    std::cerr << "publish: " << sys.render(port.error()) << "\n";
+    return 1;
+  }
+  int rc = 0;
+  if (o.peer_port >= 0) {  // rank 1: tell rank 0 our port, then run
+    std::cout << "PORT " << *port << std::endl;
+    auto p0 = static_cast<uint16_t>(o.peer_port);
+    if (auto err = join_ring(sys, node, 1, {{"127.0.0.1", p0}, {"127.0.0.1", *port}})) {
+      std::cerr << "rank 1 join: " << describe(err) << "\n";
+      rc = 1;
+    } else {
+      rc = run_rank(sys, node, o, 1, false);
+    }
+    caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+    return rc;
+  }
+  // rank 0: start rank 1 with the same options, read its port from a pipe.
+  int out_p[2];
+  if (pipe(out_p) != 0) return 1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_p[1], 1);
+  posix_spawn_file_actions_addclose(&fa, out_p[0]);
+  std::vector<std::string> args = {"/proc/self/exe", "--peer=" + std::to_string(*port)};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  pid_t pid = -1;
+  int src = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out_p[1]);
+  if (src != 0) {
+    std::cerr << "posix_spawn failed\n";
+    return 1;
+  }
+  FILE* child_out = fdopen(out_p[0], "r");
+  char line[128] = {0};
+  unsigned p1 = 0;
+  if (!std::fgets(line, sizeof line, child_out) || std::sscanf(line, "PORT %u", &p1) != 1) {
+    std::cerr << "rank 1 did not report its port\n";
+    rc = 1;
+  } else if (auto err = join_ring(
+                 sys, node, 0, {{"127.0.0.1", *port}, {"127.0.0.1", static_cast<uint16_t>(p1)}})) {
+    std::cerr << "rank 0 join: " << describe(err) << "\n";
+    rc = 1;
+  } else {
+    rc = run_rank(sys, node, o, 0, true);
+  }
+  if (rc != 0) kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  std::fclose(child_out);
+  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = rc ? rc : 1;
+  return rc;
+}

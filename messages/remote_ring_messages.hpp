@@ -1,0 +1,74 @@
+#pragma once
+// Messages and protocols of the cross-process ring all-reduce
+// (actors/reducers/remote_ring.hpp). Unlike the in-process reducers, the data
+// travels in the messages: every chunk is a 1-D float32 tensor, serialized as
+// one raw block when it crosses a process boundary.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "messages/messages.hpp"
+
+namespace troupe {
+
+using ring_chunk_atom = caf::atom_constant<caf::atom("rr_chunk")>;
+using ring_credit_atom = caf::atom_constant<caf::atom("rr_credit")>;
+using ring_abort_atom = caf::atom_constant<caf::atom("rr_abort")>;
+using ring_wire_atom = caf::atom_constant<caf::atom("rr_wire")>;
+using ring_timeout_atom = caf::atom_constant<caf::atom("rr_timeout")>;
+
+// One chunk of one step of a ring collective, from a node to its right
+// neighbour. Steps 0 .. P-2 are the reduce-scatter, P-1 .. 2P-3 the
+// all-gather; the chunk covers elements [offset, offset + data.numel()) of
+// the collective's flat buffer (the caller's tensors, concatenated).
+struct ring_chunk {
+  uint64_t seq = 0;    // collective number on this group: 1, 2, ... in call order
+  int32_t step = 0;    // see above
+  int64_t offset = 0;  // first element
+  int64_t total = 0;   // elements of the whole collective (checked: same on every rank)
+  reduce_op op = reduce_op::sum;
+  tensor data;  // 1-D float32
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ring_chunk& x) {
+  return f(caf::meta::type_name("ring_chunk"), x.seq, x.step, x.offset, x.total, x.op, x.data);
+}
+
+// What a ring node says to its peers (and all it accepts from them).
+using ring_peer_actor = caf::typed_actor<
+    // Data: one chunk from the left neighbour. Not answered by a reply: the
+    // receiver grants a credit back once it has consumed the chunk.
+    caf::reacts_to<ring_chunk_atom, ring_chunk>,
+    // Flow control: the right neighbour consumed this many chunks (each link
+    // carries at most `window` unacknowledged chunks).
+    caf::reacts_to<ring_credit_atom, int32_t>,
+    // Collective `seq` failed on rank `from` for `reason`; the group is
+    // unusable from then on (every rank fails its pending work at once).
+    caf::reacts_to<ring_abort_atom, uint64_t, int32_t, std::string>>;
+
+// A ring node: one per process (or per test "process"), the peer protocol
+// plus its owner's requests.
+using ring_node_actor = ring_peer_actor::extend<
+    // Wiring: this node is rank `rank` of the group `peers` (every rank's
+    // node, in rank order, peers[rank] being this node; the others may be
+    // remote proxies). Replies with the group size. Only once per node.
+    caf::replies_to<ring_wire_atom, int32_t, std::vector<ring_peer_actor>>::with<int32_t>,
+    // All-reduce the caller's float32 tensors IN PLACE; replies with them when
+    // this rank's result is final. Every rank calls with the same total
+    // number of elements and op, in the same order of collectives; every rank
+    // ends with bit-identical results.
+    caf::replies_to<allreduce_atom, reduce_op, std::vector<tensor>>::with<std::vector<tensor>>,
+    // Counters (collectives, failed, buckets = chunks sent, messages_sent,
+    // bytes_reduced).
+    caf::replies_to<stats_atom>::with<reducer_stats>,
+    // Internal: the timer of collective `seq` fired.
+    caf::reacts_to<ring_timeout_atom, uint64_t>>;
+
+// Registers reduce_op, ring_chunk and the two handles with CAF (called by
+// register_messages()).
+void register_remote_ring_messages(caf::actor_system_config& cfg);
+
+}  // namespace troupe
