@@ -8,7 +8,9 @@
 // and for each size runs 2 warm-up + `iters` mean all-reduces of that many
 // bytes of float32 on both ranks. Prints one JSON line per size: median time
 // on rank 0 and busbw = bytes / time * 2(P-1)/P (P = 2).
-// --reads sets middleman.max-consecutive-reads (default: CAF's 50).
+// --reads sets middleman.max-consecutive-reads (default: CAF's 50),
+// --workers middleman.workers (threads that deserialize and deliver incoming
+// BASP messages; CAF's default: min(3, cores / 4) + 1).
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -37,6 +39,7 @@ struct options {
   int64_t chunk_kb = 1024;
   int32_t window = 8;
   int64_t reads = 0;
+  int64_t workers = -1;
   // peer mode
   int peer_port = -1;
 };
@@ -61,6 +64,8 @@ options parse(int argc, char** argv) {
       o.window = std::stoi(v);
     } else if (auto v = value_of(a, "--reads="); !v.empty()) {
       o.reads = std::stoll(v);
+    } else if (auto v = value_of(a, "--workers="); !v.empty()) {
+      o.workers = std::stoll(v);
     } else if (auto v = value_of(a, "--peer="); !v.empty()) {
       o.peer_port = std::stoi(v);
     } else {
@@ -72,8 +77,9 @@ options parse(int argc, char** argv) {
 }
 
 struct bench_config : net_system_config {
-  explicit bench_config(int64_t reads) {
+  bench_config(int64_t reads, int64_t workers) {
     if (reads > 0) set("middleman.max-consecutive-reads", static_cast<size_t>(reads));
+    if (workers >= 0) set("middleman.workers", static_cast<size_t>(workers));
   }
 };
 
@@ -122,7 +128,7 @@ int run_rank(caf::actor_system& sys, const ring_node_actor& node, const options&
 
 int main(int argc, char** argv) {
   auto o = parse(argc, argv);
-  bench_config cfg{o.reads};
+  bench_config cfg{o.reads, o.workers};
   caf::actor_system sys{cfg};
   ring_options ro;
   ro.chunk_bytes = o.chunk_kb * 1024;
