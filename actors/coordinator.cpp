@@ -61,7 +61,24 @@ struct step_join {
 };
 
 bool async_workers(const coordinator_state& st) {
-  return st.plan->config.strategy.kind == "parameter_server";
+  const auto& k = st.plan->config.strategy.kind;
+  return k == "parameter_server" || k == "elastic_average";
+}
+
+bool elastic(const coordinator_state& st) {
+  return st.plan->config.strategy.kind == "elastic_average";
+}
+
+// Synchronous EASGD: the center shards wait for one push per admitted, live
+// worker per round; tell them how many that is now.
+void update_contributors(self_ptr self) {
+  auto& st = self->state;
+  if (!elastic(st) || !st.plan->config.strategy.synchronous) return;
+  int64_t k = 0;
+  for (const auto& w : st.workers) k += w.alive && w.admitted ? 1 : 0;
+  for (auto& s : st.shards.actors)
+    self->request(s, caf::infinite, aggregate_atom::value, k)
+        .then([](int64_t) {}, failed(self, "telling the shards the workers failed"));
 }
 
 // Books a finished update (all replicas' parts of a synchronous step, or one
@@ -145,16 +162,19 @@ int64_t slowest_clock(const coordinator_state& st) {
 // slowest one, so the staleness bound does not stall the others.
 void admit_workers(self_ptr self) {
   auto& st = self->state;
+  bool joined = false;
   for (std::size_t i = 0; i < st.workers.size(); ++i) {
     auto& w = st.workers[i];
     if (!w.alive || w.admitted || st.completed < w.admit_at) continue;
     w.admitted = true;
     w.clock = std::max<int64_t>(0, slowest_clock(st));
     if (w.admit_at > 0) {
+      joined = true;
       spdlog::info("worker {} joins at update {} (worker step {})", i, st.completed, w.clock);
       write_metrics(self, {{"type", "worker_joined"}, {"worker", i}, {"step", st.completed}});
     }
   }
+  if (joined) update_contributors(self);
 }
 
 void issue_to_worker(self_ptr self, std::size_t i) {
@@ -178,7 +198,13 @@ void issue_to_worker(self_ptr self, std::size_t i) {
 void pump_async(self_ptr self) {
   auto& st = self->state;
   admit_workers(self);
-  const int64_t k = st.plan->config.strategy.max_staleness;
+  int64_t k = st.plan->config.strategy.max_staleness;
+  // Synchronous EASGD: a worker waits at an exchange for the others' previous
+  // round, so none may run a whole period ahead.
+  if (elastic(st) && st.plan->config.strategy.synchronous) {
+    int64_t cap = st.plan->config.strategy.communication_period - 1;
+    k = k < 0 ? cap : std::min(k, cap);
+  }
   for (std::size_t i = 0; i < st.workers.size() && st.issued < st.boundary; ++i) {
     auto& w = st.workers[i];
     if (!w.alive || !w.admitted || w.busy) continue;
@@ -199,6 +225,7 @@ void lose_worker(self_ptr self, std::size_t i, const std::string& cause) {
   std::size_t left = 0;
   for (const auto& x : st.workers) left += x.alive ? 1 : 0;
   spdlog::warn("worker {} lost ({}); {} workers go on", i, cause, left);
+  update_contributors(self);
   write_metrics(self, {{"type", "worker_lost"},
                        {"worker", i},
                        {"step", st.completed},
@@ -378,7 +405,41 @@ void save_checkpoint(self_ptr self, std::function<void()> k) {
                   fail(self, std::string("joining the shards' state failed: ") + e.what());
                   return;
                 }
-                save(ms);
+                if (!elastic(self->state)) {
+                  save(ms);
+                  return;
+                }
+                // EASGD: the center is the model; the optimizer slots (local
+                // to each worker) are the first live worker's, so the
+                // checkpoint resumes under any strategy; with
+                // save_local_copies every worker's variables go beside them
+                // (entries that no optimizer reads).
+                auto& st = self->state;
+                std::vector<std::size_t> asked;
+                for (std::size_t i = 0; i < st.replicas.size(); ++i)
+                  if (st.workers[i].alive &&
+                      (asked.empty() || st.plan->config.checkpoint.save_local_copies))
+                    asked.push_back(i);
+                auto locals = std::make_shared<std::vector<model_state>>(asked.size());
+                auto left = std::make_shared<std::size_t>(asked.size());
+                auto all = std::make_shared<model_state>(std::move(ms));
+                for (std::size_t k = 0; k < asked.size(); ++k)
+                  self->request(st.replicas[asked[k]], caf::infinite, state_atom::value)
+                      .then(
+                          [locals, left, k, asked, all, save,
+                           save_locals = st.plan->config.checkpoint.save_local_copies](
+                              model_state& local) mutable {
+                            (*locals)[k] = std::move(local);
+                            if (--*left > 0) return;
+                            all->slots = std::move((*locals)[0].slots);
+                            for (std::size_t j = 0; j < asked.size() && save_locals; ++j)
+                              for (auto& v : (*locals)[j].variables)
+                                all->slots.push_back(
+                                    {"local/" + std::to_string(asked[j]) + "/" + v.name,
+                                     std::move(v.value)});
+                            save(*all);
+                          },
+                          failed(self, "checkpoint snapshot failed"));
               },
               failed(self, "checkpoint snapshot failed"));
     return;
@@ -497,10 +558,17 @@ void start(self_ptr self) {
     return;
   }
   st.boundary = next_boundary(p, st.completed);
+  if (async_workers(st)) {
+    admit_workers(self);
+    update_contributors(self);  // workers that join later are not counted yet
+  }
   pump(self);
 }
 
-// Restores the checkpoint into the replicas, or the shards, then starts.
+void restore_replicas(self_ptr self, std::shared_ptr<model_state> shared);
+
+// Restores the checkpoint into the replicas, or the shards (elastic_average:
+// both), then starts.
 void restore_then_start(self_ptr self) {
   auto& st = self->state;
   const auto& p = *st.plan;
@@ -515,16 +583,25 @@ void restore_then_start(self_ptr self) {
       return;
     }
     auto left = std::make_shared<std::size_t>(parts.size());
+    auto shared = std::make_shared<model_state>(std::move(ms));
     for (std::size_t i = 0; i < parts.size(); ++i)
       self->request(st.shards.actors[i], caf::infinite, restore_atom::value, std::move(parts[i]))
           .then(
-              [self, left](int64_t) {
-                if (--*left == 0) start(self);
+              [self, left, shared](int64_t) {
+                if (--*left > 0) return;
+                if (elastic(self->state))  // the workers' slots; they pull the center
+                  restore_replicas(self, shared);
+                else
+                  start(self);
               },
               failed(self, "restoring the checkpoint failed"));
     return;
   }
-  auto shared = std::make_shared<model_state>(std::move(ms));
+  restore_replicas(self, std::make_shared<model_state>(std::move(ms)));
+}
+
+void restore_replicas(self_ptr self, std::shared_ptr<model_state> shared) {
+  auto& st = self->state;
   auto left = std::make_shared<std::size_t>(st.replicas.size());
   for (auto& r : st.replicas)
     self->request(r, caf::infinite, restore_atom::value, *shared)

@@ -61,7 +61,7 @@ struct coordinator_state {
   double window_loss = 0;
   int64_t window_count = 0;
   int64_t samples = 0;
-  nlohmann::json last_eval;
+  nlohmann::json last_eval = nlohmann::json::object();
   int64_t last_eval_step = -1;
   std::string last_checkpoint;
   nlohmann::json shard_summary = nlohmann::json::object();  // staleness, for the summary

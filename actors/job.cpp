@@ -35,11 +35,32 @@ namespace {
 bool uses_replicas_only(const job_config& c) {
   return c.strategy.kind == "one_device" || c.strategy.kind == "mirrored";
 }
+bool elastic(const job_config& c) {
+  return c.strategy.kind == "elastic_average";
+}
 bool uses_shards(const job_config& c) {
-  return c.strategy.kind == "central_storage" || c.strategy.kind == "parameter_server";
+  return c.strategy.kind == "central_storage" || c.strategy.kind == "parameter_server" ||
+         elastic(c);
 }
 bool async_workers(const job_config& c) {
-  return c.strategy.kind == "parameter_server";
+  return c.strategy.kind == "parameter_server" || elastic(c);
+}
+
+// EASGD's moving rate: given, or beta / tau / p with beta = 0.9 (the paper's
+// choice of beta = p * alpha, per communication period).
+double moving_rate(const job_config& c) {
+  if (c.strategy.moving_rate > 0) return c.strategy.moving_rate;
+  return 0.9 / static_cast<double>(c.strategy.communication_period) /
+         static_cast<double>(c.strategy.replicas);
+}
+
+// The center's "optimizer": c += d is SGD with learning rate -1 applied to d
+// (w - (-1) d is exactly w + d in floating point).
+optimizer_config center_update() {
+  optimizer_config o;
+  o.kind = "sgd";
+  o.learning_rate = -1.0;
+  return o;
 }
 
 // parameter_server: W workers each read a batch of data.batch_size per step,
@@ -65,15 +86,17 @@ shard_set spawn_shards(caf::actor_system& sys, const job_config& c, const job_pl
   } catch (const std::invalid_argument& e) {
     throw job_error(e.what());
   }
-  out.slot_suffixes = kernels::optimizer(c.optimizer, plan.total_steps).slot_names();
+  const optimizer_config opt = elastic(c) ? center_update() : c.optimizer;
+  out.slot_suffixes = kernels::optimizer(opt, plan.total_steps).slot_names();
   auto pieces = split_for_shards(net->variables(), out.place, c.strategy.shards);
   for (int64_t s = 0; s < c.strategy.shards; ++s) {
     variable_shard_config sc;
     sc.index = s;
     sc.pieces = std::move(pieces[static_cast<std::size_t>(s)]);
-    sc.optimizer = c.optimizer;
+    sc.optimizer = opt;
     sc.total_steps = plan.total_steps;
-    sc.aggregate = async_workers(c) ? 0 : c.strategy.replicas;
+    bool aggregate = elastic(c) ? c.strategy.synchronous : !async_workers(c);
+    sc.aggregate = aggregate ? c.strategy.replicas : 0;
     // An update of a model-sized piece takes a while: keep it off the
     // scheduler threads that route everyone's messages.
     sc.detached = true;
@@ -88,6 +111,25 @@ shard_set spawn_shards(caf::actor_system& sys, const job_config& c, const job_pl
   return out;
 }
 
+// Where a resumed job starts. Strategies count steps differently (a
+// parameter_server or elastic_average step is one worker's batch, a mirrored
+// step a global batch), so a checkpoint of another kind of strategy resumes
+// at the same position in the data: its epoch, and the same fraction of it.
+int64_t start_step_for(const checkpoint::snapshot& snap, int64_t steps_per_epoch,
+                       int64_t examples) {
+  const auto& m = snap.meta;
+  int64_t then_per_epoch = 0;
+  try {
+    then_per_epoch = updates_per_epoch(parse_job_config(m.config), examples);
+  } catch (const std::exception&) {
+    return m.step;  // an older or foreign config: trust the step count
+  }
+  if (then_per_epoch == steps_per_epoch || then_per_epoch <= 0) return m.step;
+  spdlog::info("the checkpoint counts {} steps per epoch, this job {}: resuming at epoch {}",
+               then_per_epoch, steps_per_epoch, m.epoch);
+  return m.epoch * steps_per_epoch + m.batch_in_epoch * steps_per_epoch / then_per_epoch;
+}
+
 std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
   auto plan = std::make_shared<job_plan>();
   plan->config = c;
@@ -96,7 +138,7 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
     throw config_error("strategy.kind", "\"" + c.strategy.kind +
                                             "\" is not implemented yet in this build (available: "
                                             "\"one_device\", \"mirrored\", \"central_storage\", "
-                                            "\"parameter_server\")");
+                                            "\"parameter_server\", \"elastic_average\")");
   for (std::size_t i = 0; i < c.devices.size(); ++i) {
     try {
       check_device_available(parse_device(c.devices[i]));
@@ -141,7 +183,8 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
     auto dir = checkpoint::resolve(plan->checkpoint_dir);
     if (!dir) throw job_error("--resume: no checkpoint found in '" + plan->checkpoint_dir + "'");
     plan->resume_from = checkpoint::load(*dir);
-    plan->start_step = plan->resume_from->meta.step;
+    plan->start_step =
+        start_step_for(*plan->resume_from, plan->steps_per_epoch, plan->train->size());
     spdlog::info("resuming from {} (step {}, saved under strategy {})", *dir, plan->start_step,
                  plan->resume_from->meta.strategy);
   }
@@ -209,6 +252,10 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
     rc.shards = shards.actors;
     rc.place = shards.place;
     rc.local_mean = async_workers(c);
+    rc.elastic = elastic(c);
+    rc.period = c.strategy.communication_period;
+    rc.alpha = moving_rate(c);
+    rc.rho = c.strategy.rho;
     if (o.fail_replica == r) rc.fail_at_step = o.fail_at_step;
     replicas.push_back(sys.spawn(replica, rc));
   }

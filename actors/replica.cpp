@@ -16,6 +16,10 @@ struct compute_state {
   std::vector<named_tensor> grads;
   // shard_optimizer: this replica's reduce-scatter segments of the variables.
   std::vector<std::pair<int64_t, int64_t>> segments;
+  // elastic_average: the center last pulled, by variable (empty before the
+  // first pull); the shards never write buffers they handed out.
+  std::vector<tensor> center;
+  std::vector<named_tensor> delta;  // alpha (x - c) of the last exchange
 };
 
 namespace {
@@ -153,12 +157,13 @@ step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, in
 // The pulled pieces become the model's variables: an unsplit variable takes
 // the shard's tensor itself (a shard never writes a buffer it handed out),
 // a split one is joined.
-void install_pulled(compute_state& cs, const placement& place,
-                    const std::vector<shard_values>& pulled) {
+std::vector<tensor> pulled_variables(const compute_state& cs, const placement& place,
+                                     const std::vector<shard_values>& pulled) {
   std::map<std::string, const tensor*> by_piece;
   for (const auto& sv : pulled)
     for (const auto& t : sv.values) by_piece[t.name] = &t.value;
-  for (auto& v : cs.net->variables()) {
+  std::vector<tensor> out;
+  for (const auto& v : cs.net->variables()) {
     std::vector<tensor> parts;
     for (const auto& piece : pieces_of(place, v.name)) {
       auto i = by_piece.find(piece.piece_name);
@@ -171,18 +176,26 @@ void install_pulled(compute_state& cs, const placement& place,
       throw std::runtime_error("pulled variable '" + v.name + "' has shape " +
                                shape_string(t.shape()) + ", the model expects " +
                                shape_string(v.value.shape()));
-    v.value = std::move(t);
+    out.push_back(std::move(t));
   }
+  return out;
+}
+
+void install_pulled(compute_state& cs, const placement& place,
+                    const std::vector<shard_values>& pulled) {
+  auto vals = pulled_variables(cs, place, pulled);
+  auto& vars = cs.net->variables();
+  for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = std::move(vals[i]);
 }
 
 // The gradients each shard gets: its pieces, named by piece; an unsplit
 // variable's gradient buffer itself (the shard is done with it when it
 // replies, before this replica computes again).
-std::vector<std::vector<named_tensor>> gradients_for_shards(const compute_state& cs,
+std::vector<std::vector<named_tensor>> gradients_for_shards(const std::vector<named_tensor>& grads,
                                                             const placement& place,
                                                             std::size_t shards) {
   std::vector<std::vector<named_tensor>> out(shards);
-  for (const auto& g : cs.grads) {
+  for (const auto& g : grads) {
     auto pieces = pieces_of(place, g.name);
     if (pieces.size() == 1) {
       out[static_cast<std::size_t>(pieces[0].shard)].push_back({pieces[0].piece_name, g.value});
@@ -234,7 +247,7 @@ void shard_step(self_ptr self, int64_t step, batch b, caf::typed_response_promis
           install_pulled(cs, place, pulled);
           shard_push out;
           out.stats = compute_gradients(cs, b, step, fail, local);
-          out.grads = gradients_for_shards(cs, place, pulled.size());
+          out.grads = gradients_for_shards(cs.grads, place, pulled.size());
           return out;
         },
         [self, rp, epoch, step, versions](shard_push& r) mutable {
@@ -260,6 +273,138 @@ void shard_step(self_ptr self, int64_t step, batch b, caf::typed_response_promis
   });
 }
 
+// --- elastic averaging (EASGD) ---
+
+struct elastic_result {
+  step_stats stats;
+  std::vector<std::vector<named_tensor>> deltas;  // per shard; empty: no exchange this step
+};
+
+// d = alpha (x - c), from the variables before this step's update (the
+// paper's equations take both the gradient and the elastic term at x_t).
+void elastic_delta(compute_state& cs, double alpha) {
+  auto& vars = cs.net->variables();
+  if (cs.delta.empty()) cs.delta = cs.net->make_gradients();
+  const float a = static_cast<float>(alpha);
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const float* x = vars[i].value.f32();
+    const float* c = cs.center[i].f32();
+    float* d = cs.delta[i].value.f32();
+    for (int64_t j = 0; j < vars[i].value.numel(); ++j) d[j] = a * (x[j] - c[j]);
+  }
+}
+
+void subtract_delta(compute_state& cs) {
+  auto& vars = cs.net->variables();
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    float* x = vars[i].value.f32();
+    const float* d = cs.delta[i].value.f32();
+    for (int64_t j = 0; j < vars[i].value.numel(); ++j) x[j] -= d[j];
+  }
+}
+
+// The gradients plus the elastic force rho (x - c) toward the last center seen.
+void add_elastic_force(compute_state& cs, double rho) {
+  if (rho == 0 || cs.center.empty()) return;
+  auto& vars = cs.net->variables();
+  const float r = static_cast<float>(rho);
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const float* x = vars[i].value.f32();
+    const float* c = cs.center[i].f32();
+    float* g = cs.grads[i].value.f32();
+    for (int64_t j = 0; j < vars[i].value.numel(); ++j) g[j] += r * (x[j] - c[j]);
+  }
+}
+
+void elastic_step(self_ptr self, int64_t step, batch b, caf::typed_response_promise<step_stats> rp,
+                  std::vector<shard_values> pulled);
+
+// A local step with the replica's own optimizer; every `period` steps (and on
+// the first step, to start from the center) the exchange with the center.
+void start_elastic_step(self_ptr self, int64_t step, batch b,
+                        caf::typed_response_promise<step_stats> rp) {
+  auto& st = self->state;
+  st.busy = true;
+  bool exchange = (step + 1) % st.cfg.period == 0;
+  if (!exchange && st.elastic_joined) {
+    elastic_step(self, step, std::move(b), rp, {});
+    return;
+  }
+  auto pull = [self, step, b = std::move(b), rp]() mutable {
+    pull_all(self, [self, step, b = std::move(b), rp](std::vector<shard_values>& p) mutable {
+      elastic_step(self, step, std::move(b), rp, std::move(p));
+    });
+  };
+  if (st.exchange_pending > 0)
+    st.after_exchange = std::move(pull);
+  else
+    pull();
+}
+
+void elastic_step(self_ptr self, int64_t step, batch b, caf::typed_response_promise<step_stats> rp,
+                  std::vector<shard_values> pulled) {
+  auto& st = self->state;
+  bool join = !st.elastic_joined;  // a new (or restarted) worker starts from the center
+  st.elastic_joined = true;
+  bool exchange = (step + 1) % st.cfg.period == 0;
+  std::vector<int64_t> versions;
+  for (const auto& v : pulled) versions.push_back(v.version);
+  auto epoch = b.epoch;
+  on_device<elastic_result>(
+      self,
+      [b = std::move(b), step, join, exchange, pulled = std::move(pulled),
+       cfg = st.cfg](compute_state& cs) {
+        if (join) {
+          cs.center = pulled_variables(cs, cfg.place, pulled);
+          auto& vars = cs.net->variables();
+          for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = cs.center[i].clone();
+        }
+        elastic_result out;
+        out.stats = compute_gradients(cs, b, step, cfg.fail_at_step, true);
+        add_elastic_force(cs, cfg.rho);
+        if (exchange) {
+          cs.center = pulled_variables(cs, cfg.place, pulled);
+          elastic_delta(cs, cfg.alpha);
+        }
+        cs.opt->apply(cs.net->variables(), cs.grads);
+        if (!exchange) return out;
+        subtract_delta(cs);
+        // The delta buffers are not touched again before the shards reply.
+        out.deltas = gradients_for_shards(cs.delta, cfg.place, pulled.size());
+        return out;
+      },
+      [self, rp, epoch, step, versions](elastic_result& r) mutable {
+        auto& st = self->state;
+        r.stats.epoch = epoch;
+        st.train_metrics.loss_sum += r.stats.loss_sum;
+        st.train_metrics.correct += r.stats.correct;
+        st.train_metrics.count += r.stats.count;
+        // c += d: the center shards "apply" d with SGD at learning rate -1.
+        // The step is done once d is sent: in the synchronous variant the
+        // round is applied when every worker's d is in, and this worker only
+        // waits for that at its next exchange (so a boundary never strands
+        // it in a round the others cannot reach before the boundary).
+        int64_t round = (step + 1) / st.cfg.period - 1;
+        for (std::size_t s = 0; s < r.deltas.size(); ++s) {
+          ++st.exchange_pending;
+          self->request(st.cfg.shards[s], caf::infinite, push_atom::value, st.cfg.index, round,
+                        versions[s], std::move(r.deltas[s]))
+              .then(
+                  [self](int64_t) {
+                    auto& st = self->state;
+                    if (--st.exchange_pending > 0 || !st.after_exchange) return;
+                    auto next = std::move(st.after_exchange);
+                    st.after_exchange = nullptr;
+                    next();
+                  },
+                  [self](caf::error& e) { self->quit(e); });
+        }
+        st.busy = false;
+        rp.deliver(r.stats);
+        try_start(self);
+      });
+}
+
 // One step: gradients over the step's micro-batches (accumulated), then, with
 // a reducer, the all-reduce (sum: every replica already scaled its gradients
 // by 1/global_size, so the sum is the mean over the global batch), then the
@@ -267,6 +412,11 @@ void shard_step(self_ptr self, int64_t step, batch b, caf::typed_response_promis
 // the next step may be queued on the device behind it.
 void start_step(self_ptr self, int64_t step, batch b, caf::typed_response_promise<step_stats> rp) {
   auto& st = self->state;
+  if (st.cfg.elastic) {
+    start_elastic_step(self, step, std::move(b), rp);
+    request_batches(self);
+    return;
+  }
   if (!st.cfg.shards.empty()) {
     shard_step(self, step, std::move(b), rp);
     request_batches(self);
@@ -379,8 +529,14 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
           on_device<metric_sums>(
               self,
               [x, y, pulled = std::move(pulled), place = self->state.cfg.place](compute_state& cs) {
+                // With shards the model under test is theirs (elastic: the
+                // center); this replica's own variables come back after.
+                auto& vars = cs.net->variables();
+                std::vector<tensor> own;
+                for (auto& v : vars) own.push_back(v.value);
                 if (!pulled.empty()) install_pulled(cs, place, pulled);
                 auto r = cs.net->evaluate(x, y);
+                for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = own[i];
                 return metric_sums{r.loss_sum, r.correct, r.count};
               },
               [rp](metric_sums& m) mutable { rp.deliver(m); });

@@ -36,6 +36,14 @@ struct replica_config {
   // parameter_server: every push is an update of its own, so gradients are
   // the mean over this worker's batch (else over the global batch).
   bool local_mean = false;
+  // elastic_average: `shards` hold the center. The replica trains its own
+  // copy with its own optimizer; every `period` steps it pulls the center c
+  // and exchanges d = alpha (x - c): x -= d here, c += d by a push of d.
+  // With rho > 0 every local gradient gets rho (x - c) for the last c seen.
+  bool elastic = false;
+  int64_t period = 1;
+  double alpha = 0;
+  double rho = 0;
   int64_t fail_at_step = -1;  // test hook: throw at this step
 };
 
@@ -50,7 +58,12 @@ struct replica_state {
   std::deque<batch> batches;  // prefetched from the input pipeline
   std::deque<std::pair<int64_t, caf::typed_response_promise<step_stats>>> waiting_steps;
   int64_t batches_requested = 0;
-  bool busy = false;                 // a step is between gradients and update (with a reducer)
+  bool busy = false;            // a step is between gradients and update (with a reducer)
+  bool elastic_joined = false;  // elastic_average: started from the center
+  // elastic_average: pushes of the last exchange not answered yet; the next
+  // exchange waits for them (synchronous: until the round is applied).
+  int64_t exchange_pending = 0;
+  std::function<void()> after_exchange;
   std::vector<tensor> grad_buffers;  // the gradients' buffers, shared with the reducer
   metric_sums train_metrics;
   static inline const char* name = "replica";

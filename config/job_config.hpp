@@ -84,7 +84,7 @@ struct partitioner_config {
 };
 
 struct strategy_config {
-  // one_device | mirrored | central_storage | parameter_server
+  // one_device | mirrored | central_storage | parameter_server | elastic_average
   std::string kind = "one_device";
   // Replicas (mirrored, central_storage) or workers (parameter_server).
   int64_t replicas = 1;
@@ -103,6 +103,14 @@ struct strategy_config {
   // parameter_server: how many steps the fastest worker may be ahead of the
   // slowest (0 = bulk-synchronous; -1 = unbounded, fully asynchronous).
   int64_t max_staleness = -1;
+  // elastic_average (EASGD): every communication_period local steps a worker
+  // exchanges with the center: d = moving_rate * (x - c); x -= d; c += d.
+  int64_t communication_period = 8;
+  double moving_rate = 0;  // 0 = 0.9 / communication_period / workers
+  // Elastic force in every local step: g += rho * (x - c_last) (0 = none: the
+  // review thread showed moving_rate/learning_rate explodes for small rates).
+  double rho = 0;
+  bool synchronous = false;  // all workers exchange in one round every period
   // mirrored: verify the replicas' variables are bit-identical every N steps
   // and at the end (0 = only at the end; -1 = never).
   int64_t check_replicas_every = 0;
@@ -119,6 +127,10 @@ struct checkpoint_config {
   int64_t every_steps = 0;  // 0 = only at the end
   int64_t keep = 3;         // most recent checkpoints kept; 0 = keep all
   bool save_at_end = true;
+  // elastic_average: also save every worker's own variables, as
+  // "local/<worker>/<variable>" entries beside the slots (the model saved is
+  // the center).
+  bool save_local_copies = false;
 };
 
 struct logging_config {

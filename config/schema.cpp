@@ -365,7 +365,8 @@ void read_partitioner(const json& j, const std::string& path, partitioner_config
 void read_strategy(const json& j, const std::string& path, strategy_config& s) {
   object_reader r(j, path,
                   {"kind", "replicas", "steps_per_update", "reducer", "shard_optimizer",
-                   "check_replicas_every", "shards", "partitioner", "max_staleness"});
+                   "check_replicas_every", "shards", "partitioner", "max_staleness",
+                   "communication_period", "moving_rate", "rho", "synchronous"});
   r.with("kind",
          [&](const json& v, const std::string& p) { s.kind = read_enum(v, p, kStrategies); });
   r.with("replicas", [&](const json& v, const std::string& p) { s.replicas = read_int(v, p, 1); });
@@ -375,6 +376,15 @@ void read_strategy(const json& j, const std::string& path, strategy_config& s) {
   r.with("shards", [&](const json& v, const std::string& p) { s.shards = read_int(v, p, 1); });
   r.with("partitioner",
          [&](const json& v, const std::string& p) { read_partitioner(v, p, s.partitioner); });
+  r.with("communication_period",
+         [&](const json& v, const std::string& p) { s.communication_period = read_int(v, p, 1); });
+  r.with("moving_rate", [&](const json& v, const std::string& p) {
+    s.moving_rate = read_number(v, p, range{0, false, true, 1, false});  // [0, 1]
+  });
+  r.with("rho",
+         [&](const json& v, const std::string& p) { s.rho = read_number(v, p, non_negative); });
+  r.with("synchronous",
+         [&](const json& v, const std::string& p) { s.synchronous = read_bool(v, p); });
   r.with("max_staleness",
          [&](const json& v, const std::string& p) { s.max_staleness = read_int(v, p, -1); });
   r.with("shard_optimizer",
@@ -425,13 +435,15 @@ void read_training(const json& j, const std::string& path, training_config& t) {
 }
 
 void read_checkpoint(const json& j, const std::string& path, checkpoint_config& c) {
-  object_reader r(j, path, {"dir", "every_steps", "keep", "save_at_end"});
+  object_reader r(j, path, {"dir", "every_steps", "keep", "save_at_end", "save_local_copies"});
   r.with("dir", [&](const json& v, const std::string& p) { c.dir = read_string(v, p, false); });
   r.with("every_steps",
          [&](const json& v, const std::string& p) { c.every_steps = read_int(v, p, 0); });
   r.with("keep", [&](const json& v, const std::string& p) { c.keep = read_int(v, p, 0); });
   r.with("save_at_end",
          [&](const json& v, const std::string& p) { c.save_at_end = read_bool(v, p); });
+  r.with("save_local_copies",
+         [&](const json& v, const std::string& p) { c.save_local_copies = read_bool(v, p); });
 }
 
 void read_logging(const json& j, const std::string& path, logging_config& l) {
@@ -548,7 +560,8 @@ void check_cross_fields(const job_config& c) {
                           std::to_string(c.devices.size()) + " (" + quoted_list(c.devices) + ")");
   }
   // parameter_server: data.batch_size is each worker's own batch.
-  if (c.strategy.kind != "parameter_server" && c.data.batch_size < c.strategy.replicas)
+  if (c.strategy.kind != "parameter_server" && c.strategy.kind != "elastic_average" &&
+      c.data.batch_size < c.strategy.replicas)
     fail("data.batch_size", "the global batch (" + std::to_string(c.data.batch_size) +
                                 ") must be >= strategy.replicas (" +
                                 std::to_string(c.strategy.replicas) +
@@ -557,9 +570,11 @@ void check_cross_fields(const job_config& c) {
     fail("strategy.partitioner.max_shard_bytes",
          "the min_max_bytes partitioner needs a size > 0 to split at, got " +
              std::to_string(c.strategy.partitioner.max_shard_bytes));
-  if (c.strategy.kind == "parameter_server" && c.strategy.steps_per_update != 1)
+  if ((c.strategy.kind == "parameter_server" || c.strategy.kind == "elastic_average") &&
+      c.strategy.steps_per_update != 1)
     fail("strategy.steps_per_update",
-         "parameter_server workers push every batch; gradient accumulation needs 1, got " +
+         "parameter_server and elastic_average workers step on every batch; gradient "
+         "accumulation needs 1, got " +
              std::to_string(c.strategy.steps_per_update));
   const auto& s = c.optimizer.schedule;
   if (s.kind == "cosine" && s.min_lr > c.optimizer.learning_rate)
@@ -642,6 +657,10 @@ nlohmann::json to_json(const job_config& c) {
                      {"min_slice_bytes", c.strategy.partitioner.min_slice_bytes},
                      {"fixed_shards", c.strategy.partitioner.fixed_shards}}},
                    {"max_staleness", c.strategy.max_staleness},
+                   {"communication_period", c.strategy.communication_period},
+                   {"moving_rate", c.strategy.moving_rate},
+                   {"rho", c.strategy.rho},
+                   {"synchronous", c.strategy.synchronous},
                    {"check_replicas_every", c.strategy.check_replicas_every}};
   j["devices"] = c.devices;
   j["training"] = {{"epochs", c.training.epochs},
@@ -650,7 +669,8 @@ nlohmann::json to_json(const job_config& c) {
   j["checkpoint"] = {{"dir", c.checkpoint.dir},
                      {"every_steps", c.checkpoint.every_steps},
                      {"keep", c.checkpoint.keep},
-                     {"save_at_end", c.checkpoint.save_at_end}};
+                     {"save_at_end", c.checkpoint.save_at_end},
+                     {"save_local_copies", c.checkpoint.save_local_copies}};
   j["logging"] = {{"level", c.logging.level},
                   {"every_steps", c.logging.every_steps},
                   {"output_dir", c.logging.output_dir}};
