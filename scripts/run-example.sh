@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake --preset release >/dev/null
 cmake --build --preset release -j"$jobs" --target troupe
-example=examples/fashion_mnist_one_device.json
+example=examples/fashion_mnist_mirrored.json
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then example=$1; shift; fi
 # --overwrite: rerunning the example starts over instead of refusing.
 if [ $# -eq 0 ]; then set -- --overwrite; fi
