@@ -2,7 +2,8 @@
 // over CAF's middleman (actors/reducers/remote_ring.hpp).
 //
 //   bench_remote_allreduce [--sizes-mb=1,16,64] [--iters=10] [--chunk-kb=1024]
-//                          [--window=8] [--reads=N]
+//                          [--window=8] [--reads=N] [--workers=N] [--threads=N]
+//                          [--heartbeat-ms=200]
 //
 // Starts itself as rank 1 (`--peer ...`), publishes rank 0 on a free port,
 // and for each size runs 2 warm-up + `iters` mean all-reduces of that many
@@ -10,7 +11,10 @@
 // on rank 0 and busbw = bytes / time * 2(P-1)/P (P = 2).
 // --reads sets middleman.max-consecutive-reads (default: CAF's 50),
 // --workers middleman.workers (threads that deserialize and deliver incoming
-// BASP messages; CAF's default: min(3, cores / 4) + 1).
+// BASP messages; net_system_config's default: 0, CAF's: min(3, cores / 4) + 1), --threads
+// scheduler.max-threads (actor threads; CAF's default: the number of cores),
+// --heartbeat-ms middleman.heartbeat-interval (0: off; net_system_config's
+// default: 200 ms, connection timeout 2 s).
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -40,6 +44,8 @@ struct options {
   int32_t window = 8;
   int64_t reads = 0;
   int64_t workers = -1;
+  int64_t threads = 0;
+  int64_t heartbeat_ms = 200;
   // peer mode
   int peer_port = -1;
 };
@@ -66,6 +72,10 @@ options parse(int argc, char** argv) {
       o.reads = std::stoll(v);
     } else if (auto v = value_of(a, "--workers="); !v.empty()) {
       o.workers = std::stoll(v);
+    } else if (auto v = value_of(a, "--threads="); !v.empty()) {
+      o.threads = std::stoll(v);
+    } else if (auto v = value_of(a, "--heartbeat-ms="); !v.empty()) {
+      o.heartbeat_ms = std::stoll(v);
     } else if (auto v = value_of(a, "--peer="); !v.empty()) {
       o.peer_port = std::stoi(v);
     } else {
@@ -77,9 +87,11 @@ options parse(int argc, char** argv) {
 }
 
 struct bench_config : net_system_config {
-  bench_config(int64_t reads, int64_t workers) {
+  bench_config(int64_t reads, int64_t workers, int64_t threads, int64_t heartbeat_ms)
+      : net_system_config(std::chrono::milliseconds(heartbeat_ms)) {
     if (reads > 0) set("middleman.max-consecutive-reads", static_cast<size_t>(reads));
     if (workers >= 0) set("middleman.workers", static_cast<size_t>(workers));
+    if (threads > 0) set("scheduler.max-threads", static_cast<size_t>(threads));
   }
 };
 
@@ -128,7 +140,7 @@ int run_rank(caf::actor_system& sys, const ring_node_actor& node, const options&
 
 int main(int argc, char** argv) {
   auto o = parse(argc, argv);
-  bench_config cfg{o.reads, o.workers};
+  bench_config cfg{o.reads, o.workers, o.threads, o.heartbeat_ms};
   caf::actor_system sys{cfg};
   ring_options ro;
   ro.chunk_bytes = o.chunk_kb * 1024;

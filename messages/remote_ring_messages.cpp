@@ -8,6 +8,47 @@
 
 namespace troupe {
 
+caf::error inspect(caf::serializer& f, ring_chunk& x) {
+  size_t n = static_cast<size_t>(x.numel()) * sizeof(float);
+  return caf::error::eval(
+      [&] { return f(x.seq, x.step, x.offset, x.total, x.op); },
+      [&] { return f.begin_sequence(n); },
+      [&]() -> caf::error {
+        for (auto& p : x.pieces)
+          if (p.len > 0)
+            if (auto err = f.apply_raw(static_cast<size_t>(p.len) * sizeof(float),
+                                       const_cast<float*>(p.data)))
+              return err;
+        return caf::none;
+      },
+      [&] { return f.end_sequence(); });
+}
+
+caf::error inspect(caf::deserializer& f, ring_chunk& x) {
+  size_t n = 0;
+  return caf::error::eval([&] { return f(x.seq, x.step, x.offset, x.total, x.op); },
+                          [&] { return f.begin_sequence(n); },
+                          [&]() -> caf::error {
+                            x.pieces.clear();
+                            x.keep.clear();
+                            if (n % sizeof(float) != 0 || x.total < 0 ||
+                                n / sizeof(float) > static_cast<uint64_t>(x.total))
+                              return caf::make_error(caf::sec::invalid_argument,
+                                                     "ring_chunk: " + std::to_string(n) +
+                                                         " data bytes for " +
+                                                         std::to_string(x.total) + " elements");
+                            if (n == 0) return caf::none;
+                            auto len = static_cast<int64_t>(n / sizeof(float));
+                            // Every byte is overwritten at once: no zero-fill.
+                            auto t = tensor::uninitialized(shape_t{len});
+                            if (auto err = f.apply_raw(n, t.raw())) return err;
+                            x.pieces.push_back({t.f32(), len});
+                            x.keep.push_back(std::move(t));
+                            return caf::none;
+                          },
+                          [&] { return f.end_sequence(); });
+}
+
 void register_remote_ring_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<reduce_op>("troupe::reduce_op");
   cfg.add_message_type<ring_chunk>("troupe::ring_chunk");

@@ -21,20 +21,42 @@ using ring_timeout_atom = caf::atom_constant<caf::atom("rr_timeout")>;
 
 // One chunk of one step of a ring collective, from a node to its right
 // neighbour. Steps 0 .. P-2 are the reduce-scatter, P-1 .. 2P-3 the
-// all-gather; the chunk covers elements [offset, offset + data.numel()) of
-// the collective's flat buffer (the caller's tensors, concatenated).
+// all-gather; the chunk covers elements [offset, offset + numel()) of the
+// collective's flat buffer (the caller's tensors, concatenated).
+//
+// The floats are `pieces`: views of float32 memory owned by the tensors in
+// `keep` (which keep it alive). The sender makes them views of its caller's
+// buffers (no copy: serialization reads straight from them, and in one
+// process the receiver reads them directly); the deserializer makes one
+// piece of a fresh, uninitialized tensor holding the received floats.
+// Serialized as the header fields, then the floats as one raw block.
 struct ring_chunk {
+  struct piece {
+    const float* data = nullptr;
+    int64_t len = 0;
+  };
   uint64_t seq = 0;    // collective number on this group: 1, 2, ... in call order
   int32_t step = 0;    // see above
   int64_t offset = 0;  // first element
   int64_t total = 0;   // elements of the whole collective (checked: same on every rank)
   reduce_op op = reduce_op::sum;
-  tensor data;  // 1-D float32
+  std::vector<piece> pieces;
+  std::vector<tensor> keep;
+
+  int64_t numel() const noexcept {
+    int64_t n = 0;
+    for (auto& p : pieces) n += p.len;
+    return n;
+  }
 };
 
+caf::error inspect(caf::serializer& f, ring_chunk& x);
+caf::error inspect(caf::deserializer& f, ring_chunk& x);
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ring_chunk& x) {
-  return f(caf::meta::type_name("ring_chunk"), x.seq, x.step, x.offset, x.total, x.op, x.data);
+  // Only for rendering (to_string); serialization uses the overloads above.
+  int64_t n = x.numel();
+  return f(caf::meta::type_name("ring_chunk"), x.seq, x.step, x.offset, x.total, x.op, n);
 }
 
 // What a ring node says to its peers (and all it accepts from them).

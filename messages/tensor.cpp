@@ -116,23 +116,32 @@ buffer_pool& pool() {
 }
 
 // 64-byte alignment keeps BLAS and vector loads on their fast path.
-std::shared_ptr<void> allocate(std::size_t bytes) {
+std::shared_ptr<void> allocate(std::size_t bytes, bool zero = true) {
   if (bytes == 0) return {};
   std::size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded < buffer_pool::min_pooled) {
     void* p = std::aligned_alloc(64, rounded);
     if (!p) throw std::bad_alloc();
-    std::memset(p, 0, rounded);
+    if (zero) std::memset(p, 0, rounded);
     return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
   void* p = pool().take(rounded);
-  std::memset(p, 0, rounded);
+  if (zero) std::memset(p, 0, rounded);
   return std::shared_ptr<void>(p, [rounded](void* q) { pool().give(q, rounded); });
 }
 }  // namespace
 
 tensor::tensor(shape_t shape, dtype t) {
   reset(std::move(shape), t);
+}
+
+tensor tensor::uninitialized(shape_t shape, dtype t) {
+  tensor r;
+  r.numel_ = shape_numel(shape);
+  r.shape_ = std::move(shape);
+  r.type_ = t;
+  r.buf_ = allocate(r.nbytes(), false);
+  return r;
 }
 
 void tensor::reset(shape_t shape, dtype t) {

@@ -46,6 +46,9 @@ class tensor {
   tensor() = default;
   // A zero-filled tensor of the given shape.
   explicit tensor(shape_t shape, dtype t = dtype::f32);
+  // A tensor of the given shape whose contents are NOT initialized: for
+  // buffers overwritten at once (deserializers, copies).
+  static tensor uninitialized(shape_t shape, dtype t = dtype::f32);
 
   template <class T>
   static tensor from(shape_t shape, const std::vector<T>& values) {

@@ -20,6 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+
 #include "actors/reducers/remote_ring.hpp"
 #include "tests/remote_ring_data.hpp"
 
@@ -179,6 +182,62 @@ struct two_process_ring {
 };
 
 }  // namespace
+
+TEST_CASE("remote_ring: a chunk of views over several tensors travels as one raw block") {
+  local_fixture f;
+  auto a = tensor::from<float>({3}, {1, 2, 3});
+  auto b = tensor::from<float>({2, 2}, {4, 5, 6, 7});
+  ring_chunk ch;
+  ch.seq = 7;
+  ch.step = 1;
+  ch.offset = 2;
+  ch.total = 100;
+  ch.op = reduce_op::max;
+  ch.pieces = {{a.f32() + 1, 2}, {b.f32(), 4}};  // a[1..3) then all of b
+  ch.keep = {a, b};
+  CHECK(ch.numel() == 6);
+  std::vector<char> buf;
+  {
+    caf::binary_serializer sink{f.sys, buf};
+    REQUIRE(!inspect(static_cast<caf::serializer&>(sink), ch));
+  }
+  CHECK(buf.size() < 6 * sizeof(float) + 48);  // header fields + the floats, no per-float tags
+  ring_chunk back;
+  {
+    caf::binary_deserializer src{f.sys, buf};
+    REQUIRE(!inspect(static_cast<caf::deserializer&>(src), back));
+  }
+  CHECK(back.seq == 7);
+  CHECK(back.step == 1);
+  CHECK(back.offset == 2);
+  CHECK(back.total == 100);
+  CHECK(back.op == reduce_op::max);
+  REQUIRE(back.pieces.size() == 1);
+  REQUIRE(back.keep.size() == 1);
+  CHECK(back.keep[0].shape() == shape_t{6});
+  CHECK(back.keep[0] == tensor::from<float>({6}, {2, 3, 4, 5, 6, 7}));
+  CHECK(back.pieces[0].data == back.keep[0].f32());
+  CHECK(back.pieces[0].len == 6);
+  auto u = tensor::uninitialized({300, 100}, dtype::i64);  // pooled size; zero-fill skipped
+  CHECK(u.shape() == shape_t{300, 100});
+  CHECK(u.type() == dtype::i64);
+  CHECK(u.nbytes() == 300 * 100 * 8);
+  // More floats than the collective has elements: an error, not a huge allocation.
+  ch.total = 5;
+  std::vector<char> bad;
+  {
+    caf::binary_serializer sink{f.sys, bad};
+    REQUIRE(!inspect(static_cast<caf::serializer&>(sink), ch));
+  }
+  ring_chunk rejected;
+  caf::binary_deserializer src{f.sys, bad};
+  CHECK(inspect(static_cast<caf::deserializer&>(src), rejected));
+  // Truncated bytes: an error.
+  buf.resize(buf.size() - 3);
+  ring_chunk truncated;
+  caf::binary_deserializer src2{f.sys, buf};
+  CHECK(inspect(static_cast<caf::deserializer&>(src2), truncated));
+}
 
 TEST_CASE("remote_ring: P = 1..4 in one process, every op, odd sizes, back to back") {
   local_fixture f;

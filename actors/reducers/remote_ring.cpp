@@ -18,8 +18,8 @@ caf::error ring_error(std::string text) {
   return caf::make_error(caf::sec::runtime_error, std::move(text));
 }
 
-// A chunk still to be sent: which step and which elements. The data is
-// copied out of the caller's buffer only when the send happens.
+// A chunk still to be sent: which step and which elements (of the caller's
+// buffer, which the chunk message then views).
 struct out_item {
   int32_t step = 0;
   int64_t begin = 0;
@@ -115,7 +115,9 @@ void check_done(ring_self self) {
   auto& st = self->state;
   if (!st.act) return;
   auto& a = *st.act;
-  if (a.received < a.to_receive || a.sent < a.to_send) return;
+  // Sent chunks are views of the caller's buffers: the reply waits until the
+  // right neighbour acknowledged the last of them.
+  if (a.received < a.to_receive || a.sent < a.to_send || st.in_flight > 0) return;
   ++st.stats.collectives;
   st.stats.bytes_reduced += a.view.numel() * static_cast<int64_t>(sizeof(float));
   a.rp.deliver(std::move(a.view.tensors));
@@ -136,11 +138,11 @@ void pump(ring_self self) {
     ch.offset = it.begin;
     ch.total = a.view.numel();
     ch.op = a.op;
-    ch.data = tensor(shape_t{it.end - it.begin});
-    float* dst = ch.data.f32();
+    // Views of the caller's buffers, no copy: they stay untouched until the
+    // right neighbour acknowledges the chunk (see check_done).
     a.view.for_pieces(it.begin, it.end, [&](std::size_t i, int64_t off, int64_t len) {
-      reducers::copy_floats(dst, a.view.data[i] + off, len);
-      dst += len;
+      ch.pieces.push_back({a.view.data[i] + off, len});
+      ch.keep.push_back(a.view.tensors[i]);
     });
     self->send(st.peers[st.right()], ring_chunk_atom::value, std::move(ch));
     ++st.in_flight;
@@ -154,7 +156,7 @@ void pump(ring_self self) {
 void consume(ring_self self, const ring_chunk& ch) {
   auto& st = self->state;
   auto& a = *st.act;
-  int64_t len = ch.data.numel();
+  int64_t len = ch.numel();
   if (ch.total != a.view.numel() || ch.op != a.op) {
     fail_all(self,
              where(st) + ": collective " + std::to_string(a.seq) + " mismatch: rank " +
@@ -164,25 +166,31 @@ void consume(ring_self self, const ring_chunk& ch) {
              true);
     return;
   }
-  if (ch.data.type() != dtype::f32 || ch.step < 0 || ch.step > st.last_step() || ch.offset < 0 ||
-      ch.offset + len > a.view.numel()) {
+  if (ch.pieces.size() != ch.keep.size() || ch.step < 0 || ch.step > st.last_step() ||
+      ch.offset < 0 || ch.offset + len > a.view.numel()) {
     fail_all(self, where(st) + ": malformed chunk from rank " + std::to_string(st.left()), true);
     return;
   }
-  const float* in = len ? ch.data.f32() : nullptr;
   float scale = a.op == reduce_op::mean ? 1.0f / static_cast<float>(st.n) : 1.0f;
   bool rs = ch.step < st.n - 1;
   bool rs_last = ch.step == st.n - 2;
-  a.view.for_pieces(ch.offset, ch.offset + len, [&](std::size_t i, int64_t off, int64_t l) {
-    float* mine = a.view.data[i] + off;
-    if (rs_last)
-      reducers::combine_final(mine, in, l, a.op, scale);
-    else if (rs)
-      reducers::combine(mine, in, l, a.op);
-    else
-      reducers::copy_floats(mine, in, l);
-    in += l;
-  });
+  // Straight from the chunk's pieces (the received block, or in one process
+  // the sender's buffer) into this rank's buffers.
+  int64_t pos = ch.offset;
+  for (auto& p : ch.pieces) {
+    const float* in = p.data;
+    a.view.for_pieces(pos, pos + p.len, [&](std::size_t i, int64_t off, int64_t l) {
+      float* mine = a.view.data[i] + off;
+      if (rs_last)
+        reducers::combine_final(mine, in, l, a.op, scale);
+      else if (rs)
+        reducers::combine(mine, in, l, a.op);
+      else
+        reducers::copy_floats(mine, in, l);
+      in += l;
+    });
+    pos += p.len;
+  }
   if (ch.step < st.last_step()) st.out.push_back({ch.step + 1, ch.offset, ch.offset + len});
   ++a.received;
   self->send(st.peers[st.left()], ring_credit_atom::value, int32_t{1});

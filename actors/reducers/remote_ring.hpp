@@ -18,13 +18,18 @@
 // Each segment is finalized by exactly one rank and only copied by the
 // others, so every rank's result is bit-identical.
 //
-// Memory: chunks waiting to be sent are descriptors (the data is copied out
-// of the caller's buffer when the window allows the send), so per link at
-// most `window` chunks are in flight (sender's BASP buffers + receiver's
-// mailbox); chunks of a collective this rank has not started yet stay
-// unacknowledged, hence also bounded by the window. A collective's reply is
-// sent only once all its chunks went out, so the caller may reuse the
-// tensors at once.
+// Memory: chunks are views of the caller's buffers, never copies on the
+// sending side (in another process, CAF serializes them straight from the
+// buffer; in one process, the receiver combines straight from the sender's
+// buffer); a received chunk is deserialized into one uninitialized buffer and
+// combined from it into the caller's. Per link at most `window` chunks are in
+// flight (sender's BASP buffers + receiver's mailbox); chunks of a
+// collective this rank has not started yet stay unacknowledged, hence also
+// bounded by the window. A collective's reply is sent only once all its
+// chunks are acknowledged by the right neighbour (so consumed, hence
+// serialized), so the caller may reuse the tensors at once. After a failure
+// the reply (an error) may come before chunks still queued in CAF were
+// serialized: the group is broken then, whatever they carry.
 //
 // Failure: a node monitors every peer; a peer's down_msg (in another process:
 // exit_reason remote_link_unreachable, ~1 ms after the process dies; a hung
@@ -34,6 +39,7 @@
 // After a failure the group is broken: later requests fail at once with the
 // same reason (build a new group to go on).
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -59,15 +65,20 @@ struct ring_options {
 ring_node_actor spawn_ring_node(caf::actor_system& sys, ring_options opts = {});
 
 // troupe's system_config plus the middleman (CAF 0.17:
-// load<caf::io::middleman>() before the actor_system is built) and BASP
+// load<caf::io::middleman>() before the actor_system is built), BASP
 // heartbeats, so that a hung peer process is detected within about
-// `connection_timeout`.
+// `connection_timeout`, and `middleman_workers` BASP worker threads (0: the
+// middleman's own thread deserializes incoming messages; CAF's default of 1
+// worker costs one more copy of every received byte and a thread hand-off:
+// bench_remote_allreduce measured 0 as cheaper in CPU and faster).
 struct net_system_config : system_config {
   explicit net_system_config(caf::timespan heartbeat = std::chrono::milliseconds(200),
-                             caf::timespan connection_timeout = std::chrono::seconds(2)) {
+                             caf::timespan connection_timeout = std::chrono::seconds(2),
+                             std::size_t middleman_workers = 0) {
     load<caf::io::middleman>();
     set("middleman.heartbeat-interval", heartbeat);
     set("middleman.connection-timeout", connection_timeout);
+    set("middleman.workers", middleman_workers);
   }
 };
 
