@@ -3,6 +3,7 @@
 // Evaluation and checkpoints are excluded from the timings.
 //
 //   bench_mirrored_scaling [replicas=2] [epochs=1] [repeats=3] [batches=128,256,512]
+//                          [shard_optimizer=1]
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
     std::stringstream ss(argv[4]);
     for (std::string item; std::getline(ss, item, ',');) batches.push_back(std::stoll(item));
   }
+  bool shard = argc > 5 ? std::atoi(argv[5]) != 0 : true;
   spdlog::set_level(spdlog::level::warn);
   for (int64_t batch : batches) {
     std::vector<double> one, mir;
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
       cm.strategy.kind = "mirrored";
       cm.strategy.replicas = replicas;
       cm.strategy.check_replicas_every = -1;
+      cm.strategy.shard_optimizer = shard;
       cm.devices.clear();
       for (int64_t i = 0; i < replicas; ++i) cm.devices.push_back("cpu:" + std::to_string(i));
       mir.push_back(run_job(cm)["samples_per_second"].get<double>());
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
                                        {"optimizer", "adam"},
                                        {"global_batch", batch},
                                        {"replicas", replicas},
+                                       {"shard_optimizer", shard},
                                        {"one_device_samples_per_second", o},
                                        {"mirrored_samples_per_second", m},
                                        {"speedup", m / o}}
