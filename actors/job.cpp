@@ -97,6 +97,7 @@ shard_set spawn_shards(caf::actor_system& sys, const job_config& c, const job_pl
     sc.total_steps = plan.total_steps;
     bool aggregate = elastic(c) ? c.strategy.synchronous : !async_workers(c);
     sc.aggregate = aggregate ? c.strategy.replicas : 0;
+    sc.apply_late_pushes = elastic(c);
     // An update of a model-sized piece takes a while: keep it off the
     // scheduler threads that route everyone's messages.
     sc.detached = true;

@@ -152,6 +152,13 @@ step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, in
   return s;
 }
 
+// Sync-on-read training metrics: summed here, read (and reset) by the coordinator.
+void count_step(replica_state& st, const step_stats& s) {
+  st.train_metrics.loss_sum += s.loss_sum;
+  st.train_metrics.correct += s.correct;
+  st.train_metrics.count += s.count;
+}
+
 // --- variables on shards (central_storage, parameter_server) ---
 
 // The pulled pieces become the model's variables: an unsplit variable takes
@@ -253,9 +260,7 @@ void shard_step(self_ptr self, int64_t step, batch b, caf::typed_response_promis
         [self, rp, epoch, step, versions](shard_push& r) mutable {
           auto& st = self->state;
           r.stats.epoch = epoch;
-          st.train_metrics.loss_sum += r.stats.loss_sum;
-          st.train_metrics.correct += r.stats.correct;
-          st.train_metrics.count += r.stats.count;
+          count_step(st, r.stats);
           auto left = std::make_shared<std::size_t>(st.cfg.shards.size());
           auto stats = r.stats;
           for (std::size_t s = 0; s < st.cfg.shards.size(); ++s)
@@ -376,9 +381,7 @@ void elastic_step(self_ptr self, int64_t step, batch b, caf::typed_response_prom
       [self, rp, epoch, step, versions](elastic_result& r) mutable {
         auto& st = self->state;
         r.stats.epoch = epoch;
-        st.train_metrics.loss_sum += r.stats.loss_sum;
-        st.train_metrics.correct += r.stats.correct;
-        st.train_metrics.count += r.stats.count;
+        count_step(st, r.stats);
         // c += d: the center shards "apply" d with SGD at learning rate -1.
         // The step is done once d is sent: in the synchronous variant the
         // round is applied when every worker's d is in, and this worker only
@@ -435,9 +438,7 @@ void start_step(self_ptr self, int64_t step, batch b, caf::typed_response_promis
       [self, rp, epoch, reduce](step_stats& s) mutable {
         s.epoch = epoch;
         auto& st = self->state;
-        st.train_metrics.loss_sum += s.loss_sum;
-        st.train_metrics.correct += s.correct;
-        st.train_metrics.count += s.count;
+        count_step(st, s);
         if (!reduce) {
           rp.deliver(s);
           return;

@@ -170,7 +170,13 @@ variable_shard_actor::behavior_type variable_shard(self_ptr self, variable_shard
           ++st.stats.pushes;
           for (const auto& g : ordered) st.stats.bytes_in += static_cast<int64_t>(g.value.nbytes());
         };
-        if (st.aggregate == 0) {
+        // A push for a step applied without it (its contributors were
+        // lowered after another one's push was in) is applied alone when the
+        // update is linear and the owner says so (EASGD's c += d).
+        const bool late = st.aggregate > 0 && st.cfg.apply_late_pushes &&
+                          st.rounds.find(worker_step) == st.rounds.end() &&
+                          worker_step <= st.last_applied_step;
+        if (st.aggregate == 0 || late) {
           accept();
           record_staleness(st, based_on_version);
           try {

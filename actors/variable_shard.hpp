@@ -33,6 +33,10 @@ struct variable_shard_config {
   optimizer_config optimizer;
   int64_t total_steps = 0;  // for learning-rate schedules
   int64_t aggregate = 0;    // contributors per step; 0 = async
+  // Aggregate mode: a push for a step already applied is applied on its own
+  // instead of refused (right when updates add up, as EASGD's c += d: a
+  // round applied early when a contributor was dropped, then the late push).
+  bool apply_late_pushes = false;
   // Run on its own thread: a shard of large variables computes for a while
   // per update, which would hold up a scheduler thread.
   bool detached = false;

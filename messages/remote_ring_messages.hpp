@@ -18,6 +18,8 @@ using ring_credit_atom = caf::atom_constant<caf::atom("rr_credit")>;
 using ring_abort_atom = caf::atom_constant<caf::atom("rr_abort")>;
 using ring_wire_atom = caf::atom_constant<caf::atom("rr_wire")>;
 using ring_timeout_atom = caf::atom_constant<caf::atom("rr_timeout")>;
+using ring_hello_atom = caf::atom_constant<caf::atom("rr_hello")>;
+using ring_known_atom = caf::atom_constant<caf::atom("rr_known")>;
 
 // One chunk of one step of a ring collective, from a node to its right
 // neighbour. Steps 0 .. P-2 are the reduce-scatter, P-1 .. 2P-3 the
@@ -87,7 +89,14 @@ using ring_node_actor = ring_peer_actor::extend<
     // bytes_reduced).
     caf::replies_to<stats_atom>::with<reducer_stats>,
     // Internal: the timer of collective `seq` fired.
-    caf::reacts_to<ring_timeout_atom, uint64_t>>;
+    caf::reacts_to<ring_timeout_atom, uint64_t>,
+    // Joining: rank `rank` (a higher one, which connected to this node)
+    // introduces its node. Only the higher rank of a pair connects: two nodes
+    // connecting to each other at once make CAF drop one of the two
+    // connections, and with it the proxies (remote_link_unreachable).
+    caf::reacts_to<ring_hello_atom, int32_t, ring_peer_actor>,
+    // Joining: the node rank `rank` introduced (an error until it has).
+    caf::replies_to<ring_known_atom, int32_t>::with<ring_peer_actor>>;
 
 // Registers reduce_op, ring_chunk and the two handles with CAF (called by
 // register_messages()).

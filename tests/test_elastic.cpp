@@ -231,9 +231,13 @@ TEST_CASE("elastic_average: lost and late workers; synchronous rounds drop a los
     CHECK(s["steps"] == 4 * 3 * 10);
     std::ifstream in(fs::path(s["output_dir"].get<std::string>()) / "metrics.jsonl");
     int lost = 0;
+    std::string lines;
     for (std::string line; std::getline(in, line);)
-      if (line.find("\"worker_lost\"") != std::string::npos) ++lost;
-    CHECK(lost == 1);
+      if (line.find("\"worker_lost\"") != std::string::npos) {
+        ++lost;
+        lines += line + "\n";
+      }
+    CHECK_MESSAGE(lost == 1, lines);
   }
   auto c = env.job(3, 16);
   c.strategy.max_staleness = 2;

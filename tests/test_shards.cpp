@@ -13,67 +13,17 @@
 
 #include "actors/job.hpp"
 #include "checkpoint/checkpoint.hpp"
-#include "tests/fixtures.hpp"
+#include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct env_t {
-  test::temp_dir tmp;
-  std::string data = tmp / "data";
-  int runs = 0;
-  explicit env_t(int64_t train_n = 480) {
-    spdlog::set_level(spdlog::level::warn);
-    fs::create_directories(data);
-    test::write_tiny_dataset(data, train_n, 100);
-  }
-  // kind "" = one_device.
-  job_config job(const std::string& kind, const std::string& optimizer, int64_t replicas,
-                 int64_t batch) {
-    auto c = test::tiny_job(data, tmp / ("run" + std::to_string(runs++)));
-    c.optimizer.kind = optimizer;
-    c.optimizer.learning_rate = optimizer == "sgd" ? 0.1 : 0.01;
-    c.data.batch_size = batch;
-    c.training.eval_every_epochs = 0;
-    if (!kind.empty()) {
-      c.strategy.kind = kind;
-      c.strategy.replicas = replicas;
-      c.devices.clear();
-      for (int64_t r = 0; r < replicas; ++r) c.devices.push_back("cpu:" + std::to_string(r));
-    }
-    return c;
-  }
-};
-
-std::vector<named_tensor> variables_of(const nlohmann::json& summary) {
-  return checkpoint::load(summary["checkpoint"].get<std::string>()).variables;
-}
-
-double max_abs_diff(const std::vector<named_tensor>& a, const std::vector<named_tensor>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(a[i].name == b[i].name);
-    REQUIRE(a[i].value.shape() == b[i].value.shape());
-    auto x = a[i].value.span<float>();
-    auto y = b[i].value.span<float>();
-    for (std::size_t j = 0; j < x.size(); ++j)
-      worst = std::max(worst, std::abs(double(x[j]) - double(y[j])));
-  }
-  return worst;
-}
-
-std::vector<nlohmann::json> metrics_of(const nlohmann::json& summary, const std::string& type) {
-  std::ifstream in(fs::path(summary["output_dir"].get<std::string>()) / "metrics.jsonl");
-  std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["type"] == type) out.push_back(j);
-  }
-  return out;
-}
+using test::max_abs_diff;
+using test::metrics_of;
+using test::variables_of;
+using env_t = test::strategy_env;
 
 // Same tolerance as the mirrored tests: the same gradients summed in another order.
 constexpr double kTolerance = 2e-5;
@@ -81,7 +31,7 @@ constexpr double kTolerance = 2e-5;
 }  // namespace
 
 TEST_CASE("central_storage equals mirrored (and one_device) after K steps, any placement") {
-  env_t env;
+  env_t env(480);
   for (std::string opt : {"sgd", "adam"}) {
     auto one = env.job("", opt, 1, 48);
     one.training.max_steps = 10;
@@ -115,7 +65,7 @@ TEST_CASE("central_storage equals mirrored (and one_device) after K steps, any p
 }
 
 TEST_CASE("split variables round-trip through checkpoints across strategies") {
-  env_t env;
+  env_t env(480);
   auto full = env.job("", "adam", 1, 32);
   auto ref = variables_of(run_job(full));  // 45 steps
   for (bool shards_first : {true, false}) {
@@ -171,7 +121,7 @@ void check_staleness_bound(const nlohmann::json& summary, int64_t workers, int64
 }
 
 TEST_CASE("parameter_server: max_staleness 0 is bulk-synchronous, k bounds the lead") {
-  env_t env;
+  env_t env(480);
   for (int64_t k : {0, 2}) {
     CAPTURE(k);
     auto c = env.job("parameter_server", "sgd", 3, 16);
@@ -191,7 +141,7 @@ TEST_CASE("parameter_server: max_staleness 0 is bulk-synchronous, k bounds the l
 }
 
 TEST_CASE("parameter_server: a lost worker is logged and the others finish the job") {
-  env_t env;
+  env_t env(480);
   auto c = env.job("parameter_server", "adam", 4, 16);
   c.strategy.shards = 2;
   job_options o;
@@ -209,7 +159,7 @@ TEST_CASE("parameter_server: a lost worker is logged and the others finish the j
 }
 
 TEST_CASE("parameter_server: a late worker joins from the current variables and contributes") {
-  env_t env;
+  env_t env(480);
   auto c = env.job("parameter_server", "adam", 3, 16);
   c.strategy.shards = 2;
   c.strategy.max_staleness = 1;
@@ -233,7 +183,7 @@ TEST_CASE("parameter_server: a late worker joins from the current variables and 
 }
 
 TEST_CASE("losing a variable shard ends the job naming it; the checkpoint resumes it") {
-  env_t env;
+  env_t env(480);
   for (std::string kind : {"central_storage", "parameter_server"}) {
     CAPTURE(kind);
     auto c = env.job(kind, "sgd", 2, 16);

@@ -50,7 +50,8 @@ struct ring_state {
   int32_t rank = -1;
   int32_t n = 0;
   std::vector<ring_peer_actor> peers;
-  std::string broken;  // non-empty: the group failed for this reason
+  std::string broken;                             // non-empty: the group failed for this reason
+  std::map<int32_t, ring_peer_actor> introduced;  // joining: higher ranks' hellos
   uint64_t next_seq = 1;
   std::deque<pending_request> queue;
   std::optional<active_collective> act;
@@ -316,6 +317,16 @@ ring_node_actor::behavior_type ring_node_impl(ring_self self, ring_options opt) 
         start_next(self);
         return n;
       },
+      [=](ring_hello_atom, int32_t rank, ring_peer_actor& peer) {
+        self->state.introduced[rank] = std::move(peer);
+      },
+      [=](ring_known_atom, int32_t rank) -> caf::result<ring_peer_actor> {
+        auto& known = self->state.introduced;
+        auto i = known.find(rank);
+        if (i == known.end())
+          return ring_error("remote_ring: rank " + std::to_string(rank) + " has not joined yet");
+        return i->second;
+      },
       [=](allreduce_atom, reduce_op op,
           std::vector<tensor>& ts) -> caf::result<std::vector<tensor>> {
         auto& st = self->state;
@@ -375,15 +386,40 @@ caf::error wire_ring_node(caf::actor_system& sys, const ring_node_actor& node, i
 caf::error join_ring(caf::actor_system& sys, const ring_node_actor& node, int32_t rank,
                      const std::vector<std::pair<std::string, uint16_t>>& addresses,
                      caf::timespan timeout) {
+  // Each pair of nodes gets one connection, opened by the higher rank: it
+  // connects to every lower rank and introduces itself; a node learns the
+  // higher ranks from their hellos.
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<ring_peer_actor> peers(addresses.size());
   for (std::size_t p = 0; p < addresses.size(); ++p) {
     if (static_cast<int32_t>(p) == rank) {
       peers[p] = node;
-      continue;
+    } else if (static_cast<int32_t>(p) < rank) {
+      auto h = connect_ring_peer(sys, addresses[p].first, addresses[p].second, timeout);
+      if (!h) return std::move(h.error());
+      peers[p] = std::move(*h);
+      caf::anon_send(caf::actor_cast<ring_node_actor>(peers[p]), ring_hello_atom::value, rank,
+                     ring_peer_actor{node});
     }
-    auto h = connect_ring_peer(sys, addresses[p].first, addresses[p].second, timeout);
-    if (!h) return std::move(h.error());
-    peers[p] = std::move(*h);
+  }
+  caf::scoped_actor self{sys};
+  for (std::size_t p = static_cast<std::size_t>(rank) + 1; p < addresses.size(); ++p) {
+    for (;;) {
+      bool got = false;
+      self->request(node, std::chrono::seconds(5), ring_known_atom::value, static_cast<int32_t>(p))
+          .receive(
+              [&](ring_peer_actor& h) {
+                peers[p] = std::move(h);
+                got = true;
+              },
+              [](caf::error&) {});
+      if (got) break;
+      if (std::chrono::steady_clock::now() >= deadline)
+        return ring_error("remote_ring: rank " + std::to_string(p) + " at " + addresses[p].first +
+                          ":" + std::to_string(addresses[p].second) +
+                          " did not join within the timeout");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   return wire_ring_node(sys, node, rank, std::move(peers), timeout);
 }
