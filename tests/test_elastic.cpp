@@ -275,3 +275,51 @@ TEST_CASE("elastic_average checkpoints hold the center and resume under one_devi
   CHECK(r["strategy"] == "one_device");
   CHECK(r["steps_this_run"].get<int64_t>() > 0);
 }
+
+TEST_CASE("elastic_average on Fashion-MNIST: a worker killed mid-job, a late one, still >= 0.89") {
+  if (std::getenv("TROUPE_TEST_QUICK")) {  // the ThreadSanitizer run: minutes under TSan
+    MESSAGE("skipped: TROUPE_TEST_QUICK is set");
+    return;
+  }
+  job_config c;
+  if (!fs::exists(c.data.path + "/train-images-idx3-ubyte.gz")) {
+    FAIL_CHECK("Fashion-MNIST is not installed at " << c.data.path
+                                                    << " (scripts/install-deps.sh installs it)");
+    return;
+  }
+  spdlog::set_level(spdlog::level::warn);
+  test::temp_dir tmp;
+  // examples/fashion_mnist_easgd.json, asynchronous.
+  c.name = "easgd_lost_worker";
+  c.model.hidden = {256, 256};
+  c.optimizer.kind = "adam";
+  c.optimizer.learning_rate = 0.001;
+  c.optimizer.schedule.kind = "cosine";
+  c.optimizer.schedule.min_lr = 0.00005;
+  c.data.batch_size = 32;
+  c.strategy.kind = "elastic_average";
+  c.strategy.replicas = 4;
+  c.strategy.communication_period = 8;
+  c.strategy.moving_rate = 0.225;
+  c.devices = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
+  c.training.epochs = 16;
+  c.training.eval_every_epochs = 16;
+  c.logging.every_steps = 100000;
+  c.logging.output_dir = tmp / "out";
+  job_options o;
+  o.fail_replica = 1;
+  o.fail_at_step = 2000;  // worker 1's 2001st step, about 1/4 into the job
+  o.join_replica = 3;
+  o.join_at_step = 4000;  // worker 3 starts from the center after 4000 updates
+  auto s = run_job(c, o);
+  MESSAGE("test accuracy " << s["test_accuracy"] << " after losing worker 1, worker 3 late");
+  CHECK(s["test_accuracy"].get<double>() >= 0.89);
+  std::ifstream in(fs::path(s["output_dir"].get<std::string>()) / "metrics.jsonl");
+  int lost = 0, joined = 0;
+  for (std::string line; std::getline(in, line);) {
+    lost += line.find("\"worker_lost\"") != std::string::npos;
+    joined += line.find("\"worker_joined\"") != std::string::npos;
+  }
+  CHECK(lost == 1);
+  CHECK(joined == 1);
+}
