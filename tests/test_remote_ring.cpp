@@ -70,7 +70,9 @@ void check_results(const std::vector<result_t>& res, int p, int iter, int64_t nu
     auto got = rt::flatten(*res[r]);
     REQUIRE(got.size() == ref.size());
     // Inputs are multiples of 1/4: every op is exact, so compare bits.
-    CHECK_MESSAGE(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)) == 0,
+    const bool same_bits =
+        got.empty() || std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)) == 0;
+    CHECK_MESSAGE(same_bits,
                   "P=" << p << " op=" << reduce_op_name(op) << " n=" << numel << " rank " << r);
     CHECK(rt::hash(*res[r]) == rt::hash(*res[0]));
   }
@@ -327,13 +329,18 @@ TEST_CASE("remote_ring: a sender never has more than `window` chunks unacknowled
   local_fixture f;
   // A fake right neighbour that counts chunks and never grants credits.
   auto counted = std::make_shared<std::atomic<int>>(0);
-  auto fake = f.sys.spawn([counted](ring_peer_actor::pointer) -> ring_peer_actor::behavior_type {
-    return {
-        [counted](ring_chunk_atom, const ring_chunk&) { ++*counted; },
-        [](ring_credit_atom, int32_t) {},
-        [](ring_abort_atom, uint64_t, int32_t, const std::string&) {},
-    };
-  });
+  // (Spawned with an argument: CAF 0.17 binds a reference to a null empty
+  // tuple for argument-less function actors, which UBSan reports.)
+  auto fake = f.sys.spawn(
+      [](ring_peer_actor::pointer,
+         std::shared_ptr<std::atomic<int>> n) -> ring_peer_actor::behavior_type {
+        return {
+            [n](ring_chunk_atom, const ring_chunk&) { ++*n; },
+            [](ring_credit_atom, int32_t) {},
+            [](ring_abort_atom, uint64_t, int32_t, const std::string&) {},
+        };
+      },
+      counted);
   ring_options opt;
   opt.chunk_bytes = 4096;
   opt.window = 5;
@@ -405,7 +412,7 @@ TEST_CASE("remote_ring: two processes on 127.0.0.1, results equal the reference 
     auto ref = rt::reference(2, static_cast<int>(i), n, op);
     auto got = rt::flatten(*r);
     REQUIRE(got.size() == ref.size());
-    CHECK(std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)) == 0);
+    CHECK((got.empty() || std::memcmp(got.data(), ref.data(), got.size() * sizeof(float)) == 0));
     auto l = ring.child->line();
     REQUIRE(l);
     CHECK(*l == "HASH " + std::to_string(i) + " " + std::to_string(rt::hash(*r)));
