@@ -216,6 +216,15 @@ std::vector<std::vector<named_tensor>> gradients_for_shards(const std::vector<na
   return out;
 }
 
+// A failed request to a shard. A shard that died is the coordinator's to
+// report (it monitors the shards): quitting here with "receiver down" could
+// reach it first and name this replica instead.
+auto shard_failed(self_ptr self) {
+  return [self](caf::error& e) {
+    if (e != caf::sec::request_receiver_down) self->quit(e);
+  };
+}
+
 // Pulls every shard's pieces (all at once), then calls k with them in shard order.
 void pull_all(self_ptr self, std::function<void(std::vector<shard_values>&)> k) {
   auto& shards = self->state.cfg.shards;
@@ -228,7 +237,7 @@ void pull_all(self_ptr self, std::function<void(std::vector<shard_values>&)> k) 
               (*got)[s] = std::move(v);
               if (--*left == 0) k(*got);
             },
-            [self](caf::error& e) { self->quit(e); });
+            shard_failed(self));
 }
 
 struct shard_push {
@@ -273,7 +282,7 @@ void shard_step(self_ptr self, int64_t step, batch b, caf::typed_response_promis
                       rp.deliver(stats);
                       try_start(self);
                     },
-                    [self](caf::error& e) { self->quit(e); });
+                    shard_failed(self));
         });
   });
 }
@@ -400,7 +409,7 @@ void elastic_step(self_ptr self, int64_t step, batch b, caf::typed_response_prom
                     st.after_exchange = nullptr;
                     next();
                   },
-                  [self](caf::error& e) { self->quit(e); });
+                  shard_failed(self));
         }
         st.busy = false;
         rp.deliver(r.stats);
