@@ -5,9 +5,11 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,38 @@ inline std::vector<nlohmann::json> metrics_of(const nlohmann::json& summary,
     if (j["type"] == type) out.push_back(j);
   }
   return out;
+}
+
+// The examples' 4-worker Fashion-MNIST job (MLP 256-256, Adam with a cosine
+// schedule), evaluated at the end only; the caller sets the strategy. Empty
+// under TROUPE_TEST_QUICK (the ThreadSanitizer run: minutes under TSan), and
+// a failed check when the dataset is not installed.
+inline std::optional<job_config> fashion_mnist_job(const std::string& name,
+                                                   const std::string& out_dir, int64_t epochs) {
+  if (std::getenv("TROUPE_TEST_QUICK")) {
+    MESSAGE("skipped: TROUPE_TEST_QUICK is set");
+    return std::nullopt;
+  }
+  job_config c;
+  if (!std::filesystem::exists(c.data.path + "/train-images-idx3-ubyte.gz")) {
+    FAIL_CHECK("Fashion-MNIST is not installed at " << c.data.path
+                                                    << " (scripts/install-deps.sh installs it)");
+    return std::nullopt;
+  }
+  spdlog::set_level(spdlog::level::warn);
+  c.name = name;
+  c.model.hidden = {256, 256};
+  c.optimizer.kind = "adam";
+  c.optimizer.learning_rate = 0.001;
+  c.optimizer.schedule.kind = "cosine";
+  c.optimizer.schedule.min_lr = 0.00005;
+  c.strategy.replicas = 4;
+  c.devices = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
+  c.training.epochs = epochs;
+  c.training.eval_every_epochs = epochs;
+  c.logging.every_steps = 100000;
+  c.logging.output_dir = out_dir;
+  return c;
 }
 
 }  // namespace troupe::test

@@ -16,7 +16,7 @@
 #include "data/dataset.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
-#include "tests/fixtures.hpp"
+#include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -277,35 +277,15 @@ TEST_CASE("elastic_average checkpoints hold the center and resume under one_devi
 }
 
 TEST_CASE("elastic_average on Fashion-MNIST: a worker killed mid-job, a late one, still >= 0.89") {
-  if (std::getenv("TROUPE_TEST_QUICK")) {  // the ThreadSanitizer run: minutes under TSan
-    MESSAGE("skipped: TROUPE_TEST_QUICK is set");
-    return;
-  }
-  job_config c;
-  if (!fs::exists(c.data.path + "/train-images-idx3-ubyte.gz")) {
-    FAIL_CHECK("Fashion-MNIST is not installed at " << c.data.path
-                                                    << " (scripts/install-deps.sh installs it)");
-    return;
-  }
-  spdlog::set_level(spdlog::level::warn);
   test::temp_dir tmp;
   // examples/fashion_mnist_easgd.json, asynchronous.
-  c.name = "easgd_lost_worker";
-  c.model.hidden = {256, 256};
-  c.optimizer.kind = "adam";
-  c.optimizer.learning_rate = 0.001;
-  c.optimizer.schedule.kind = "cosine";
-  c.optimizer.schedule.min_lr = 0.00005;
+  auto job = test::fashion_mnist_job("easgd_lost_worker", tmp / "out", 16);
+  if (!job) return;
+  auto& c = *job;
   c.data.batch_size = 32;
   c.strategy.kind = "elastic_average";
-  c.strategy.replicas = 4;
   c.strategy.communication_period = 8;
   c.strategy.moving_rate = 0.225;
-  c.devices = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
-  c.training.epochs = 16;
-  c.training.eval_every_epochs = 16;
-  c.logging.every_steps = 100000;
-  c.logging.output_dir = tmp / "out";
   job_options o;
   o.fail_replica = 1;
   o.fail_at_step = 2000;  // worker 1's 2001st step, about 1/4 into the job

@@ -208,34 +208,14 @@ TEST_CASE("losing a variable shard ends the job naming it; the checkpoint resume
 }
 
 TEST_CASE("parameter_server on Fashion-MNIST: a worker lost mid-job, still >= 0.89") {
-  if (std::getenv("TROUPE_TEST_QUICK")) {  // the ThreadSanitizer run: minutes under TSan
-    MESSAGE("skipped: TROUPE_TEST_QUICK is set");
-    return;
-  }
-  job_config c;
-  if (!fs::exists(c.data.path + "/train-images-idx3-ubyte.gz")) {
-    FAIL_CHECK("Fashion-MNIST is not installed at " << c.data.path
-                                                    << " (scripts/install-deps.sh installs it)");
-    return;
-  }
-  spdlog::set_level(spdlog::level::warn);
   test::temp_dir tmp;
-  c.name = "ps_lost_worker";
-  c.model.hidden = {256, 256};
-  c.optimizer.kind = "adam";
-  c.optimizer.learning_rate = 0.001;
-  c.optimizer.schedule.kind = "cosine";
-  c.optimizer.schedule.min_lr = 0.00005;
+  auto job = test::fashion_mnist_job("ps_lost_worker", tmp / "out", 10);
+  if (!job) return;
+  auto& c = *job;
   c.data.batch_size = 64;
   c.strategy.kind = "parameter_server";
-  c.strategy.replicas = 4;
   c.strategy.shards = 2;
   c.strategy.max_staleness = 4;
-  c.devices = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
-  c.training.epochs = 10;
-  c.training.eval_every_epochs = 10;
-  c.logging.every_steps = 100000;
-  c.logging.output_dir = tmp / "out";
   job_options o;
   o.fail_replica = 1;
   o.fail_at_step = 300;
