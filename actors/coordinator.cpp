@@ -224,13 +224,18 @@ void lose_worker(self_ptr self, std::size_t i, const std::string& cause) {
   w.busy = false;
   std::size_t left = 0;
   for (const auto& x : st.workers) left += x.alive ? 1 : 0;
-  spdlog::warn("worker {} lost ({}); {} workers go on", i, cause, left);
+  const auto& tasks = st.plan->replica_tasks;
+  std::string task = i < tasks.size() ? tasks[i] : "";
+  spdlog::warn("worker {}{} lost ({}); {} workers go on", i, task.empty() ? "" : " on task " + task,
+               cause, left);
   update_contributors(self);
-  write_metrics(self, {{"type", "worker_lost"},
-                       {"worker", i},
-                       {"step", st.completed},
-                       {"cause", cause},
-                       {"workers_left", left}});
+  nlohmann::json line{{"type", "worker_lost"},
+                      {"worker", i},
+                      {"step", st.completed},
+                      {"cause", cause},
+                      {"workers_left", left}};
+  if (!task.empty()) line["task"] = task;
+  write_metrics(self, line);
   if (left == 0) {
     fail(self, "every worker is lost (the last: worker " + std::to_string(i) + ", " + cause + ")");
     return;
@@ -648,6 +653,8 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
         }
         who = "replica " + std::to_string(i) + " (" +
               st.plan->config.devices[i % st.plan->config.devices.size()] + ")";
+        if (i < st.plan->replica_tasks.size())
+          who = "task " + st.plan->replica_tasks[i] + " (" + who + ")";
       }
     for (auto& [name, a] : st.others)
       if (dm.source == a.address()) who = name;

@@ -24,6 +24,10 @@ struct job_plan {
   int64_t total_steps = 0;
   int64_t start_step = 0;
   std::optional<checkpoint::snapshot> resume_from;
+  bool owner = true;  // this process writes the job's output (see detail::make_plan)
+  // Across processes: the task hosting each replica ("worker:1"), so a
+  // failure names it; empty in one process.
+  std::vector<std::string> replica_tasks;
 };
 
 // central_storage, parameter_server: where the variables live.

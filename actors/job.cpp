@@ -10,6 +10,7 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/input_pipeline.hpp"
+#include "actors/job_parts.hpp"
 #include "actors/partitioner.hpp"
 #include "actors/reducer.hpp"
 #include "actors/replica.hpp"
@@ -30,7 +31,7 @@ std::string output_dir_for(const job_config& c, const job_options& o) {
   return "runs/" + c.name;
 }
 
-namespace {
+namespace detail {
 
 bool uses_replicas_only(const job_config& c) {
   return c.strategy.kind == "one_device" || c.strategy.kind == "mirrored";
@@ -73,10 +74,10 @@ int64_t updates_per_epoch(const job_config& c, int64_t examples) {
   return batches_per_epoch(examples, c.data.batch_size, c.strategy.steps_per_update);
 }
 
-// central_storage, parameter_server: the model's initial variables (the same
-// seed as every other strategy), placed and split over the shards, which are
-// spawned with them.
-shard_set spawn_shards(caf::actor_system& sys, const job_config& c, const job_plan& plan) {
+// central_storage, parameter_server, elastic_average: the model's initial
+// variables (the same seed as every other strategy), placed and split over
+// the shards.
+shard_set plan_shards(const job_config& c, const job_plan& plan) {
   auto net = create_model(c.model, {plan.train->features(), plan.train->classes}, c.seed);
   std::vector<variable_desc> descs;
   for (const auto& v : net->variables()) descs.push_back({v.name, v.value.shape(), v.value.type()});
@@ -88,8 +89,15 @@ shard_set spawn_shards(caf::actor_system& sys, const job_config& c, const job_pl
   }
   const optimizer_config opt = elastic(c) ? center_update() : c.optimizer;
   out.slot_suffixes = kernels::optimizer(opt, plan.total_steps).slot_names();
-  auto pieces = split_for_shards(net->variables(), out.place, c.strategy.shards);
-  for (int64_t s = 0; s < c.strategy.shards; ++s) {
+  return out;
+}
+
+void spawn_shards(caf::actor_system& sys, const job_config& c, const job_plan& plan,
+                  const std::vector<int64_t>& indices, shard_set& set) {
+  auto net = create_model(c.model, {plan.train->features(), plan.train->classes}, c.seed);
+  auto pieces = split_for_shards(net->variables(), set.place, c.strategy.shards);
+  const optimizer_config opt = elastic(c) ? center_update() : c.optimizer;
+  for (int64_t s : indices) {
     variable_shard_config sc;
     sc.index = s;
     sc.pieces = std::move(pieces[static_cast<std::size_t>(s)]);
@@ -101,15 +109,14 @@ shard_set spawn_shards(caf::actor_system& sys, const job_config& c, const job_pl
     // An update of a model-sized piece takes a while: keep it off the
     // scheduler threads that route everyone's messages.
     sc.detached = true;
-    out.actors.push_back(spawn_variable_shard(sys, std::move(sc)));
+    set.actors.push_back(spawn_variable_shard(sys, std::move(sc)));
     spdlog::info("variable_shard {}: {}", s, [&] {
       std::string names;
-      for (const auto& p : pieces_on_shard(out.place, s))
+      for (const auto& p : pieces_on_shard(set.place, s))
         names += (names.empty() ? "" : ", ") + p.piece_name;
       return names;
     }());
   }
-  return out;
 }
 
 // Where a resumed job starts. Strategies count steps differently (a
@@ -131,7 +138,7 @@ int64_t start_step_for(const checkpoint::snapshot& snap, int64_t steps_per_epoch
   return m.epoch * steps_per_epoch + m.batch_in_epoch * steps_per_epoch / then_per_epoch;
 }
 
-std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
+std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, bool owner) {
   auto plan = std::make_shared<job_plan>();
   plan->config = c;
   plan->options = o;
@@ -148,11 +155,12 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
     }
   }
   plan->output_dir = output_dir_for(c, o);
+  plan->owner = owner;
   plan->checkpoint_dir = c.checkpoint.dir.empty()
                              ? (fs::path(plan->output_dir) / "checkpoints").string()
                              : c.checkpoint.dir;
   std::error_code ec;
-  fs::create_directories(plan->output_dir, ec);
+  if (owner) fs::create_directories(plan->output_dir, ec);
   if (ec)
     throw job_error("cannot create output directory '" + plan->output_dir + "': " + ec.message());
 
@@ -169,6 +177,7 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
   if (c.training.max_steps > 0)
     plan->total_steps = std::min(plan->total_steps, c.training.max_steps);
 
+  if (!owner) return plan;
   if (!o.resume) {
     if (auto old = checkpoint::resolve(plan->checkpoint_dir)) {
       if (!o.overwrite)
@@ -193,7 +202,86 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o) {
   return plan;
 }
 
-}  // namespace
+std::vector<std::pair<std::string, caf::actor>> worker_parts::named() const {
+  std::vector<std::pair<std::string, caf::actor>> out;
+  for (std::size_t i = 0; i < pipelines.size(); ++i)
+    out.emplace_back("input_pipeline " + std::to_string(indices[i]),
+                     caf::actor_cast<caf::actor>(pipelines[i]));
+  for (std::size_t i = 0; i < reducers.size(); ++i)
+    out.emplace_back("reducer " + std::to_string(indices[i]),
+                     caf::actor_cast<caf::actor>(reducers[i]));
+  return out;
+}
+
+void worker_parts::stop() const {
+  for (auto& r : replicas) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+  for (auto& p : pipelines) caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
+  for (auto& q : reducers) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
+}
+
+reducer_config reducer_config_of(const job_config& c) {
+  reducer_config r;
+  r.algorithm = c.strategy.reducer.algorithm;
+  r.bucket_bytes = c.strategy.reducer.bucket_bytes;
+  r.chunk_bytes = c.strategy.reducer.chunk_bytes;
+  return r;
+}
+
+worker_parts spawn_workers(caf::actor_system& sys, const job_config& c, const job_plan& plan,
+                           worker_spec spec, const job_options& o) {
+  worker_parts out;
+  out.indices = spec.indices;
+  out.reducers = spec.reducers;
+  const int64_t n = c.strategy.replicas;
+  for (std::size_t k = 0; k < spec.indices.size(); ++k) {
+    const int64_t r = spec.indices[k];
+    const auto& dev = spec.devices[k];
+    auto& device = out.devices[dev];
+    if (!device) device = std::make_shared<cpu_device>("troupe:" + dev);
+    input_pipeline_config ic;
+    ic.data = plan.train;
+    ic.global_batch = async_workers(c) ? c.data.batch_size * n : c.data.batch_size;
+    ic.steps_per_update = c.strategy.steps_per_update;
+    ic.shuffle = c.data.shuffle;
+    ic.seed = c.seed;
+    ic.prefetch = c.data.prefetch;
+    ic.context = {1, 0, n};
+    ic.replica = r;
+    ic.start_epoch = spec.start_step / plan.steps_per_epoch;
+    ic.start_index = spec.start_step % plan.steps_per_epoch;
+    if (async_workers(c)) ic.start_index /= n;  // each worker's own position, about
+    out.pipelines.push_back(sys.spawn(input_pipeline, ic));
+    replica_config rc;
+    rc.index = r;
+    rc.device = device;
+    if (!spec.reducers.empty()) {
+      rc.reducer = spec.reducers[k];
+      rc.shard_optimizer = spec.shard_optimizer;
+      rc.replicas = n;
+      rc.reducer_cfg = reducer_config_of(c);
+    }
+    rc.model = c.model;
+    rc.shape = {plan.train->features(), plan.train->classes};
+    rc.optimizer = c.optimizer;
+    rc.total_steps = plan.total_steps;
+    rc.seed = c.seed;
+    rc.input = out.pipelines.back();
+    rc.shards = spec.shards;
+    rc.place = spec.place;
+    rc.local_mean = async_workers(c);
+    rc.elastic = elastic(c);
+    rc.period = c.strategy.communication_period;
+    rc.alpha = moving_rate(c);
+    rc.rho = c.strategy.rho;
+    if (o.fail_replica == r) rc.fail_at_step = o.fail_at_step;
+    out.replicas.push_back(sys.spawn(replica, rc));
+  }
+  return out;
+}
+
+}  // namespace detail
+
+using namespace detail;
 
 nlohmann::json run_job(const job_config& c, const job_options& o) {
   kernels::init_cpu_kernels();
@@ -203,72 +291,30 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
 
   system_config cfg;
   caf::actor_system sys{cfg};
-  // One thread per device; replicas placed on the same device share it.
-  std::map<std::string, std::shared_ptr<cpu_device>> devices;
-  std::vector<input_pipeline_actor> pipelines;
-  std::vector<replica_actor> replicas;
   const int64_t n = c.strategy.replicas;
-  std::vector<reducer_actor> reducers;
-  reducer_config reducer_cfg;
   shard_set shards;
-  if (uses_shards(c)) shards = spawn_shards(sys, c, *plan);
-  if (c.strategy.kind == "mirrored") {
-    reducer_cfg.algorithm = c.strategy.reducer.algorithm;
-    reducer_cfg.bucket_bytes = c.strategy.reducer.bucket_bytes;
-    reducer_cfg.chunk_bytes = c.strategy.reducer.chunk_bytes;
-    reducers = spawn_reducer_group(sys, static_cast<int>(n), reducer_cfg);
+  if (uses_shards(c)) {
+    shards = plan_shards(c, *plan);
+    std::vector<int64_t> all(static_cast<std::size_t>(c.strategy.shards));
+    for (std::size_t s = 0; s < all.size(); ++s) all[s] = static_cast<int64_t>(s);
+    spawn_shards(sys, c, *plan, all, shards);
   }
+  worker_spec spec;
   for (int64_t r = 0; r < n; ++r) {
-    auto dev = c.devices[static_cast<std::size_t>(r) % c.devices.size()];
-    auto& device = devices[dev];
-    if (!device) device = std::make_shared<cpu_device>("troupe:" + dev);
-    input_pipeline_config ic;
-    ic.data = plan->train;
-    ic.global_batch = async_workers(c) ? c.data.batch_size * n : c.data.batch_size;
-    ic.steps_per_update = c.strategy.steps_per_update;
-    ic.shuffle = c.data.shuffle;
-    ic.seed = c.seed;
-    ic.prefetch = c.data.prefetch;
-    ic.context = {1, 0, n};
-    ic.replica = r;
-    ic.start_epoch = plan->start_step / plan->steps_per_epoch;
-    ic.start_index = plan->start_step % plan->steps_per_epoch;
-    if (async_workers(c)) ic.start_index /= n;  // each worker's own position, about
-    pipelines.push_back(sys.spawn(input_pipeline, ic));
-    replica_config rc;
-    rc.index = r;
-    rc.device = device;
-    if (!reducers.empty()) {
-      rc.reducer = reducers[static_cast<std::size_t>(r)];
-      rc.shard_optimizer = c.strategy.shard_optimizer;
-      rc.replicas = n;
-      rc.reducer_cfg = reducer_cfg;
-    }
-    rc.model = c.model;
-    rc.shape = {plan->train->features(), plan->train->classes};
-    rc.optimizer = c.optimizer;
-    rc.total_steps = plan->total_steps;
-    rc.seed = c.seed;
-    rc.input = pipelines.back();
-    rc.shards = shards.actors;
-    rc.place = shards.place;
-    rc.local_mean = async_workers(c);
-    rc.elastic = elastic(c);
-    rc.period = c.strategy.communication_period;
-    rc.alpha = moving_rate(c);
-    rc.rho = c.strategy.rho;
-    if (o.fail_replica == r) rc.fail_at_step = o.fail_at_step;
-    replicas.push_back(sys.spawn(replica, rc));
+    spec.indices.push_back(r);
+    spec.devices.push_back(c.devices[static_cast<std::size_t>(r) % c.devices.size()]);
   }
-  std::vector<std::pair<std::string, caf::actor>> others;
-  for (std::size_t i = 0; i < pipelines.size(); ++i)
-    others.emplace_back("input_pipeline " + std::to_string(i),
-                        caf::actor_cast<caf::actor>(pipelines[i]));
-  for (std::size_t i = 0; i < reducers.size(); ++i)
-    others.emplace_back("reducer " + std::to_string(i), caf::actor_cast<caf::actor>(reducers[i]));
+  if (c.strategy.kind == "mirrored") {
+    spec.reducers = spawn_reducer_group(sys, static_cast<int>(n), reducer_config_of(c));
+    spec.shard_optimizer = c.strategy.shard_optimizer;
+  }
+  spec.shards = shards.actors;
+  spec.place = shards.place;
+  spec.start_step = plan->start_step;
+  auto workers = spawn_workers(sys, c, *plan, std::move(spec), o);
   auto shard_actors = shards.actors;
-  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas, others,
-                         std::move(shards));
+  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), workers.replicas,
+                         workers.named(), std::move(shards));
 
   std::string error;
   nlohmann::json summary;
@@ -277,17 +323,13 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
     self->request(coord, caf::infinite, run_atom::value)
         .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
                  [&](caf::error& e) { error = describe(e); });
-    for (auto& r : replicas) self->send_exit(r, caf::exit_reason::user_shutdown);
-    for (auto& p : pipelines) self->send_exit(p, caf::exit_reason::user_shutdown);
-    for (auto& q : reducers) self->send_exit(q, caf::exit_reason::user_shutdown);
+    workers.stop();
     for (auto& v : shard_actors) self->send_exit(v, caf::exit_reason::user_shutdown);
     self->send_exit(coord, caf::exit_reason::user_shutdown);
   }
-  replicas.clear();
-  pipelines.clear();
-  reducers.clear();
+  auto devices = std::move(workers.devices);
+  workers = {};
   shard_actors.clear();
-  others.clear();
   coord = nullptr;
   sys.await_all_actors_done();
   devices.clear();  // joins device threads after their last task

@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "actors/job.hpp"
+#include "actors/node.hpp"
 #include "actors/reducer.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "cli/launch.hpp"
 #include "config/job_config.hpp"
+#include "config/secret.hpp"
 
 namespace {
 
@@ -22,6 +24,10 @@ Usage:
   troupe run FILE [--output DIR] [--resume | --overwrite] [--quiet]
                               train the job described by FILE (JSON)
   troupe validate FILE        check a job config; prints the effective config
+  troupe node --config FILE --task NAME [--output DIR] [--resume | --overwrite]
+                              run one task (chief, worker:N, ps:N) of FILE's
+                              cluster spec; the secret comes from the
+                              environment or a file (cluster.secret_env/_file)
   troupe launch [--config] FILE [--output DIR] [--resume | --overwrite] [-- ARGS]
                               start every task of FILE's cluster spec as a local
                               process (troupe node --task NAME ...), output
@@ -99,8 +105,11 @@ struct progress_printer {
   }
 };
 
-int cmd_run(const std::vector<std::string>& args) {
+// `run` and `node` share their options, progress output and exit codes.
+int cmd_run(const std::vector<std::string>& args, bool node) {
+  const char* cmd = node ? "node" : "run";
   std::string file;
+  std::string task_name;
   troupe::job_options opts;
   bool quiet = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -114,17 +123,34 @@ int cmd_run(const std::vector<std::string>& args) {
       opts.overwrite = true;
     } else if (a == "--quiet") {
       quiet = true;
+    } else if (node && a == "--task") {
+      if (i + 1 >= args.size()) return bad_usage("--task needs a task name, e.g. worker:0");
+      task_name = args[++i];
+    } else if (node && a == "--config") {
+      if (i + 1 >= args.size()) return bad_usage("--config needs a file");
+      if (!file.empty()) return bad_usage("node takes one config file");
+      file = args[++i];
     } else if (a.rfind("--", 0) == 0) {
-      return bad_usage("unknown option '" + a + "' for run");
+      return bad_usage("unknown option '" + a + "' for " + cmd);
     } else if (file.empty()) {
       file = a;
     } else {
-      return bad_usage("run takes one config file, got '" + file + "' and '" + a + "'");
+      return bad_usage(std::string(cmd) + " takes one config file, got '" + file + "' and '" + a +
+                       "'");
     }
   }
-  if (file.empty()) return bad_usage("run needs a config file");
+  if (file.empty()) return bad_usage(std::string(cmd) + " needs a config file");
   if (opts.resume && opts.overwrite)
     return bad_usage("--resume and --overwrite exclude each other");
+  troupe::task_id task;
+  if (node) {
+    if (task_name.empty()) return bad_usage("node needs --task NAME (chief, worker:N, ps:N)");
+    try {
+      task = troupe::parse_task_name(task_name);
+    } catch (const std::invalid_argument& e) {
+      return bad_usage(std::string("--task: ") + e.what());
+    }
+  }
   troupe::job_config cfg;
   try {
     cfg = troupe::load_job_config(file);
@@ -138,8 +164,12 @@ int cmd_run(const std::vector<std::string>& args) {
   opts.on_progress = [&pp](const troupe::progress_info& p) { pp.step(p); };
   opts.on_epoch = [&pp](const nlohmann::json& j) { pp.epoch(j); };
   try {
-    auto s = troupe::run_job(cfg, opts);
+    auto s = node ? troupe::run_node(cfg, task, opts) : troupe::run_job(cfg, opts);
     pp.clear();
+    if (node && task.job != "chief") {
+      std::printf("task %s finished: the chief ended the job\n", task.str().c_str());
+      return 0;
+    }
     std::printf(
         "job %s finished: strategy %s, %lld steps (%.2f epochs), test accuracy %.4f, "
         "test loss %.4f, %.0f samples/s, %.1f s\nsummary: %s/summary.json\n",
@@ -152,6 +182,10 @@ int cmd_run(const std::vector<std::string>& args) {
   } catch (const troupe::config_error& e) {
     pp.clear();
     std::cerr << "troupe: " << file << ": " << e.what() << "\n";
+    return 2;
+  } catch (const troupe::secret_error& e) {
+    pp.clear();
+    std::cerr << "troupe: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
     pp.clear();
@@ -209,7 +243,8 @@ int main(int argc, char** argv) {
     std::cout << "troupe " << TROUPE_VERSION << "\n";
     return 0;
   }
-  if (cmd == "run") return cmd_run(args);
+  if (cmd == "run") return cmd_run(args, false);
+  if (cmd == "node") return cmd_run(args, true);
   if (cmd == "validate") return cmd_validate(args);
   if (cmd == "launch") return troupe::launch::cmd_launch(args, bad_usage);
   if (cmd == "checkpoint") return cmd_checkpoint(args);

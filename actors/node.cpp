@@ -1,0 +1,640 @@
+#include "actors/node.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "actors/job_parts.hpp"
+#include "actors/reducers/hierarchical.hpp"
+#include "actors/reducers/remote_ring.hpp"
+#include "config/secret.hpp"
+#include "kernels/cpu_kernels.hpp"
+#include "messages/node_messages.hpp"
+
+namespace troupe {
+
+namespace {
+
+using namespace detail;
+using clock_type = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// What the node actor hands to the process's main thread, which does all
+// the blocking work (connecting, building, running the coordinator).
+struct node_event {
+  enum kind_t { joined, build, stop, lost } kind = stop;
+  std::string task;  // joined, lost: the peer
+  node_parts parts;  // joined
+  caf::actor node;   // joined: the peer's node actor
+  node_build order;  // build
+  std::string reason;
+};
+
+class event_queue {
+ public:
+  void push(node_event e) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      q_.push_back(std::move(e));
+    }
+    cv_.notify_all();
+  }
+  std::optional<node_event> pop_until(clock_type::time_point deadline) {
+    std::unique_lock<std::mutex> g(mu_);
+    if (!cv_.wait_until(g, deadline, [&] { return !q_.empty(); })) return std::nullopt;
+    auto e = std::move(q_.front());
+    q_.pop_front();
+    return e;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<node_event> q_;
+};
+
+struct node_shared {
+  std::string task;
+  std::string secret;
+  bool chief = false;
+  event_queue events;
+};
+
+struct node_state {
+  std::shared_ptr<node_shared> shared;
+  ring_node_actor ring;
+  // Per peer process: the task it claims and the challenge it was given.
+  std::map<caf::node_id, std::pair<std::string, std::string>> challenges;
+  std::set<caf::node_id> trusted;
+  std::map<caf::node_id, std::string> names;     // trusted peer -> its task
+  std::map<caf::actor_addr, std::string> peers;  // monitored node actors -> task
+  std::optional<caf::typed_response_promise<node_parts>> building;
+  static inline const char* name = "node";
+};
+
+using node_ptr = node_actor::stateful_pointer<node_state>;
+
+// True for a message from this process or from a peer that completed the
+// handshake.
+bool trusted_sender(node_ptr self) {
+  const auto& s = self->current_sender();
+  if (!s) return false;
+  if (s->node() == self->home_system().node()) return true;
+  return self->state.trusted.count(s->node()) > 0;
+}
+
+caf::error refuse(node_ptr self, const char* what) {
+  const auto& s = self->current_sender();
+  std::string from = s ? to_string(s->node()) : std::string("an anonymous sender");
+  spdlog::warn("{}: refused '{}' from {}: it has not proved it knows the cluster secret",
+               self->state.shared->task, what, from);
+  return caf::make_error(caf::sec::runtime_error,
+                         self->state.shared->task + ": '" + what + "' refused: not authenticated");
+}
+
+// A failed build, delivered to the chief as the reply's error.
+caf::error build_error(const std::string& task, const std::string& why) {
+  return caf::make_error(caf::sec::runtime_error, task + ": " + why);
+}
+
+void watch_peer(node_ptr self, const caf::actor& peer, const std::string& task) {
+  if (!peer || self->state.peers.count(peer.address())) return;
+  self->state.peers[peer.address()] = task;
+  self->monitor(peer);
+}
+
+node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> shared,
+                                    ring_node_actor ring) {
+  self->state.shared = std::move(shared);
+  self->state.ring = std::move(ring);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    auto i = st.peers.find(dm.source);
+    if (i == st.peers.end()) return;
+    st.shared->events.push(
+        {node_event::lost, i->second, {}, {}, {}, dm.reason ? describe(dm.reason) : "exited"});
+    st.peers.erase(i);
+  });
+  return {
+      [self](challenge_atom, const std::string& task) -> caf::result<std::string> {
+        const auto& s = self->current_sender();
+        if (!s) return caf::make_error(caf::sec::runtime_error, "challenge: no sender");
+        auto c = make_challenge();
+        self->state.challenges[s->node()] = {task, c};
+        return c;
+      },
+      [self](hello_atom, const std::string& task, const std::string& response,
+             const std::string& their_challenge) -> caf::result<std::string> {
+        auto& st = self->state;
+        const auto& s = self->current_sender();
+        if (!s) return caf::make_error(caf::sec::runtime_error, "hello: no sender");
+        auto i = st.challenges.find(s->node());
+        bool ok = i != st.challenges.end() && i->second.first == task &&
+                  verify_challenge_response(st.shared->secret, i->second.second, task, response);
+        if (i != st.challenges.end()) st.challenges.erase(i);
+        if (!ok) {
+          spdlog::warn("{}: refused a peer claiming to be {} ({}): wrong or missing secret",
+                       st.shared->task, task, to_string(s->node()));
+          return caf::make_error(caf::sec::runtime_error, st.shared->task + " refused " + task +
+                                                              ": wrong or missing cluster secret");
+        }
+        st.trusted.insert(s->node());
+        st.names[s->node()] = task;
+        return challenge_response(st.shared->secret, their_challenge, st.shared->task);
+      },
+      [self](joined_atom, caf::actor& their_node, node_parts& parts) {
+        if (!trusted_sender(self)) {
+          (void)refuse(self, "joined");
+          return;
+        }
+        auto& st = self->state;
+        if (!st.shared->chief || !their_node) return;
+        auto task = st.names[self->current_sender()->node()];
+        spdlog::info("{}: {} joined", st.shared->task, task);
+        watch_peer(self, their_node, task);
+        parts.task = task;
+        st.shared->events.push({node_event::joined, task, std::move(parts), their_node, {}, {}});
+      },
+      [self](build_atom, node_build& order) -> caf::result<node_parts> {
+        if (!trusted_sender(self)) return refuse(self, "build");
+        auto& st = self->state;
+        if (st.building)
+          return caf::make_error(caf::sec::runtime_error, st.shared->task + ": already building");
+        st.building = self->make_response_promise<node_parts>();
+        st.shared->events.push({node_event::build, {}, {}, {}, std::move(order), {}});
+        return *st.building;
+      },
+      [self](ring_node_atom) -> caf::result<ring_node_actor> {
+        if (!trusted_sender(self)) return refuse(self, "ringnode");
+        if (!self->state.ring)
+          return caf::make_error(caf::sec::runtime_error,
+                                 self->state.shared->task + " has no ring node");
+        return self->state.ring;
+      },
+      [self](built_atom, node_parts& parts) {
+        auto& st = self->state;
+        const auto& s = self->current_sender();
+        if (s && s->node() != self->home_system().node()) return;
+        if (st.building) st.building->deliver(std::move(parts));
+        st.building.reset();
+      },
+      [self](built_atom, std::string& why) {
+        auto& st = self->state;
+        const auto& s = self->current_sender();
+        if (s && s->node() != self->home_system().node()) return;
+        if (st.building) st.building->deliver(build_error(st.shared->task, why));
+        st.building.reset();
+      },
+      [self](watch_atom, caf::actor& peer, std::string& task, bool monitor) {
+        const auto& s = self->current_sender();
+        if (s && s->node() != self->home_system().node()) return;
+        if (peer) self->state.trusted.insert(peer.node());
+        if (monitor) watch_peer(self, peer, task);
+      },
+      [self](stop_atom, std::string& reason) {
+        if (!trusted_sender(self)) {
+          (void)refuse(self, "stop");
+          return;
+        }
+        self->state.shared->events.push({node_event::stop, {}, {}, {}, {}, std::move(reason)});
+      },
+  };
+}
+
+struct node_process {
+  const job_config& c;
+  task_id me;
+  job_options options;
+  std::shared_ptr<job_plan> plan;
+  std::vector<task_placement> placement;
+  task_placement mine;
+  std::shared_ptr<node_shared> shared;
+  caf::actor_system& sys;
+  node_actor node;
+  ring_node_actor ring;
+  caf::timespan join_timeout;
+  // Peers this process connected to (and authenticated), by task.
+  std::map<std::string, node_actor> connected;
+
+  std::string name() const { return me.str(); }
+  const cluster_spec& spec() const { return *c.cluster; }
+
+  // Connects to `task`'s node actor (retrying until the join deadline: the
+  // peer may still be starting) and runs the mutual handshake.
+  node_actor connect(const task_id& task, const node_parts& parts,
+                     clock_type::time_point deadline) {
+    auto it = connected.find(task.str());
+    if (it != connected.end()) return it->second;
+    const auto& address = task_address(spec(), task);
+    auto hp = parse_host_port(address);
+    node_actor peer;
+    std::string last;
+    for (;;) {
+      auto h = sys.middleman().remote_actor<node_actor>(hp.host, hp.port);
+      if (h) {
+        peer = std::move(*h);
+        break;
+      }
+      last = describe(h.error());
+      if (clock_type::now() >= deadline)
+        throw job_error(name() + ": cannot reach " + task.str() + " at " + address + " within " +
+                        std::to_string(spec().join_timeout_seconds) + " s (" + last + ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    caf::scoped_actor self{sys};
+    std::string challenge;
+    std::string failure;
+    self->request(peer, std::chrono::seconds(10), challenge_atom::value, name())
+        .receive([&](std::string& ch) { challenge = std::move(ch); },
+                 [&](caf::error& e) { failure = describe(e); });
+    if (!failure.empty())
+      throw job_error(name() + ": handshake with " + task.str() + " failed: " + failure);
+    auto mine_challenge = make_challenge();
+    auto response = challenge_response(shared->secret, challenge, name());
+    self->request(peer, std::chrono::seconds(10), hello_atom::value, name(), response,
+                  mine_challenge)
+        .receive(
+            [&](std::string& theirs) {
+              if (!verify_challenge_response(shared->secret, mine_challenge, task.str(), theirs))
+                failure = task.str() + " did not prove it knows the cluster secret";
+            },
+            [&](caf::error& e) { failure = describe(e); });
+    if (!failure.empty())
+      throw job_error(name() + ": joining " + task.str() + " failed: " + failure);
+    connected[task.str()] = peer;
+    // Its requests to this process are welcome now; losing the chief ends
+    // this task.
+    caf::anon_send(node, watch_atom::value, caf::actor_cast<caf::actor>(peer), task.str(),
+                   task.job == "chief");
+    // Sent after the line above, so this process trusts the chief before the
+    // chief can act on the join.
+    if (task.job == "chief")
+      self->send(peer, joined_atom::value, caf::actor_cast<caf::actor>(node), parts);
+    spdlog::info("{}: connected to {} at {}", name(), task.str(), address);
+    return peer;
+  }
+
+  // mirrored across processes: joins the ring of tasks `ring_tasks` (the
+  // higher rank of each pair connects and introduces its ring node).
+  void join_process_ring(const std::vector<std::string>& ring_tasks) {
+    auto rank_it = std::find(ring_tasks.begin(), ring_tasks.end(), name());
+    if (rank_it == ring_tasks.end()) throw job_error(name() + ": not in the ring it was given");
+    const auto rank = static_cast<int32_t>(rank_it - ring_tasks.begin());
+    const auto deadline = clock_type::now() + join_timeout;
+    std::vector<ring_peer_actor> peers(ring_tasks.size());
+    peers[static_cast<std::size_t>(rank)] = ring;
+    caf::scoped_actor self{sys};
+    for (int32_t p = 0; p < rank; ++p) {
+      auto peer = connect(parse_task_name(ring_tasks[static_cast<std::size_t>(p)]), {}, deadline);
+      std::string failure;
+      self->request(peer, std::chrono::seconds(10), ring_node_atom::value)
+          .receive([&](ring_node_actor& r) { peers[static_cast<std::size_t>(p)] = std::move(r); },
+                   [&](caf::error& e) { failure = describe(e); });
+      if (!failure.empty())
+        throw job_error(name() + ": ring with " + ring_tasks[p] + ": " + failure);
+      self->send(caf::actor_cast<ring_node_actor>(peers[static_cast<std::size_t>(p)]),
+                 ring_hello_atom::value, rank, ring_peer_actor{ring});
+    }
+    for (std::size_t p = static_cast<std::size_t>(rank) + 1; p < ring_tasks.size(); ++p) {
+      for (;;) {
+        bool known = false;
+        self->request(ring, std::chrono::seconds(5), ring_known_atom::value,
+                      static_cast<int32_t>(p))
+            .receive(
+                [&](ring_peer_actor& h) {
+                  peers[p] = std::move(h);
+                  known = true;
+                },
+                [&](caf::error&) {});
+        if (known) break;
+        if (clock_type::now() >= deadline)
+          throw job_error(name() + ": " + ring_tasks[p] + " did not join the ring within " +
+                          std::to_string(spec().join_timeout_seconds) + " s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    if (auto err = wire_ring_node(sys, ring, rank, std::move(peers)))
+      throw job_error(name() + ": wiring the ring failed: " + describe(err));
+    spdlog::info("{}: ring rank {} of {}", name(), rank, ring_tasks.size());
+  }
+
+  // Builds this task's replicas (with their pipelines, devices, reducers).
+  worker_parts build_workers(const node_build& order) {
+    worker_spec ws;
+    ws.indices = mine.replicas;
+    ws.devices = mine.devices;
+    ws.shards = order.shards;
+    ws.place = plan_shards_if_needed();
+    ws.start_step = order.start_step;
+    const auto local_n = static_cast<int>(mine.replicas.size());
+    if (c.strategy.kind == "mirrored") {
+      auto local = spawn_reducer_group(sys, local_n, reducer_config_of(c));
+      if (order.ring_tasks.size() > 1) {
+        join_process_ring(order.ring_tasks);
+        for (int k = 0; k < local_n; ++k) {
+          hierarchical_config hc;
+          hc.local = local[static_cast<std::size_t>(k)];
+          hc.local_rank = k;
+          if (k == 0) hc.ring = ring;
+          hc.global_replicas = c.strategy.replicas;
+          ws.reducers.push_back(spawn_hierarchical_reducer(sys, hc));
+        }
+        // The reduce-scatter/all-gather halves are in-process only.
+        ws.shard_optimizer = false;
+        local_reducers = std::move(local);
+      } else {
+        ws.reducers = std::move(local);
+        ws.shard_optimizer = c.strategy.shard_optimizer;
+      }
+    }
+    return spawn_workers(sys, c, *plan, std::move(ws), options);
+  }
+
+  troupe::placement plan_shards_if_needed() {
+    if (!uses_shards(c)) return {};
+    return plan_shards(c, *plan).place;
+  }
+
+  node_parts parts_of(const worker_parts& w) const {
+    node_parts p;
+    p.task = name();
+    p.replica_indices = w.indices;
+    p.replicas = w.replicas;
+    p.devices = mine.devices;
+    return p;
+  }
+
+  std::vector<reducer_actor> local_reducers;  // under the hierarchical ones
+};
+
+void stop_everything(const std::vector<variable_shard_actor>& shards, const worker_parts& workers,
+                     const std::vector<reducer_actor>& local_reducers, const ring_node_actor& ring,
+                     const node_actor& node) {
+  workers.stop();
+  for (auto& r : local_reducers) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+  for (auto& s : shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  if (ring) caf::anon_send_exit(ring, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+}
+
+// The chief: waits for every task, orders the builds, runs the coordinator
+// over every process's replicas and shards.
+nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& workers,
+                         std::map<std::string, node_event>& joined,
+                         clock_type::time_point deadline) {
+  const auto& c = np.c;
+  auto& sys = np.sys;
+  std::vector<std::string> expected;
+  for (const auto& p : np.placement)
+    if (p.task.job != "chief") expected.push_back(p.task.str());
+  while (joined.size() < expected.size()) {
+    auto ev = np.shared->events.pop_until(deadline);
+    if (!ev) {
+      std::string missing, present;
+      for (const auto& t : expected) {
+        auto& list = joined.count(t) ? present : missing;
+        list += (list.empty() ? "" : ", ") + t;
+      }
+      throw job_error("join timeout: after " + std::to_string(np.spec().join_timeout_seconds) +
+                      " s still waiting for " + missing +
+                      (present.empty() ? "" : " (joined: " + present + ")"));
+    }
+    if (ev->kind == node_event::joined) {
+      auto t = ev->task;
+      joined[t] = std::move(*ev);
+    } else if (ev->kind == node_event::lost) {
+      throw job_error("task " + ev->task + " was lost while the job was starting (" + ev->reason +
+                      ")");
+    }
+  }
+  spdlog::info("chief: all {} tasks joined", expected.size() + 1);
+
+  // Every shard by index, from this process and the tasks that host them.
+  auto set = plan_shards(c, *np.plan);
+  set.actors.assign(static_cast<std::size_t>(uses_shards(c) ? c.strategy.shards : 0), {});
+  for (std::size_t k = 0; k < np.mine.shards.size(); ++k)
+    set.actors[static_cast<std::size_t>(np.mine.shards[k])] = shards.actors[k];
+  for (auto& [t, ev] : joined)
+    for (std::size_t k = 0; k < ev.parts.shard_indices.size() && k < ev.parts.shards.size(); ++k)
+      set.actors.at(static_cast<std::size_t>(ev.parts.shard_indices[k])) = ev.parts.shards[k];
+  for (std::size_t s = 0; s < set.actors.size(); ++s)
+    if (!set.actors[s]) throw job_error("no task brought variable_shard " + std::to_string(s));
+
+  node_build order;
+  order.start_step = np.plan->start_step;
+  order.shards = set.actors;
+  for (const auto& p : np.placement)
+    if (!p.replicas.empty()) order.ring_tasks.push_back(p.task.str());
+  if (c.strategy.kind != "mirrored" || order.ring_tasks.size() < 2) order.ring_tasks.clear();
+
+  // Builds run everywhere at once (the ring joins need every member).
+  caf::scoped_actor self{sys};
+  const auto build_timeout = np.join_timeout + std::chrono::seconds(60);
+  std::vector<std::string> building;
+  using build_reply =
+      decltype(self->request(node_actor{}, build_timeout, build_atom::value, order));
+  std::vector<build_reply> replies;
+  for (const auto& p : np.placement)
+    if (!p.replicas.empty() && p.task.job != "chief") {
+      replies.push_back(self->request(caf::actor_cast<node_actor>(joined.at(p.task.str()).node),
+                                      build_timeout, build_atom::value, order));
+      building.push_back(p.task.str());
+    }
+  const auto n = static_cast<std::size_t>(c.strategy.replicas);
+  std::vector<replica_actor> replicas(n);
+  auto plan = std::make_shared<job_plan>(*np.plan);
+  plan->replica_tasks.assign(n, "");
+  auto take = [&](const node_parts& parts, const std::string& t) {
+    for (std::size_t k = 0; k < parts.replica_indices.size(); ++k) {
+      auto r = static_cast<std::size_t>(parts.replica_indices[k]);
+      replicas.at(r) = parts.replicas.at(k);
+      plan->replica_tasks[r] = t;
+    }
+  };
+  if (!np.mine.replicas.empty()) {
+    workers = np.build_workers(order);
+    take(np.parts_of(workers), "chief");
+  }
+  std::string failure;
+  for (std::size_t k = 0; k < replies.size(); ++k)
+    replies[k].receive([&](node_parts& parts) { take(parts, building[k]); },
+                       [&](caf::error& e) {
+                         if (failure.empty()) failure = building[k] + ": " + describe(e);
+                       });
+  if (!failure.empty()) throw job_error("building the replicas failed: " + failure);
+  for (std::size_t r = 0; r < n; ++r)
+    if (!replicas[r]) throw job_error("no task brought replica " + std::to_string(r));
+  spdlog::info("chief: {} replicas on {} tasks, {} shards; starting", n,
+               std::max<std::size_t>(building.size(), 1), set.actors.size());
+
+  // The coordinator watches every actor here and every remote task: losing
+  // one ends the job, except a worker task under parameter_server or
+  // elastic_average (the lost replicas are dropped instead).
+  auto others = workers.named();
+  for (auto& [t, ev] : joined) {
+    bool worker_only = ev.parts.shard_indices.empty();
+    if (async_workers(c) && worker_only) continue;
+    others.emplace_back("task " + t, ev.node);
+  }
+  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas,
+                         std::move(others), std::move(set));
+  nlohmann::json summary;
+  self->request(coord, caf::infinite, run_atom::value)
+      .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
+               [&](caf::error& e) { failure = describe(e); });
+  self->send_exit(coord, caf::exit_reason::user_shutdown);
+  if (!failure.empty()) throw job_error(failure);
+  return summary;
+}
+
+}  // namespace
+
+nlohmann::json run_node(const job_config& c, const task_id& task, const job_options& o) {
+  if (!c.cluster)
+    throw config_error("cluster", "troupe node needs a \"cluster\" section in the job config");
+  const auto& spec = *c.cluster;
+  if (!has_task(spec, task))
+    throw config_error("cluster.tasks", "this cluster has no task " + task.str());
+  kernels::init_cpu_kernels();
+  const bool chief = task.job == "chief";
+  auto shared = std::make_shared<node_shared>();
+  shared->task = task.str();
+  shared->chief = chief;
+  shared->secret = load_cluster_secret(spec);
+  auto placement = resolve_placement(c);
+  auto mine = placement_of(placement, task);
+  auto plan = make_plan(c, o, chief);
+  if (chief)
+    spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), {} tasks, output {}", c.name,
+                 c.strategy.kind, plan->total_steps, plan->steps_per_epoch, placement.size(),
+                 plan->output_dir);
+
+  const auto heartbeat = std::chrono::duration_cast<caf::timespan>(
+      std::chrono::duration<double>(spec.heartbeat_seconds));
+  net_system_config cfg(heartbeat, std::max<caf::timespan>(3 * heartbeat, std::chrono::seconds(1)));
+  caf::actor_system sys{cfg};
+
+  // Tasks with replicas, in all_tasks order: the ring across processes.
+  std::vector<std::string> ring_tasks;
+  for (const auto& p : placement)
+    if (!p.replicas.empty()) ring_tasks.push_back(p.task.str());
+  const bool cross_ring = c.strategy.kind == "mirrored" && ring_tasks.size() > 1;
+  if (!cross_ring) ring_tasks.clear();
+  ring_node_actor ring;
+  if (cross_ring && !mine.replicas.empty()) ring = spawn_ring_node(sys);
+
+  auto node = sys.spawn(node_impl, shared, ring);
+  node_process np{c,
+                  task,
+                  o,
+                  plan,
+                  placement,
+                  mine,
+                  shared,
+                  sys,
+                  node,
+                  ring,
+                  std::chrono::duration_cast<caf::timespan>(
+                      std::chrono::duration<double>(spec.join_timeout_seconds)),
+                  {},
+                  {}};
+  const auto address = task_address(spec, task);
+  const auto hp = parse_host_port(address);
+  auto published = sys.middleman().publish(node, hp.port, hp.host.c_str(), /*reuse_addr=*/true);
+  if (!published) {
+    caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+    if (ring) caf::anon_send_exit(ring, caf::exit_reason::user_shutdown);
+    throw job_error(task.str() + ": cannot listen on " + address + ": " +
+                    describe(published.error()));
+  }
+  spdlog::info("{}: listening on {}", task.str(), address);
+
+  std::vector<variable_shard_actor> my_shards;
+  shard_set shards;
+  worker_parts workers;
+  std::string error;
+  nlohmann::json summary = nlohmann::json::object();
+  const auto deadline = clock_type::now() + np.join_timeout;
+  auto& events = shared->events;
+  std::map<std::string, node_event> joined;  // chief: task -> its join
+  try {
+    if (!mine.shards.empty()) {
+      shards = plan_shards(c, *plan);
+      spawn_shards(sys, c, *plan, mine.shards, shards);
+      my_shards = shards.actors;
+    }
+    if (!chief) {
+      node_parts hello_parts;
+      hello_parts.task = task.str();
+      hello_parts.shard_indices = mine.shards;
+      hello_parts.shards = my_shards;
+      // Shards first, so that their handles, which reach this task through
+      // the chief, route straight to the ps task; then the chief.
+      if (!mine.replicas.empty())
+        for (const auto& p : placement)
+          if (!p.shards.empty() && p.task.job != "chief") np.connect(p.task, {}, deadline);
+      auto chief_node = np.connect({"chief", 0}, hello_parts, deadline);
+      (void)chief_node;
+      for (bool done = false; !done;) {
+        auto ev = events.pop_until(clock_type::time_point::max());
+        if (!ev) continue;
+        switch (ev->kind) {
+          case node_event::build:
+            try {
+              workers = np.build_workers(ev->order);
+              caf::anon_send(node, built_atom::value, np.parts_of(workers));
+              spdlog::info("{}: built replicas {}", task.str(), fmt::join(workers.indices, ", "));
+            } catch (const std::exception& e) {
+              caf::anon_send(node, built_atom::value, std::string(e.what()));
+              throw;
+            }
+            break;
+          case node_event::stop:
+            if (!ev->reason.empty()) error = "the chief ended the job: " + ev->reason;
+            done = true;
+            break;
+          case node_event::lost:
+            error = "lost " + ev->task + " (" + ev->reason + ")";
+            done = true;
+            break;
+          case node_event::joined:
+            break;
+        }
+      }
+    } else {
+      summary = run_chief(np, shards, workers, joined, deadline);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (chief) {
+    caf::scoped_actor self{sys};
+    for (auto& [t, ev] : joined)
+      self->send(caf::actor_cast<node_actor>(ev.node), stop_atom::value, error);
+  }
+  stop_everything(my_shards, workers, np.local_reducers, ring, node);
+  auto devices = std::move(workers.devices);
+  workers = {};
+  my_shards.clear();
+  shards = {};
+  joined.clear();
+  sys.await_all_actors_done();
+  devices.clear();
+  if (!error.empty())
+    throw job_error(error.rfind(task.str(), 0) == 0 ? error : task.str() + ": " + error);
+  if (chief) std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
+  return summary;
+}
+
+}  // namespace troupe

@@ -1,0 +1,335 @@
+// troupe node across real processes on 127.0.0.1 (ports picked free at run
+// time): mirrored, central_storage and parameter_server jobs against the same
+// job in one process, a worker killed with SIGKILL, and the shared secret.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "actors/job.hpp"
+#include "actors/reducers/remote_ring.hpp"
+#include "messages/node_messages.hpp"
+#include "tests/strategy_fixtures.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kSecret = "troupe-test-secret-0123456789";
+
+// A port nobody listens on now (the OS picks it; closed again at once).
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// One `troupe node` child; killed (SIGKILL) if still running when destroyed.
+struct node_proc {
+  std::string task;
+  std::string log;
+  pid_t pid = -1;
+  int status = -1;
+
+  node_proc(const std::string& config, const std::string& t, const std::string& log_path,
+            const std::string& secret, std::vector<std::string> extra = {})
+      : task(t), log(log_path) {
+    std::vector<std::string> args{TROUPE_BIN, "node", "--config", config, "--task", t};
+    for (auto& e : extra) args.push_back(e);
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      if (secret.empty())
+        ::unsetenv("TROUPE_SECRET");
+      else
+        ::setenv("TROUPE_SECRET", secret.c_str(), 1);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  node_proc(const node_proc&) = delete;
+  ~node_proc() {
+    if (pid > 0 && status < 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+  }
+  bool running() {
+    if (status >= 0) return false;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return false;
+    status = -1;
+    return true;
+  }
+  // Waits up to `limit`; the exit code, or -signal; kills it and fails the
+  // test when it is still running.
+  int wait(std::chrono::duration<double> limit) {
+    auto end = clock_type::now() + limit;
+    while (running() && clock_type::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (status < 0) {
+      FAIL_CHECK(task << " still running after " << limit.count() << " s; its log:\n" << output());
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  std::string output() const { return read_file(log); }
+};
+
+// A job config file with a cluster of free ports on 127.0.0.1.
+struct cluster_job {
+  std::string file;
+  std::map<std::string, std::string> address;  // task -> host:port
+  nlohmann::json json;
+  cluster_job(const job_config& c, const std::string& dir, int workers, int ps,
+              double join_timeout = 30) {
+    json = to_json(c);
+    nlohmann::json tasks;
+    auto add = [&](const std::string& job, int n) {
+      for (int i = 0; i < n; ++i) {
+        auto a = "127.0.0.1:" + std::to_string(free_port());
+        tasks[job].push_back(a);
+        address[job + ":" + std::to_string(i)] = a;
+      }
+    };
+    add("chief", 1);
+    add("worker", workers);
+    add("ps", ps);
+    json["cluster"] = {
+        {"tasks", tasks}, {"join_timeout_seconds", join_timeout}, {"heartbeat_seconds", 0.5}};
+    file = dir + "/job.json";
+    std::ofstream(file) << json.dump(2);
+  }
+};
+
+// Starts every task of the cluster; all must exit 0 within `limit`.
+void run_all(const cluster_job& job, const std::string& dir, std::vector<std::string> extra = {},
+             double limit = 120) {
+  std::vector<std::unique_ptr<node_proc>> procs;
+  for (auto& [task, _] : job.address)
+    procs.push_back(
+        std::make_unique<node_proc>(job.file, task, dir + "/" + task + ".log", kSecret, extra));
+  for (auto& p : procs) {
+    int rc = p->wait(std::chrono::duration<double>(limit));
+    CHECK_MESSAGE(rc == 0, p->task << " exited with " << rc << "; its log:\n" << p->output());
+  }
+}
+
+nlohmann::json summary_in(const std::string& out) {
+  return nlohmann::json::parse(read_file(out + "/summary.json"));
+}
+
+}  // namespace
+
+TEST_CASE("mirrored over 3 processes equals the same job in one process") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 3, 48);
+  c.checkpoint.every_steps = 0;
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 2, 0);  // chief + worker:0 (replicas 0, 1) + worker:1 (2)
+  run_all(job, dir.str());
+  auto many = summary_in(dir / "out");
+  CHECK(many["steps"] == one["steps"]);
+  double d = max_abs_diff(variables_of(one), variables_of(many));
+  MESSAGE("mirrored, 3 processes vs 1: max |diff| " << d);
+  // The hierarchical reducer sums in another order than the in-process ring.
+  CHECK(d < 2e-5);
+}
+
+TEST_CASE("central_storage with shards and replicas in other processes equals one process") {
+  strategy_env env(480);
+  auto c = env.job("central_storage", "sgd", 2, 48);
+  c.strategy.shards = 2;
+  c.checkpoint.every_steps = 0;
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 1);  // chief + worker:0 (both replicas) + ps:0 (both shards)
+  run_all(job, dir.str());
+  double d = max_abs_diff(variables_of(one), variables_of(summary_in(dir / "out")));
+  MESSAGE("central_storage, 3 processes vs 1: max |diff| " << d);
+  CHECK(d < 2e-5);
+}
+
+TEST_CASE("parameter_server with workers and shards in other processes trains like one process") {
+  strategy_env env(960);
+  auto c = env.job("parameter_server", "adam", 2, 32);
+  c.strategy.shards = 2;
+  c.training.epochs = 4;
+  c.training.eval_every_epochs = 1;
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 2, 1);  // chief + worker:0 + worker:1 + ps:0
+  run_all(job, dir.str());
+  auto many = summary_in(dir / "out");
+  CHECK(many["steps"] == one["steps"]);
+  MESSAGE("parameter_server test accuracy: 4 processes "
+          << many["test_accuracy"] << ", one process " << one["test_accuracy"]);
+  CHECK(many["test_accuracy"].get<double>() > 0.9);
+  CHECK(std::abs(many["test_accuracy"].get<double>() - one["test_accuracy"].get<double>()) < 0.05);
+}
+
+TEST_CASE(
+    "a worker process killed mid-job: mirrored stops naming it, and resumes to the same end") {
+  strategy_env env(2000);
+  auto c = env.job("mirrored", "adam", 3, 16);
+  c.training.epochs = 8;  // 125 steps an epoch, 1000 in all
+  c.checkpoint.every_steps = 50;
+  c.checkpoint.keep = 3;
+  temp_dir dir;
+  // The uninterrupted run, also over 3 processes.
+  c.logging.output_dir = dir / "whole";
+  fs::create_directories(dir / "a");
+  cluster_job whole(c, dir / "a", 2, 0);
+  run_all(whole, dir / "a");
+  auto expected = variables_of(summary_in(dir / "whole"));
+
+  c.logging.output_dir = dir / "killed";
+  fs::create_directories(dir / "b");
+  cluster_job job(c, dir / "b", 2, 0);
+  std::map<std::string, std::unique_ptr<node_proc>> procs;
+  for (auto& [task, _] : job.address)
+    procs[task] =
+        std::make_unique<node_proc>(job.file, task, dir / ("b/" + task + ".log"), kSecret);
+  // Kill worker:1 once the first checkpoint is written.
+  fs::path ckpts = dir / "killed/checkpoints";
+  auto until = clock_type::now() + std::chrono::seconds(60);
+  while (!(fs::exists(ckpts) && !fs::is_empty(ckpts)) && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(fs::exists(ckpts));
+  REQUIRE_MESSAGE(procs["worker:1"]->running(), procs["worker:1"]->output());
+  ::kill(procs["worker:1"]->pid, SIGKILL);
+  auto killed_at = clock_type::now();
+  int rc = procs["chief:0"]->wait(std::chrono::seconds(10));
+  double took = std::chrono::duration<double>(clock_type::now() - killed_at).count();
+  auto out = procs["chief:0"]->output();
+  MESSAGE("the chief ended " << took << " s after the SIGKILL");
+  CHECK(rc == 1);
+  CHECK(took < 2.0);
+  CHECK_MESSAGE(out.find("worker:1") != std::string::npos, out);
+  CHECK(procs["worker:0"]->wait(std::chrono::seconds(10)) != 0);
+  procs.clear();
+  CHECK_FALSE(fs::exists(dir / "killed/summary.json"));
+
+  // Every task again, with --resume: the same final parameters.
+  run_all(job, dir / "b", {"--resume"});
+  double d = max_abs_diff(expected, variables_of(summary_in(dir / "killed")));
+  MESSAGE("resumed vs uninterrupted: max |diff| " << d);
+  CHECK(d < 1e-6);
+}
+
+TEST_CASE("a worker process killed mid-job: parameter_server finishes without it") {
+  strategy_env env(2000);
+  auto c = env.job("parameter_server", "adam", 3, 16);
+  c.strategy.shards = 1;
+  c.training.epochs = 6;
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 3, 1);
+  std::map<std::string, std::unique_ptr<node_proc>> procs;
+  for (auto& [task, _] : job.address)
+    procs[task] = std::make_unique<node_proc>(job.file, task, dir / (task + ".log"), kSecret);
+  auto metrics = dir / "out/metrics.jsonl";
+  auto until = clock_type::now() + std::chrono::seconds(60);
+  while (read_file(metrics).find("\"push\"") == std::string::npos && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(procs["worker:2"]->running());
+  ::kill(procs["worker:2"]->pid, SIGKILL);
+  for (auto t : {"chief:0", "worker:0", "worker:1", "ps:0"}) {
+    int rc = procs[t]->wait(std::chrono::seconds(120));
+    CHECK_MESSAGE(rc == 0, t << " exited with " << rc << "; its log:\n" << procs[t]->output());
+  }
+  auto s = summary_in(dir / "out");
+  CHECK(s["steps"].get<int64_t>() > 0);
+  auto lost = metrics_of(s, "worker_lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["worker"] == 2);
+  CHECK(lost[0]["task"] == "worker:2");
+  CHECK(procs["chief:0"]->output().find("worker:2") != std::string::npos);
+}
+
+TEST_CASE("a node with a wrong or missing secret is refused") {
+  strategy_env env(200);
+  auto c = env.job("mirrored", "sgd", 2, 20);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0, /*join_timeout=*/3);
+  node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
+  {
+    node_proc bad(job.file, "worker:0", dir / "bad.log", "another-secret-0123456789");
+    CHECK(bad.wait(std::chrono::seconds(20)) == 1);
+    auto out = bad.output();
+    CHECK_MESSAGE(out.find("wrong or missing cluster secret") != std::string::npos, out);
+  }
+  {
+    node_proc none(job.file, "worker:0", dir / "none.log", "");
+    CHECK(none.wait(std::chrono::seconds(20)) == 2);
+    auto out = none.output();
+    CHECK_MESSAGE(out.find("TROUPE_SECRET is not set") != std::string::npos, out);
+  }
+  {  // A client that skips the handshake can call nothing.
+    net_system_config cfg;
+    caf::actor_system sys{cfg};
+    auto hp = parse_host_port(job.address.at("chief:0"));
+    caf::expected<node_actor> h = caf::sec::runtime_error;
+    for (int i = 0; i < 100 && !h; ++i) {
+      h = sys.middleman().remote_actor<node_actor>(hp.host, hp.port);
+      if (!h) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    REQUIRE(h);
+    caf::scoped_actor self{sys};
+    std::string err;
+    self->request(*h, std::chrono::seconds(5), build_atom::value, node_build{})
+        .receive([&](node_parts&) { err = "accepted"; }, [&](caf::error& e) { err = describe(e); });
+    CHECK_MESSAGE(err.find("refused: not authenticated") != std::string::npos, err);
+    self->request(*h, std::chrono::seconds(5), hello_atom::value, std::string("worker:0"),
+                  std::string("00"), std::string("11"))
+        .receive([&](std::string&) { err = "accepted"; },
+                 [&](caf::error& e) { err = describe(e); });
+    CHECK_MESSAGE(err.find("wrong or missing cluster secret") != std::string::npos, err);
+  }
+  // Nobody valid joined: the chief gives up at its join timeout, naming who.
+  int rc = chief.wait(std::chrono::seconds(20));
+  CHECK(rc == 1);
+  auto out = chief.output();
+  CHECK_MESSAGE(out.find("still waiting for worker:0") != std::string::npos, out);
+  CHECK(out.find("refused a peer claiming to be worker:0") != std::string::npos);
+}
