@@ -77,7 +77,7 @@ void update_contributors(self_ptr self) {
   int64_t k = 0;
   for (const auto& w : st.workers) k += w.alive && w.admitted ? 1 : 0;
   for (auto& s : st.shards.actors)
-    self->request(s, caf::infinite, aggregate_atom::value, k)
+    self->request(s, self->state.plan->request_timeout, aggregate_atom::value, k)
         .then([](int64_t) {}, failed(self, "telling the shards the workers failed"));
 }
 
@@ -133,7 +133,7 @@ void issue(self_ptr self, int64_t step) {
   auto join = std::make_shared<step_join>();
   join->pending = static_cast<int64_t>(st.replicas.size());
   for (auto& r : st.replicas) {
-    self->request(r, caf::infinite, train_atom::value, step)
+    self->request(r, self->state.plan->request_timeout, train_atom::value, step)
         .then(
             [self, join](step_stats& s) {
               join->sum.step = s.step;
@@ -182,7 +182,7 @@ void issue_to_worker(self_ptr self, std::size_t i) {
   auto& w = st.workers[i];
   w.busy = true;
   ++st.issued;
-  self->request(st.replicas[i], caf::infinite, train_atom::value, w.clock)
+  self->request(st.replicas[i], self->state.plan->request_timeout, train_atom::value, w.clock)
       .then(
           [self, i](step_stats& s) {
             auto& st = self->state;
@@ -271,7 +271,7 @@ void pump(self_ptr self) {
 void write_shard_stats(self_ptr self, int64_t epoch) {
   auto& st = self->state;
   for (std::size_t i = 0; i < st.shards.actors.size(); ++i)
-    self->request(st.shards.actors[i], caf::infinite, stats_atom::value)
+    self->request(st.shards.actors[i], self->state.plan->request_timeout, stats_atom::value)
         .then(
             [self, i, epoch](shard_stats& s) {
               nlohmann::json line{{"type", "shard"},
@@ -303,7 +303,7 @@ void end_epoch(self_ptr self, std::function<void()> k) {
   auto live = live_replicas(st);
   auto sums = std::make_shared<std::pair<metric_sums, int64_t>>(metric_sums{}, live.size());
   for (auto& r : live) {
-    self->request(r, caf::infinite, metrics_atom::value, true)
+    self->request(r, self->state.plan->request_timeout, metrics_atom::value, true)
         .then(
             [self, sums, epoch, k](metric_sums& m) {
               sums->first.loss_sum += m.loss_sum;
@@ -330,8 +330,8 @@ void end_epoch(self_ptr self, std::function<void()> k) {
                 return;
               }
               write_shard_stats(self, epoch);
-              self->request(live_replicas(st).front(), caf::infinite, eval_atom::value,
-                            p.test->images, p.test->labels)
+              self->request(live_replicas(st).front(), self->state.plan->request_timeout,
+                            eval_atom::value, p.test->images, p.test->labels)
                   .then(
                       [self, line, k](metric_sums& e) mutable {
                         auto& st = self->state;
@@ -357,7 +357,7 @@ void collect_states(self_ptr self, std::function<void(std::vector<model_state>&)
   auto states = std::make_shared<std::vector<model_state>>(n);
   auto left = std::make_shared<std::size_t>(n);
   for (std::size_t i = 0; i < n; ++i)
-    self->request(st.replicas[i], caf::infinite, state_atom::value)
+    self->request(st.replicas[i], self->state.plan->request_timeout, state_atom::value)
         .then(
             [states, left, i, k](model_state& ms) {
               (*states)[i] = std::move(ms);
@@ -397,7 +397,7 @@ void save_checkpoint(self_ptr self, std::function<void()> k) {
     auto states = std::make_shared<std::vector<shard_state>>(n);
     auto left = std::make_shared<std::size_t>(n);
     for (std::size_t i = 0; i < n; ++i)
-      self->request(st.shards.actors[i], caf::infinite, state_atom::value)
+      self->request(st.shards.actors[i], self->state.plan->request_timeout, state_atom::value)
           .then(
               [self, states, left, i, save](shard_state& s) mutable {
                 (*states)[i] = std::move(s);
@@ -429,7 +429,8 @@ void save_checkpoint(self_ptr self, std::function<void()> k) {
                 auto left = std::make_shared<std::size_t>(asked.size());
                 auto all = std::make_shared<model_state>(std::move(ms));
                 for (std::size_t k = 0; k < asked.size(); ++k)
-                  self->request(st.replicas[asked[k]], caf::infinite, state_atom::value)
+                  self->request(st.replicas[asked[k]], self->state.plan->request_timeout,
+                                state_atom::value)
                       .then(
                           [locals, left, k, asked, all, save,
                            save_locals = st.plan->config.checkpoint.save_local_copies](
@@ -455,7 +456,7 @@ void save_checkpoint(self_ptr self, std::function<void()> k) {
     collect_states(self, [save](std::vector<model_state>& all) mutable { save(all.front()); });
     return;
   }
-  self->request(st.replicas.front(), caf::infinite, state_atom::value)
+  self->request(st.replicas.front(), self->state.plan->request_timeout, state_atom::value)
       .then(save, failed(self, "checkpoint snapshot failed"));
 }
 
@@ -590,7 +591,8 @@ void restore_then_start(self_ptr self) {
     auto left = std::make_shared<std::size_t>(parts.size());
     auto shared = std::make_shared<model_state>(std::move(ms));
     for (std::size_t i = 0; i < parts.size(); ++i)
-      self->request(st.shards.actors[i], caf::infinite, restore_atom::value, std::move(parts[i]))
+      self->request(st.shards.actors[i], self->state.plan->request_timeout, restore_atom::value,
+                    std::move(parts[i]))
           .then(
               [self, left, shared](int64_t) {
                 if (--*left > 0) return;
@@ -609,7 +611,7 @@ void restore_replicas(self_ptr self, std::shared_ptr<model_state> shared) {
   auto& st = self->state;
   auto left = std::make_shared<std::size_t>(st.replicas.size());
   for (auto& r : st.replicas)
-    self->request(r, caf::infinite, restore_atom::value, *shared)
+    self->request(r, self->state.plan->request_timeout, restore_atom::value, *shared)
         .then(
             [self, left](int64_t) {
               if (--*left == 0) start(self);
@@ -673,6 +675,22 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
           start(self);
         }
         return st.done;
+      },
+      [self](rejoin_atom, int64_t index, replica_actor& r) {
+        auto& st = self->state;
+        auto i = static_cast<std::size_t>(index);
+        if (st.finished || !async_workers(st) || index < 0 || i >= st.workers.size() || !r ||
+            st.workers[i].alive)
+          return;
+        st.replicas[i] = std::move(r);
+        self->monitor(st.replicas[i]);
+        auto& w = st.workers[i];
+        w = worker_status{};
+        w.admit_at = std::max<int64_t>(1, st.completed);  // admitted at once, as a late joiner
+        spdlog::info("worker {} is back{}", i,
+                     i < st.plan->replica_tasks.size() ? " on task " + st.plan->replica_tasks[i]
+                                                       : std::string());
+        if (st.issued < st.boundary) pump_async(self);
       },
   };
 }

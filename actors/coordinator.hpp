@@ -28,6 +28,10 @@ struct job_plan {
   // Across processes: the task hosting each replica ("worker:1"), so a
   // failure names it; empty in one process.
   std::vector<std::string> replica_tasks;
+  // Every request the coordinator makes (to replicas, shards) fails after
+  // this long; troupe node sets it for remote peers, whose pending requests
+  // CAF never fails on its own when the peer vanishes.
+  caf::duration request_timeout = caf::infinite;
 };
 
 // central_storage, parameter_server: where the variables live.

@@ -274,6 +274,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_config& c, const jo
     rc.alpha = moving_rate(c);
     rc.rho = c.strategy.rho;
     if (o.fail_replica == r) rc.fail_at_step = o.fail_at_step;
+    rc.request_timeout = spec.request_timeout;
     out.replicas.push_back(sys.spawn(replica, rc));
   }
   return out;

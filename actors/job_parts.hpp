@@ -64,6 +64,7 @@ struct worker_spec {
   std::vector<variable_shard_actor> shards;  // every shard, by index (shard strategies)
   placement place;
   int64_t start_step = 0;
+  caf::duration request_timeout = caf::infinite;  // see replica_config
 };
 
 // Spawns the replicas of `spec` with their devices and input pipelines; each

@@ -30,6 +30,11 @@ using namespace detail;
 using clock_type = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
+// The limit on every request between actors of a multi-process job. A lost
+// or hung peer is detected much sooner (its down message, heartbeats); this
+// only bounds what CAF would otherwise leave pending for ever.
+const caf::duration kRequestTimeout{std::chrono::seconds(600)};
+
 // What the node actor hands to the process's main thread, which does all
 // the blocking work (connecting, building, running the coordinator).
 struct node_event {
@@ -80,6 +85,11 @@ struct node_state {
   std::map<caf::node_id, std::string> names;     // trusted peer -> its task
   std::map<caf::actor_addr, std::string> peers;  // monitored node actors -> task
   std::optional<caf::typed_response_promise<node_parts>> building;
+  // Chief, once the job runs: where rejoining workers go.
+  bool started = false;
+  coordinator_actor coordinator;
+  node_build order;
+  const job_config* config = nullptr;
   static inline const char* name = "node";
 };
 
@@ -114,9 +124,27 @@ void watch_peer(node_ptr self, const caf::actor& peer, const std::string& task) 
   self->monitor(peer);
 }
 
+// A worker task that joins while the job runs (its process restarted): it
+// builds its replicas again and the coordinator takes them back.
+void rejoin(node_ptr self, const std::string& task, const node_actor& peer) {
+  spdlog::info("chief: {} is back; rebuilding its replicas", task);
+  self->request(peer, std::chrono::seconds(120), build_atom::value, self->state.order)
+      .then(
+          [self, task](node_parts& parts) {
+            for (std::size_t k = 0; k < parts.replica_indices.size(); ++k)
+              self->send(self->state.coordinator, rejoin_atom::value, parts.replica_indices[k],
+                         parts.replicas[k]);
+          },
+          [task](caf::error& e) {
+            spdlog::warn("chief: {} came back but building its replicas failed: {}", task,
+                         describe(e));
+          });
+}
+
 node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> shared,
-                                    ring_node_actor ring) {
+                                    ring_node_actor ring, const job_config* config) {
   self->state.shared = std::move(shared);
+  self->state.config = config;
   self->state.ring = std::move(ring);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
@@ -163,6 +191,21 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         auto task = st.names[self->current_sender()->node()];
         spdlog::info("{}: {} joined", st.shared->task, task);
         watch_peer(self, their_node, task);
+        if (st.started) {
+          if (st.coordinator) {
+            rejoin(self, task, caf::actor_cast<node_actor>(their_node));
+          } else {
+            spdlog::warn(
+                "chief: {} joined while the job runs; only parameter_server and "
+                "elastic_average take workers back",
+                task);
+            self->request(caf::actor_cast<node_actor>(their_node), std::chrono::seconds(2),
+                          stop_atom::value,
+                          std::string("the job was already running without this task"))
+                .then([](int32_t) {}, [](caf::error&) {});
+          }
+          return;
+        }
         parts.task = task;
         st.shared->events.push({node_event::joined, task, std::move(parts), their_node, {}, {}});
       },
@@ -202,12 +245,30 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         if (peer) self->state.trusted.insert(peer.node());
         if (monitor) watch_peer(self, peer, task);
       },
-      [self](stop_atom, std::string& reason) {
-        if (!trusted_sender(self)) {
-          (void)refuse(self, "stop");
-          return;
+      [self](stop_atom, std::string& reason) -> caf::result<int32_t> {
+        auto& st = self->state;
+        if (!trusted_sender(self)) return refuse(self, "stop");
+        const auto& s = self->current_sender();
+        if (st.shared->chief && s && s->node() == self->home_system().node()) {
+          int32_t told = 0;
+          for (auto& [addr, task] : st.peers) {
+            auto peer = caf::actor_cast<node_actor>(addr);
+            if (!peer) continue;
+            self->request(peer, std::chrono::seconds(2), stop_atom::value, reason)
+                .then([](int32_t) {}, [](caf::error&) {});
+            ++told;
+          }
+          return told;
         }
-        self->state.shared->events.push({node_event::stop, {}, {}, {}, {}, std::move(reason)});
+        st.shared->events.push({node_event::stop, {}, {}, {}, {}, std::move(reason)});
+        return 0;
+      },
+      [self](running_atom, coordinator_actor& coord, node_build& order) {
+        const auto& s = self->current_sender();
+        if (s && s->node() != self->home_system().node()) return;
+        self->state.started = true;
+        if (async_workers(*self->state.config)) self->state.coordinator = std::move(coord);
+        self->state.order = std::move(order);
       },
   };
 }
@@ -337,6 +398,7 @@ struct node_process {
     ws.shards = order.shards;
     ws.place = plan_shards_if_needed();
     ws.start_step = order.start_step;
+    ws.request_timeout = kRequestTimeout;
     const auto local_n = static_cast<int>(mine.replicas.size());
     if (c.strategy.kind == "mirrored") {
       auto local = spawn_reducer_group(sys, local_n, reducer_config_of(c));
@@ -348,6 +410,7 @@ struct node_process {
           hc.local_rank = k;
           if (k == 0) hc.ring = ring;
           hc.global_replicas = c.strategy.replicas;
+          hc.ring_names = order.ring_tasks;
           ws.reducers.push_back(spawn_hierarchical_reducer(sys, hc));
         }
         // The reduce-scatter/all-gather halves are in-process only.
@@ -455,6 +518,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   std::vector<replica_actor> replicas(n);
   auto plan = std::make_shared<job_plan>(*np.plan);
   plan->replica_tasks.assign(n, "");
+  plan->request_timeout = kRequestTimeout;
   auto take = [&](const node_parts& parts, const std::string& t) {
     for (std::size_t k = 0; k < parts.replica_indices.size(); ++k) {
       auto r = static_cast<std::size_t>(parts.replica_indices[k]);
@@ -476,7 +540,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   for (std::size_t r = 0; r < n; ++r)
     if (!replicas[r]) throw job_error("no task brought replica " + std::to_string(r));
   spdlog::info("chief: {} replicas on {} tasks, {} shards; starting", n,
-               std::max<std::size_t>(building.size(), 1), set.actors.size());
+               building.size() + (np.mine.replicas.empty() ? 0 : 1), set.actors.size());
 
   // The coordinator watches every actor here and every remote task: losing
   // one ends the job, except a worker task under parameter_server or
@@ -490,6 +554,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas,
                          std::move(others), std::move(set));
   nlohmann::json summary;
+  self->send(np.node, running_atom::value, coord, order);
   self->request(coord, caf::infinite, run_atom::value)
       .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
                [&](caf::error& e) { failure = describe(e); });
@@ -534,7 +599,7 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
   ring_node_actor ring;
   if (cross_ring && !mine.replicas.empty()) ring = spawn_ring_node(sys);
 
-  auto node = sys.spawn(node_impl, shared, ring);
+  auto node = sys.spawn(node_impl, shared, ring, &c);
   node_process np{c,
                   task,
                   o,
@@ -619,9 +684,10 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
     error = e.what();
   }
   if (chief) {
+    // Every task that joined, restarted ones included, learns the end.
     caf::scoped_actor self{sys};
-    for (auto& [t, ev] : joined)
-      self->send(caf::actor_cast<node_actor>(ev.node), stop_atom::value, error);
+    self->request(node, std::chrono::seconds(5), stop_atom::value, error)
+        .receive([](int32_t) {}, [](caf::error&) {});
   }
   stop_everything(my_shards, workers, np.local_reducers, ring, node);
   auto devices = std::move(workers.devices);

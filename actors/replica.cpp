@@ -66,7 +66,7 @@ void request_batches(self_ptr self) {
   int64_t want = static_cast<int64_t>(st.waiting_steps.size()) + 1;
   while (st.batches_requested + static_cast<int64_t>(st.batches.size()) < want) {
     ++st.batches_requested;
-    self->request(st.cfg.input, caf::infinite, next_atom::value)
+    self->request(st.cfg.input, st.cfg.request_timeout, next_atom::value)
         .then(
             [self](batch& b) {
               --self->state.batches_requested;
@@ -103,8 +103,8 @@ std::vector<tensor> variable_buffers(compute_state& cs) {
 // step's gradients wait for the all-gather: they read the variables.
 void sharded_update(self_ptr self, step_stats s, caf::typed_response_promise<step_stats> rp) {
   auto& st = self->state;
-  self->request(st.cfg.reducer, caf::infinite, reduce_scatter_atom::value, reduce_op::sum,
-                st.grad_buffers)
+  self->request(st.cfg.reducer, self->state.cfg.request_timeout, reduce_scatter_atom::value,
+                reduce_op::sum, st.grad_buffers)
       .then(
           [self, s, rp](std::vector<tensor>&) mutable {
             on_device<std::vector<tensor>>(
@@ -114,8 +114,8 @@ void sharded_update(self_ptr self, step_stats s, caf::typed_response_promise<ste
                   return variable_buffers(cs);
                 },
                 [self, s, rp](std::vector<tensor>& vars) mutable {
-                  self->request(self->state.cfg.reducer, caf::infinite, all_gather_atom::value,
-                                std::move(vars))
+                  self->request(self->state.cfg.reducer, self->state.cfg.request_timeout,
+                                all_gather_atom::value, std::move(vars))
                       .then(
                           [self, s, rp](std::vector<tensor>&) mutable {
                             self->state.busy = false;
@@ -231,7 +231,8 @@ void pull_all(self_ptr self, std::function<void(std::vector<shard_values>&)> k) 
   auto got = std::make_shared<std::vector<shard_values>>(shards.size());
   auto left = std::make_shared<std::size_t>(shards.size());
   for (std::size_t s = 0; s < shards.size(); ++s)
-    self->request(shards[s], caf::infinite, pull_atom::value, std::vector<std::string>{})
+    self->request(shards[s], self->state.cfg.request_timeout, pull_atom::value,
+                  std::vector<std::string>{})
         .then(
             [got, left, s, k](shard_values& v) {
               (*got)[s] = std::move(v);
@@ -273,8 +274,8 @@ void shard_step(self_ptr self, int64_t step, batch b, caf::typed_response_promis
           auto left = std::make_shared<std::size_t>(st.cfg.shards.size());
           auto stats = r.stats;
           for (std::size_t s = 0; s < st.cfg.shards.size(); ++s)
-            self->request(st.cfg.shards[s], caf::infinite, push_atom::value, st.cfg.index, step,
-                          versions[s], std::move(r.grads[s]))
+            self->request(st.cfg.shards[s], self->state.cfg.request_timeout, push_atom::value,
+                          st.cfg.index, step, versions[s], std::move(r.grads[s]))
                 .then(
                     [self, left, rp, stats](int64_t) mutable {
                       if (--*left > 0) return;
@@ -399,8 +400,8 @@ void elastic_step(self_ptr self, int64_t step, batch b, caf::typed_response_prom
         int64_t round = (step + 1) / st.cfg.period - 1;
         for (std::size_t s = 0; s < r.deltas.size(); ++s) {
           ++st.exchange_pending;
-          self->request(st.cfg.shards[s], caf::infinite, push_atom::value, st.cfg.index, round,
-                        versions[s], std::move(r.deltas[s]))
+          self->request(st.cfg.shards[s], self->state.cfg.request_timeout, push_atom::value,
+                        st.cfg.index, round, versions[s], std::move(r.deltas[s]))
               .then(
                   [self](int64_t) {
                     auto& st = self->state;
@@ -456,8 +457,8 @@ void start_step(self_ptr self, int64_t step, batch b, caf::typed_response_promis
           sharded_update(self, s, rp);
           return;
         }
-        self->request(st.cfg.reducer, caf::infinite, allreduce_atom::value, reduce_op::sum,
-                      st.grad_buffers)
+        self->request(st.cfg.reducer, self->state.cfg.request_timeout, allreduce_atom::value,
+                      reduce_op::sum, st.grad_buffers)
             .then([self, s, rp](std::vector<tensor>&) mutable { apply_update(self, s, rp); },
                   [self](caf::error& e) { self->quit(e); });
       });
@@ -479,8 +480,8 @@ void gather_slots(self_ptr self, std::size_t k, std::function<void()> done) {
           done();
           return;
         }
-        self->request(self->state.cfg.reducer, caf::infinite, all_gather_atom::value,
-                      std::move(slots))
+        self->request(self->state.cfg.reducer, self->state.cfg.request_timeout,
+                      all_gather_atom::value, std::move(slots))
             .then([self, k, done](std::vector<tensor>&) { gather_slots(self, k + 1, done); },
                   [self](caf::error& e) { self->quit(e); });
       });

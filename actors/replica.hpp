@@ -45,6 +45,9 @@ struct replica_config {
   double alpha = 0;
   double rho = 0;
   int64_t fail_at_step = -1;  // test hook: throw at this step
+  // Every request the replica makes (input, reducer, shards) fails after
+  // this long (troupe node: peers may be in other processes).
+  caf::duration request_timeout = caf::infinite;
 };
 
 struct compute_state;  // model + optimizer: touched only on the device thread

@@ -21,6 +21,7 @@
 
 #include "config/cluster.hpp"
 #include "config/job_config.hpp"
+#include "config/secret.hpp"
 
 namespace troupe::launch {
 namespace {
@@ -474,6 +475,16 @@ int cmd_launch(const std::vector<std::string>& args,
     return 2;
   }
   auto children = node_children(*cfg.cluster, file, opts);
+  // Every task runs here, so a secret made up now serves them all; it reaches
+  // them through the environment, never the command line.
+  const auto& spec = *cfg.cluster;
+  const char* given = std::getenv(spec.secret_env.c_str());
+  if (spec.secret_file.empty() && (!given || !*given)) {
+    auto secret = make_challenge();
+    for (auto& c : children) c.env.push_back(spec.secret_env + "=" + secret);
+    std::cerr << "troupe launch: $" << spec.secret_env
+              << " is not set: the tasks share a secret made up for this launch\n";
+  }
   std::string names;
   for (const auto& c : children) {
     if (!names.empty()) names += ", ";

@@ -21,6 +21,9 @@ using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 using computed_atom = caf::atom_constant<caf::atom("computed")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
+// A worker of an asynchronous strategy comes back (troupe node: its process
+// restarted): coordinator <- (worker index, its new replica).
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 // Reducers (actors/reducer.hpp): collectives, statistics, reducer-to-reducer.
 using allreduce_atom = caf::atom_constant<caf::atom("allreduce")>;
 using broadcast_atom = caf::atom_constant<caf::atom("broadcast")>;

@@ -23,6 +23,7 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using ring_node_atom = caf::atom_constant<caf::atom("ringnode")>;
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
 using joined_atom = caf::atom_constant<caf::atom("joined")>;
+using running_atom = caf::atom_constant<caf::atom("running")>;
 
 // What a task hosts: its shards (once it joined) and its replicas (once it
 // built them), with the global index of each.
@@ -78,7 +79,13 @@ using node_actor = caf::typed_actor<
     // this task).
     caf::reacts_to<watch_atom, caf::actor, std::string, bool>,
     // chief -> task: the job is over (reason "" = success); the task exits.
-    caf::reacts_to<stop_atom, std::string>>;
+    // On the chief, from its own main thread: tell every task that joined.
+    // Replies with the number of tasks told.
+    caf::replies_to<stop_atom, std::string>::with<int32_t>,
+    // On the chief, from its main thread: the job runs with this coordinator;
+    // a worker task that joins from now on (a restarted process) gets `order`
+    // and its replicas rejoin (parameter_server, elastic_average).
+    caf::reacts_to<running_atom, coordinator_actor, node_build>>;
 
 // Registers the node protocol's types (called by register_messages()).
 void register_node_messages(caf::actor_system_config& cfg);

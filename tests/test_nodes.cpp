@@ -256,11 +256,40 @@ TEST_CASE(
   CHECK(d < 1e-6);
 }
 
-TEST_CASE("a worker process killed mid-job: parameter_server finishes without it") {
+TEST_CASE("a hung worker process (SIGSTOP) is detected by the heartbeats") {
+  strategy_env env(2000);
+  auto c = env.job("mirrored", "adam", 2, 16);
+  c.training.epochs = 20;
+  c.checkpoint.every_steps = 50;
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 2, 0);  // heartbeats every 0.5 s: lost after 1.5 s of silence
+  std::map<std::string, std::unique_ptr<node_proc>> procs;
+  for (auto& [task, _] : job.address)
+    procs[task] = std::make_unique<node_proc>(job.file, task, dir / (task + ".log"), kSecret);
+  fs::path ckpts = dir / "out/checkpoints";
+  auto until = clock_type::now() + std::chrono::seconds(60);
+  while (!(fs::exists(ckpts) && !fs::is_empty(ckpts)) && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(procs["worker:1"]->running());
+  ::kill(procs["worker:1"]->pid, SIGSTOP);
+  auto stopped_at = clock_type::now();
+  int rc = procs["chief:0"]->wait(std::chrono::seconds(20));
+  double took = std::chrono::duration<double>(clock_type::now() - stopped_at).count();
+  MESSAGE("the chief ended " << took << " s after the SIGSTOP");
+  CHECK(rc == 1);
+  CHECK(took < 5.0);
+  auto out = procs["chief:0"]->output();
+  CHECK_MESSAGE(out.find("worker:1") != std::string::npos, out);
+  ::kill(procs["worker:1"]->pid, SIGKILL);
+}
+
+TEST_CASE("a worker process killed mid-job: parameter_server goes on, and takes it back") {
   strategy_env env(2000);
   auto c = env.job("parameter_server", "adam", 3, 16);
   c.strategy.shards = 1;
-  c.training.epochs = 6;
+  c.training.epochs = 40;  // 42 rounds of 3 pushes an epoch: time to restart the process
+  c.training.eval_every_epochs = 40;
   temp_dir dir;
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 3, 1);
@@ -268,21 +297,47 @@ TEST_CASE("a worker process killed mid-job: parameter_server finishes without it
   for (auto& [task, _] : job.address)
     procs[task] = std::make_unique<node_proc>(job.file, task, dir / (task + ".log"), kSecret);
   auto metrics = dir / "out/metrics.jsonl";
-  auto until = clock_type::now() + std::chrono::seconds(60);
-  while (read_file(metrics).find("\"push\"") == std::string::npos && clock_type::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto wait_for = [&](const std::string& text) {
+    auto until = clock_type::now() + std::chrono::seconds(60);
+    while (read_file(metrics).find(text) == std::string::npos && clock_type::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return read_file(metrics).find(text) != std::string::npos;
+  };
+  REQUIRE(wait_for("\"push\""));
   REQUIRE(procs["worker:2"]->running());
   ::kill(procs["worker:2"]->pid, SIGKILL);
-  for (auto t : {"chief:0", "worker:0", "worker:1", "ps:0"}) {
+  CHECK(procs["worker:2"]->wait(std::chrono::seconds(5)) == -SIGKILL);
+  REQUIRE(wait_for("\"worker_lost\""));
+  // The same task again, as a supervisor would restart it.
+  procs["worker:2"] =
+      std::make_unique<node_proc>(job.file, "worker:2", dir / "worker2-again.log", kSecret);
+  for (auto t : {"chief:0", "worker:0", "worker:1", "worker:2", "ps:0"}) {
     int rc = procs[t]->wait(std::chrono::seconds(120));
     CHECK_MESSAGE(rc == 0, t << " exited with " << rc << "; its log:\n" << procs[t]->output());
   }
   auto s = summary_in(dir / "out");
-  CHECK(s["steps"].get<int64_t>() > 0);
+  CHECK(s["steps"] == 40 * 42 * 3);
+  CHECK(s["test_accuracy"].get<double>() > 0.9);
   auto lost = metrics_of(s, "worker_lost");
   REQUIRE(lost.size() == 1);
   CHECK(lost[0]["worker"] == 2);
   CHECK(lost[0]["task"] == "worker:2");
+  auto back = metrics_of(s, "worker_joined");
+  REQUIRE(back.size() == 1);
+  CHECK(back[0]["worker"] == 2);
+  CHECK(back[0]["step"].get<int64_t>() >= lost[0]["step"].get<int64_t>());
+  // It took steps again: pushes by worker 2 after it came back.
+  int64_t later = 0;
+  bool is_back = false;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "worker_joined") is_back = true;
+    if (is_back && j["type"] == "push" && j["worker"] == 2) ++later;
+  }
+  MESSAGE("worker 2: lost at update " << lost[0]["step"] << ", back at " << back[0]["step"] << ", "
+                                      << later << " pushes after");
+  CHECK(later > 5);
   CHECK(procs["chief:0"]->output().find("worker:2") != std::string::npos);
 }
 

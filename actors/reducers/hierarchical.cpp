@@ -67,13 +67,25 @@ struct hier_state {
 
 using self_ptr = reducer_actor::stateful_pointer<hier_state>;
 
+// "... peer rank 1 ..." -> "... peer rank 1 (worker:1) ...": the ring only
+// knows ranks, the user knows tasks.
+std::string with_ring_names(const hier_state& st, std::string text) {
+  for (std::size_t r = 0; r < st.cfg.ring_names.size(); ++r) {
+    auto key = "rank " + std::to_string(r) + " ";
+    auto at = text.find(key);
+    if (at != std::string::npos)
+      text.insert(at + key.size() - 1, " (" + st.cfg.ring_names[r] + ")");
+  }
+  return text;
+}
+
 std::string stage_failure(const hier_state& st, const char* what, const caf::error& e) {
   if (e == caf::sec::request_timeout)
     return head + what + ": no reply within " +
            std::to_string(
                std::chrono::duration_cast<std::chrono::milliseconds>(st.cfg.timeout).count()) +
            " ms";
-  return head + what + ": " + describe(e);
+  return head + what + ": " + with_ring_names(st, describe(e));
 }
 
 tensor status_tensor(float v) {

@@ -62,6 +62,9 @@ struct hierarchical_config {
   int64_t global_replicas = 1;
   // Every request to `local` and `ring`.
   caf::timespan timeout = std::chrono::seconds(120);
+  // What each ring rank is (e.g. the task "worker:1"), so that a failure
+  // names the process rather than a rank number; may be empty.
+  std::vector<std::string> ring_names;
 };
 
 // Throws std::invalid_argument for a null local reducer, a negative local
