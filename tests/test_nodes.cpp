@@ -62,9 +62,15 @@ struct node_proc {
 
   node_proc(const std::string& config, const std::string& t, const std::string& log_path,
             const std::string& secret, std::vector<std::string> extra = {})
-      : task(t), log(log_path) {
-    std::vector<std::string> args{TROUPE_BIN, "node", "--config", config, "--task", t};
-    for (auto& e : extra) args.push_back(e);
+      : node_proc(t, log_path, secret, [&] {
+          std::vector<std::string> args{TROUPE_BIN, "node", "--config", config, "--task", t};
+          for (auto& e : extra) args.push_back(e);
+          return args;
+        }()) {}
+  // Any troupe command line (args[0] is the binary).
+  node_proc(const std::string& name, const std::string& log_path, const std::string& secret,
+            std::vector<std::string> args)
+      : task(name), log(log_path) {
     pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -387,4 +393,22 @@ TEST_CASE("a node with a wrong or missing secret is refused") {
   auto out = chief.output();
   CHECK_MESSAGE(out.find("still waiting for worker:0") != std::string::npos, out);
   CHECK(out.find("refused a peer claiming to be worker:0") != std::string::npos);
+}
+
+TEST_CASE("troupe launch runs every task of the cluster with troupe node") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "sgd", 3, 48);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 2, 0);
+  // No secret given: the launcher makes one up for its tasks.
+  node_proc launch("launch", dir / "launch.log", "", {TROUPE_BIN, "launch", job.file});
+  int rc = launch.wait(std::chrono::seconds(120));
+  auto out = launch.output();
+  CHECK_MESSAGE(rc == 0, out);
+  CHECK(out.find("TROUPE_SECRET is not set: the tasks share a secret made up") !=
+        std::string::npos);
+  CHECK(out.find("[chief:0] job tiny finished: strategy mirrored") != std::string::npos);
+  CHECK(out.find("[worker:1] task worker:1 finished") != std::string::npos);
+  CHECK(fs::exists(dir / "out/summary.json"));
 }
