@@ -160,6 +160,24 @@ nlohmann::json summary_in(const std::string& out) {
   return nlohmann::json::parse(read_file(out + "/summary.json"));
 }
 
+// Starts every task of the cluster, logs in dir/<task>.log.
+std::map<std::string, std::unique_ptr<node_proc>> start_all(const cluster_job& job,
+                                                            const std::string& dir) {
+  std::map<std::string, std::unique_ptr<node_proc>> procs;
+  for (auto& [task, _] : job.address)
+    procs[task] = std::make_unique<node_proc>(job.file, task, dir + "/" + task + ".log", kSecret);
+  return procs;
+}
+
+// Runs `c` as a chief, `workers` worker and `ps` ps processes (outputs in
+// dir/out); returns the summary.
+nlohmann::json run_in_processes(job_config c, const temp_dir& dir, int workers, int ps) {
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), workers, ps);
+  run_all(job, dir.str());
+  return summary_in(dir / "out");
+}
+
 }  // namespace
 
 TEST_CASE("mirrored over 3 processes equals the same job in one process") {
@@ -168,10 +186,7 @@ TEST_CASE("mirrored over 3 processes equals the same job in one process") {
   c.checkpoint.every_steps = 0;
   auto one = run_job(c);
   temp_dir dir;
-  c.logging.output_dir = dir / "out";
-  cluster_job job(c, dir.str(), 2, 0);  // chief + worker:0 (replicas 0, 1) + worker:1 (2)
-  run_all(job, dir.str());
-  auto many = summary_in(dir / "out");
+  auto many = run_in_processes(c, dir, 2, 0);  // chief, worker:0 (replicas 0, 1), worker:1 (2)
   CHECK(many["steps"] == one["steps"]);
   double d = max_abs_diff(variables_of(one), variables_of(many));
   MESSAGE("mirrored, 3 processes vs 1: max |diff| " << d);
@@ -186,10 +201,8 @@ TEST_CASE("central_storage with shards and replicas in other processes equals on
   c.checkpoint.every_steps = 0;
   auto one = run_job(c);
   temp_dir dir;
-  c.logging.output_dir = dir / "out";
-  cluster_job job(c, dir.str(), 1, 1);  // chief + worker:0 (both replicas) + ps:0 (both shards)
-  run_all(job, dir.str());
-  double d = max_abs_diff(variables_of(one), variables_of(summary_in(dir / "out")));
+  auto many = run_in_processes(c, dir, 1, 1);  // chief, worker:0 (both replicas), ps:0 (shards)
+  double d = max_abs_diff(variables_of(one), variables_of(many));
   MESSAGE("central_storage, 3 processes vs 1: max |diff| " << d);
   CHECK(d < 2e-5);
 }
@@ -202,10 +215,7 @@ TEST_CASE("parameter_server with workers and shards in other processes trains li
   c.training.eval_every_epochs = 1;
   auto one = run_job(c);
   temp_dir dir;
-  c.logging.output_dir = dir / "out";
-  cluster_job job(c, dir.str(), 2, 1);  // chief + worker:0 + worker:1 + ps:0
-  run_all(job, dir.str());
-  auto many = summary_in(dir / "out");
+  auto many = run_in_processes(c, dir, 2, 1);  // chief, worker:0, worker:1, ps:0
   CHECK(many["steps"] == one["steps"]);
   MESSAGE("parameter_server test accuracy: 4 processes "
           << many["test_accuracy"] << ", one process " << one["test_accuracy"]);
@@ -231,10 +241,7 @@ TEST_CASE(
   c.logging.output_dir = dir / "killed";
   fs::create_directories(dir / "b");
   cluster_job job(c, dir / "b", 2, 0);
-  std::map<std::string, std::unique_ptr<node_proc>> procs;
-  for (auto& [task, _] : job.address)
-    procs[task] =
-        std::make_unique<node_proc>(job.file, task, dir / ("b/" + task + ".log"), kSecret);
+  auto procs = start_all(job, dir / "b");
   // Kill worker:1 once the first checkpoint is written.
   fs::path ckpts = dir / "killed/checkpoints";
   auto until = clock_type::now() + std::chrono::seconds(60);
@@ -270,9 +277,7 @@ TEST_CASE("a hung worker process (SIGSTOP) is detected by the heartbeats") {
   temp_dir dir;
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 2, 0);  // heartbeats every 0.5 s: lost after 1.5 s of silence
-  std::map<std::string, std::unique_ptr<node_proc>> procs;
-  for (auto& [task, _] : job.address)
-    procs[task] = std::make_unique<node_proc>(job.file, task, dir / (task + ".log"), kSecret);
+  auto procs = start_all(job, dir.str());
   fs::path ckpts = dir / "out/checkpoints";
   auto until = clock_type::now() + std::chrono::seconds(60);
   while (!(fs::exists(ckpts) && !fs::is_empty(ckpts)) && clock_type::now() < until)
@@ -299,9 +304,7 @@ TEST_CASE("a worker process killed mid-job: parameter_server goes on, and takes 
   temp_dir dir;
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 3, 1);
-  std::map<std::string, std::unique_ptr<node_proc>> procs;
-  for (auto& [task, _] : job.address)
-    procs[task] = std::make_unique<node_proc>(job.file, task, dir / (task + ".log"), kSecret);
+  auto procs = start_all(job, dir.str());
   auto metrics = dir / "out/metrics.jsonl";
   auto wait_for = [&](const std::string& text) {
     auto until = clock_type::now() + std::chrono::seconds(60);
