@@ -24,13 +24,22 @@ caf::error inspect(caf::deserializer& f, tensor& x) {
       [&]() -> caf::error {
         if (t > static_cast<uint8_t>(dtype::i64))
           return caf::make_error(caf::sec::invalid_argument, "tensor: unknown dtype code");
-        for (auto d : shape)
+        // Checked before allocating: a peer's message must not make this
+        // process allocate what its data does not hold.
+        uint64_t bytes = dtype_size(static_cast<dtype>(t));
+        for (auto d : shape) {
           if (d < 0) return caf::make_error(caf::sec::invalid_argument, "tensor: negative dim");
-        x.reset(shape, static_cast<dtype>(t));
-        if (x.nbytes() != n)
+          auto ud = static_cast<uint64_t>(d);
+          if (ud != 0 && bytes > (uint64_t{1} << 62) / ud)
+            return caf::make_error(caf::sec::invalid_argument,
+                                   "tensor: shape " + shape_string(shape) + " is too large");
+          bytes *= ud;
+        }
+        if (bytes != n)
           return caf::make_error(caf::sec::invalid_argument,
                                  "tensor: shape " + shape_string(shape) + " does not match " +
                                      std::to_string(n) + " data bytes");
+        x.reset(shape, static_cast<dtype>(t));
         return n ? f.apply_raw(n, x.raw()) : caf::none;
       },
       [&] { return f.end_sequence(); });

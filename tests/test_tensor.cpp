@@ -92,6 +92,31 @@ TEST_CASE("serialization: truncated or inconsistent bytes give an error, not a c
   CHECK(src(back));
 }
 
+TEST_CASE("serialization: a shape the data does not hold is refused before allocating") {
+  sys_fixture f;
+  // A peer claims a [2^40, 2^40] float tensor (or one whose element count
+  // overflows) but sends 16 bytes: an error naming the shape, no allocation.
+  for (int64_t d : {int64_t{1} << 40, int64_t{1} << 62}) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{*f.sys, buf};
+    uint8_t t = 0;
+    shape_t shape{d, d};
+    std::vector<float> four(4, 1.0f);
+    size_t n = 16;
+    REQUIRE(!sink(t, shape));
+    REQUIRE(!sink.begin_sequence(n));
+    REQUIRE(!sink.apply_raw(n, four.data()));
+    REQUIRE(!sink.end_sequence());
+    tensor back;
+    caf::binary_deserializer src{*f.sys, buf};
+    auto err = src(back);
+    REQUIRE(err);
+    auto text = describe(err);
+    CHECK_MESSAGE(text.find("tensor: shape [") != std::string::npos, text);
+    CHECK(back.empty());
+  }
+}
+
 TEST_CASE("tensor: large buffers are recycled, and come back zeroed") {
   const void* first = nullptr;
   {
