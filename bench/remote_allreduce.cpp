@@ -3,7 +3,7 @@
 //
 //   bench_remote_allreduce [--sizes-mb=1,16,64] [--iters=10] [--chunk-kb=1024]
 //                          [--window=8] [--reads=N] [--workers=N] [--threads=N]
-//                          [--heartbeat-ms=200]
+//                          [--heartbeat-ms=200] [--mm-thread=1]
 //
 // Starts itself as rank 1 (`--peer ...`), publishes rank 0 on a free port,
 // and for each size runs 2 warm-up + `iters` mean all-reduces of that many
@@ -14,7 +14,10 @@
 // BASP messages; net_system_config's default: 0, CAF's: min(3, cores / 4) + 1), --threads
 // scheduler.max-threads (actor threads; CAF's default: the number of cores),
 // --heartbeat-ms middleman.heartbeat-interval (0: off; net_system_config's
-// default: 200 ms, connection timeout 2 s).
+// default: 200 ms, connection timeout 2 s), --mm-thread=0 runs the ring
+// nodes as plain actors instead of on the middleman's thread
+// (ring_options::on_middleman_thread). Rank 1 stays until rank 0 closes its
+// stdin (rank 0's last collective waits for rank 1's last acknowledgement).
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -46,6 +49,7 @@ struct options {
   int64_t workers = -1;
   int64_t threads = 0;
   int64_t heartbeat_ms = 200;
+  bool mm_thread = true;
   // peer mode
   int peer_port = -1;
 };
@@ -76,6 +80,8 @@ options parse(int argc, char** argv) {
       o.threads = std::stoll(v);
     } else if (auto v = value_of(a, "--heartbeat-ms="); !v.empty()) {
       o.heartbeat_ms = std::stoll(v);
+    } else if (auto v = value_of(a, "--mm-thread="); !v.empty()) {
+      o.mm_thread = v != "0";
     } else if (auto v = value_of(a, "--peer="); !v.empty()) {
       o.peer_port = std::stoi(v);
     } else {
@@ -145,6 +151,7 @@ int main(int argc, char** argv) {
   ring_options ro;
   ro.chunk_bytes = o.chunk_kb * 1024;
   ro.window = o.window;
+  ro.on_middleman_thread = o.mm_thread;
   auto node = spawn_ring_node(sys, ro);
   auto port = publish_ring_node(sys, node, 0);
   if (!port) {
@@ -161,16 +168,24 @@ int main(int argc, char** argv) {
     } else {
       rc = run_rank(sys, node, o, 1, false);
     }
+    // Stay until rank 0 is done (it closes our stdin): rank 0's last
+    // collective ends only when this rank's acknowledgement of its last chunk
+    // arrived, which a process exiting at once may not have sent yet.
+    for (std::string line; std::getline(std::cin, line);) {
+    }
     caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
     return rc;
   }
   // rank 0: start rank 1 with the same options, read its port from a pipe.
   int out_p[2];
-  if (pipe(out_p) != 0) return 1;
+  int in_p[2];
+  if (pipe(out_p) != 0 || pipe(in_p) != 0) return 1;
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out_p[1], 1);
   posix_spawn_file_actions_addclose(&fa, out_p[0]);
+  posix_spawn_file_actions_adddup2(&fa, in_p[0], 0);
+  posix_spawn_file_actions_addclose(&fa, in_p[1]);
   std::vector<std::string> args = {"/proc/self/exe", "--peer=" + std::to_string(*port)};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   std::vector<char*> cargv;
@@ -180,6 +195,7 @@ int main(int argc, char** argv) {
   int src = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, cargv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   close(out_p[1]);
+  close(in_p[0]);
   if (src != 0) {
     std::cerr << "posix_spawn failed\n";
     return 1;
@@ -198,10 +214,17 @@ int main(int argc, char** argv) {
     rc = run_rank(sys, node, o, 0, true);
   }
   if (rc != 0) kill(pid, SIGKILL);
+  close(in_p[1]);  // rank 1 may go
   int st = 0;
   waitpid(pid, &st, 0);
   std::fclose(child_out);
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = rc ? rc : 1;
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    if (WIFSIGNALED(st))
+      std::cerr << "rank 1 died of signal " << WTERMSIG(st) << "\n";
+    else if (WIFEXITED(st))
+      std::cerr << "rank 1 exited with " << WEXITSTATUS(st) << "\n";
+    rc = rc ? rc : 1;
+  }
   return rc;
 }

@@ -4,6 +4,7 @@
 // travels in the messages: every chunk is a 1-D float32 tensor, serialized as
 // one raw block when it crosses a process boundary.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,8 +30,12 @@ using ring_known_atom = caf::atom_constant<caf::atom("rr_known")>;
 // The floats are `pieces`: views of float32 memory owned by the tensors in
 // `keep` (which keep it alive). The sender makes them views of its caller's
 // buffers (no copy: serialization reads straight from them, and in one
-// process the receiver reads them directly); the deserializer makes one
-// piece of a fresh, uninitialized tensor holding the received floats.
+// process the receiver reads them directly). The deserializer first asks the
+// receiving node's ring_landing (below) to apply the floats straight from the
+// received bytes to the collective's buffer; then the chunk carries no
+// pieces, only `landed` = how many floats were applied. Otherwise (the
+// collective has not started on the receiver, or no landing is registered)
+// it makes one piece of a fresh, uninitialized tensor holding the floats.
 // Serialized as the header fields, then the floats as one raw block.
 struct ring_chunk {
   struct piece {
@@ -42,15 +47,42 @@ struct ring_chunk {
   int64_t offset = 0;  // first element
   int64_t total = 0;   // elements of the whole collective (checked: same on every rank)
   reduce_op op = reduce_op::sum;
+  // The receiving node's actor id (in its own actor system), for the
+  // deserializer to find its landing; 0: none.
+  uint64_t dest = 0;
+  // Receiving side only (not serialized): > 0 when the deserializer already
+  // applied this many floats to the receiver's buffer (`pieces` is empty).
+  int64_t landed = 0;
   std::vector<piece> pieces;
   std::vector<tensor> keep;
 
-  int64_t numel() const noexcept {
+  // Floats in `pieces`.
+  int64_t pieces_numel() const noexcept {
     int64_t n = 0;
     for (auto& p : pieces) n += p.len;
     return n;
   }
+  // Floats the chunk covers (landed or in pieces).
+  int64_t numel() const noexcept { return landed + pieces_numel(); }
 };
+
+// Where the deserializer of a process may put a received chunk's floats
+// directly: a ring node registers one for itself (see remote_ring.cpp), so
+// a chunk for the collective it is running is combined into the caller's
+// buffer straight from CAF's receive buffer (on the middleman's thread),
+// without an intermediate tensor.
+class ring_landing {
+ public:
+  virtual ~ring_landing();
+  // `x` holds the chunk's header fields; `f` is positioned at its `len`
+  // floats. Returns false without touching `f` when the chunk cannot land
+  // (the caller then deserializes the floats into a tensor); true once it
+  // consumed the floats from `f` (applied, unless `err` is set).
+  virtual bool land(const ring_chunk& x, int64_t len, caf::deserializer& f, caf::error& err) = 0;
+};
+
+// Registers `l` for the actor `id` of `sys` (null: removes it).
+void set_ring_landing(const caf::actor_system& sys, uint64_t id, std::shared_ptr<ring_landing> l);
 
 caf::error inspect(caf::serializer& f, ring_chunk& x);
 caf::error inspect(caf::deserializer& f, ring_chunk& x);

@@ -18,10 +18,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
+#include <caf/scoped_execution_unit.hpp>
 
 #include "actors/reducers/remote_ring.hpp"
 #include "tests/remote_ring_data.hpp"
@@ -241,6 +243,70 @@ TEST_CASE("remote_ring: a chunk of views over several tensors travels as one raw
   CHECK(inspect(static_cast<caf::deserializer&>(src2), truncated));
 }
 
+TEST_CASE("remote_ring: the deserializer lands a chunk in its receiver's buffer when asked") {
+  local_fixture f;
+  // A landing that copies what it accepts (the node's own applies it to the
+  // running collective's buffer).
+  struct recording_landing : ring_landing {
+    bool accept = true;
+    std::vector<float> got;
+    bool land(const ring_chunk& x, int64_t len, caf::deserializer& src, caf::error& err) override {
+      if (!accept || x.seq != 3) return false;
+      got.resize(static_cast<std::size_t>(len));
+      err = src.apply_raw(got.size() * sizeof(float), got.data());
+      return true;
+    }
+  };
+  auto l = std::make_shared<recording_landing>();
+  set_ring_landing(f.sys, 42, l);
+  auto a = tensor::from<float>({4}, {1, 2, 3, 4});
+  auto encode = [&](uint64_t seq, uint64_t dest) {
+    ring_chunk ch;
+    ch.seq = seq;
+    ch.step = 0;
+    ch.offset = 0;
+    ch.total = 4;
+    ch.dest = dest;
+    ch.pieces = {{a.f32(), 4}};
+    ch.keep = {a};
+    std::vector<char> buf;
+    caf::binary_serializer sink{f.sys, buf};
+    REQUIRE(!inspect(static_cast<caf::serializer&>(sink), ch));
+    return buf;
+  };
+  // BASP deserializes with the middleman as context: that finds the system.
+  caf::scoped_execution_unit ctx{&f.sys};
+  auto decode = [&](const std::vector<char>& buf, caf::execution_unit* eu) {
+    ring_chunk back;
+    caf::binary_deserializer src{eu, buf};
+    REQUIRE(!inspect(static_cast<caf::deserializer&>(src), back));
+    CHECK(src.remaining() == 0);
+    return back;
+  };
+  auto landed = decode(encode(3, 42), &ctx);
+  CHECK(landed.landed == 4);
+  CHECK(landed.numel() == 4);
+  CHECK(landed.pieces.empty());
+  CHECK(landed.dest == 42);
+  CHECK(l->got == std::vector<float>{1, 2, 3, 4});
+  // Not accepted (another collective), another receiver, no context, no
+  // landing any more: the floats arrive in a tensor of their own.
+  l->got.clear();
+  for (auto [seq, dest, eu] :
+       {std::tuple{4, 42, true}, std::tuple{3, 43, true}, std::tuple{3, 42, false}}) {
+    auto back = decode(encode(static_cast<uint64_t>(seq), static_cast<uint64_t>(dest)),
+                       eu ? &ctx : nullptr);
+    CHECK(back.landed == 0);
+    REQUIRE(back.pieces.size() == 1);
+    CHECK(back.keep[0] == a);
+  }
+  set_ring_landing(f.sys, 42, nullptr);
+  auto after = decode(encode(3, 42), &ctx);
+  CHECK(after.landed == 0);
+  CHECK(after.pieces.size() == 1);
+  CHECK(l->got.empty());
+}
+
 TEST_CASE("remote_ring: P = 1..4 in one process, every op, odd sizes, back to back") {
   local_fixture f;
   const int64_t sizes[] = {0, 1, 2, 3, 5, 17, 1000, 4099, 100003};
@@ -258,6 +324,34 @@ TEST_CASE("remote_ring: P = 1..4 in one process, every op, odd sizes, back to ba
         for (int r = 0; r < p; ++r) in.push_back(rt::inputs(r, iter, n));
         auto res = run_all(f.sys, nodes, op, std::move(in));
         check_results(res, p, iter, n, op);
+        ++iter;
+      }
+    stop_ring_nodes(nodes);
+  }
+}
+
+TEST_CASE("remote_ring: nodes on the middleman's thread (brokers), P = 2..3 in one process") {
+  // spawn_ring_node runs a node as a broker where the middleman is loaded
+  // (the 2-process tests use that too); spawn_ring_group never does.
+  net_system_config cfg;
+  caf::actor_system sys{cfg};
+  ring_options opt;
+  opt.chunk_bytes = 4096;
+  opt.window = 3;
+  for (int p : {2, 3}) {
+    std::vector<ring_node_actor> nodes;
+    std::vector<ring_peer_actor> peers;
+    for (int r = 0; r < p; ++r) {
+      nodes.push_back(spawn_ring_node(sys, opt));
+      peers.emplace_back(nodes.back());
+    }
+    for (int r = 0; r < p; ++r) REQUIRE(!wire_ring_node(sys, nodes[r], r, peers));
+    int iter = 0;
+    for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{4099}, int64_t{100003}})
+      for (auto op : all_ops) {
+        std::vector<std::vector<tensor>> in;
+        for (int r = 0; r < p; ++r) in.push_back(rt::inputs(r, iter, n));
+        check_results(run_all(sys, nodes, op, std::move(in)), p, iter, n, op);
         ++iter;
       }
     stop_ring_nodes(nodes);

@@ -1,8 +1,10 @@
 #include "actors/reducers/remote_ring.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -17,6 +19,103 @@ using reducers::flat_view;
 caf::error ring_error(std::string text) {
   return caf::make_error(caf::sec::runtime_error, std::move(text));
 }
+
+// Applies the floats `in` of step `step` (of a ring of `n`) to the elements
+// [pos, pos + len) of `view`: combined during the reduce-scatter (and
+// finalized at its last step), copied during the all-gather.
+void apply_floats(const flat_view& view, int64_t pos, const float* in, int64_t len, int32_t step,
+                  int32_t n, reduce_op op) {
+  float scale = op == reduce_op::mean ? 1.0f / static_cast<float>(n) : 1.0f;
+  bool rs = step < n - 1;
+  bool rs_last = step == n - 2;
+  view.for_pieces(pos, pos + len, [&](std::size_t i, int64_t off, int64_t l) {
+    float* mine = view.data[i] + off;
+    if (rs_last)
+      reducers::combine_final(mine, in, l, op, scale);
+    else if (rs)
+      reducers::combine(mine, in, l, op);
+    else
+      reducers::copy_floats(mine, in, l);
+    in += l;
+  });
+}
+
+// What the deserializer (on the middleman's thread) needs to apply a chunk
+// of the running collective straight from CAF's receive buffer: the
+// caller's buffers, open from the collective's start until just before its
+// reply (or failure). The mutex makes closing wait for a chunk being applied.
+//
+// Why this is safe while the node works on the same buffers: each chunk
+// covers the same element range at every step (the ranges travel with the
+// chunks), and a range is written by step s + 1 (or the all-gather) only
+// after the neighbours consumed what this rank sent of it before: the data
+// that arrives was computed from it (so it was serialized before). That
+// holds whichever thread deserializes (the multiplexer, or BASP workers).
+// Reading the receive buffer's bytes as floats: only when float-aligned
+// (with BASP's framing they are), else through a small aligned block.
+class node_landing final : public ring_landing {
+ public:
+  void open(uint64_t seq, reduce_op op, int32_t n, const flat_view& v) {
+    std::lock_guard<std::mutex> guard{mx_};
+    open_ = true;
+    seq_ = seq;
+    op_ = op;
+    n_ = n;
+    view_.data = v.data;
+    view_.offsets = v.offsets;
+  }
+
+  void close() {
+    std::lock_guard<std::mutex> guard{mx_};
+    open_ = false;
+    view_ = flat_view{};
+  }
+
+  bool land(const ring_chunk& x, int64_t len, caf::deserializer& f, caf::error&) override {
+    // Only from an in-memory buffer holding all the floats: then nothing can
+    // fail halfway through (BASP deserializes from its receive buffer).
+    auto* src = dynamic_cast<caf::binary_deserializer*>(&f);
+    auto bytes = static_cast<std::size_t>(len) * sizeof(float);
+    if (src == nullptr || src->remaining() < bytes) return false;
+    std::lock_guard<std::mutex> guard{mx_};
+    if (!open_ || x.seq != seq_ || x.op != op_ || x.total != view_.numel() || x.step < 0 ||
+        x.step > 2 * (n_ - 1) - 1 || x.offset < 0 || len > x.total - x.offset)
+      return false;  // the node sorts it out (early chunk, or an error to report)
+    auto in = reinterpret_cast<const char*>(src->remainder().data());
+    if (x.step >= n_ - 1) {
+      // All-gather: a byte copy straight into the buffer.
+      view_.for_pieces(x.offset, x.offset + len, [&](std::size_t i, int64_t off, int64_t l) {
+        auto lb = static_cast<std::size_t>(l) * sizeof(float);
+        std::memcpy(view_.data[i] + off, in, lb);
+        in += lb;
+      });
+    } else if (reinterpret_cast<std::uintptr_t>(in) % alignof(float) == 0) {
+      // Reduce-scatter, floats aligned in the receive buffer: combined from it.
+      apply_floats(view_, x.offset, reinterpret_cast<const float*>(in), len, x.step, n_, op_);
+    } else {
+      // Misaligned: through a small L1-resident block.
+      constexpr int64_t block = 4096;
+      alignas(64) float tmp[block];
+      for (int64_t done = 0; done < len;) {
+        int64_t l = std::min(block, len - done);
+        std::memcpy(tmp, in + done * static_cast<int64_t>(sizeof(float)),
+                    static_cast<std::size_t>(l) * sizeof(float));
+        apply_floats(view_, x.offset + done, tmp, l, x.step, n_, op_);
+        done += l;
+      }
+    }
+    src->skip(bytes);
+    return true;
+  }
+
+ private:
+  std::mutex mx_;
+  bool open_ = false;
+  uint64_t seq_ = 0;
+  reduce_op op_ = reduce_op::sum;
+  int32_t n_ = 0;
+  flat_view view_;  // data pointers and offsets only
+};
 
 // A chunk still to be sent: which step and which elements (of the caller's
 // buffer, which the chunk message then views).
@@ -61,6 +160,7 @@ struct ring_state {
   std::deque<out_item> out;
   int32_t in_flight = 0;
   reducer_stats stats;
+  std::shared_ptr<node_landing> landing = std::make_shared<node_landing>();
 
   static inline const char* name = "ring_node";
 
@@ -77,12 +177,25 @@ struct ring_state {
   }
 };
 
-using ring_self = ring_node_actor::stateful_pointer<ring_state>;
+// A ring node runs as a plain actor or, where the middleman is loaded, as a
+// broker on the middleman's thread (see spawn_ring_node): the same code for
+// both self types.
+template <class>
+struct broker_with;
+template <class... Sigs>
+struct broker_with<caf::detail::type_list<Sigs...>> {
+  using type = caf::io::typed_broker<Sigs...>;
+};
+using ring_broker_base = broker_with<ring_node_actor::signatures>::type;
+using ring_actor_self = ring_node_actor::stateful_pointer<ring_state>;
+using ring_broker_self = caf::stateful_actor<ring_state, ring_broker_base>*;
 
-void fail_all(ring_self self, const std::string& reason, bool tell_peers) {
+template <class Self>
+void fail_all(Self self, const std::string& reason, bool tell_peers) {
   auto& st = self->state;
   if (!st.broken.empty()) return;
   st.broken = reason;
+  st.landing->close();  // before the reply: the caller may reuse its buffers
   uint64_t seq = st.act ? st.act->seq : st.next_seq;
   if (st.act) {
     st.act->rp.deliver(ring_error(reason));
@@ -110,15 +223,18 @@ std::string where(const ring_state& st) {
   return "remote_ring rank " + std::to_string(st.rank) + "/" + std::to_string(st.n);
 }
 
-void start_next(ring_self self);
+template <class Self>
+void start_next(Self self);
 
-void check_done(ring_self self) {
+template <class Self>
+void check_done(Self self) {
   auto& st = self->state;
   if (!st.act) return;
   auto& a = *st.act;
   // Sent chunks are views of the caller's buffers: the reply waits until the
   // right neighbour acknowledged the last of them.
   if (a.received < a.to_receive || a.sent < a.to_send || st.in_flight > 0) return;
+  st.landing->close();
   ++st.stats.collectives;
   st.stats.bytes_reduced += a.view.numel() * static_cast<int64_t>(sizeof(float));
   a.rp.deliver(std::move(a.view.tensors));
@@ -127,7 +243,8 @@ void check_done(ring_self self) {
 }
 
 // Sends queued chunks while the window allows.
-void pump(ring_self self) {
+template <class Self>
+void pump(Self self) {
   auto& st = self->state;
   while (st.act && !st.out.empty() && st.in_flight < st.opt.window) {
     auto it = st.out.front();
@@ -139,6 +256,7 @@ void pump(ring_self self) {
     ch.offset = it.begin;
     ch.total = a.view.numel();
     ch.op = a.op;
+    ch.dest = st.peers[st.right()].id();
     // Views of the caller's buffers, no copy: they stay untouched until the
     // right neighbour acknowledges the chunk (see check_done).
     a.view.for_pieces(it.begin, it.end, [&](std::size_t i, int64_t off, int64_t len) {
@@ -154,7 +272,8 @@ void pump(ring_self self) {
 }
 
 // Consumes one chunk of the active collective (from the left neighbour).
-void consume(ring_self self, const ring_chunk& ch) {
+template <class Self>
+void consume(Self self, const ring_chunk& ch) {
   auto& st = self->state;
   auto& a = *st.act;
   int64_t len = ch.numel();
@@ -168,28 +287,16 @@ void consume(ring_self self, const ring_chunk& ch) {
     return;
   }
   if (ch.pieces.size() != ch.keep.size() || ch.step < 0 || ch.step > st.last_step() ||
-      ch.offset < 0 || ch.offset + len > a.view.numel()) {
+      ch.offset < 0 || ch.offset + len > a.view.numel() || (ch.landed > 0 && !ch.pieces.empty())) {
     fail_all(self, where(st) + ": malformed chunk from rank " + std::to_string(st.left()), true);
     return;
   }
-  float scale = a.op == reduce_op::mean ? 1.0f / static_cast<float>(st.n) : 1.0f;
-  bool rs = ch.step < st.n - 1;
-  bool rs_last = ch.step == st.n - 2;
-  // Straight from the chunk's pieces (the received block, or in one process
-  // the sender's buffer) into this rank's buffers.
+  // Landed chunks are applied already (by the deserializer); the others
+  // straight from their pieces (the received block, or in one process the
+  // sender's buffer) into this rank's buffers.
   int64_t pos = ch.offset;
   for (auto& p : ch.pieces) {
-    const float* in = p.data;
-    a.view.for_pieces(pos, pos + p.len, [&](std::size_t i, int64_t off, int64_t l) {
-      float* mine = a.view.data[i] + off;
-      if (rs_last)
-        reducers::combine_final(mine, in, l, a.op, scale);
-      else if (rs)
-        reducers::combine(mine, in, l, a.op);
-      else
-        reducers::copy_floats(mine, in, l);
-      in += l;
-    });
+    apply_floats(a.view, pos, p.data, p.len, ch.step, st.n, a.op);
     pos += p.len;
   }
   if (ch.step < st.last_step()) st.out.push_back({ch.step + 1, ch.offset, ch.offset + len});
@@ -198,7 +305,8 @@ void consume(ring_self self, const ring_chunk& ch) {
   ++st.stats.messages_sent;
 }
 
-void start_next(ring_self self) {
+template <class Self>
+void start_next(Self self) {
   auto& st = self->state;
   if (st.act || st.queue.empty() || !st.broken.empty()) return;
   auto req = std::move(st.queue.front());
@@ -210,6 +318,7 @@ void start_next(ring_self self) {
   a.view = flat_view(std::move(req.tensors));
   a.rp = std::move(req.rp);
   a.seg = reducers::split_range(0, a.view.numel(), st.n);
+  st.landing->open(a.seq, a.op, st.n, a.view);
   for (int32_t s = 0; s <= st.last_step(); ++s) {
     a.to_send += st.chunks_of(st.send_seg(st.rank, s), a.seg);
     a.to_receive += st.chunks_of(st.send_seg(st.left(), s), a.seg);
@@ -236,11 +345,20 @@ void start_next(ring_self self) {
   check_done(self);
 }
 
-ring_node_actor::behavior_type ring_node_impl(ring_self self, ring_options opt) {
+template <class Self>
+ring_node_actor::behavior_type ring_node_impl(Self self, ring_options opt) {
   auto& st0 = self->state;
   st0.opt = opt;
   st0.opt.window = std::max<int32_t>(1, opt.window);
   st0.chunk_elems = std::max<int64_t>(1, opt.chunk_bytes / static_cast<int64_t>(sizeof(float)));
+  {
+    // Chunks from other processes land straight in the running collective's
+    // buffers (see node_landing) until this node is gone.
+    auto& sys = self->home_system();
+    auto id = self->id();
+    set_ring_landing(sys, id, st0.landing);
+    self->attach_functor([&sys, id] { set_ring_landing(sys, id, nullptr); });
+  }
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     for (int32_t p = 0; p < static_cast<int32_t>(st.peers.size()); ++p)
@@ -256,6 +374,15 @@ ring_node_actor::behavior_type ring_node_impl(ring_self self, ring_options opt) 
       [=](ring_chunk_atom, ring_chunk& ch) {
         auto& st = self->state;
         if (!st.broken.empty()) return;
+        if (ch.landed > 0 && (!st.act || ch.seq != st.act->seq)) {
+          // Cannot happen: a chunk lands only in the running collective,
+          // which does not end before the node consumed all its chunks.
+          fail_all(
+              self,
+              where(st) + ": chunk of collective " + std::to_string(ch.seq) + " landed outside it",
+              true);
+          return;
+        }
         if (!st.act || ch.seq > st.act->seq) {
           st.early[ch.seq].push_back(std::move(ch));
           return;
@@ -340,7 +467,7 @@ ring_node_actor::behavior_type ring_node_impl(ring_self self, ring_options opt) 
           ++st.stats.collectives;
           return std::move(ts);
         }
-        auto rp = self->make_response_promise<std::vector<tensor>>();
+        auto rp = self->template make_response_promise<std::vector<tensor>>();
         st.queue.push_back({op, std::move(ts), rp});
         start_next(self);
         return rp;
@@ -352,7 +479,9 @@ ring_node_actor::behavior_type ring_node_impl(ring_self self, ring_options opt) 
 }  // namespace
 
 ring_node_actor spawn_ring_node(caf::actor_system& sys, ring_options opts) {
-  return sys.spawn(ring_node_impl, opts);
+  if (opts.on_middleman_thread && sys.has_middleman())
+    return sys.middleman().spawn_broker(ring_node_impl<ring_broker_self>, opts);
+  return sys.spawn(ring_node_impl<ring_actor_self>, opts);
 }
 
 caf::expected<uint16_t> publish_ring_node(caf::actor_system& sys, const ring_node_actor& node,
@@ -427,6 +556,9 @@ caf::error join_ring(caf::actor_system& sys, const ring_node_actor& node, int32_
 std::vector<ring_node_actor> spawn_ring_group(caf::actor_system& sys, int n, ring_options opts) {
   std::vector<ring_node_actor> nodes;
   std::vector<ring_peer_actor> peers;
+  // All local: no chunk is deserialized, so a node gains nothing from the
+  // middleman's thread, and the group's combines would share that one thread.
+  opts.on_middleman_thread = false;
   for (int i = 0; i < n; ++i) {
     nodes.push_back(spawn_ring_node(sys, opts));
     peers.emplace_back(nodes.back());

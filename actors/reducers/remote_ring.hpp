@@ -21,8 +21,11 @@
 // Memory: chunks are views of the caller's buffers, never copies on the
 // sending side (in another process, CAF serializes them straight from the
 // buffer; in one process, the receiver combines straight from the sender's
-// buffer); a received chunk is deserialized into one uninitialized buffer and
-// combined from it into the caller's. Per link at most `window` chunks are in
+// buffer). A chunk from another process for the collective the receiver is
+// running is combined into the caller's buffer by the deserializer, straight
+// from CAF's receive buffer (ring_landing); one that arrives before its
+// collective started is deserialized into an uninitialized buffer and
+// combined from it later. Per link at most `window` chunks are in
 // flight (sender's BASP buffers + receiver's mailbox); chunks of a
 // collective this rank has not started yet stay unacknowledged, hence also
 // bounded by the window. A collective's reply is sent only once all its
@@ -60,6 +63,11 @@ struct ring_options {
   int32_t window = 8;
   // A collective not finished this long after it started on this rank fails.
   caf::timespan timeout = std::chrono::seconds(60);
+  // Where the actor system has the middleman loaded, run the node on the
+  // middleman's thread (as a broker): a chunk from another process is then
+  // combined (while deserialized), acknowledged and forwarded on that one
+  // thread, without waking an actor thread twice per chunk.
+  bool on_middleman_thread = true;
 };
 
 ring_node_actor spawn_ring_node(caf::actor_system& sys, ring_options opts = {});
@@ -109,7 +117,8 @@ caf::error join_ring(caf::actor_system& sys, const ring_node_actor& node, int32_
 
 // --- in one process ---
 
-// Spawns and wires n nodes (tests, or several groups in one process).
+// Spawns and wires n nodes (tests, or several groups in one process), as
+// plain actors (on_middleman_thread is ignored: nothing is deserialized).
 std::vector<ring_node_actor> spawn_ring_group(caf::actor_system& sys, int n,
                                               ring_options opts = {});
 
