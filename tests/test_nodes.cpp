@@ -194,6 +194,39 @@ TEST_CASE("mirrored over 3 processes equals the same job in one process") {
   CHECK(d < 2e-5);
 }
 
+TEST_CASE("mirrored with replicas on the chief too (explicit hosts) equals one process") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 3, 48);
+  c.checkpoint.every_steps = 0;
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  job.json["cluster"]["hosts"] = {
+      {"chief:0", {{"replicas", {0}}, {"devices", {"cpu:0"}}}},
+      {"worker:0", {{"replicas", {1, 2}}, {"devices", {"cpu:1", "cpu:2"}}}}};
+  std::ofstream(job.file) << job.json.dump(2);
+  run_all(job, dir.str());
+  auto many = summary_in(dir / "out");
+  double d = max_abs_diff(variables_of(one), variables_of(many));
+  MESSAGE("mirrored, chief + 1 worker vs 1 process: max |diff| " << d);
+  CHECK(d < 2e-5);
+}
+
+TEST_CASE("elastic_average with workers and the center in other processes trains") {
+  strategy_env env(960);
+  auto c = env.job("elastic_average", "sgd", 2, 32);
+  c.strategy.communication_period = 4;
+  c.strategy.synchronous = true;
+  c.training.epochs = 6;
+  c.training.eval_every_epochs = 6;
+  temp_dir dir;
+  auto s = run_in_processes(c, dir, 2, 1);  // chief, worker:0, worker:1, ps:0 (the center)
+  MESSAGE("EASGD over 4 processes: test accuracy " << s["test_accuracy"]);
+  CHECK(s["steps"] == 6 * 2 * 15);
+  CHECK(s["test_accuracy"].get<double>() > 0.9);
+}
+
 TEST_CASE("central_storage with shards and replicas in other processes equals one process") {
   strategy_env env(480);
   auto c = env.job("central_storage", "sgd", 2, 48);
