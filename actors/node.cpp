@@ -310,7 +310,7 @@ struct node_process {
       last = describe(h.error());
       if (clock_type::now() >= deadline)
         throw job_error(name() + ": cannot reach " + task.str() + " at " + address + " within " +
-                        std::to_string(spec().join_timeout_seconds) + " s (" + last + ")");
+                        fmt::format("{:g}", spec().join_timeout_seconds) + " s (" + last + ")");
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     caf::scoped_actor self{sys};
@@ -360,7 +360,7 @@ struct node_process {
       auto peer = connect(parse_task_name(ring_tasks[static_cast<std::size_t>(p)]), {}, deadline);
       std::string failure;
       self->request(peer, std::chrono::seconds(10), ring_node_atom::value)
-          .receive([&](ring_node_actor& r) { peers[static_cast<std::size_t>(p)] = std::move(r); },
+          .receive([&](ring_node_actor& r) { peers[static_cast<std::size_t>(p)] = r; },
                    [&](caf::error& e) { failure = describe(e); });
       if (!failure.empty())
         throw job_error(name() + ": ring with " + ring_tasks[p] + ": " + failure);
@@ -381,7 +381,7 @@ struct node_process {
         if (known) break;
         if (clock_type::now() >= deadline)
           throw job_error(name() + ": " + ring_tasks[p] + " did not join the ring within " +
-                          std::to_string(spec().join_timeout_seconds) + " s");
+                          fmt::format("{:g}", spec().join_timeout_seconds) + " s");
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
@@ -469,7 +469,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
         auto& list = joined.count(t) ? present : missing;
         list += (list.empty() ? "" : ", ") + t;
       }
-      throw job_error("join timeout: after " + std::to_string(np.spec().join_timeout_seconds) +
+      throw job_error("join timeout: after " + fmt::format("{:g}", np.spec().join_timeout_seconds) +
                       " s still waiting for " + missing +
                       (present.empty() ? "" : " (joined: " + present + ")"));
     }
