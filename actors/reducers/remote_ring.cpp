@@ -359,14 +359,26 @@ ring_node_actor::behavior_type ring_node_impl(Self self, ring_options opt) {
     set_ring_landing(sys, id, st0.landing);
     self->attach_functor([&sys, id] { set_ring_landing(sys, id, nullptr); });
   }
+  // Told to stop: drop the peers' handles first. Nodes of one process hold
+  // each other's handles; brokers (on_middleman_thread) do not release their
+  // state on exit, so the cycle would outlive the group.
+  self->set_exit_handler([=](caf::exit_msg& em) {
+    self->state.peers.clear();
+    self->state.introduced.clear();
+    self->quit(std::move(em.reason));
+  });
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     for (int32_t p = 0; p < static_cast<int32_t>(st.peers.size()); ++p)
       if (p != st.rank && st.peers[p].address() == dm.source) {
+        // A peer stopped on purpose (user_shutdown) is stopped with the whole
+        // group: every node gets its own down message, and aborts sent to
+        // nodes already gone would only pile up (brokers in one process
+        // then keep each other alive).
         fail_all(
             self,
             where(st) + ": lost peer rank " + std::to_string(p) + " (" + to_string(dm.reason) + ")",
-            true);
+            dm.reason != caf::exit_reason::user_shutdown);
         return;
       }
   });
