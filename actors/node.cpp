@@ -3,12 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -563,15 +565,44 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   return summary;
 }
 
-}  // namespace
+// The actor system of a node and its config (which the system refers to):
+// they are ended together, possibly on another thread (end_node_system).
+struct node_system {
+  net_system_config cfg;
+  caf::actor_system sys;
+  explicit node_system(caf::timespan heartbeat)
+      : cfg(heartbeat, std::max<caf::timespan>(3 * heartbeat, std::chrono::seconds(1))), sys(cfg) {}
+};
 
-nlohmann::json run_node(const job_config& c, const task_id& task, const job_options& o) {
-  if (!c.cluster)
-    throw config_error("cluster", "troupe node needs a \"cluster\" section in the job config");
+std::atomic<bool> system_left_running{false};
+
+// Ends the system within `limit`. By now every troupe actor is done and
+// every result is on disk; what can remain is CAF 0.17's BASP broker keeping
+// a stopped actor alive (messages stranded in a stopped broker's mailbox),
+// and ~actor_system then waits for that actor's thread for ever. Past the
+// limit the system is left to the end of the process instead.
+void end_node_system(std::unique_ptr<node_system> ns, const std::string& task,
+                     std::chrono::seconds limit) {
+  // CAF's logger lives until every thread that used the system lets go of
+  // it, and ~actor_system waits for that: this thread lets go here.
+  caf::logger::set_current_actor_system(nullptr);
+  auto done = std::make_shared<std::promise<void>>();
+  auto ended = done->get_future();
+  std::thread([ns = std::move(ns), done]() mutable {
+    ns.reset();
+    done->set_value();
+  }).detach();
+  if (ended.wait_for(limit) == std::future_status::ready) return;
+  system_left_running = true;
+  spdlog::warn(
+      "{}: the actor system did not stop within {} s (CAF's network layer holds a "
+      "stopped actor); the process ends without waiting for it",
+      task, limit.count());
+}
+
+nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const task_id& task,
+                           const job_options& o) {
   const auto& spec = *c.cluster;
-  if (!has_task(spec, task))
-    throw config_error("cluster.tasks", "this cluster has no task " + task.str());
-  kernels::init_cpu_kernels();
   const bool chief = task.job == "chief";
   auto shared = std::make_shared<node_shared>();
   shared->task = task.str();
@@ -584,11 +615,6 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
     spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), {} tasks, output {}", c.name,
                  c.strategy.kind, plan->total_steps, plan->steps_per_epoch, placement.size(),
                  plan->output_dir);
-
-  const auto heartbeat = std::chrono::duration_cast<caf::timespan>(
-      std::chrono::duration<double>(spec.heartbeat_seconds));
-  net_system_config cfg(heartbeat, std::max<caf::timespan>(3 * heartbeat, std::chrono::seconds(1)));
-  caf::actor_system sys{cfg};
 
   // Tasks with replicas, in all_tasks order: the ring across processes.
   std::vector<std::string> ring_tasks;
@@ -701,6 +727,32 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
     throw job_error(error.rfind(task.str(), 0) == 0 ? error : task.str() + ": " + error);
   if (chief) std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
   return summary;
+}
+
+}  // namespace
+
+nlohmann::json run_node(const job_config& c, const task_id& task, const job_options& o) {
+  if (!c.cluster)
+    throw config_error("cluster", "troupe node needs a \"cluster\" section in the job config");
+  if (!has_task(*c.cluster, task))
+    throw config_error("cluster.tasks", "this cluster has no task " + task.str());
+  kernels::init_cpu_kernels();
+  auto ns = std::make_unique<node_system>(std::chrono::duration_cast<caf::timespan>(
+      std::chrono::duration<double>(c.cluster->heartbeat_seconds)));
+  nlohmann::json summary;
+  std::exception_ptr failure;
+  try {
+    summary = run_node_on(ns->sys, c, task, o);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  end_node_system(std::move(ns), task.str(), std::chrono::seconds(5));
+  if (failure) std::rethrow_exception(failure);
+  return summary;
+}
+
+bool node_system_left_running() {
+  return system_left_running;
 }
 
 }  // namespace troupe

@@ -38,6 +38,14 @@ namespace troupe {
 // on failure (a peer lost, the join timeout, a refused handshake),
 // config_error for a config without a cluster or a task it lacks, and
 // secret_error for a missing secret.
+// The actor system is ended within 5 s of the job's end (see
+// node_system_left_running).
 nlohmann::json run_node(const job_config& c, const task_id& task, const job_options& o = {});
+
+// True once run_node's actor system did not stop within its limit (CAF 0.17
+// can keep a stopped actor alive at shutdown; see node.cpp): its threads are
+// still waiting, so the process should flush its output and end with
+// std::_Exit rather than run its static destructors under them.
+bool node_system_left_running();
 
 }  // namespace troupe

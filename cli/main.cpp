@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -244,7 +245,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "run") return cmd_run(args, false);
-  if (cmd == "node") return cmd_run(args, true);
+  if (cmd == "node") {
+    const int rc = cmd_run(args, true);
+    if (troupe::node_system_left_running()) {
+      // Its threads still wait inside CAF: end without static destructors.
+      spdlog::default_logger()->flush();
+      std::cout.flush();
+      std::fflush(nullptr);
+      std::_Exit(rc);
+    }
+    return rc;
+  }
   if (cmd == "validate") return cmd_validate(args);
   if (cmd == "launch") return troupe::launch::cmd_launch(args, bad_usage);
   if (cmd == "checkpoint") return cmd_checkpoint(args);
