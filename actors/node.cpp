@@ -7,6 +7,7 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -664,6 +665,11 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
       shards = plan_shards(c, *plan);
       spawn_shards(sys, c, *plan, mine.shards, shards);
       my_shards = shards.actors;
+      // Test hook (test_nodes): a shard handle that is never released, as
+      // CAF's stranded messages can hold one, so that the bounded shutdown
+      // (end_node_system) is exercised.
+      if (std::getenv("TROUPE_TEST_HOLD_SHARD_AT_EXIT") != nullptr && !my_shards.empty())
+        (void)new variable_shard_actor(my_shards.front());  // leaked on purpose
     }
     if (!chief) {
       node_parts hello_parts;

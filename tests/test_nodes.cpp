@@ -383,6 +383,35 @@ TEST_CASE("a worker process killed mid-job: parameter_server goes on, and takes 
   CHECK(procs["chief:0"]->output().find("worker:2") != std::string::npos);
 }
 
+TEST_CASE("a node whose actor system cannot stop still exits, with the job's code") {
+  // The hook holds a shard handle for ever: ~actor_system alone would wait
+  // on the shard's thread without end (what CAF 0.17's stranded BASP
+  // messages can do).
+  strategy_env env(960);
+  auto c = env.job("parameter_server", "sgd", 2, 32);
+  c.strategy.shards = 1;
+  c.training.epochs = 1;
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 2, 1);
+  std::map<std::string, std::unique_ptr<node_proc>> procs;
+  for (auto& [task, _] : job.address) {
+    if (task == "ps:0") ::setenv("TROUPE_TEST_HOLD_SHARD_AT_EXIT", "1", 1);
+    procs[task] =
+        std::make_unique<node_proc>(job.file, task, dir.str() + "/" + task + ".log", kSecret);
+    ::unsetenv("TROUPE_TEST_HOLD_SHARD_AT_EXIT");
+  }
+  for (auto& [task, p] : procs) {
+    int rc = p->wait(std::chrono::seconds(60));
+    CHECK_MESSAGE(rc == 0, task << " exited with " << rc << "; its log:\n" << p->output());
+  }
+  const std::string stuck = "the actor system did not stop within 5 s";
+  CHECK(procs["ps:0"]->output().find(stuck) != std::string::npos);
+  CHECK(procs["ps:0"]->output().find("task ps:0 finished") != std::string::npos);
+  CHECK(procs["chief:0"]->output().find(stuck) == std::string::npos);
+  CHECK(summary_in(dir / "out")["steps"].get<int64_t>() > 0);
+}
+
 TEST_CASE("a node with a wrong or missing secret is refused") {
   strategy_env env(200);
   auto c = env.job("mirrored", "sgd", 2, 20);
