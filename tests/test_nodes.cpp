@@ -61,15 +61,20 @@ struct node_proc {
   int status = -1;
 
   node_proc(const std::string& config, const std::string& t, const std::string& log_path,
-            const std::string& secret, std::vector<std::string> extra = {})
-      : node_proc(t, log_path, secret, [&] {
-          std::vector<std::string> args{TROUPE_BIN, "node", "--config", config, "--task", t};
-          for (auto& e : extra) args.push_back(e);
-          return args;
-        }()) {}
-  // Any troupe command line (args[0] is the binary).
+            const std::string& secret, std::vector<std::string> extra = {},
+            const std::map<std::string, std::string>& env = {})
+      : node_proc(
+            t, log_path, secret,
+            [&] {
+              std::vector<std::string> args{TROUPE_BIN, "node", "--config", config, "--task", t};
+              for (auto& e : extra) args.push_back(e);
+              return args;
+            }(),
+            env) {}
+  // Any troupe command line (args[0] is the binary); `env`: variables set
+  // in the child only.
   node_proc(const std::string& name, const std::string& log_path, const std::string& secret,
-            std::vector<std::string> args)
+            std::vector<std::string> args, const std::map<std::string, std::string>& env = {})
       : task(name), log(log_path) {
     pid = ::fork();
     REQUIRE(pid >= 0);
@@ -81,6 +86,7 @@ struct node_proc {
         ::unsetenv("TROUPE_SECRET");
       else
         ::setenv("TROUPE_SECRET", secret.c_str(), 1);
+      for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -143,30 +149,40 @@ struct cluster_job {
   }
 };
 
+using node_procs = std::map<std::string, std::unique_ptr<node_proc>>;
+
+// Starts every task of the cluster, logs in dir/<task>.log; `env`: task ->
+// variables set for that task's process only.
+node_procs start_all(const cluster_job& job, const std::string& dir,
+                     const std::vector<std::string>& extra = {},
+                     const std::map<std::string, std::map<std::string, std::string>>& env = {}) {
+  node_procs procs;
+  for (auto& [task, _] : job.address) {
+    auto e = env.find(task);
+    procs[task] =
+        std::make_unique<node_proc>(job.file, task, dir + "/" + task + ".log", kSecret, extra,
+                                    e == env.end() ? decltype(e->second){} : e->second);
+  }
+  return procs;
+}
+
+// Every process must exit 0 within `limit`.
+void wait_all(node_procs& procs, double limit) {
+  for (auto& [task, p] : procs) {
+    int rc = p->wait(std::chrono::duration<double>(limit));
+    CHECK_MESSAGE(rc == 0, task << " exited with " << rc << "; its log:\n" << p->output());
+  }
+}
+
 // Starts every task of the cluster; all must exit 0 within `limit`.
 void run_all(const cluster_job& job, const std::string& dir, std::vector<std::string> extra = {},
              double limit = 120) {
-  std::vector<std::unique_ptr<node_proc>> procs;
-  for (auto& [task, _] : job.address)
-    procs.push_back(
-        std::make_unique<node_proc>(job.file, task, dir + "/" + task + ".log", kSecret, extra));
-  for (auto& p : procs) {
-    int rc = p->wait(std::chrono::duration<double>(limit));
-    CHECK_MESSAGE(rc == 0, p->task << " exited with " << rc << "; its log:\n" << p->output());
-  }
+  auto procs = start_all(job, dir, extra);
+  wait_all(procs, limit);
 }
 
 nlohmann::json summary_in(const std::string& out) {
   return nlohmann::json::parse(read_file(out + "/summary.json"));
-}
-
-// Starts every task of the cluster, logs in dir/<task>.log.
-std::map<std::string, std::unique_ptr<node_proc>> start_all(const cluster_job& job,
-                                                            const std::string& dir) {
-  std::map<std::string, std::unique_ptr<node_proc>> procs;
-  for (auto& [task, _] : job.address)
-    procs[task] = std::make_unique<node_proc>(job.file, task, dir + "/" + task + ".log", kSecret);
-  return procs;
 }
 
 // Runs `c` as a chief, `workers` worker and `ps` ps processes (outputs in
@@ -394,17 +410,8 @@ TEST_CASE("a node whose actor system cannot stop still exits, with the job's cod
   temp_dir dir;
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 2, 1);
-  std::map<std::string, std::unique_ptr<node_proc>> procs;
-  for (auto& [task, _] : job.address) {
-    if (task == "ps:0") ::setenv("TROUPE_TEST_HOLD_SHARD_AT_EXIT", "1", 1);
-    procs[task] =
-        std::make_unique<node_proc>(job.file, task, dir.str() + "/" + task + ".log", kSecret);
-    ::unsetenv("TROUPE_TEST_HOLD_SHARD_AT_EXIT");
-  }
-  for (auto& [task, p] : procs) {
-    int rc = p->wait(std::chrono::seconds(60));
-    CHECK_MESSAGE(rc == 0, task << " exited with " << rc << "; its log:\n" << p->output());
-  }
+  auto procs = start_all(job, dir.str(), {}, {{"ps:0", {{"TROUPE_TEST_HOLD_SHARD_AT_EXIT", "1"}}}});
+  wait_all(procs, 60);
   const std::string stuck = "the actor system did not stop within 5 s";
   CHECK(procs["ps:0"]->output().find(stuck) != std::string::npos);
   CHECK(procs["ps:0"]->output().find("task ps:0 finished") != std::string::npos);
