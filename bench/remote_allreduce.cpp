@@ -58,34 +58,46 @@ std::string value_of(const std::string& a, const std::string& key) {
   return a.rfind(key, 0) == 0 ? a.substr(key.size()) : std::string{};
 }
 
+void parse_one(options& o, const std::string& a) {
+  if (auto v = value_of(a, "--sizes-mb="); !v.empty()) {
+    o.sizes_mb.clear();
+    std::stringstream ss(v);
+    for (std::string x; std::getline(ss, x, ',');) o.sizes_mb.push_back(std::stoll(x));
+  } else if (auto v = value_of(a, "--iters="); !v.empty()) {
+    o.iters = std::stoi(v);
+  } else if (auto v = value_of(a, "--chunk-kb="); !v.empty()) {
+    o.chunk_kb = std::stoll(v);
+  } else if (auto v = value_of(a, "--window="); !v.empty()) {
+    o.window = std::stoi(v);
+  } else if (auto v = value_of(a, "--reads="); !v.empty()) {
+    o.reads = std::stoll(v);
+  } else if (auto v = value_of(a, "--workers="); !v.empty()) {
+    o.workers = std::stoll(v);
+  } else if (auto v = value_of(a, "--threads="); !v.empty()) {
+    o.threads = std::stoll(v);
+  } else if (auto v = value_of(a, "--heartbeat-ms="); !v.empty()) {
+    o.heartbeat_ms = std::stoll(v);
+  } else if (auto v = value_of(a, "--mm-thread="); !v.empty()) {
+    o.mm_thread = v != "0";
+  } else if (auto v = value_of(a, "--peer="); !v.empty()) {
+    o.peer_port = std::stoi(v);
+  } else {
+    std::cerr << "unknown argument " << a << "\n";
+    std::exit(2);
+  }
+}
+
 options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (auto v = value_of(a, "--sizes-mb="); !v.empty()) {
-      o.sizes_mb.clear();
-      std::stringstream ss(v);
-      for (std::string x; std::getline(ss, x, ',');) o.sizes_mb.push_back(std::stoll(x));
-    } else if (auto v = value_of(a, "--iters="); !v.empty()) {
-      o.iters = std::stoi(v);
-    } else if (auto v = value_of(a, "--chunk-kb="); !v.empty()) {
-      o.chunk_kb = std::stoll(v);
-    } else if (auto v = value_of(a, "--window="); !v.empty()) {
-      o.window = std::stoi(v);
-    } else if (auto v = value_of(a, "--reads="); !v.empty()) {
-      o.reads = std::stoll(v);
-    } else if (auto v = value_of(a, "--workers="); !v.empty()) {
-      o.workers = std::stoll(v);
-    } else if (auto v = value_of(a, "--threads="); !v.empty()) {
-      o.threads = std::stoll(v);
-    } else if (auto v = value_of(a, "--heartbeat-ms="); !v.empty()) {
-      o.heartbeat_ms = std::stoll(v);
-    } else if (auto v = value_of(a, "--mm-thread="); !v.empty()) {
-      o.mm_thread = v != "0";
-    } else if (auto v = value_of(a, "--peer="); !v.empty()) {
-      o.peer_port = std::stoi(v);
-    } else {
-      std::cerr << "unknown argument " << a << "\n";
+    try {
+      parse_one(o, a);
+    } catch (const std::invalid_argument&) {
+      std::cerr << "bad value in " << a << ": expected a number (or a list of them)\n";
+      std::exit(2);
+    } catch (const std::out_of_range&) {
+      std::cerr << "bad value in " << a << ": out of range\n";
       std::exit(2);
     }
   }

@@ -116,16 +116,24 @@ int main(int argc, char** argv) {
   std::size_t chunk_kb = 1024;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--sizes-mb=", 0) == 0) {
-      sizes.clear();
-      std::stringstream ss(a.substr(11));
-      for (std::string x; std::getline(ss, x, ',');) sizes.push_back(std::stod(x));
-    } else if (a.rfind("--iters=", 0) == 0) {
-      iters = std::max(1, std::atoi(a.c_str() + 8));
-    } else if (a.rfind("--chunk-kb=", 0) == 0) {
-      chunk_kb = static_cast<std::size_t>(std::max(1, std::atoi(a.c_str() + 11)));
-    } else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+    try {
+      if (a.rfind("--sizes-mb=", 0) == 0) {
+        sizes.clear();
+        std::stringstream ss(a.substr(11));
+        for (std::string x; std::getline(ss, x, ',');) sizes.push_back(std::stod(x));
+        if (sizes.empty() || *std::min_element(sizes.begin(), sizes.end()) <= 0)
+          throw std::invalid_argument("sizes must be > 0");
+      } else if (a.rfind("--iters=", 0) == 0) {
+        iters = std::max(1, std::stoi(a.substr(8)));
+      } else if (a.rfind("--chunk-kb=", 0) == 0) {
+        chunk_kb = static_cast<std::size_t>(std::max(1, std::stoi(a.substr(11))));
+      } else {
+        std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+        return 2;
+      }
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "bad value in %s: expected a positive number (or list of them)\n",
+                   a.c_str());
       return 2;
     }
   }
