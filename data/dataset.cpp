@@ -87,6 +87,8 @@ void convert(const raw_split& s, const std::array<float, 256>& lut, int64_t clas
   const uint8_t* src = s.images.bytes.data();
   const std::size_t count = static_cast<std::size_t>(s.n * s.features);
   for (std::size_t i = 0; i < count; ++i) x[i] = lut[src[i]];
+  d.codes.assign(src, src + count);
+  d.decode = lut;
   int32_t* y = d.labels.data<int32_t>();
   for (int64_t i = 0; i < s.n; ++i) y[i] = s.labels.bytes[static_cast<std::size_t>(i)];
 }
@@ -224,20 +226,42 @@ void gather_batch(const dataset& d, std::span<const int64_t> idx, tensor& x, ten
   const int64_t k = static_cast<int64_t>(idx.size());
   const int64_t f = d.features();
   const int64_t n = d.size();
-  if (x.type() != dtype::f32 || x.shape() != shape_t{k, f}) x.reset({k, f}, dtype::f32);
-  if (y.type() != dtype::i32 || y.shape() != shape_t{k}) y.reset({k}, dtype::i32);
-  if (k == 0) return;
-  const float* src = d.images.f32();
-  const int32_t* labels = d.labels.data<int32_t>();
-  float* xd = x.f32();
-  int32_t* yd = y.data<int32_t>();
-  for (int64_t r = 0; r < k; ++r) {
-    int64_t i = idx[static_cast<std::size_t>(r)];
+  for (int64_t i : idx)
     if (i < 0 || i >= n)
       throw data_error("gather_batch: index " + std::to_string(i) +
                        " out of range for a dataset of " + std::to_string(n) + " examples");
-    if (f) std::memcpy(xd + r * f, src + i * f, static_cast<std::size_t>(f) * sizeof(float));
-    yd[r] = labels[i];
+  // Every element is written below: no zero-fill (it cost as much as the copy).
+  if (x.type() != dtype::f32 || x.shape() != shape_t{k, f})
+    x = tensor::uninitialized({k, f}, dtype::f32);
+  if (y.type() != dtype::i32 || y.shape() != shape_t{k}) y = tensor::uninitialized({k}, dtype::i32);
+  if (k == 0) return;
+  const int32_t* labels = d.labels.data<int32_t>();
+  float* xd = x.f32();
+  int32_t* yd = y.data<int32_t>();
+  const auto row = [&](int64_t r) { return idx[static_cast<std::size_t>(r)]; };
+  const auto uf = static_cast<std::size_t>(f);
+  if (!d.codes.empty()) {
+    // Rows are random: fetch a few rows ahead, the hardware prefetcher
+    // cannot guess the next one.
+    constexpr int64_t ahead = 4;
+    const uint8_t* codes = d.codes.data();
+    const float* decode = d.decode.data();
+    for (int64_t r = 0; r < k; ++r) {
+      if (r + ahead < k) {
+        const uint8_t* next = codes + static_cast<std::size_t>(row(r + ahead)) * uf;
+        for (std::size_t c = 0; c < uf; c += 64) __builtin_prefetch(next + c);
+      }
+      const uint8_t* src = codes + static_cast<std::size_t>(row(r)) * uf;
+      float* out = xd + static_cast<std::size_t>(r) * uf;
+      for (std::size_t j = 0; j < uf; ++j) out[j] = decode[src[j]];
+      yd[r] = labels[row(r)];
+    }
+    return;
+  }
+  const float* src = d.images.f32();
+  for (int64_t r = 0; r < k; ++r) {
+    if (f) std::memcpy(xd + r * f, src + row(r) * f, uf * sizeof(float));
+    yd[r] = labels[row(r)];
   }
 }
 

@@ -152,7 +152,7 @@ void tensor::reset(shape_t shape, dtype t) {
 }
 
 tensor tensor::clone() const {
-  tensor r(shape_, type_);
+  tensor r = uninitialized(shape_, type_);
   if (nbytes()) std::memcpy(r.raw(), raw(), nbytes());
   return r;
 }

@@ -377,6 +377,35 @@ TEST_CASE("gather_batch") {
   CHECK(contains(error_of([&] { gather_batch(d, bad, x, y); }), "index 4 out of range"));
 }
 
+TEST_CASE("gather_batch decodes byte-coded rows bit for bit") {
+  tiny_set t;
+  for (int64_t limit : {0, 5}) {
+    CAPTURE(limit);
+    auto c = t.config();
+    c.train_limit = limit;
+    train_test r = load_fashion_mnist(c);
+    const dataset& coded = r.train;
+    REQUIRE(static_cast<int64_t>(coded.codes.size()) == coded.size() * coded.features());
+    dataset plain = coded;  // the same examples without the byte path
+    plain.codes.clear();
+    // More rows than the prefetch distance, repeats and every row.
+    std::vector<int64_t> idx;
+    for (int64_t i = 0; i < 3 * coded.size(); ++i) idx.push_back((i * 5 + 2) % coded.size());
+    tensor xc, yc, xp, yp;
+    gather_batch(coded, idx, xc, yc);
+    gather_batch(plain, idx, xp, yp);
+    CHECK(xc == xp);  // operator== compares bytes
+    CHECK(yc == yp);
+    for (std::size_t r0 = 0; r0 < idx.size(); ++r0)
+      for (int64_t j = 0; j < coded.features(); ++j)
+        CHECK(xc.f32()[static_cast<int64_t>(r0) * coded.features() + j] ==
+              coded.images.f32()[idx[r0] * coded.features() + j]);
+    std::vector<int64_t> bad = {0, coded.size()};
+    CHECK(contains(error_of([&] { gather_batch(coded, bad, xc, yc); }), "out of range"));
+  }
+  CHECK(!load_fashion_mnist(t.config()).test.codes.empty());
+}
+
 TEST_CASE("the real Fashion-MNIST") {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   if (!fs::exists(fs::path(dir) / "train-images-idx3-ubyte.gz") &&
