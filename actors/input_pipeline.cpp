@@ -1,6 +1,8 @@
 #include "actors/input_pipeline.hpp"
 
+#include <algorithm>
 #include <deque>
+#include <string>
 
 namespace troupe {
 
@@ -17,17 +19,26 @@ std::pair<int64_t, int64_t> replica_slice(int64_t n, int64_t k, int64_t r) {
 
 namespace {
 
-// Produces batches in order; the epoch order depends only on (seed, epoch), so
+// One update's rows, chosen on the actor (the order is the pipeline's state,
+// so the stream is the same wherever the rows are then gathered).
+struct batch_plan {
+  int64_t epoch = 0;
+  int64_t index = 0;
+  int64_t global_size = 0;
+  std::vector<std::vector<int64_t>> rows;  // per micro-batch
+};
+
+// Plans batches in order; the epoch order depends only on (seed, epoch), so
 // the stream is the same whatever the timing, and resumable at any batch.
 class batch_source {
  public:
-  explicit batch_source(input_pipeline_config cfg)
-      : cfg_(std::move(cfg)), epoch_(cfg_.start_epoch), index_(cfg_.start_index) {
+  explicit batch_source(const input_pipeline_config& cfg)
+      : cfg_(cfg), epoch_(cfg_.start_epoch), index_(cfg_.start_index) {
     per_epoch_ = batches_per_epoch(cfg_.data->size(), cfg_.global_batch, cfg_.steps_per_update);
     load_order();
   }
 
-  batch next() {
+  batch_plan next() {
     if (index_ >= per_epoch_) {
       ++epoch_;
       index_ = 0;
@@ -37,7 +48,7 @@ class batch_source {
     const int64_t g = cfg_.global_batch;
     int64_t ub = index_ * g * cfg_.steps_per_update;
     int64_t ue = std::min(n, ub + g * cfg_.steps_per_update);
-    batch out;
+    batch_plan out;
     out.epoch = epoch_;
     out.index = index_;
     out.global_size = ue - ub;
@@ -45,11 +56,8 @@ class batch_source {
       int64_t mb = std::min(ue, ub + m * g);
       int64_t me = std::min(ue, mb + g);
       auto [b, e] = replica_slice(me - mb, cfg_.context.num_replicas_in_sync, cfg_.replica);
-      std::span<const int64_t> idx(order_.data() + mb + b, static_cast<std::size_t>(e - b));
-      tensor x, y;
-      data::gather_batch(*cfg_.data, idx, x, y);
-      out.x.push_back(std::move(x));
-      out.y.push_back(std::move(y));
+      auto first = order_.begin() + mb + b;
+      out.rows.emplace_back(first, first + (e - b));
     }
     ++index_;
     return out;
@@ -66,27 +74,126 @@ class batch_source {
   std::vector<int64_t> order_;
 };
 
+// A batch being gathered, in pieces: on the device, each piece is a slice of
+// background work (the device runs background jobs in order, so batches
+// complete in the order queued); on the pipeline's thread, all at once.
+struct gathering {
+  batch_plan plan;
+  batch result;
+  bool prepared = false;
+  std::size_t micro = 0;  // the micro-batch being gathered
+  int64_t row = 0;        // and the next row of it
+  std::string error;
+
+  // ~20 us of work: a task queued on the device waits no longer than that.
+  static constexpr int64_t rows_per_piece = 64;
+
+  // One piece; true when the whole batch is gathered.
+  bool step(const data::dataset& d) {
+    if (!prepared) {
+      prepared = true;
+      result.epoch = plan.epoch;
+      result.index = plan.index;
+      result.global_size = plan.global_size;
+      result.x.resize(plan.rows.size());
+      result.y.resize(plan.rows.size());
+      for (std::size_t m = 0; m < plan.rows.size(); ++m)
+        data::prepare_batch(d, plan.rows[m], result.x[m], result.y[m]);
+    }
+    while (micro < plan.rows.size()) {
+      const auto& rows = plan.rows[micro];
+      const auto k = static_cast<int64_t>(rows.size());
+      if (row < k) {
+        const int64_t end = std::min(k, row + rows_per_piece);
+        data::gather_rows(d, rows, row, end, result.x[micro], result.y[micro]);
+        row = end;
+        if (row < k) return false;
+      }
+      ++micro;
+      row = 0;
+      if (micro < plan.rows.size()) return false;
+    }
+    return true;
+  }
+};
+
+batch gather(const data::dataset& d, batch_plan plan) {
+  gathering g;
+  g.plan = std::move(plan);
+  while (!g.step(d)) {
+  }
+  return std::move(g.result);
+}
+
+struct pipeline_state {
+  explicit pipeline_state(input_pipeline_config c) : cfg(std::move(c)), source(cfg) {}
+  input_pipeline_config cfg;
+  batch_source source;
+  std::deque<batch> ready;
+  std::deque<std::shared_ptr<gathering>> in_flight;
+  std::deque<caf::typed_response_promise<batch>> waiting;
+};
+
+using self_ptr = input_pipeline_actor::pointer;
+
+void produce_one(self_ptr self, pipeline_state& st) {
+  batch_plan plan = st.source.next();
+  if (!st.cfg.gather_device) {
+    st.ready.push_back(gather(*st.cfg.data, std::move(plan)));
+    return;
+  }
+  auto g = std::make_shared<gathering>();
+  g->plan = std::move(plan);
+  st.in_flight.push_back(g);
+  st.cfg.gather_device->submit_background(
+      [g, data = st.cfg.data, handle = caf::actor_cast<input_pipeline_actor>(self)] {
+        bool done = true;
+        try {
+          done = g->step(*data);
+        } catch (const std::exception& e) {
+          g->error = e.what();
+        }
+        if (done) caf::anon_send(handle, computed_atom::value, uint64_t{0});
+        return done;
+      });
+}
+
+// Answers what can be answered, then prepares `prefetch` batches ahead (after
+// answering, so the consumer never waits for a gather it need not).
+void serve(self_ptr self, pipeline_state& st) {
+  while (!st.waiting.empty() && !st.ready.empty()) {
+    st.waiting.front().deliver(std::move(st.ready.front()));
+    st.waiting.pop_front();
+    st.ready.pop_front();
+  }
+  const auto prefetch = static_cast<std::size_t>(std::max<int64_t>(1, st.cfg.prefetch));
+  while (st.ready.size() + st.in_flight.size() < prefetch + st.waiting.size())
+    produce_one(self, st);
+}
+
 }  // namespace
 
-input_pipeline_actor::behavior_type input_pipeline(input_pipeline_actor::pointer self,
-                                                   input_pipeline_config cfg) {
-  struct state_t {
-    batch_source source;
-    std::deque<batch> ready;
-    int64_t prefetch;
-  };
-  auto prefetch = std::max<int64_t>(1, cfg.prefetch);
-  auto st = std::make_shared<state_t>(state_t{batch_source(std::move(cfg)), {}, prefetch});
+input_pipeline_actor::behavior_type input_pipeline(self_ptr self, input_pipeline_config cfg) {
+  auto st = std::make_shared<pipeline_state>(std::move(cfg));
   return {
       [self, st](next_atom) -> caf::result<batch> {
-        if (st->ready.empty()) st->ready.push_back(st->source.next());
         auto rp = self->make_response_promise<batch>();
-        rp.deliver(std::move(st->ready.front()));
-        st->ready.pop_front();
-        // Refill after answering, so the consumer never waits for the gather.
-        while (static_cast<int64_t>(st->ready.size()) < st->prefetch)
-          st->ready.push_back(st->source.next());
+        st->waiting.push_back(rp);
+        if (st->ready.empty() && st->in_flight.empty()) produce_one(self, *st);
+        serve(self, *st);
         return rp;
+      },
+      [self, st](computed_atom, uint64_t) {
+        auto g = std::move(st->in_flight.front());
+        st->in_flight.pop_front();
+        if (!g->error.empty()) {
+          self->quit(caf::make_error(
+              caf::sec::runtime_error,
+              "input pipeline " + std::to_string(st->cfg.replica) + ": " + g->error));
+          return;
+        }
+        st->ready.push_back(std::move(g->result));
+        serve(self, *st);
       },
   };
 }

@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "data/dataset.hpp"
+#include "devices/device.hpp"
 #include "messages/protocols.hpp"
 
 namespace troupe {
@@ -24,6 +25,12 @@ struct input_pipeline_config {
   int64_t replica = 0;      // which slice of the global batch this pipeline serves
   int64_t start_epoch = 0;  // resume position
   int64_t start_index = 0;
+  // Where the rows are gathered: null, on the pipeline's own (scheduler)
+  // thread; else as tasks on this device, queued behind the replica's work.
+  // A synchronous replica's device is idle between its gradients and the
+  // collective's result, and the gather fills that gap instead of taking a
+  // core from a computing replica (see data.gather in config/job_config.hpp).
+  std::shared_ptr<cpu_device> gather_device;
 };
 
 // Number of updates per epoch, each of global_batch * steps_per_update

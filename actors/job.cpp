@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "actors/coordinator.hpp"
@@ -227,12 +228,19 @@ reducer_config reducer_config_of(const job_config& c) {
   return r;
 }
 
+bool gathers_on_device(const std::string& gather, const std::vector<std::string>& devices) {
+  if (gather != "auto") return gather == "device";
+  std::set<std::string> threads(devices.begin(), devices.end());
+  return threads.size() >= std::max(1u, std::thread::hardware_concurrency());
+}
+
 worker_parts spawn_workers(caf::actor_system& sys, const job_config& c, const job_plan& plan,
                            worker_spec spec, const job_options& o) {
   worker_parts out;
   out.indices = spec.indices;
   out.reducers = spec.reducers;
   const int64_t n = c.strategy.replicas;
+  const bool gather_on_device = gathers_on_device(c.data.gather, spec.devices);
   for (std::size_t k = 0; k < spec.indices.size(); ++k) {
     const int64_t r = spec.indices[k];
     const auto& dev = spec.devices[k];
@@ -250,6 +258,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_config& c, const jo
     ic.start_epoch = spec.start_step / plan.steps_per_epoch;
     ic.start_index = spec.start_step % plan.steps_per_epoch;
     if (async_workers(c)) ic.start_index /= n;  // each worker's own position, about
+    if (gather_on_device) ic.gather_device = device;
     out.pipelines.push_back(sys.spawn(input_pipeline, ic));
     replica_config rc;
     rc.index = r;

@@ -67,6 +67,9 @@ struct worker_spec {
   caf::duration request_timeout = caf::infinite;  // see replica_config
 };
 
+// data.gather: whether a process with these devices gathers batches on them.
+bool gathers_on_device(const std::string& gather, const std::vector<std::string>& devices);
+
 // Spawns the replicas of `spec` with their devices and input pipelines; each
 // pipeline reads only its replica's slice of every global batch.
 worker_parts spawn_workers(caf::actor_system& sys, const job_config& c, const job_plan& plan,

@@ -62,8 +62,14 @@ struct data_config {
   std::string path = "/usr/share/datasets/fashion-mnist";
   int64_t batch_size = 128;  // the global batch
   bool shuffle = true;
-  bool normalize = true;    // scale to [0,1], then (x - mean) / std
-  int64_t prefetch = 2;     // batches prepared ahead per pipeline
+  bool normalize = true;  // scale to [0,1], then (x - mean) / std
+  int64_t prefetch = 2;   // batches prepared ahead per pipeline
+  // Where batches are gathered: "pipeline" (the input pipeline's own thread),
+  // "device" (a task on the replica's device thread, filling the time it
+  // waits for a collective or a shard), or "auto": "device" when a process
+  // runs as many device threads as it has cores (a separate gather would take
+  // a core from a computing replica), else "pipeline".
+  std::string gather = "auto";
   int64_t train_limit = 0;  // 0 = all; else use only the first N training examples
   int64_t test_limit = 0;   // 0 = all
 };

@@ -321,7 +321,7 @@ void read_optimizer(const json& j, const std::string& path, optimizer_config& o)
 
 void read_data(const json& j, const std::string& path, data_config& d) {
   object_reader r(j, path,
-                  {"dataset", "path", "batch_size", "shuffle", "normalize", "prefetch",
+                  {"dataset", "path", "batch_size", "shuffle", "normalize", "prefetch", "gather",
                    "train_limit", "test_limit"});
   r.with("dataset", [&](const json& v, const std::string& p) {
     d.dataset = read_enum(v, p, {"fashion_mnist"});
@@ -332,6 +332,9 @@ void read_data(const json& j, const std::string& path, data_config& d) {
   r.with("shuffle", [&](const json& v, const std::string& p) { d.shuffle = read_bool(v, p); });
   r.with("normalize", [&](const json& v, const std::string& p) { d.normalize = read_bool(v, p); });
   r.with("prefetch", [&](const json& v, const std::string& p) { d.prefetch = read_int(v, p, 1); });
+  r.with("gather", [&](const json& v, const std::string& p) {
+    d.gather = read_enum(v, p, {"auto", "pipeline", "device"});
+  });
   r.with("train_limit",
          [&](const json& v, const std::string& p) { d.train_limit = read_int(v, p, 0); });
   r.with("test_limit",
@@ -638,10 +641,11 @@ nlohmann::json to_json(const job_config& c) {
                       {"gamma", s.gamma},
                       {"decay_steps", s.decay_steps},
                       {"min_lr", s.min_lr}}}};
-  j["data"] = {{"dataset", d.dataset},         {"path", d.path},
-               {"batch_size", d.batch_size},   {"shuffle", d.shuffle},
-               {"normalize", d.normalize},     {"prefetch", d.prefetch},
-               {"train_limit", d.train_limit}, {"test_limit", d.test_limit}};
+  j["data"] = {{"dataset", d.dataset},       {"path", d.path},
+               {"batch_size", d.batch_size}, {"shuffle", d.shuffle},
+               {"normalize", d.normalize},   {"prefetch", d.prefetch},
+               {"gather", d.gather},         {"train_limit", d.train_limit},
+               {"test_limit", d.test_limit}};
   j["strategy"] = {{"kind", c.strategy.kind},
                    {"replicas", c.strategy.replicas},
                    {"steps_per_update", c.strategy.steps_per_update},

@@ -222,7 +222,7 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool s
   return order;
 }
 
-void gather_batch(const dataset& d, std::span<const int64_t> idx, tensor& x, tensor& y) {
+void prepare_batch(const dataset& d, std::span<const int64_t> idx, tensor& x, tensor& y) {
   const int64_t k = static_cast<int64_t>(idx.size());
   const int64_t f = d.features();
   const int64_t n = d.size();
@@ -230,28 +230,35 @@ void gather_batch(const dataset& d, std::span<const int64_t> idx, tensor& x, ten
     if (i < 0 || i >= n)
       throw data_error("gather_batch: index " + std::to_string(i) +
                        " out of range for a dataset of " + std::to_string(n) + " examples");
-  // Every element is written below: no zero-fill (it cost as much as the copy).
+  // Every element is written by gather_rows: no zero-fill (it cost as much as
+  // the copy).
   if (x.type() != dtype::f32 || x.shape() != shape_t{k, f})
     x = tensor::uninitialized({k, f}, dtype::f32);
   if (y.type() != dtype::i32 || y.shape() != shape_t{k}) y = tensor::uninitialized({k}, dtype::i32);
-  if (k == 0) return;
+}
+
+void gather_rows(const dataset& d, std::span<const int64_t> idx, int64_t begin, int64_t end,
+                 tensor& x, tensor& y) {
+  const auto uf = static_cast<std::size_t>(d.features());
   const int32_t* labels = d.labels.data<int32_t>();
   float* xd = x.f32();
   int32_t* yd = y.data<int32_t>();
-  const auto row = [&](int64_t r) { return idx[static_cast<std::size_t>(r)]; };
-  const auto uf = static_cast<std::size_t>(f);
+  const auto row = [&](int64_t r) {
+    return static_cast<std::size_t>(idx[static_cast<std::size_t>(r)]);
+  };
   if (!d.codes.empty()) {
     // Rows are random: fetch a few rows ahead, the hardware prefetcher
     // cannot guess the next one.
     constexpr int64_t ahead = 4;
+    const int64_t k = static_cast<int64_t>(idx.size());
     const uint8_t* codes = d.codes.data();
     const float* decode = d.decode.data();
-    for (int64_t r = 0; r < k; ++r) {
+    for (int64_t r = begin; r < end; ++r) {
       if (r + ahead < k) {
-        const uint8_t* next = codes + static_cast<std::size_t>(row(r + ahead)) * uf;
+        const uint8_t* next = codes + row(r + ahead) * uf;
         for (std::size_t c = 0; c < uf; c += 64) __builtin_prefetch(next + c);
       }
-      const uint8_t* src = codes + static_cast<std::size_t>(row(r)) * uf;
+      const uint8_t* src = codes + row(r) * uf;
       float* out = xd + static_cast<std::size_t>(r) * uf;
       for (std::size_t j = 0; j < uf; ++j) out[j] = decode[src[j]];
       yd[r] = labels[row(r)];
@@ -259,10 +266,16 @@ void gather_batch(const dataset& d, std::span<const int64_t> idx, tensor& x, ten
     return;
   }
   const float* src = d.images.f32();
-  for (int64_t r = 0; r < k; ++r) {
-    if (f) std::memcpy(xd + r * f, src + row(r) * f, uf * sizeof(float));
+  for (int64_t r = begin; r < end; ++r) {
+    if (uf)
+      std::memcpy(xd + static_cast<std::size_t>(r) * uf, src + row(r) * uf, uf * sizeof(float));
     yd[r] = labels[row(r)];
   }
+}
+
+void gather_batch(const dataset& d, std::span<const int64_t> idx, tensor& x, tensor& y) {
+  prepare_batch(d, idx, x, y);
+  gather_rows(d, idx, 0, static_cast<int64_t>(idx.size()), x, y);
 }
 
 }  // namespace troupe::data

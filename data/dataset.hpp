@@ -53,4 +53,10 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool s
 // type differs. Throws data_error for an index out of range, before writing.
 void gather_batch(const dataset& d, std::span<const int64_t> idx, tensor& x, tensor& y);
 
+// gather_batch in pieces: `prepare` checks the indices and (re)allocates x and
+// y for all of them; `gather_rows` then fills rows [begin, end) of x and y.
+void prepare_batch(const dataset& d, std::span<const int64_t> idx, tensor& x, tensor& y);
+void gather_rows(const dataset& d, std::span<const int64_t> idx, int64_t begin, int64_t end,
+                 tensor& x, tensor& y);
+
 }  // namespace troupe::data

@@ -1,6 +1,8 @@
 #include "devices/device.hpp"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <charconv>
 
@@ -72,7 +74,16 @@ void check_device_available(const device_spec& d) {
 }
 
 cpu_device::cpu_device(std::string name) : name_(std::move(name)) {
-  thread_ = std::thread([q = q_] { loop(*q); });
+  thread_ = std::thread([q = q_] {
+    // Compute yields to the runtime's own threads: a step waits on messages
+    // (the collective's, the next batch's) that a scheduler thread must
+    // handle at once, and with as many device threads as cores that thread
+    // otherwise waits for a device thread's time slice to end (up to ms).
+    // Raising one's own nice value needs no privilege; if it fails, nothing
+    // is lost but that.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), compute_nice);
+    loop(*q);
+  });
   // Linux limits thread names to 15 characters.
   pthread_setname_np(thread_.native_handle(), name_.substr(0, 15).c_str());
 }
@@ -97,17 +108,40 @@ void cpu_device::submit(std::function<void()> task) {
   q_->cv.notify_one();
 }
 
+void cpu_device::submit_background(std::function<bool()> piece) {
+  {
+    std::lock_guard<std::mutex> g(q_->mtx);
+    q_->background.push_back(std::move(piece));
+  }
+  q_->cv.notify_one();
+}
+
 void cpu_device::loop(queue& q) {
   for (;;) {
     std::function<void()> task;
+    std::function<bool()>* piece = nullptr;
     {
       std::unique_lock<std::mutex> g(q.mtx);
-      q.cv.wait(g, [&q] { return q.stop || !q.tasks.empty(); });
-      if (q.tasks.empty()) return;  // stop and drained
-      task = std::move(q.tasks.front());
-      q.tasks.pop_front();
+      q.cv.wait(g, [&q] { return q.stop || !q.tasks.empty() || !q.background.empty(); });
+      if (!q.tasks.empty()) {
+        task = std::move(q.tasks.front());
+        q.tasks.pop_front();
+      } else if (!q.background.empty()) {
+        // Only this thread pops background jobs: the front one stays put
+        // while its piece runs unlocked.
+        piece = &q.background.front();
+      } else {
+        return;  // stop and drained
+      }
     }
-    task();
+    if (task) {
+      task();
+      continue;
+    }
+    if ((*piece)()) {
+      std::lock_guard<std::mutex> g(q.mtx);
+      q.background.pop_front();
+    }
   }
 }
 

@@ -41,7 +41,13 @@ bool built_with_cuda() noexcept;
 void check_device_available(const device_spec& d);
 
 // One thread that runs submitted tasks in order. Tasks must not throw (wrap
-// them); the destructor finishes queued tasks and joins.
+// them); the destructor finishes queued tasks and background work, and joins.
+//
+// Background work fills the time the device would otherwise wait (a replica
+// waiting for a collective): a background job is a function called again and
+// again, each call doing a small, bounded piece and returning true once the
+// job is done. A piece runs only when no task is queued, so a task waits for
+// at most one piece; background jobs run one after another, in order.
 class cpu_device {
  public:
   explicit cpu_device(std::string name);
@@ -50,6 +56,10 @@ class cpu_device {
   cpu_device& operator=(const cpu_device&) = delete;
 
   void submit(std::function<void()> task);
+  void submit_background(std::function<bool()> piece);
+
+  // The device thread's nice value (Linux: per thread).
+  static constexpr int compute_nice = 5;
   const std::string& name() const noexcept { return name_; }
 
  private:
@@ -60,6 +70,7 @@ class cpu_device {
     std::mutex mtx;
     std::condition_variable cv;
     std::deque<std::function<void()>> tasks;
+    std::deque<std::function<bool()>> background;
     bool stop = false;
   };
   static void loop(queue& q);

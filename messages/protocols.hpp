@@ -9,7 +9,9 @@ namespace troupe {
 
 // input_pipeline: hands out this replica's slices of global batches, in order,
 // with `data.prefetch` batches prepared ahead.
-using input_pipeline_actor = caf::typed_actor<caf::replies_to<next_atom>::with<batch>>;
+using input_pipeline_actor = caf::typed_actor<caf::replies_to<next_atom>::with<batch>,
+                                              // Internal: the device gathered task `ticket`.
+                                              caf::reacts_to<computed_atom, uint64_t>>;
 
 // replica: one device, one copy of the model and optimizer.
 using replica_actor = caf::typed_actor<

@@ -58,6 +58,8 @@ const bad_case kBad[] = {
     {R"({"data": {"batch_size": null}})", R"(data.batch_size: expected an integer >= 1, got null)"},
     {R"({"data": {"batch_size": [64]}})", R"(data.batch_size: expected an integer >= 1, got [64])"},
     {R"({"data": {"prefetch": 0}})", R"(data.prefetch: expected an integer >= 1, got 0)"},
+    {R"({"data": {"gather": "gpu"}})",
+     R"(data.gather: expected one of "auto", "pipeline", "device", got "gpu")"},
     {R"({"data": {"train_limit": -5}})", R"(data.train_limit: expected an integer >= 0, got -5)"},
     {R"({"model": {"hidden": [64, 0]}})", R"(model.hidden[1]: expected an integer >= 1, got 0)"},
     {R"({"model": {"hidden": 256}})",
@@ -188,6 +190,7 @@ TEST_CASE("config: {} gives the defaults") {
   CHECK(c.data.shuffle);
   CHECK(c.data.normalize);
   CHECK(c.data.prefetch == 2);
+  CHECK(c.data.gather == "auto");
   CHECK(c.data.train_limit == 0);
   CHECK(c.data.test_limit == 0);
   CHECK(c.strategy.kind == "one_device");
@@ -224,7 +227,7 @@ TEST_CASE("config: a full config parses, integral floats count as integers") {
                   "schedule": {"kind": "cosine", "warmup_steps": 100, "decay_steps": 1e4,
                                "min_lr": 0.001}},
     "data": {"batch_size": 256.0, "shuffle": false, "normalize": false, "prefetch": 4,
-             "train_limit": 1000, "test_limit": 500, "path": "/tmp/fm"},
+             "gather": "device", "train_limit": 1000, "test_limit": 500, "path": "/tmp/fm"},
     "strategy": {"kind": "mirrored", "replicas": 4},
     "devices": ["cuda:0", "cuda:1", "cpu:0", "cuda:10"],
     "training": {"epochs": 3, "max_steps": 700, "eval_every_epochs": 0},
@@ -239,6 +242,7 @@ TEST_CASE("config: a full config parses, integral floats count as integers") {
   CHECK(c.optimizer.nesterov);
   CHECK(c.optimizer.schedule.decay_steps == 10000);
   CHECK(c.data.batch_size == 256);
+  CHECK(c.data.gather == "device");
   CHECK(c.strategy.replicas == 4);
   CHECK(c.devices.size() == 4);
   CHECK(c.logging.level == "debug");
@@ -284,7 +288,7 @@ TEST_CASE("config: to_json round-trips through parse_job_config") {
   CHECK(j.size() == 10);
   CHECK(j["optimizer"].size() == 11);
   CHECK(j["optimizer"]["schedule"].size() == 6);
-  CHECK(j["data"].size() == 8);
+  CHECK(j["data"].size() == 9);
   CHECK(to_json(parse_job_config(to_json(job_config{}))) == to_json(job_config{}));
 }
 

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -42,4 +44,43 @@ TEST_CASE("cpu_device runs tasks in order on one thread, and drains on destructi
   CHECK(done == 100);
   for (int i = 0; i < 100; ++i) CHECK(order[static_cast<std::size_t>(i)] == i);
   CHECK(tid != std::this_thread::get_id());
+}
+
+TEST_CASE("cpu_device: background work runs in pieces between tasks, in order, and drains") {
+  auto piece_name = [](char job, int left) {  // (GCC 12 warns on "a" + std::string)
+    std::string s(1, job);
+    s += std::to_string(left);
+    return s;
+  };
+  std::vector<std::string> log;  // written on the device thread only
+  std::mutex gate;
+  std::unique_lock<std::mutex> held(gate);
+  std::atomic<bool> first_piece{false}, task_queued{false};
+  {
+    int left_a = 3, left_b = 2;  // before the device: its destructor runs the jobs
+    cpu_device d("test:cpu:bg");
+    // Hold the device in a task, queue two background jobs behind it.
+    d.submit([&] {
+      std::lock_guard<std::mutex> wait(gate);
+      log.push_back("task 0");
+    });
+    d.submit_background([&] {
+      first_piece = true;
+      log.push_back(piece_name('a', left_a));
+      // a's first piece lasts until the next task is queued.
+      if (left_a == 3)
+        while (!task_queued) std::this_thread::yield();
+      return --left_a == 0;
+    });
+    d.submit_background([&] {
+      log.push_back(piece_name('b', left_b));
+      return --left_b == 0;
+    });
+    held.unlock();
+    while (!first_piece) std::this_thread::yield();
+    d.submit([&] { log.push_back("task 1"); });
+    task_queued = true;
+  }  // the destructor finishes the background jobs too
+  // Task 1 was queued during a's first piece: it runs before a's second.
+  CHECK(log == std::vector<std::string>{"task 0", "a3", "task 1", "a2", "a1", "b2", "b1"});
 }

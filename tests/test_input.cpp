@@ -131,3 +131,46 @@ TEST_CASE("micro-batches of an update, determinism, and resume position") {
   for (std::size_t m = 0; m < 3; ++m) CHECK(ids(resumed.x[m]) == ids(stream[4].x[m]));
   for (auto* p : {&a, &b, &c}) self->send_exit(*p, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("batches gathered on a device are the pipeline's own, in order") {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto data = indexed_dataset(700);
+  auto device = std::make_shared<cpu_device>("test:cpu:0");
+  auto make = [&](int64_t replica, std::shared_ptr<cpu_device> dev) {
+    input_pipeline_config ic;
+    ic.data = data;
+    ic.global_batch = 200;    // 2 replicas: 100 rows each (two device pieces),
+    ic.steps_per_update = 2;  // two micro-batches per update: 400, then 300
+    ic.seed = 3;
+    ic.prefetch = 3;
+    ic.context = {1, 0, 2};
+    ic.replica = replica;
+    ic.gather_device = std::move(dev);
+    return sys.spawn(input_pipeline, ic);
+  };
+  auto next = [&](input_pipeline_actor& p) {
+    batch out;
+    self->request(p, std::chrono::seconds(5), next_atom::value)
+        .receive([&](batch& b) { out = std::move(b); }, [&](caf::error& e) { FAIL(describe(e)); });
+    return out;
+  };
+  for (int64_t r = 0; r < 2; ++r) {
+    auto here = make(r, nullptr);
+    auto there = make(r, device);  // both replicas' pipelines share one device
+    for (int i = 0; i < 6; ++i) {
+      auto a = next(here);
+      auto b = next(there);
+      CHECK(a.epoch == b.epoch);
+      CHECK(a.index == b.index);
+      CHECK(a.global_size == b.global_size);
+      REQUIRE(b.x.size() == 2);
+      for (std::size_t m = 0; m < 2; ++m) {
+        CHECK(a.x[m] == b.x[m]);
+        CHECK(a.y[m] == b.y[m]);
+      }
+    }
+    for (auto* p : {&here, &there}) self->send_exit(*p, caf::exit_reason::user_shutdown);
+  }
+}

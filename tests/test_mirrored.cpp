@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "actors/job.hpp"
+#include "actors/job_parts.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "tests/strategy_fixtures.hpp"
 
@@ -67,6 +69,43 @@ TEST_CASE("mirrored with N = 2, 3, 4 equals one_device at the same global batch 
       }
     }
   }
+}
+
+TEST_CASE("batches gathered on the devices train exactly what the pipelines' gathers train") {
+  env_t env(500);
+  auto run = [&](const std::string& gather, int64_t n) {
+    auto m = job(env, "adam", n, 48);
+    m.training.max_steps = 10;
+    m.data.gather = gather;
+    m.logging.output_dir += "-" + gather + std::to_string(n);
+    return variables_of(run_job(m));
+  };
+  for (int64_t n : {2, 3}) {
+    CAPTURE(n);
+    auto on_pipelines = run("pipeline", n);
+    // The same batches, so the same arithmetic: bit-identical parameters.
+    CHECK(max_abs_diff(on_pipelines, run("device", n)) == 0.0);
+    CHECK(max_abs_diff(on_pipelines, run("auto", n)) == 0.0);
+  }
+  // 4 replicas on 2 device threads: two pipelines gather on each device.
+  auto shared = job(env, "adam", 4, 48);
+  shared.training.max_steps = 10;
+  shared.devices = {"cpu:0", "cpu:1", "cpu:0", "cpu:1"};
+  auto ref = variables_of(run_job(shared));
+  shared.data.gather = "device";
+  shared.logging.output_dir += "-device";
+  CHECK(max_abs_diff(ref, variables_of(run_job(shared))) == 0.0);
+}
+
+TEST_CASE("data.gather auto: on the devices when they take every core") {
+  const auto cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::string> every_core, one = {"cpu:0"}, one_twice = {"cpu:0", "cpu:0"};
+  for (unsigned i = 0; i < cores; ++i) every_core.push_back("cpu:" + std::to_string(i));
+  CHECK(detail::gathers_on_device("auto", every_core));
+  CHECK(detail::gathers_on_device("auto", one) == (cores == 1));
+  CHECK(detail::gathers_on_device("auto", one_twice) == (cores == 1));  // one thread
+  CHECK(detail::gathers_on_device("device", one));
+  CHECK_FALSE(detail::gathers_on_device("pipeline", every_core));
 }
 
 TEST_CASE("gradient accumulation: N replicas x batch B x R steps equals one replica at B*R") {
