@@ -1,6 +1,7 @@
 #include "actors/input_pipeline.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <string>
 
@@ -74,12 +75,13 @@ class batch_source {
   std::vector<int64_t> order_;
 };
 
-// A batch being gathered, in pieces: on the device, each piece is a slice of
-// background work (the device runs background jobs in order, so batches
-// complete in the order queued); on the pipeline's thread, all at once.
+// A batch being gathered, in pieces: on the devices, each piece is a slice of
+// background work (batches may complete out of order: two idle devices may
+// gather two of them at once); on the pipeline's thread, all at once.
 struct gathering {
   batch_plan plan;
   batch result;
+  std::atomic<bool> done{false};  // set on the device before it reports
   bool prepared = false;
   std::size_t micro = 0;  // the micro-batch being gathered
   int64_t row = 0;        // and the next row of it
@@ -130,7 +132,7 @@ struct pipeline_state {
   input_pipeline_config cfg;
   batch_source source;
   std::deque<batch> ready;
-  std::deque<std::shared_ptr<gathering>> in_flight;
+  std::deque<std::shared_ptr<gathering>> in_flight;  // in stream order
   std::deque<caf::typed_response_promise<batch>> waiting;
 };
 
@@ -153,7 +155,10 @@ void produce_one(self_ptr self, pipeline_state& st) {
         } catch (const std::exception& e) {
           g->error = e.what();
         }
-        if (done) caf::anon_send(handle, computed_atom::value, uint64_t{0});
+        if (done) {
+          g->done = true;
+          caf::anon_send(handle, computed_atom::value, uint64_t{0});
+        }
         return done;
       });
 }
@@ -184,15 +189,18 @@ input_pipeline_actor::behavior_type input_pipeline(self_ptr self, input_pipeline
         return rp;
       },
       [self, st](computed_atom, uint64_t) {
-        auto g = std::move(st->in_flight.front());
-        st->in_flight.pop_front();
-        if (!g->error.empty()) {
-          self->quit(caf::make_error(
-              caf::sec::runtime_error,
-              "input pipeline " + std::to_string(st->cfg.replica) + ": " + g->error));
-          return;
+        // The stream's order: batches done ahead of an earlier one wait for it.
+        while (!st->in_flight.empty() && st->in_flight.front()->done) {
+          auto g = std::move(st->in_flight.front());
+          st->in_flight.pop_front();
+          if (!g->error.empty()) {
+            self->quit(caf::make_error(
+                caf::sec::runtime_error,
+                "input pipeline " + std::to_string(st->cfg.replica) + ": " + g->error));
+            return;
+          }
+          st->ready.push_back(std::move(g->result));
         }
-        st->ready.push_back(std::move(g->result));
         serve(self, *st);
       },
   };

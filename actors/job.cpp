@@ -241,11 +241,13 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_config& c, const jo
   out.reducers = spec.reducers;
   const int64_t n = c.strategy.replicas;
   const bool gather_on_device = gathers_on_device(c.data.gather, spec.devices);
+  // The process's devices share their background work (the gathers).
+  auto group = std::make_shared<device_group>();
   for (std::size_t k = 0; k < spec.indices.size(); ++k) {
     const int64_t r = spec.indices[k];
     const auto& dev = spec.devices[k];
     auto& device = out.devices[dev];
-    if (!device) device = std::make_shared<cpu_device>("troupe:" + dev);
+    if (!device) device = std::make_shared<cpu_device>("troupe:" + dev, group);
     input_pipeline_config ic;
     ic.data = plan.train;
     ic.global_batch = async_workers(c) ? c.data.batch_size * n : c.data.batch_size;

@@ -73,8 +73,29 @@ void check_device_available(const device_spec& d) {
       d.str() + " is visible, but troupe's replicas do not run on CUDA devices yet; use cpu:N");
 }
 
-cpu_device::cpu_device(std::string name) : name_(std::move(name)) {
-  thread_ = std::thread([q = q_] {
+// A device thread's own queue; the group's mutex guards it.
+struct device_group::member {
+  std::shared_ptr<device_group> group;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> tasks;
+  bool stop = false;
+};
+
+void device_group::submit_background(std::function<bool()> piece) {
+  std::lock_guard<std::mutex> g(mtx_);
+  jobs_.push_back(std::make_shared<std::function<bool()>>(std::move(piece)));
+  for (auto* m : members_) m->cv.notify_one();
+}
+
+cpu_device::cpu_device(std::string name, std::shared_ptr<device_group> group)
+    : name_(std::move(name)), group_(std::move(group)) {
+  m_ = std::make_shared<device_group::member>();
+  m_->group = group_;
+  {
+    std::lock_guard<std::mutex> g(group_->mtx_);
+    group_->members_.push_back(m_.get());
+  }
+  thread_ = std::thread([m = m_] {
     // Compute yields to the runtime's own threads: a step waits on messages
     // (the collective's, the next batch's) that a scheduler thread must
     // handle at once, and with as many device threads as cores that thread
@@ -82,7 +103,7 @@ cpu_device::cpu_device(std::string name) : name_(std::move(name)) {
     // Raising one's own nice value needs no privilege; if it fails, nothing
     // is lost but that.
     setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), compute_nice);
-    loop(*q);
+    loop(m);
   });
   // Linux limits thread names to 15 characters.
   pthread_setname_np(thread_.native_handle(), name_.substr(0, 15).c_str());
@@ -90,10 +111,10 @@ cpu_device::cpu_device(std::string name) : name_(std::move(name)) {
 
 cpu_device::~cpu_device() {
   {
-    std::lock_guard<std::mutex> g(q_->mtx);
-    q_->stop = true;
+    std::lock_guard<std::mutex> g(group_->mtx_);
+    m_->stop = true;
   }
-  q_->cv.notify_one();
+  m_->cv.notify_one();
   if (thread_.get_id() == std::this_thread::get_id())
     thread_.detach();  // dropped by one of its own tasks: the loop ends after it
   else
@@ -102,46 +123,41 @@ cpu_device::~cpu_device() {
 
 void cpu_device::submit(std::function<void()> task) {
   {
-    std::lock_guard<std::mutex> g(q_->mtx);
-    q_->tasks.push_back(std::move(task));
+    std::lock_guard<std::mutex> g(group_->mtx_);
+    m_->tasks.push_back(std::move(task));
   }
-  q_->cv.notify_one();
+  m_->cv.notify_one();
 }
 
-void cpu_device::submit_background(std::function<bool()> piece) {
-  {
-    std::lock_guard<std::mutex> g(q_->mtx);
-    q_->background.push_back(std::move(piece));
-  }
-  q_->cv.notify_one();
-}
-
-void cpu_device::loop(queue& q) {
+void cpu_device::loop(std::shared_ptr<device_group::member> m) {
+  device_group& grp = *m->group;
+  std::unique_lock<std::mutex> g(grp.mtx_);
   for (;;) {
-    std::function<void()> task;
-    std::function<bool()>* piece = nullptr;
-    {
-      std::unique_lock<std::mutex> g(q.mtx);
-      q.cv.wait(g, [&q] { return q.stop || !q.tasks.empty() || !q.background.empty(); });
-      if (!q.tasks.empty()) {
-        task = std::move(q.tasks.front());
-        q.tasks.pop_front();
-      } else if (!q.background.empty()) {
-        // Only this thread pops background jobs: the front one stays put
-        // while its piece runs unlocked.
-        piece = &q.background.front();
-      } else {
-        return;  // stop and drained
-      }
-    }
-    if (task) {
+    m->cv.wait(g, [&] { return m->stop || !m->tasks.empty() || !grp.jobs_.empty(); });
+    if (!m->tasks.empty()) {
+      auto task = std::move(m->tasks.front());
+      m->tasks.pop_front();
+      g.unlock();
       task();
+      task = nullptr;  // whatever it holds is released off the lock
+      g.lock();
       continue;
     }
-    if ((*piece)()) {
-      std::lock_guard<std::mutex> g(q.mtx);
-      q.background.pop_front();
+    // A stopping device leaves the group's background work to the others,
+    // and the last one finishes it.
+    if (!grp.jobs_.empty() && (!m->stop || grp.members_.size() == 1)) {
+      auto job = std::move(grp.jobs_.front());
+      grp.jobs_.pop_front();  // no other thread runs this job meanwhile
+      g.unlock();
+      bool done = (*job)();
+      if (done) job = nullptr;
+      g.lock();
+      if (!done) grp.jobs_.push_front(std::move(job));
+      continue;
     }
+    if (!m->stop) continue;
+    std::erase(grp.members_, m.get());
+    return;
   }
 }
 

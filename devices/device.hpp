@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace troupe {
 
@@ -40,42 +41,57 @@ bool built_with_cuda() noexcept;
 // "cuda:0 requested, but no CUDA device is visible (cudaGetDeviceCount: ...)".
 void check_device_available(const device_spec& d);
 
-// One thread that runs submitted tasks in order. Tasks must not throw (wrap
-// them); the destructor finishes queued tasks and background work, and joins.
-//
-// Background work fills the time the device would otherwise wait (a replica
-// waiting for a collective): a background job is a function called again and
-// again, each call doing a small, bounded piece and returning true once the
-// job is done. A piece runs only when no task is queued, so a task waits for
-// at most one piece; background jobs run one after another, in order.
+// Background work shared by the devices of a process: a background job is a
+// function called again and again, each call doing a small, bounded piece
+// and returning true once the job is done. Whichever device thread of the
+// group is idle runs the next piece (one thread at a time per job; separate
+// jobs may run on several idle devices at once, and so finish out of order).
+// It fills the time devices would otherwise wait: in a synchronous step the
+// replica that finished first waits for the others, and its thread does the
+// next batches' gathers, for itself and for the others.
+class device_group {
+ public:
+  void submit_background(std::function<bool()> piece);
+
+ private:
+  friend class cpu_device;
+  struct member;
+  std::mutex mtx_;
+  std::deque<std::shared_ptr<std::function<bool()>>> jobs_;
+  std::vector<member*> members_;  // device threads running, to wake
+};
+
+// One thread that runs submitted tasks in order, and its group's background
+// pieces when no task is queued (so a task waits for at most one piece).
+// Tasks must not throw (wrap them); the destructor finishes queued tasks
+// (the last device of a group to stop also the group's background work) and
+// joins.
 class cpu_device {
  public:
-  explicit cpu_device(std::string name);
+  explicit cpu_device(std::string name,
+                      std::shared_ptr<device_group> group = std::make_shared<device_group>());
   ~cpu_device();
   cpu_device(const cpu_device&) = delete;
   cpu_device& operator=(const cpu_device&) = delete;
 
   void submit(std::function<void()> task);
-  void submit_background(std::function<bool()> piece);
+  // Background work for this device's group.
+  void submit_background(std::function<bool()> piece) {
+    group_->submit_background(std::move(piece));
+  }
 
   // The device thread's nice value (Linux: per thread).
   static constexpr int compute_nice = 5;
   const std::string& name() const noexcept { return name_; }
 
  private:
-  // The queue lives as long as the thread that drains it: the last owner of
-  // a device may drop it from one of its own tasks (an actor that dies on the
-  // device thread), and then the thread finishes on its own.
-  struct queue {
-    std::mutex mtx;
-    std::condition_variable cv;
-    std::deque<std::function<void()>> tasks;
-    std::deque<std::function<bool()>> background;
-    bool stop = false;
-  };
-  static void loop(queue& q);
+  static void loop(std::shared_ptr<device_group::member> m);
   std::string name_;
-  std::shared_ptr<queue> q_ = std::make_shared<queue>();
+  std::shared_ptr<device_group> group_;
+  // Lives as long as the thread that drains it: the last owner of a device
+  // may drop it from one of its own tasks (an actor that dies on the device
+  // thread), and then the thread finishes on its own.
+  std::shared_ptr<device_group::member> m_;
   std::thread thread_;
 };
 

@@ -84,3 +84,49 @@ TEST_CASE("cpu_device: background work runs in pieces between tasks, in order, a
   // Task 1 was queued during a's first piece: it runs before a's second.
   CHECK(log == std::vector<std::string>{"task 0", "a3", "task 1", "a2", "a1", "b2", "b1"});
 }
+
+TEST_CASE("device_group: an idle device runs the background work of a busy one") {
+  auto group = std::make_shared<device_group>();
+  std::atomic<bool> release{false};
+  std::thread::id busy_thread, ran_on;
+  std::atomic<int> pieces{0};
+  {
+    cpu_device a("test:cpu:a", group);
+    cpu_device b("test:cpu:b", group);
+    a.submit([&] {
+      busy_thread = std::this_thread::get_id();
+      while (!release) std::this_thread::yield();
+    });
+    a.submit_background([&] {
+      ran_on = std::this_thread::get_id();
+      return ++pieces == 5;
+    });
+    // a is busy until the job is done: only b can have run it.
+    while (pieces < 5) std::this_thread::yield();
+    release = true;
+  }
+  CHECK(pieces == 5);
+  CHECK(ran_on != busy_thread);
+  CHECK(ran_on != std::thread::id{});
+}
+
+TEST_CASE("device_group: work left when devices stop is finished by the last one") {
+  auto group = std::make_shared<device_group>();
+  std::atomic<int> pieces{0};
+  std::atomic<bool> release{false};
+  auto b = std::make_unique<cpu_device>("test:cpu:b", group);
+  {
+    cpu_device a("test:cpu:a", group);
+    // Both devices busy, then a stops with the job still queued.
+    a.submit([&] {
+      while (!release) std::this_thread::yield();
+    });
+    b->submit([&] {
+      while (!release) std::this_thread::yield();
+    });
+    group->submit_background([&] { return ++pieces == 100; });
+    release = true;
+  }
+  b.reset();  // the last device: it drains the group's work before it ends
+  CHECK(pieces == 100);
+}

@@ -137,14 +137,18 @@ TEST_CASE("batches gathered on a device are the pipeline's own, in order") {
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   auto data = indexed_dataset(700);
-  auto device = std::make_shared<cpu_device>("test:cpu:0");
+  // Two idle devices of one group: a pipeline's batches are gathered on both
+  // at once and may finish out of order.
+  auto group = std::make_shared<device_group>();
+  auto device = std::make_shared<cpu_device>("test:cpu:0", group);
+  auto other = std::make_shared<cpu_device>("test:cpu:1", group);
   auto make = [&](int64_t replica, std::shared_ptr<cpu_device> dev) {
     input_pipeline_config ic;
     ic.data = data;
     ic.global_batch = 200;    // 2 replicas: 100 rows each (two device pieces),
     ic.steps_per_update = 2;  // two micro-batches per update: 400, then 300
     ic.seed = 3;
-    ic.prefetch = 3;
+    ic.prefetch = 4;
     ic.context = {1, 0, 2};
     ic.replica = replica;
     ic.gather_device = std::move(dev);
@@ -159,7 +163,7 @@ TEST_CASE("batches gathered on a device are the pipeline's own, in order") {
   for (int64_t r = 0; r < 2; ++r) {
     auto here = make(r, nullptr);
     auto there = make(r, device);  // both replicas' pipelines share one device
-    for (int i = 0; i < 6; ++i) {
+    for (int i = 0; i < 12; ++i) {
       auto a = next(here);
       auto b = next(there);
       CHECK(a.epoch == b.epoch);
