@@ -228,10 +228,11 @@ reducer_config reducer_config_of(const job_config& c) {
   return r;
 }
 
-bool gathers_on_device(const std::string& gather, const std::vector<std::string>& devices) {
+bool gathers_on_device(const std::string& gather, bool synchronous,
+                       const std::vector<std::string>& devices) {
   if (gather != "auto") return gather == "device";
   std::set<std::string> threads(devices.begin(), devices.end());
-  return threads.size() >= std::max(1u, std::thread::hardware_concurrency());
+  return synchronous && threads.size() >= std::max(1u, std::thread::hardware_concurrency());
 }
 
 worker_parts spawn_workers(caf::actor_system& sys, const job_config& c, const job_plan& plan,
@@ -240,7 +241,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_config& c, const jo
   out.indices = spec.indices;
   out.reducers = spec.reducers;
   const int64_t n = c.strategy.replicas;
-  const bool gather_on_device = gathers_on_device(c.data.gather, spec.devices);
+  const bool gather_on_device = gathers_on_device(c.data.gather, !async_workers(c), spec.devices);
   // The process's devices share their background work (the gathers).
   auto group = std::make_shared<device_group>();
   for (std::size_t k = 0; k < spec.indices.size(); ++k) {

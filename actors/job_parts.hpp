@@ -67,8 +67,11 @@ struct worker_spec {
   caf::duration request_timeout = caf::infinite;  // see replica_config
 };
 
-// data.gather: whether a process with these devices gathers batches on them.
-bool gathers_on_device(const std::string& gather, const std::vector<std::string>& devices);
+// data.gather: whether a process with these devices gathers batches on them
+// (auto: for synchronous strategies, whose devices wait for each other every
+// step, when the device threads take every core).
+bool gathers_on_device(const std::string& gather, bool synchronous,
+                       const std::vector<std::string>& devices);
 
 // Spawns the replicas of `spec` with their devices and input pipelines; each
 // pipeline reads only its replica's slice of every global batch.

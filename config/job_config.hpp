@@ -65,10 +65,12 @@ struct data_config {
   bool normalize = true;  // scale to [0,1], then (x - mean) / std
   int64_t prefetch = 2;   // batches prepared ahead per pipeline
   // Where batches are gathered: "pipeline" (the input pipeline's own thread),
-  // "device" (a task on the replica's device thread, filling the time it
-  // waits for a collective or a shard), or "auto": "device" when a process
-  // runs as many device threads as it has cores (a separate gather would take
-  // a core from a computing replica), else "pipeline".
+  // "device" (background work of the process's device threads, done by
+  // whichever is idle: in a synchronous step, the replica that finished
+  // first), or "auto": "device" for synchronous strategies (mirrored,
+  // central_storage) when a process runs as many device threads as it has
+  // cores (a separate gather would take a core from a computing replica),
+  // else "pipeline".
   std::string gather = "auto";
   int64_t train_limit = 0;  // 0 = all; else use only the first N training examples
   int64_t test_limit = 0;   // 0 = all

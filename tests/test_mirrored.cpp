@@ -97,15 +97,16 @@ TEST_CASE("batches gathered on the devices train exactly what the pipelines' gat
   CHECK(max_abs_diff(ref, variables_of(run_job(shared))) == 0.0);
 }
 
-TEST_CASE("data.gather auto: on the devices when they take every core") {
+TEST_CASE("data.gather auto: on the devices when a synchronous job's devices take every core") {
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::string> every_core, one = {"cpu:0"}, one_twice = {"cpu:0", "cpu:0"};
   for (unsigned i = 0; i < cores; ++i) every_core.push_back("cpu:" + std::to_string(i));
-  CHECK(detail::gathers_on_device("auto", every_core));
-  CHECK(detail::gathers_on_device("auto", one) == (cores == 1));
-  CHECK(detail::gathers_on_device("auto", one_twice) == (cores == 1));  // one thread
-  CHECK(detail::gathers_on_device("device", one));
-  CHECK_FALSE(detail::gathers_on_device("pipeline", every_core));
+  CHECK(detail::gathers_on_device("auto", true, every_core));
+  CHECK_FALSE(detail::gathers_on_device("auto", false, every_core));  // asynchronous workers
+  CHECK(detail::gathers_on_device("auto", true, one) == (cores == 1));
+  CHECK(detail::gathers_on_device("auto", true, one_twice) == (cores == 1));  // one thread
+  CHECK(detail::gathers_on_device("device", false, one));
+  CHECK_FALSE(detail::gathers_on_device("pipeline", true, every_core));
 }
 
 TEST_CASE("gradient accumulation: N replicas x batch B x R steps equals one replica at B*R") {
