@@ -3,11 +3,19 @@
 // the actor system configuration every troupe process uses
 // (actors/system_config.hpp). Used by `troupe bench allreduce ...` and by the
 // standalone bench_allreduce (this file compiled with TROUPE_ALLREDUCE_MAIN).
+// Then, as a yardstick, OpenMPI's MPI_Allreduce on the same sizes with N
+// processes (bench/mpi_allreduce.cpp under mpirun) when both are there.
 //
 //   bench_allreduce [--replicas N] [--sizes 8,64K,1M,16M,64M]
 //                   [--algorithm ring|tree|reduce_to_one|all] [--iterations K] [--json]
-//                   [--op mean] [--bucket-bytes B] [--chunk-bytes B]
+//                   [--op mean] [--mpi auto|off|on]
+//                   [--bucket-bytes B] [--chunk-bytes B]
 //                   [--policy sharing|stealing] [--threads T]   (experiments only)
+//
+// --mpi auto (default) runs the MPI comparison when `mpirun` is on PATH and
+// bench_mpi_allreduce is next to this executable (or in bench/ below it, or
+// named by TROUPE_MPI_BENCH), else notes why it was skipped; on: missing MPI
+// is a usage error; off: never.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -23,12 +31,21 @@ int main(int argc, char** argv) {
 
 #else
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "actors/system_config.hpp"
+#include "bench/bench_sizes.hpp"
 
 namespace troupe {
 
@@ -44,39 +61,24 @@ struct bench_options {
   std::string policy;  // empty: system_config's
   int threads = 0;     // 0: system_config's
   bool json = false;
+  std::string mpi = "auto";
 };
 
-int64_t parse_size(const std::string& s) {
-  std::size_t pos = 0;
-  long long v = std::stoll(s, &pos);
-  std::string unit = s.substr(pos);
-  int64_t mult = 1;
-  if (unit.empty() || unit == "B") {
-    mult = 1;
-  } else if (unit == "K" || unit == "k" || unit == "KB" || unit == "KiB") {
-    mult = int64_t{1} << 10;
-  } else if (unit == "M" || unit == "MB" || unit == "MiB") {
-    mult = int64_t{1} << 20;
-  } else if (unit == "G" || unit == "GB" || unit == "GiB") {
-    mult = int64_t{1} << 30;
-  } else {
-    throw std::invalid_argument("bad size '" + s + "' (examples: 8, 64K, 16M, 1G)");
-  }
-  if (v <= 0) throw std::invalid_argument("size '" + s + "' must be positive");
-  return v * mult;
+// One row of the results, troupe's or MPI's.
+struct measurement {
+  std::string algorithm;
+  int replicas = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+  double busbw_gbps = 0;
+};
+
+int64_t iterations_for(const bench_options& o, int64_t real_bytes) {
+  return o.iterations ? o.iterations : bench::default_iterations(real_bytes);
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> r;
-  std::size_t a = 0;
-  while (a <= s.size()) {
-    auto b = s.find(',', a);
-    if (b == std::string::npos) b = s.size();
-    if (b > a) r.push_back(s.substr(a, b - a));
-    a = b + 1;
-  }
-  return r;
-}
+using bench::parse_size;
+using bench::split_list;
 
 std::string human_bytes(int64_t b) {
   char buf[32];
@@ -168,9 +170,215 @@ int usage(std::ostream& err, const std::string& why) {
   err << "troupe bench allreduce: " << why << "\n"
       << "usage: troupe bench allreduce [--replicas N] [--sizes 8,64K,1M,16M,64M]\n"
       << "         [--algorithm ring|tree|reduce_to_one|all] [--iterations K] [--json]\n"
-      << "         [--op sum|mean|min|max] [--bucket-bytes B] [--chunk-bytes B]\n"
-      << "         [--policy sharing|stealing] [--threads T]\n";
+      << "         [--op sum|mean|min|max] [--mpi auto|off|on] [--bucket-bytes B]\n"
+      << "         [--chunk-bytes B] [--policy sharing|stealing] [--threads T]\n";
   return 2;
+}
+
+std::string format_time(double sec) {
+  char t[32];
+  double us = sec * 1e6;
+  if (us < 1000)
+    std::snprintf(t, sizeof t, "%.1f us", us);
+  else
+    std::snprintf(t, sizeof t, "%.3f ms", us / 1000);
+  return t;
+}
+
+std::string json_line(const measurement& m) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "{\"algorithm\":\"%s\",\"replicas\":%d,\"bytes\":%lld,\"seconds\":%.9g,"
+                "\"busbw_gbps\":%.6g}\n",
+                m.algorithm.c_str(), m.replicas, static_cast<long long>(m.bytes), m.seconds,
+                m.busbw_gbps);
+  return line;
+}
+
+std::string table_row(const measurement& m, int64_t iters) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%-13s %6s %12lld %13s %12.2f\n", m.algorithm.c_str(),
+                human_bytes(m.bytes).c_str(), static_cast<long long>(iters),
+                format_time(m.seconds).c_str(), m.busbw_gbps);
+  return line;
+}
+
+// troupe's own measurements, in an actor system of their own that is gone
+// before mpirun starts: its idle scheduler threads would otherwise share the
+// cores with the MPI ranks.
+int run_troupe(const bench_options& o, std::vector<measurement>& results, std::ostream& out,
+               std::ostream& err) {
+  system_config cfg;
+  if (!o.policy.empty())
+    cfg.set("scheduler.policy",
+            o.policy == "sharing" ? caf::atom("sharing") : caf::atom("stealing"));
+  if (o.threads > 0) cfg.set("scheduler.max-threads", static_cast<size_t>(o.threads));
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  const int n = o.replicas;
+  int status = 0;
+  for (const auto& algo : o.algorithms) {
+    auto rc = o.reducer;
+    rc.algorithm = algo;
+    auto group = spawn_reducer_group(sys, n, rc);
+    for (int64_t bytes : o.sizes) {
+      int64_t numel = (bytes + 3) / 4;
+      int64_t real_bytes = numel * 4;
+      int64_t iters = iterations_for(o, real_bytes);
+      int64_t warmup = std::max<int64_t>(3, iters / 10);
+      std::vector<std::vector<tensor> > data;
+      for (int r = 0; r < n; ++r) {
+        tensor t({numel});
+        float* p = t.f32();
+        for (int64_t i = 0; i < numel; ++i) p[i] = static_cast<float>((i + r) % 17) * 0.25f;
+        data.push_back({t});
+      }
+      auto d = sys.spawn(driver, group, std::move(data), o.op, warmup, iters);
+      std::vector<double> times;
+      self->request(d, std::chrono::minutes(10), run_atom::value)
+          .receive([&](std::vector<double>& t) { times = std::move(t); },
+                   [&](caf::error& e) {
+                     err << "troupe bench allreduce: " << algo << " " << human_bytes(real_bytes)
+                         << ": " << describe(e) << "\n";
+                   });
+      if (times.empty()) {
+        status = 1;
+        continue;
+      }
+      measurement m{algo, n, real_bytes, median(times), 0.0};
+      if (n > 1)
+        m.busbw_gbps = static_cast<double>(real_bytes) / m.seconds * 2.0 * (n - 1) / n / 1e9;
+      results.push_back(m);
+      out << (o.json ? json_line(m) : table_row(m, iters)) << std::flush;
+    }
+    for (auto& h : group) self->send_exit(h, caf::exit_reason::user_shutdown);
+  }
+  return status;
+}
+
+// Where the MPI comparison runs from; why_not says why it cannot.
+struct mpi_plan {
+  std::string mpirun;
+  std::string bench;
+  std::string why_not;
+};
+
+bool executable(const std::filesystem::path& p) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+}
+
+mpi_plan plan_mpi() {
+  namespace fs = std::filesystem;
+  mpi_plan p;
+  if (const char* path = std::getenv("PATH")) {
+    std::string dirs = path;
+    for (std::size_t a = 0; a <= dirs.size() && p.mpirun.empty();) {
+      auto b = std::min(dirs.find(':', a), dirs.size());
+      auto cand = fs::path(b > a ? dirs.substr(a, b - a) : ".") / "mpirun";
+      if (executable(cand)) p.mpirun = cand.string();
+      a = b + 1;
+    }
+  }
+  if (p.mpirun.empty()) {
+    p.why_not = "no mpirun on PATH (Debian: openmpi-bin)";
+    return p;
+  }
+  if (const char* env = std::getenv("TROUPE_MPI_BENCH"); env && *env) {
+    if (executable(env))
+      p.bench = env;
+    else
+      p.why_not = std::string("TROUPE_MPI_BENCH=") + env + " is not an executable file";
+    return p;
+  }
+  std::error_code ec;
+  auto self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    p.why_not = "cannot read /proc/self/exe to find bench_mpi_allreduce: " + ec.message();
+    return p;
+  }
+  // bench_allreduce sits next to it; troupe one level up, in build/<preset>/.
+  for (auto cand : {self.parent_path() / "bench_mpi_allreduce",
+                    self.parent_path() / "bench" / "bench_mpi_allreduce"})
+    if (executable(cand)) {
+      p.bench = cand.string();
+      return p;
+    }
+  p.why_not = "no bench_mpi_allreduce in " + self.parent_path().string() + " or its bench/ " +
+              "(built when CMake finds MPI: Debian libopenmpi-dev; or set TROUPE_MPI_BENCH)";
+  return p;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs bench_mpi_allreduce under mpirun and reads its JSON lines. OpenMPI's
+// flags for a root container on a few cores: root is refused without the two
+// environment variables; more ranks than cores needs --oversubscribe (OpenMPI
+// then yields instead of spinning while it waits); no pinning, so ranks are
+// not stacked on one core; shared memory between the processes (vader). Its
+// single-copy mechanism (CMA) needs ptrace rights; it works here, elsewhere
+// OMPI_MCA_* variables in the environment pass through. `timeout` bounds a
+// hung job.
+int run_mpi(const bench_options& o, const mpi_plan& plan, std::vector<measurement>& results,
+            std::ostream& err) {
+  std::string sizes;
+  for (int64_t b : o.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
+  constexpr int timeout_s = 600;
+  std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 10 " +
+                    std::to_string(timeout_s) + " " + shell_quote(plan.mpirun) + " -n " +
+                    std::to_string(o.replicas) +
+                    " --oversubscribe --bind-to none --mca btl self,vader " +
+                    shell_quote(plan.bench) + " --sizes " + sizes + " --op " + reduce_op_name(o.op);
+  if (o.iterations) cmd += " --iterations " + std::to_string(o.iterations);
+  const std::string what = "troupe bench allreduce: MPI comparison: `" + cmd + "`";
+  // No stdin: mpirun forwards it to rank 0 and would wait on a terminal.
+  FILE* pipe = ::popen((cmd + " </dev/null 2>&1").c_str(), "r");
+  if (!pipe) {
+    err << what << ": cannot start: " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  std::string output;
+  std::vector<measurement> got;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    std::string line = buf;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    try {
+      if (j.is_object() && j.value("algorithm", "") == "mpi") {
+        got.push_back({"mpi", j.at("replicas").get<int>(), j.at("bytes").get<int64_t>(),
+                       j.at("seconds").get<double>(), j.at("busbw_gbps").get<double>()});
+        continue;
+      }
+    } catch (const nlohmann::json::exception&) {
+      // Not one of ours after all: shown with mpirun's other output.
+    }
+    output += line;
+  }
+  int ws = ::pclose(pipe);
+  int rc = ws == -1 ? -1 : WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  std::string why;
+  if (rc == 124 || rc == 137)
+    why = "timed out after " + std::to_string(timeout_s) + " s";
+  else if (rc != 0)
+    why = "exit status " + std::to_string(rc);
+  else if (got.size() != o.sizes.size())
+    why = "printed " + std::to_string(got.size()) + " results for " +
+          std::to_string(o.sizes.size()) + " sizes";
+  if (!why.empty()) {
+    err << what << " failed: " << why << "\n"
+        << output
+        << "(--mpi off skips the comparison; where ptrace is not allowed, OpenMPI's shared "
+           "memory needs OMPI_MCA_btl_vader_single_copy_mechanism=none in the environment)\n";
+    return 1;
+  }
+  // mpirun's own warnings, if any, belong to the user.
+  err << output;
+  results.insert(results.end(), got.begin(), got.end());
+  return 0;
 }
 
 }  // namespace
@@ -190,14 +398,14 @@ int run_allreduce_bench(const std::vector<std::string>& args, std::ostream& out,
         if (o.replicas < 1) throw std::invalid_argument("--replicas must be >= 1");
       } else if (a == "--sizes") {
         o.sizes.clear();
-        for (auto& s : split(value())) o.sizes.push_back(parse_size(s));
+        for (auto& s : split_list(value())) o.sizes.push_back(parse_size(s));
         if (o.sizes.empty()) throw std::invalid_argument("--sizes needs at least one size");
       } else if (a == "--algorithm") {
         auto v = value();
         if (v == "all") {
           o.algorithms = reducer_algorithms();
         } else {
-          o.algorithms = split(v);
+          o.algorithms = split_list(v);
           for (auto& n : o.algorithms)
             if (std::find(reducer_algorithms().begin(), reducer_algorithms().end(), n) ==
                 reducer_algorithms().end())
@@ -222,6 +430,10 @@ int run_allreduce_bench(const std::vector<std::string>& args, std::ostream& out,
         if (o.threads < 1) throw std::invalid_argument("--threads must be >= 1");
       } else if (a == "--json") {
         o.json = true;
+      } else if (a == "--mpi") {
+        o.mpi = value();
+        if (o.mpi != "auto" && o.mpi != "off" && o.mpi != "on")
+          throw std::invalid_argument("--mpi is auto, off or on, not '" + o.mpi + "'");
       } else {
         throw std::invalid_argument("unknown option '" + a + "'");
       }
@@ -230,13 +442,15 @@ int run_allreduce_bench(const std::vector<std::string>& args, std::ostream& out,
     return usage(err, e.what());
   }
 
-  system_config cfg;
-  if (!o.policy.empty())
-    cfg.set("scheduler.policy",
-            o.policy == "sharing" ? caf::atom("sharing") : caf::atom("stealing"));
-  if (o.threads > 0) cfg.set("scheduler.max-threads", static_cast<size_t>(o.threads));
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
+  mpi_plan mpi;
+  if (o.mpi != "off") {
+    mpi = plan_mpi();
+    // Asked for and impossible: say so before minutes of troupe's runs.
+    if (o.mpi == "on" && !mpi.why_not.empty()) {
+      err << "troupe bench allreduce: --mpi on: " << mpi.why_not << "\n";
+      return 2;
+    }
+  }
   const int n = o.replicas;
   if (!o.json) {
     char head[160];
@@ -247,57 +461,40 @@ int run_allreduce_bench(const std::vector<std::string>& args, std::ostream& out,
     out << head;
     out << "algorithm      size    iterations   median time   busbw GB/s\n";
   }
-  int status = 0;
-  for (const auto& algo : o.algorithms) {
-    auto rc = o.reducer;
-    rc.algorithm = algo;
-    auto group = spawn_reducer_group(sys, n, rc);
-    for (int64_t bytes : o.sizes) {
-      int64_t numel = (bytes + 3) / 4;
-      int64_t real_bytes = numel * 4;
-      int64_t iters = o.iterations ? o.iterations
-                                   : std::clamp<int64_t>((int64_t{1} << 30) / real_bytes, 20, 1000);
-      int64_t warmup = std::max<int64_t>(3, iters / 10);
-      std::vector<std::vector<tensor> > data;
-      for (int r = 0; r < n; ++r) {
-        tensor t({numel});
-        float* p = t.f32();
-        for (int64_t i = 0; i < numel; ++i) p[i] = static_cast<float>((i + r) % 17) * 0.25f;
-        data.push_back({t});
-      }
-      auto d = sys.spawn(driver, group, std::move(data), o.op, warmup, iters);
-      std::vector<double> times;
-      self->request(d, std::chrono::minutes(10), run_atom::value)
-          .receive([&](std::vector<double>& t) { times = std::move(t); },
-                   [&](caf::error& e) {
-                     err << "troupe bench allreduce: " << algo << " " << human_bytes(real_bytes)
-                         << ": " << describe(e) << "\n";
-                   });
-      if (times.empty()) {
-        status = 1;
-        continue;
-      }
-      double sec = median(times);
-      double busbw = n > 1 ? static_cast<double>(real_bytes) / sec * 2.0 * (n - 1) / n / 1e9 : 0.0;
-      char line[256];
-      if (o.json) {
-        std::snprintf(line, sizeof line,
-                      "{\"algorithm\":\"%s\",\"replicas\":%d,\"bytes\":%lld,\"seconds\":%.9g,"
-                      "\"busbw_gbps\":%.6g}\n",
-                      algo.c_str(), n, static_cast<long long>(real_bytes), sec, busbw);
-      } else {
-        double us = sec * 1e6;
-        char t[32];
-        if (us < 1000)
-          std::snprintf(t, sizeof t, "%.1f us", us);
-        else
-          std::snprintf(t, sizeof t, "%.3f ms", us / 1000);
-        std::snprintf(line, sizeof line, "%-13s %6s %12lld %13s %12.2f\n", algo.c_str(),
-                      human_bytes(real_bytes).c_str(), static_cast<long long>(iters), t, busbw);
-      }
-      out << line << std::flush;
-    }
-    for (auto& h : group) self->send_exit(h, caf::exit_reason::user_shutdown);
+  std::vector<measurement> troupe_results;
+  int status = run_troupe(o, troupe_results, out, err);
+  if (o.mpi == "off") return status;
+  if (!mpi.why_not.empty()) {
+    err << "MPI comparison skipped: " << mpi.why_not << "\n";
+    return status;
+  }
+  out << std::flush;
+  std::vector<measurement> mpi_results;
+  if (run_mpi(o, mpi, mpi_results, err) != 0) return 1;
+  for (const auto& m : mpi_results) {
+    out << (o.json ? json_line(m) : table_row(m, iterations_for(o, m.bytes)));
+  }
+  if (o.json) return status;
+
+  out << "mpi: MPI_Allreduce in " << n << " processes on shared memory (" << mpi.mpirun
+      << "); same sizes, op, data and timing (slowest rank per call, median)\n";
+  out << "\nper size, the fastest troupe algorithm vs MPI_Allreduce (x: MPI's time / troupe's):\n"
+      << "  size   troupe        median time   busbw GB/s |     mpi time   busbw GB/s       x\n";
+  for (const auto& m : mpi_results) {
+    const measurement* best = nullptr;
+    for (const auto& t : troupe_results)
+      if (t.bytes == m.bytes && (!best || t.seconds < best->seconds)) best = &t;
+    char line[256];
+    if (best)
+      std::snprintf(line, sizeof line, "%6s   %-13s %11s %12.2f | %12s %12.2f %7.2fx\n",
+                    human_bytes(m.bytes).c_str(), best->algorithm.c_str(),
+                    format_time(best->seconds).c_str(), best->busbw_gbps,
+                    format_time(m.seconds).c_str(), m.busbw_gbps, m.seconds / best->seconds);
+    else
+      std::snprintf(line, sizeof line, "%6s   %-13s %11s %12s | %12s %12.2f\n",
+                    human_bytes(m.bytes).c_str(), "(failed)", "-", "-",
+                    format_time(m.seconds).c_str(), m.busbw_gbps);
+    out << line;
   }
   return status;
 }

@@ -38,7 +38,8 @@ Usage:
   troupe checkpoint diff A B  largest absolute and relative difference per variable
   troupe bench allreduce [--replicas N] [--sizes 8,64K,1M,16M,64M]
          [--algorithm ring|tree|reduce_to_one|all] [--iterations K] [--json]
-                              time in-process all-reduce across N reducers
+         [--mpi auto|off|on]  time in-process all-reduce across N reducers;
+                              with OpenMPI, MPI_Allreduce in N processes too
   troupe --help | --version
 
 run options:

@@ -30,6 +30,13 @@ std::vector<int64_t> ids(const tensor& x) {
   return r;
 }
 
+batch next_batch(caf::scoped_actor& self, input_pipeline_actor& p) {
+  batch out;
+  self->request(p, std::chrono::seconds(5), next_atom::value)
+      .receive([&](batch& b) { out = std::move(b); }, [&](caf::error& e) { FAIL(describe(e)); });
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("replica_slice and batches_per_epoch") {
@@ -103,12 +110,7 @@ TEST_CASE("micro-batches of an update, determinism, and resume position") {
     ic.start_index = start_index;
     return sys.spawn(input_pipeline, ic);
   };
-  auto next = [&](input_pipeline_actor& p) {
-    batch out;
-    self->request(p, std::chrono::seconds(5), next_atom::value)
-        .receive([&](batch& b) { out = std::move(b); }, [&](caf::error& e) { FAIL(describe(e)); });
-    return out;
-  };
+  auto next = [&](input_pipeline_actor& p) { return next_batch(self, p); };
   auto a = make(0, 0);
   auto b = make(0, 0);
   std::vector<batch> stream;
@@ -154,12 +156,7 @@ TEST_CASE("batches gathered on a device are the pipeline's own, in order") {
     ic.gather_device = std::move(dev);
     return sys.spawn(input_pipeline, ic);
   };
-  auto next = [&](input_pipeline_actor& p) {
-    batch out;
-    self->request(p, std::chrono::seconds(5), next_atom::value)
-        .receive([&](batch& b) { out = std::move(b); }, [&](caf::error& e) { FAIL(describe(e)); });
-    return out;
-  };
+  auto next = [&](input_pipeline_actor& p) { return next_batch(self, p); };
   for (int64_t r = 0; r < 2; ++r) {
     auto here = make(r, nullptr);
     auto there = make(r, device);  // both replicas' pipelines share one device
