@@ -101,6 +101,20 @@ options parse(int argc, char** argv) {
       std::exit(2);
     }
   }
+  // A zero or negative size, chunk or window would make the ring divide by
+  // zero or never move a byte: refuse them, naming the option.
+  auto refuse = [](const char* what, const char* want) {
+    std::cerr << "bad value in " << what << ": expected " << want << "\n";
+    std::exit(2);
+  };
+  if (o.sizes_mb.empty() || *std::min_element(o.sizes_mb.begin(), o.sizes_mb.end()) <= 0)
+    refuse("--sizes-mb", "sizes > 0");
+  if (o.iters < 1) refuse("--iters", "an integer >= 1");
+  if (o.chunk_kb < 1) refuse("--chunk-kb", "an integer >= 1");
+  if (o.window < 1) refuse("--window", "an integer >= 1");
+  if (o.reads < 0) refuse("--reads", "an integer >= 0");
+  if (o.threads < 0) refuse("--threads", "an integer >= 0");
+  if (o.heartbeat_ms < 0) refuse("--heartbeat-ms", "an integer >= 0");
   return o;
 }
 
