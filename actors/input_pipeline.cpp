@@ -148,18 +148,17 @@ void produce_one(self_ptr self, pipeline_state& st) {
   g->plan = std::move(plan);
   st.in_flight.push_back(g);
   st.cfg.gather_device->submit_background(
-      [g, data = st.cfg.data, handle = caf::actor_cast<input_pipeline_actor>(self)] {
-        bool done = true;
+      [g, data = st.cfg.data] {
         try {
-          done = g->step(*data);
+          return g->step(*data);
         } catch (const std::exception& e) {
           g->error = e.what();
+          return true;
         }
-        if (done) {
-          g->done = true;
-          caf::anon_send(handle, computed_atom::value, uint64_t{0});
-        }
-        return done;
+      },
+      [g, handle = caf::actor_cast<input_pipeline_actor>(self)] {
+        g->done = true;
+        caf::anon_send(handle, computed_atom::value, uint64_t{0});
       });
 }
 

@@ -81,9 +81,9 @@ struct device_group::member {
   bool stop = false;
 };
 
-void device_group::submit_background(std::function<bool()> piece) {
+void device_group::submit_background(std::function<bool()> piece, std::function<void()> done) {
   std::lock_guard<std::mutex> g(mtx_);
-  jobs_.push_back(std::make_shared<std::function<bool()>>(std::move(piece)));
+  jobs_.push_back(std::make_shared<job>(job{std::move(piece), std::move(done)}));
   for (auto* m : members_) m->cv.notify_one();
 }
 
@@ -149,10 +149,16 @@ void cpu_device::loop(std::shared_ptr<device_group::member> m) {
       auto job = std::move(grp.jobs_.front());
       grp.jobs_.pop_front();  // no other thread runs this job meanwhile
       g.unlock();
-      bool done = (*job)();
-      if (done) job = nullptr;
+      bool done = job->piece();
       g.lock();
-      if (!done) grp.jobs_.push_front(std::move(job));
+      if (!done) {
+        grp.jobs_.push_front(std::move(job));
+      } else {
+        if (job->done) job->done();
+        g.unlock();
+        job = nullptr;  // whatever it holds is released off the lock
+        g.lock();
+      }
       continue;
     }
     if (!m->stop) continue;

@@ -51,13 +51,23 @@ void check_device_available(const device_spec& d);
 // next batches' gathers, for itself and for the others.
 class device_group {
  public:
-  void submit_background(std::function<bool()> piece);
+  // `done`, if given, runs once after the last piece, on the device thread
+  // that ran it, under the group's lock: whoever learns of the result from
+  // it (a message it sends) and then queues a task on a device of the group
+  // takes that lock after it, so the job's writes are ordered before the
+  // task in ThreadSanitizer's terms too (CAF's mailboxes are invisible to
+  // it: libcaf is not instrumented). Keep it short: a flag and a message.
+  void submit_background(std::function<bool()> piece, std::function<void()> done = {});
 
  private:
   friend class cpu_device;
   struct member;
+  struct job {
+    std::function<bool()> piece;
+    std::function<void()> done;
+  };
   std::mutex mtx_;
-  std::deque<std::shared_ptr<std::function<bool()>>> jobs_;
+  std::deque<std::shared_ptr<job>> jobs_;
   std::vector<member*> members_;  // device threads running, to wake
 };
 
@@ -76,8 +86,8 @@ class cpu_device {
 
   void submit(std::function<void()> task);
   // Background work for this device's group.
-  void submit_background(std::function<bool()> piece) {
-    group_->submit_background(std::move(piece));
+  void submit_background(std::function<bool()> piece, std::function<void()> done = {}) {
+    group_->submit_background(std::move(piece), std::move(done));
   }
 
   // The device thread's nice value (Linux: per thread).
