@@ -18,18 +18,18 @@
 #include <set>
 #include <thread>
 
-#include "actors/job_parts.hpp"
-#include "actors/reducers/hierarchical.hpp"
+#include "actors/coordinator.hpp"
 #include "actors/reducers/remote_ring.hpp"
+#include "actors/topology.hpp"
 #include "config/secret.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "messages/node_messages.hpp"
+#include "strategies/strategy.hpp"
 
 namespace troupe {
 
 namespace {
 
-using namespace detail;
 using clock_type = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
@@ -270,7 +270,9 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         const auto& s = self->current_sender();
         if (s && s->node() != self->home_system().node()) return;
         self->state.started = true;
-        if (async_workers(*self->state.config)) self->state.coordinator = std::move(coord);
+        // Strategies that go on without a lost worker take a restarted one back.
+        if (find_strategy_rules(self->state.config->strategy.kind)->survives_lost_workers())
+          self->state.coordinator = std::move(coord);
         self->state.order = std::move(order);
       },
   };
@@ -399,37 +401,15 @@ struct node_process {
     ws.indices = mine.replicas;
     ws.devices = mine.devices;
     ws.shards = order.shards;
-    ws.place = plan_shards_if_needed();
+    ws.place = plan_shards(*plan).place;
     ws.start_step = order.start_step;
     ws.request_timeout = kRequestTimeout;
-    const auto local_n = static_cast<int>(mine.replicas.size());
-    if (c.strategy.kind == "mirrored") {
-      auto local = spawn_reducer_group(sys, local_n, reducer_config_of(c));
-      if (order.ring_tasks.size() > 1) {
-        join_process_ring(order.ring_tasks);
-        for (int k = 0; k < local_n; ++k) {
-          hierarchical_config hc;
-          hc.local = local[static_cast<std::size_t>(k)];
-          hc.local_rank = k;
-          if (k == 0) hc.ring = ring;
-          hc.global_replicas = c.strategy.replicas;
-          hc.ring_names = order.ring_tasks;
-          ws.reducers.push_back(spawn_hierarchical_reducer(sys, hc));
-        }
-        // The reduce-scatter/all-gather halves are in-process only.
-        ws.shard_optimizer = false;
-        local_reducers = std::move(local);
-      } else {
-        ws.reducers = std::move(local);
-        ws.shard_optimizer = c.strategy.shard_optimizer;
-      }
+    if (order.ring_tasks.size() > 1) {
+      join_process_ring(order.ring_tasks);
+      ws.ring = ring;
+      ws.ring_tasks = order.ring_tasks;
     }
-    return spawn_workers(sys, c, *plan, std::move(ws), options);
-  }
-
-  troupe::placement plan_shards_if_needed() {
-    if (!uses_shards(c)) return {};
-    return plan_shards(c, *plan).place;
+    return spawn_workers(sys, *plan, std::move(ws));
   }
 
   node_parts parts_of(const worker_parts& w) const {
@@ -440,15 +420,11 @@ struct node_process {
     p.devices = mine.devices;
     return p;
   }
-
-  std::vector<reducer_actor> local_reducers;  // under the hierarchical ones
 };
 
 void stop_everything(const std::vector<variable_shard_actor>& shards, const worker_parts& workers,
-                     const std::vector<reducer_actor>& local_reducers, const ring_node_actor& ring,
-                     const node_actor& node) {
+                     const ring_node_actor& ring, const node_actor& node) {
   workers.stop();
-  for (auto& r : local_reducers) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
   for (auto& s : shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
   if (ring) caf::anon_send_exit(ring, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
@@ -487,8 +463,9 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   spdlog::info("chief: all {} tasks joined", expected.size() + 1);
 
   // Every shard by index, from this process and the tasks that host them.
-  auto set = plan_shards(c, *np.plan);
-  set.actors.assign(static_cast<std::size_t>(uses_shards(c) ? c.strategy.shards : 0), {});
+  auto set = plan_shards(*np.plan);
+  set.actors.assign(
+      static_cast<std::size_t>(np.plan->strat->has_variable_shards() ? c.strategy.shards : 0), {});
   for (std::size_t k = 0; k < np.mine.shards.size(); ++k)
     set.actors[static_cast<std::size_t>(np.mine.shards[k])] = shards.actors[k];
   for (auto& [t, ev] : joined)
@@ -502,7 +479,8 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   order.shards = set.actors;
   for (const auto& p : np.placement)
     if (!p.replicas.empty()) order.ring_tasks.push_back(p.task.str());
-  if (c.strategy.kind != "mirrored" || order.ring_tasks.size() < 2) order.ring_tasks.clear();
+  if (!np.plan->strat->reduces_across_processes() || order.ring_tasks.size() < 2)
+    order.ring_tasks.clear();
 
   // Builds run everywhere at once (the ring joins need every member).
   caf::scoped_actor self{sys};
@@ -546,12 +524,12 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
                building.size() + (np.mine.replicas.empty() ? 0 : 1), set.actors.size());
 
   // The coordinator watches every actor here and every remote task: losing
-  // one ends the job, except a worker task under parameter_server or
-  // elastic_average (the lost replicas are dropped instead).
+  // one ends the job, except a worker task under a strategy that goes on
+  // without it (its replicas are dropped instead).
   auto others = workers.named();
   for (auto& [t, ev] : joined) {
     bool worker_only = ev.parts.shard_indices.empty();
-    if (async_workers(c) && worker_only) continue;
+    if (np.plan->strat->survives_lost_workers() && worker_only) continue;
     others.emplace_back("task " + t, ev.node);
   }
   auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas,
@@ -621,7 +599,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   std::vector<std::string> ring_tasks;
   for (const auto& p : placement)
     if (!p.replicas.empty()) ring_tasks.push_back(p.task.str());
-  const bool cross_ring = c.strategy.kind == "mirrored" && ring_tasks.size() > 1;
+  const bool cross_ring = plan->strat->reduces_across_processes() && ring_tasks.size() > 1;
   if (!cross_ring) ring_tasks.clear();
   ring_node_actor ring;
   if (cross_ring && !mine.replicas.empty()) ring = spawn_ring_node(sys);
@@ -639,7 +617,6 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
                   ring,
                   std::chrono::duration_cast<caf::timespan>(
                       std::chrono::duration<double>(spec.join_timeout_seconds)),
-                  {},
                   {}};
   const auto address = task_address(spec, task);
   const auto hp = parse_host_port(address);
@@ -662,8 +639,8 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   std::map<std::string, node_event> joined;  // chief: task -> its join
   try {
     if (!mine.shards.empty()) {
-      shards = plan_shards(c, *plan);
-      spawn_shards(sys, c, *plan, mine.shards, shards);
+      shards = plan_shards(*plan);
+      spawn_shards(sys, *plan, mine.shards, shards);
       my_shards = shards.actors;
       // Test hook (test_nodes): a shard handle that is never released, as
       // CAF's stranded messages can hold one, so that the bounded shutdown
@@ -721,7 +698,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
     self->request(node, std::chrono::seconds(5), stop_atom::value, error)
         .receive([](int32_t) {}, [](caf::error&) {});
   }
-  stop_everything(my_shards, workers, np.local_reducers, ring, node);
+  stop_everything(my_shards, workers, ring, node);
   auto devices = std::move(workers.devices);
   workers = {};
   my_shards.clear();

@@ -1,7 +1,7 @@
 #pragma once
 // `troupe node`: one process of a job whose config has a cluster spec
 // (config/cluster.hpp). Every process reads the same config and builds the
-// actors its task hosts (actors/job_parts.hpp); the chief runs the
+// actors its task hosts (actors/topology.hpp); the chief runs the
 // coordinator, which drives remote replicas and shards exactly as local ones.
 //
 // Joining (every connection is opened by one side only: a pair of processes

@@ -1,17 +1,21 @@
 #pragma once
+// replica: one device, one copy of the model and optimizer. It handles the
+// device, its batches, evaluation, state and restore; the training step
+// itself is its strategy's (strategies/strategy.hpp: replica_step).
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 
-#include "actors/partitioner.hpp"
-#include "actors/reducer.hpp"
+#include "actors/strategy_api.hpp"
 #include "config/job_config.hpp"
 #include "devices/device.hpp"
 #include "messages/protocols.hpp"
 #include "models/model.hpp"
 
 namespace troupe {
+
+class replica_step;
 
 struct replica_config {
   int64_t index = 0;
@@ -22,59 +26,37 @@ struct replica_config {
   int64_t total_steps = 0;  // for learning-rate schedules
   uint64_t seed = 0;
   input_pipeline_actor input;
-  reducer_actor reducer;  // mirrored: all-reduces gradients; null for one_device
-  // mirrored with strategy.shard_optimizer: reduce-scatter the gradients,
-  // update this replica's segments, all-gather the variables.
-  bool shard_optimizer = false;
-  int64_t replicas = 1;
-  reducer_config reducer_cfg;  // where the segments lie (reduce_scatter_segments)
-  // central_storage, parameter_server: the variables live on these shards,
-  // placed by `place`. A step pulls them, computes the gradients on them and
-  // pushes each shard its pieces' gradients; the shards apply the update.
-  std::vector<variable_shard_actor> shards;
-  placement place;
-  // parameter_server: every push is an update of its own, so gradients are
-  // the mean over this worker's batch (else over the global batch).
-  bool local_mean = false;
-  // elastic_average: `shards` hold the center. The replica trains its own
-  // copy with its own optimizer; every `period` steps it pulls the center c
-  // and exchanges d = alpha (x - c): x -= d here, c += d by a push of d.
-  // With rho > 0 every local gradient gets rho (x - c) for the last c seen.
-  bool elastic = false;
-  int64_t period = 1;
-  double alpha = 0;
-  double rho = 0;
+  // The strategy's step (owned by this replica once spawned).
+  std::shared_ptr<replica_step> step;
   int64_t fail_at_step = -1;  // test hook: throw at this step
   // Every request the replica makes (input, reducer, shards) fails after
   // this long (troupe node: peers may be in other processes).
   caf::duration request_timeout = caf::infinite;
 };
 
-struct compute_state;  // model + optimizer: touched only on the device thread
+class replica_host_impl;
 
 struct replica_state {
   replica_config cfg;
   std::shared_ptr<compute_state> compute;
+  std::unique_ptr<replica_host_impl> host;
   uint64_t next_ticket = 0;
   // Continuations of device tasks, run on the actor when `computed` arrives.
   std::map<uint64_t, std::function<void()>> pending;
   std::deque<batch> batches;  // prefetched from the input pipeline
-  std::deque<std::pair<int64_t, caf::typed_response_promise<step_stats>>> waiting_steps;
+  std::deque<std::pair<int64_t, step_promise>> waiting_steps;
   int64_t batches_requested = 0;
-  bool busy = false;            // a step is between gradients and update (with a reducer)
-  bool elastic_joined = false;  // elastic_average: started from the center
-  // elastic_average: pushes of the last exchange not answered yet; the next
-  // exchange waits for them (synchronous: until the round is applied).
-  int64_t exchange_pending = 0;
-  std::function<void()> after_exchange;
+  bool busy = false;                 // the strategy's step holds the replica (see replica_host)
   std::vector<tensor> grad_buffers;  // the gradients' buffers, shared with the reducer
   metric_sums train_metrics;
+  replica_state();
+  ~replica_state();
   static inline const char* name = "replica";
 };
 
-// A replica owns one model copy and its optimizer, and runs all their compute
-// on its device thread. The actor itself only routes messages: a train request
-// becomes a device task, and the device reports back with `computed`.
+// The actor itself only routes messages: a train request becomes the
+// strategy's step, compute runs as device tasks, and the device reports back
+// with `computed`.
 replica_actor::behavior_type replica(replica_actor::stateful_pointer<replica_state> self,
                                      replica_config cfg);
 

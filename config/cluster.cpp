@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "config/job_config.hpp"
+#include "config/strategy_rules.hpp"
 
 namespace troupe {
 namespace {
@@ -64,10 +65,6 @@ std::vector<std::vector<int64_t>> blocks(int64_t n, int64_t parts) {
     for (int64_t k = 0; k < count; ++k) out[static_cast<std::size_t>(p)].push_back(next++);
   }
   return out;
-}
-
-bool uses_shards(const std::string& kind) {
-  return kind == "central_storage" || kind == "parameter_server" || kind == "elastic_average";
 }
 
 std::size_t job_size(const cluster_spec& spec, const std::string& job) {
@@ -172,19 +169,21 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
   const int64_t S = job.strategy.shards;
   const auto W = static_cast<int64_t>(job_size(spec, "worker"));
   const auto P = static_cast<int64_t>(job_size(spec, "ps"));
-  const bool sharded = uses_shards(kind);
+  // A name that is listed but not built (a planned strategy) places like a
+  // strategy without shards; `troupe run` refuses it later.
+  struct unbuilt final : strategy_rules {
+    std::string name() const override { return ""; }
+  };
+  static const unbuilt plain;
+  auto found = find_strategy_rules(kind);
+  const strategy_rules& rules = found ? *found : plain;
+  const bool sharded = rules.has_variable_shards();
 
-  if (kind == "parameter_server" && P == 0)
-    fail("cluster.tasks",
-         "strategy.kind \"parameter_server\" needs a \"ps\" job with at least one task "
-         "(the variable shards live there)");
-  if (kind == "parameter_server" && W == 0)
-    fail("cluster.tasks",
-         "strategy.kind \"parameter_server\" needs a \"worker\" job with at least one task");
   if (!sharded && P > 0)
     fail("cluster.tasks.ps", "the " + kind +
                                  " strategy has no variable shards for ps tasks to host; "
                                  "remove the \"ps\" job");
+  rules.check_cluster_jobs(job, W, P, !spec.hosts.empty());
 
   std::vector<task_placement> out;
   for (const auto& t : all_tasks(spec)) {
@@ -201,15 +200,10 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
   auto default_device = [&](int64_t r) {
     return job.devices[static_cast<std::size_t>(r) % job.devices.size()];
   };
-  const std::string unit = kind == "parameter_server" ? "worker" : "replica";
+  const std::string unit = rules.replica_unit();
 
   if (spec.hosts.empty()) {
     // Replicas (parameter_server: workers).
-    if (kind == "one_device" && W > 1)
-      fail("cluster.tasks.worker",
-           "the one_device strategy runs one replica; expected at most "
-           "1 worker task, got " +
-               std::to_string(W));
     if (W == 0) {
       for (int64_t r = 0; r < R; ++r) entry({"chief", 0}).replicas.push_back(r);
     } else {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config/job_config.hpp"
+#include "config/strategy_rules.hpp"
 
 namespace troupe {
 namespace {
@@ -241,9 +242,6 @@ const std::vector<std::string> kActivations = {"relu", "tanh"};
 const std::vector<std::string> kInits = {"auto", "he", "glorot"};
 const std::vector<std::string> kOptimizers = {"sgd", "momentum", "adam", "rmsprop"};
 const std::vector<std::string> kSchedules = {"constant", "step", "cosine"};
-const std::vector<std::string> kStrategies = {"one_device",      "mirrored",
-                                              "central_storage", "parameter_server",
-                                              "elastic_average", "actor_learner"};
 const std::vector<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "off"};
 
 std::string read_name(const json& v, const std::string& path) {
@@ -370,8 +368,9 @@ void read_strategy(const json& j, const std::string& path, strategy_config& s) {
                   {"kind", "replicas", "steps_per_update", "reducer", "shard_optimizer",
                    "check_replicas_every", "shards", "partitioner", "max_staleness",
                    "communication_period", "moving_rate", "rho", "synchronous"});
-  r.with("kind",
-         [&](const json& v, const std::string& p) { s.kind = read_enum(v, p, kStrategies); });
+  r.with("kind", [&](const json& v, const std::string& p) {
+    s.kind = read_enum(v, p, known_strategy_names());
+  });
   r.with("replicas", [&](const json& v, const std::string& p) { s.replicas = read_int(v, p, 1); });
   r.with("steps_per_update",
          [&](const json& v, const std::string& p) { s.steps_per_update = read_int(v, p, 1); });
@@ -553,32 +552,13 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
 }
 
 // Rules that involve more than one field; run after every field is valid.
+// The strategy's own rules are its file's (strategies/<kind>.cpp).
 void check_cross_fields(const job_config& c) {
-  if (c.strategy.kind == "one_device") {
-    if (c.strategy.replicas != 1)
-      fail("strategy.replicas", "the one_device strategy runs exactly 1 replica, got " +
-                                    std::to_string(c.strategy.replicas));
-    if (c.devices.size() != 1)
-      fail("devices", "the one_device strategy needs exactly one device, got " +
-                          std::to_string(c.devices.size()) + " (" + quoted_list(c.devices) + ")");
-  }
-  // parameter_server: data.batch_size is each worker's own batch.
-  if (c.strategy.kind != "parameter_server" && c.strategy.kind != "elastic_average" &&
-      c.data.batch_size < c.strategy.replicas)
-    fail("data.batch_size", "the global batch (" + std::to_string(c.data.batch_size) +
-                                ") must be >= strategy.replicas (" +
-                                std::to_string(c.strategy.replicas) +
-                                ") so every replica gets at least one example");
+  if (auto rules = find_strategy_rules(c.strategy.kind)) rules->validate(c);
   if (c.strategy.partitioner.kind == "min_max_bytes" && c.strategy.partitioner.max_shard_bytes <= 0)
     fail("strategy.partitioner.max_shard_bytes",
          "the min_max_bytes partitioner needs a size > 0 to split at, got " +
              std::to_string(c.strategy.partitioner.max_shard_bytes));
-  if ((c.strategy.kind == "parameter_server" || c.strategy.kind == "elastic_average") &&
-      c.strategy.steps_per_update != 1)
-    fail("strategy.steps_per_update",
-         "parameter_server and elastic_average workers step on every batch; gradient "
-         "accumulation needs 1, got " +
-             std::to_string(c.strategy.steps_per_update));
   const auto& s = c.optimizer.schedule;
   if (s.kind == "cosine" && s.min_lr > c.optimizer.learning_rate)
     fail("optimizer.schedule.min_lr", "expected a number <= optimizer.learning_rate (" +

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "actors/job.hpp"
-#include "actors/job_parts.hpp"
+#include "actors/topology.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "tests/strategy_fixtures.hpp"
 
@@ -101,12 +101,12 @@ TEST_CASE("data.gather auto: on the devices when a synchronous job's devices tak
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::string> every_core, one = {"cpu:0"}, one_twice = {"cpu:0", "cpu:0"};
   for (unsigned i = 0; i < cores; ++i) every_core.push_back("cpu:" + std::to_string(i));
-  CHECK(detail::gathers_on_device("auto", true, every_core));
-  CHECK_FALSE(detail::gathers_on_device("auto", false, every_core));  // asynchronous workers
-  CHECK(detail::gathers_on_device("auto", true, one) == (cores == 1));
-  CHECK(detail::gathers_on_device("auto", true, one_twice) == (cores == 1));  // one thread
-  CHECK(detail::gathers_on_device("device", false, one));
-  CHECK_FALSE(detail::gathers_on_device("pipeline", true, every_core));
+  CHECK(gathers_on_device("auto", true, every_core));
+  CHECK_FALSE(gathers_on_device("auto", false, every_core));  // asynchronous workers
+  CHECK(gathers_on_device("auto", true, one) == (cores == 1));
+  CHECK(gathers_on_device("auto", true, one_twice) == (cores == 1));  // one thread
+  CHECK(gathers_on_device("device", false, one));
+  CHECK_FALSE(gathers_on_device("pipeline", true, every_core));
 }
 
 TEST_CASE("gradient accumulation: N replicas x batch B x R steps equals one replica at B*R") {

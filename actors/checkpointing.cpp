@@ -1,0 +1,85 @@
+#include "actors/checkpointing.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "strategies/strategy.hpp"
+
+namespace troupe {
+
+namespace fs = std::filesystem;
+
+std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, model_state& ms) {
+  const auto& p = h.plan();
+  checkpoint::snapshot snap;
+  snap.meta.job = p.config.name;
+  snap.meta.strategy = p.config.strategy.kind;
+  snap.meta.step = step;
+  snap.meta.epoch = p.steps_per_epoch > 0 ? step / p.steps_per_epoch : 0;
+  snap.meta.batch_in_epoch = p.steps_per_epoch > 0 ? step % p.steps_per_epoch : step;
+  snap.meta.config = to_json(p.config);
+  snap.variables = std::move(ms.variables);
+  snap.slots = std::move(ms.slots);
+  std::string path;
+  try {
+    path = checkpoint::save(p.checkpoint_dir, snap, p.config.checkpoint.keep);
+  } catch (const std::exception& e) {
+    h.fail(std::string("writing checkpoint failed: ") + e.what());
+    return std::nullopt;
+  }
+  spdlog::info("checkpoint saved: {} (step {})", path, step);
+  h.write_metrics({{"type", "checkpoint"}, {"step", step}, {"path", path}});
+  return path;
+}
+
+namespace {
+
+// Where a resumed job starts. Strategies count steps differently (a
+// parameter_server or elastic_average step is one worker's batch, a mirrored
+// step a global batch), so a checkpoint of another kind of strategy resumes
+// at the same position in the data: its epoch, and the same fraction of it.
+int64_t start_step_for(const checkpoint::snapshot& snap, int64_t steps_per_epoch,
+                       int64_t examples) {
+  const auto& m = snap.meta;
+  int64_t then_per_epoch = 0;
+  try {
+    auto then = parse_job_config(m.config);
+    auto strat = find_strategy(then.strategy.kind);
+    if (!strat) return m.step;
+    then_per_epoch = strat->updates_per_epoch(then, examples);
+  } catch (const std::exception&) {
+    return m.step;  // an older or foreign config: trust the step count
+  }
+  if (then_per_epoch == steps_per_epoch || then_per_epoch <= 0 || steps_per_epoch <= 0)
+    return m.step;
+  spdlog::info("the checkpoint counts {} steps per epoch, this job {}: resuming at epoch {}",
+               then_per_epoch, steps_per_epoch, m.epoch);
+  return m.epoch * steps_per_epoch + m.batch_in_epoch * steps_per_epoch / then_per_epoch;
+}
+
+}  // namespace
+
+void prepare_checkpoints(job_plan& plan) {
+  const auto& o = plan.options;
+  if (!o.resume) {
+    if (auto old = checkpoint::resolve(plan.checkpoint_dir)) {
+      if (!o.overwrite)
+        throw job_error("checkpoint directory '" + plan.checkpoint_dir +
+                        "' already holds checkpoints of an earlier run (latest: " + *old +
+                        "); pass --resume to continue it, --overwrite to start over, or choose "
+                        "another --output");
+      spdlog::warn("--overwrite: removing earlier checkpoints in {}", plan.checkpoint_dir);
+      fs::remove_all(plan.checkpoint_dir);
+    }
+    return;
+  }
+  auto dir = checkpoint::resolve(plan.checkpoint_dir);
+  if (!dir) throw job_error("--resume: no checkpoint found in '" + plan.checkpoint_dir + "'");
+  plan.resume_from = checkpoint::load(*dir);
+  plan.start_step = start_step_for(*plan.resume_from, plan.steps_per_epoch, plan.train->size());
+  spdlog::info("resuming from {} (step {}, saved under strategy {})", *dir, plan.start_step,
+               plan.resume_from->meta.strategy);
+}
+
+}  // namespace troupe

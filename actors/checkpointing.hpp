@@ -1,0 +1,25 @@
+#pragma once
+// Checkpoints of a running job: writing one from the state a strategy
+// snapshots, and where a resumed job starts. The on-disk format is
+// checkpoint/checkpoint.hpp's; what goes into the state is the strategy's
+// (strategy::snapshot, strategy::restore).
+#include <optional>
+#include <string>
+
+#include "actors/job_plan.hpp"
+#include "actors/strategy_api.hpp"
+
+namespace troupe {
+
+// Writes the checkpoint of update `step` (keeping checkpoint.keep of them)
+// and its metrics line; returns its path. On failure the job fails through
+// the host, naming the cause, and nothing is returned.
+std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, model_state& ms);
+
+// The owner's checkpoint directory before the first step: a fresh run
+// refuses earlier checkpoints (or removes them with --overwrite); --resume
+// loads the latest into plan.resume_from and sets plan.start_step. Throws
+// job_error naming the directory.
+void prepare_checkpoints(job_plan& plan);
+
+}  // namespace troupe

@@ -1,0 +1,211 @@
+#include "actors/topology.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "actors/checkpointing.hpp"
+#include "actors/input_pipeline.hpp"
+#include "actors/partitioner.hpp"
+#include "actors/replica.hpp"
+#include "actors/variable_shard.hpp"
+#include "kernels/optimizer.hpp"
+#include "models/model.hpp"
+#include "strategies/strategy.hpp"
+
+namespace troupe {
+
+namespace fs = std::filesystem;
+
+std::string output_dir_for(const job_config& c, const job_options& o) {
+  if (!o.output_dir.empty()) return o.output_dir;
+  if (!c.logging.output_dir.empty()) return c.logging.output_dir;
+  return "runs/" + c.name;
+}
+
+std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, bool owner) {
+  auto plan = std::make_shared<job_plan>();
+  plan->config = c;
+  plan->options = o;
+  plan->strat = find_strategy(c.strategy.kind);
+  if (!plan->strat) {
+    std::string available;
+    for (const auto& n : registered_strategies())
+      available += (available.empty() ? "\"" : ", \"") + n + "\"";
+    throw config_error("strategy.kind", "\"" + c.strategy.kind +
+                                            "\" is not implemented yet in this build (available: " +
+                                            available + ")");
+  }
+  for (std::size_t i = 0; i < c.devices.size(); ++i) {
+    try {
+      check_device_available(parse_device(c.devices[i]));
+    } catch (const device_error& e) {
+      throw job_error("devices[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
+  plan->output_dir = output_dir_for(c, o);
+  plan->owner = owner;
+  plan->checkpoint_dir = c.checkpoint.dir.empty()
+                             ? (fs::path(plan->output_dir) / "checkpoints").string()
+                             : c.checkpoint.dir;
+  std::error_code ec;
+  if (owner) fs::create_directories(plan->output_dir, ec);
+  if (ec)
+    throw job_error("cannot create output directory '" + plan->output_dir + "': " + ec.message());
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto tt = data::load_fashion_mnist(c.data);
+  spdlog::info("data: {} training and {} test examples from {} ({:.2f} s)", tt.train.size(),
+               tt.test.size(), c.data.path,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (tt.train.size() == 0) throw job_error("data: the training set is empty");
+  plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
+  plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
+  plan->steps_per_epoch = plan->strat->updates_per_epoch(c, plan->train->size());
+  plan->total_steps =
+      plan->steps_per_epoch > 0 ? c.training.epochs * plan->steps_per_epoch : c.training.max_steps;
+  if (c.training.max_steps > 0)
+    plan->total_steps = std::min(plan->total_steps, c.training.max_steps);
+
+  if (!owner) return plan;
+  prepare_checkpoints(*plan);
+  std::ofstream(fs::path(plan->output_dir) / "config.json") << to_json(c).dump(2) << '\n';
+  return plan;
+}
+
+shard_set plan_shards(const job_plan& plan) {
+  const auto& c = plan.config;
+  if (!plan.strat->has_variable_shards()) return {};
+  auto net = create_model(c.model, {plan.train->features(), plan.train->classes}, c.seed);
+  std::vector<variable_desc> descs;
+  for (const auto& v : net->variables()) descs.push_back({v.name, v.value.shape(), v.value.type()});
+  shard_set out;
+  try {
+    out.place = partition_variables(descs, c.strategy.shards, c.strategy.partitioner);
+  } catch (const std::invalid_argument& e) {
+    throw job_error(e.what());
+  }
+  auto sc = plan.strat->shard_config(c, plan.total_steps);
+  out.slot_suffixes = kernels::optimizer(sc.optimizer, plan.total_steps).slot_names();
+  return out;
+}
+
+void spawn_shards(caf::actor_system& sys, const job_plan& plan, const std::vector<int64_t>& indices,
+                  shard_set& set) {
+  const auto& c = plan.config;
+  // The model's initial variables (the same seed as every other strategy),
+  // split over the shards.
+  auto net = create_model(c.model, {plan.train->features(), plan.train->classes}, c.seed);
+  auto pieces = split_for_shards(net->variables(), set.place, c.strategy.shards);
+  for (int64_t s : indices) {
+    auto sc = plan.strat->shard_config(c, plan.total_steps);
+    sc.index = s;
+    sc.pieces = std::move(pieces[static_cast<std::size_t>(s)]);
+    // An update of a model-sized piece takes a while: keep it off the
+    // scheduler threads that route everyone's messages.
+    sc.detached = true;
+    set.actors.push_back(spawn_variable_shard(sys, std::move(sc)));
+    spdlog::info("variable_shard {}: {}", s, [&] {
+      std::string names;
+      for (const auto& p : pieces_on_shard(set.place, s))
+        names += (names.empty() ? "" : ", ") + p.piece_name;
+      return names;
+    }());
+  }
+}
+
+std::vector<std::pair<std::string, caf::actor>> worker_parts::named() const {
+  std::vector<std::pair<std::string, caf::actor>> out;
+  for (std::size_t i = 0; i < pipelines.size(); ++i)
+    out.emplace_back("input_pipeline " + std::to_string(indices[i]),
+                     caf::actor_cast<caf::actor>(pipelines[i]));
+  for (std::size_t i = 0; i < reducers.size(); ++i)
+    out.emplace_back("reducer " + std::to_string(indices[i]),
+                     caf::actor_cast<caf::actor>(reducers[i]));
+  return out;
+}
+
+void worker_parts::stop() const {
+  for (auto& r : replicas) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+  for (auto& p : pipelines) caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
+  for (auto& q : reducers) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
+  for (auto& q : underneath) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
+}
+
+reducer_config reducer_config_of(const job_config& c) {
+  reducer_config r;
+  r.algorithm = c.strategy.reducer.algorithm;
+  r.bucket_bytes = c.strategy.reducer.bucket_bytes;
+  r.chunk_bytes = c.strategy.reducer.chunk_bytes;
+  return r;
+}
+
+bool gathers_on_device(const std::string& gather, bool lockstep,
+                       const std::vector<std::string>& devices) {
+  if (gather != "auto") return gather == "device";
+  std::set<std::string> threads(devices.begin(), devices.end());
+  return lockstep && threads.size() >= std::max(1u, std::thread::hardware_concurrency());
+}
+
+worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_spec spec) {
+  const auto& c = plan.config;
+  const auto& strat = *plan.strat;
+  worker_parts out;
+  out.indices = spec.indices;
+  reducer_wiring rw;
+  rw.local_replicas = static_cast<int>(spec.indices.size());
+  rw.ring = spec.ring;
+  rw.ring_tasks = spec.ring_tasks;
+  auto reducers = strat.make_reducers(sys, c, rw);
+  out.reducers = reducers.per_replica;
+  out.underneath = reducers.underneath;
+  const bool gather_on_device = gathers_on_device(c.data.gather, strat.lockstep(), spec.devices);
+  const auto input = strat.input(c, spec.start_step, plan.steps_per_epoch);
+  // The process's devices share their background work (the gathers).
+  auto group = std::make_shared<device_group>();
+  for (std::size_t k = 0; k < spec.indices.size(); ++k) {
+    const int64_t r = spec.indices[k];
+    const auto& dev = spec.devices[k];
+    auto& device = out.devices[dev];
+    if (!device) device = std::make_shared<cpu_device>("troupe:" + dev, group);
+    input_pipeline_config ic;
+    ic.data = plan.train;
+    ic.global_batch = input.global_batch;
+    ic.steps_per_update = c.strategy.steps_per_update;
+    ic.shuffle = c.data.shuffle;
+    ic.seed = c.seed;
+    ic.prefetch = c.data.prefetch;
+    ic.context = {1, 0, c.strategy.replicas};
+    ic.replica = r;
+    ic.start_epoch = input.start_epoch;
+    ic.start_index = input.start_index;
+    if (gather_on_device) ic.gather_device = device;
+    out.pipelines.push_back(sys.spawn(input_pipeline, ic));
+    replica_wiring w;
+    w.index = r;
+    w.replicas = c.strategy.replicas;
+    if (!out.reducers.empty()) w.reducer = out.reducers[k];
+    w.shards = spec.shards;
+    w.place = spec.place;
+    w.across_processes = spec.ring_tasks.size() > 1;
+    replica_config rc;
+    rc.index = r;
+    rc.device = device;
+    rc.model = c.model;
+    rc.shape = {plan.train->features(), plan.train->classes};
+    rc.optimizer = c.optimizer;
+    rc.total_steps = plan.total_steps;
+    rc.seed = c.seed;
+    rc.input = out.pipelines.back();
+    rc.step = strat.make_replica_step(c, w);
+    if (plan.options.fail_replica == r) rc.fail_at_step = plan.options.fail_at_step;
+    rc.request_timeout = spec.request_timeout;
+    out.replicas.push_back(sys.spawn(replica, rc));
+  }
+  return out;
+}
+
+}  // namespace troupe

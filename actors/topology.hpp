@@ -1,0 +1,82 @@
+#pragma once
+// The one topology builder: the actors a process hosts for a job, shared by
+// `troupe run` (every actor in one process, actors/job.hpp) and `troupe node`
+// (the actors of one task, actors/node.hpp). What the actors are wired to is
+// the strategy's (strategies/strategy.hpp); where they live is the caller's.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/job_plan.hpp"
+#include "actors/reducer.hpp"
+#include "actors/reducers/remote_ring.hpp"
+#include "devices/device.hpp"
+#include "messages/protocols.hpp"
+
+namespace troupe {
+
+// Resolves the plan: the strategy, data, step counts, resume position. The
+// owner (the one process that writes the job's output: run_job, or the
+// chief) also checks and prepares the output directory and reads the
+// checkpoint to resume from; other processes only load what their actors
+// need and learn the start step from the chief. Throws config_error for a
+// strategy that is not built, job_error for the rest.
+std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, bool owner = true);
+
+// Where every variable piece lives (the partitioner over the model's
+// variables; the same in every process) and the shards' optimizer slot
+// names, with no actors yet. Empty for a strategy without shards.
+shard_set plan_shards(const job_plan& plan);
+
+// Spawns the variable shards with the given indices into `set.actors` (in the
+// order of `indices`).
+void spawn_shards(caf::actor_system& sys, const job_plan& plan, const std::vector<int64_t>& indices,
+                  shard_set& set);
+
+// What a process's replicas are: their indices and devices, the shards and
+// placement (shard strategies), the resume position, and, across processes,
+// the ring the strategy's reducers may use.
+struct worker_spec {
+  std::vector<int64_t> indices;              // global replica indices
+  std::vector<std::string> devices;          // devices[k] runs indices[k]
+  std::vector<variable_shard_actor> shards;  // every shard, by index (shard strategies)
+  placement place;
+  int64_t start_step = 0;
+  caf::duration request_timeout = caf::infinite;  // see replica_config
+  ring_node_actor ring;                           // this process's ring node, or null
+  std::vector<std::string> ring_tasks;            // the ring of processes, or empty
+};
+
+// The actors of a process's replicas: devices, input pipelines, replicas,
+// and the reducers their strategy gave them.
+struct worker_parts {
+  std::map<std::string, std::shared_ptr<cpu_device>> devices;
+  std::vector<int64_t> indices;  // global replica indices, in the order below
+  std::vector<input_pipeline_actor> pipelines;
+  std::vector<replica_actor> replicas;
+  std::vector<reducer_actor> reducers;    // one per replica, or empty
+  std::vector<reducer_actor> underneath;  // reducers the above use (stopped with them)
+  // Every actor by name, for the coordinator to monitor.
+  std::vector<std::pair<std::string, caf::actor>> named() const;
+  // Sends every actor an exit (user_shutdown).
+  void stop() const;
+};
+
+// The reducer settings of the job's config.
+reducer_config reducer_config_of(const job_config& c);
+
+// data.gather: whether a process with these devices gathers batches on them
+// (auto: for lockstep strategies, whose devices wait for each other every
+// step, when the device threads take every core).
+bool gathers_on_device(const std::string& gather, bool lockstep,
+                       const std::vector<std::string>& devices);
+
+// Spawns the replicas of `spec` with their devices, input pipelines and the
+// strategy's reducers; each pipeline reads only its replica's slice of every
+// global batch.
+worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_spec spec);
+
+}  // namespace troupe

@@ -1,0 +1,54 @@
+#pragma once
+// What the config layer asks of a strategy: its cross-field rules and what
+// the default placement over cluster tasks needs to know. A strategy
+// (strategies/strategy.hpp) is a strategy_rules with the runtime half added;
+// the registry by name lives here, at the bottom, so that parsing a config
+// and running a job see the same strategies.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+struct job_config;
+
+class strategy_rules {
+ public:
+  virtual ~strategy_rules() = default;
+  // The value of strategy.kind that selects this strategy.
+  virtual std::string name() const = 0;
+  // Rules on the strategy's own keys that involve more than one field; throws
+  // config_error naming the JSON path. Runs after every field is valid.
+  virtual void validate(const job_config&) const {}
+  // Whether the job has variable shards (strategy.shards, ps tasks).
+  virtual bool has_variable_shards() const { return false; }
+  // What one replica is called in messages about placement.
+  virtual std::string replica_unit() const { return "replica"; }
+  // The strategy's rules on the cluster's jobs: how many `workers` and `ps`
+  // tasks it may have, with the default placement or explicit "hosts".
+  // Throws config_error naming the path (cluster.tasks...).
+  virtual void check_cluster_jobs(const job_config&, int64_t /*workers*/, int64_t /*ps*/,
+                                  bool /*explicit_hosts*/) const {}
+  // Whether a lost worker task leaves the job running (its replicas are
+  // dropped) instead of ending it.
+  virtual bool survives_lost_workers() const { return false; }
+};
+
+// Registers a strategy under its name(); throws std::invalid_argument when the
+// name is taken. Built-in strategies register themselves (strategies/*.cpp).
+void register_strategy_rules(std::shared_ptr<const strategy_rules> s);
+// Null when no strategy of that name is registered.
+std::shared_ptr<const strategy_rules> find_strategy_rules(const std::string& name);
+// Registered names, in registration order.
+std::vector<std::string> registered_strategies();
+
+// The strategies troupe knows by name (for "expected one of" and "did you
+// mean"): the built-in and planned names, then any other registered one.
+std::vector<std::string> known_strategy_names();
+
+// Shared rule of the strategies where data.batch_size is the global batch:
+// every replica needs at least one example of it.
+void check_global_batch_covers_replicas(const job_config& c);
+
+}  // namespace troupe

@@ -1,0 +1,199 @@
+// mirrored: synchronous data parallelism with all-reduce (tf.distribute's
+// MirroredStrategy, PyTorch DDP). Every replica holds the whole model, takes
+// its slice of each global batch, and the replicas' gradients are summed by
+// their reducers (actors/reducer.hpp; in several processes the hierarchical
+// reducer: in the process, then a ring of processes, then back).
+//
+// One step, per replica:
+//   coordinator --train(s)--> replica --(device: gradients, scaled 1/global batch)
+//     full update:    --allreduce(sum)--> reducer --> (device: update)
+//     sharded update: --reduce_scatter(sum)--> reducer --> (device: update own segments)
+//                     --all_gather(variables)--> reducer --> reply
+// Replicas stay bit-identical (strategy.check_replicas_every verifies it).
+//
+// Across processes, the sharded update (ZeRO stage 1: strategy.shard_optimizer)
+// is not used: reduce-scatter and all-gather are in-process collectives, so
+// every replica applies the whole update there (logged when it applies).
+#include <spdlog/spdlog.h>
+
+#include "actors/reducers/hierarchical.hpp"
+#include "actors/topology.hpp"
+#include "strategies/lockstep_driver.hpp"
+#include "strategies/strategy.hpp"
+
+namespace troupe {
+namespace {
+
+class mirrored_step final : public replica_step {
+ public:
+  mirrored_step(replica_wiring w, bool sharded, reducer_config rc)
+      : wiring_(std::move(w)),
+        sharded_(sharded),
+        reducer_cfg_(rc),
+        segments_(std::make_shared<std::vector<std::pair<int64_t, int64_t>>>()) {}
+
+  void init(compute_state& cs) override {
+    if (!sharded_) return;
+    int64_t numel = 0;
+    for (auto& g : cs.grads) numel += g.value.numel();
+    *segments_ = reduce_scatter_segments(numel, reducer_cfg_, static_cast<int>(wiring_.replicas),
+                                         static_cast<int>(wiring_.index));
+  }
+
+  // Gradients, then the collective (sum: every replica already scaled its
+  // gradients by 1/global_size, so the sum is the mean over the global
+  // batch), then the update.
+  void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
+    h.set_busy(true);
+    auto epoch = b.epoch;
+    h.on_device<step_stats>(
+        [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
+          return compute_gradients(cs, b, step, fail, false);
+        },
+        [this, &h, rp, epoch](step_stats& s) mutable {
+          s.epoch = epoch;
+          h.count(s);
+          if (sharded_) {
+            sharded_update(h, s, rp);
+            return;
+          }
+          h.self()
+              ->request(wiring_.reducer, h.request_timeout(), allreduce_atom::value, reduce_op::sum,
+                        h.gradient_buffers())
+              .then([this, &h, s, rp](std::vector<tensor>&) mutable { full_update(h, s, rp); },
+                    h.failer());
+        });
+  }
+
+  // Sharded slots are current only in their owner's segments: all-gather
+  // them, one slot kind at a time (each is laid out like the variables).
+  // Every replica is asked for its state at the same points of the job, so
+  // the collectives match.
+  void before_snapshot(replica_host& h, std::function<void()> k) override {
+    if (!sharded_) {
+      k();
+      return;
+    }
+    gather_slots(h, 0, std::move(k));
+  }
+
+ private:
+  // The update on the device; the device runs tasks in order, so the next
+  // step's gradients may be queued right behind it: the reducer is done with
+  // the buffers.
+  void full_update(replica_host& h, step_stats s, step_promise rp) {
+    h.on_device<int>(
+        [](compute_state& cs) {
+          cs.opt->apply(cs.net->variables(), cs.grads);
+          return 0;
+        },
+        [s, rp](int&) mutable { rp.deliver(s); });
+    h.resume();
+  }
+
+  // ZeRO stage 1: reduce-scatter the gradients, update only this replica's
+  // segments (1/N of the optimizer's work), all-gather the variables. The
+  // next step's gradients wait for the all-gather: they read the variables.
+  void sharded_update(replica_host& h, step_stats s, step_promise rp) {
+    h.self()
+        ->request(wiring_.reducer, h.request_timeout(), reduce_scatter_atom::value, reduce_op::sum,
+                  h.gradient_buffers())
+        .then(
+            [this, &h, s, rp](std::vector<tensor>&) mutable {
+              h.on_device<std::vector<tensor>>(
+                  [segments = segments_](compute_state& cs) {
+                    cs.opt->apply_ranges(cs.net->variables(), cs.grads, *segments);
+                    return variable_buffers(cs);
+                  },
+                  [this, &h, s, rp](std::vector<tensor>& vars) mutable {
+                    h.self()
+                        ->request(wiring_.reducer, h.request_timeout(), all_gather_atom::value,
+                                  std::move(vars))
+                        .then([&h, s, rp](std::vector<tensor>&) mutable { h.step_finished(rp, s); },
+                              h.failer());
+                  });
+            },
+            h.failer());
+  }
+
+  void gather_slots(replica_host& h, std::size_t k, std::function<void()> done) {
+    h.on_device<std::vector<tensor>>(
+        [k](compute_state& cs) {
+          return k < cs.opt->slot_names().size() ? cs.opt->slot_tensors(k) : std::vector<tensor>{};
+        },
+        [this, &h, k, done](std::vector<tensor>& slots) {
+          if (slots.empty()) {
+            done();
+            return;
+          }
+          h.self()
+              ->request(wiring_.reducer, h.request_timeout(), all_gather_atom::value,
+                        std::move(slots))
+              .then([this, &h, k, done](std::vector<tensor>&) { gather_slots(h, k + 1, done); },
+                    h.failer());
+        });
+  }
+
+  replica_wiring wiring_;
+  bool sharded_;
+  reducer_config reducer_cfg_;
+  // This replica's reduce-scatter segments; written and read on the device.
+  std::shared_ptr<std::vector<std::pair<int64_t, int64_t>>> segments_;
+};
+
+class mirrored final : public strategy {
+ public:
+  std::string name() const override { return "mirrored"; }
+  void validate(const job_config& c) const override { check_global_batch_covers_replicas(c); }
+  bool replicas_must_agree() const override { return true; }
+  bool reduces_across_processes() const override { return true; }
+
+  reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
+                              const reducer_wiring& w) const override {
+    reducer_parts out;
+    auto local = spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c));
+    if (w.ring_tasks.size() < 2) {
+      out.per_replica = std::move(local);
+      return out;
+    }
+    if (c.strategy.shard_optimizer)
+      spdlog::info(
+          "mirrored across processes: every replica applies the whole update "
+          "(strategy.shard_optimizer shards the update within one process only)");
+    for (int k = 0; k < w.local_replicas; ++k) {
+      hierarchical_config hc;
+      hc.local = local[static_cast<std::size_t>(k)];
+      hc.local_rank = k;
+      if (k == 0) hc.ring = w.ring;
+      hc.global_replicas = c.strategy.replicas;
+      hc.ring_names = w.ring_tasks;
+      out.per_replica.push_back(spawn_hierarchical_reducer(sys, hc));
+    }
+    out.underneath = std::move(local);
+    return out;
+  }
+
+  std::unique_ptr<replica_step> make_replica_step(const job_config& c,
+                                                  const replica_wiring& w) const override {
+    const bool sharded = c.strategy.shard_optimizer && !w.across_processes;
+    return std::make_unique<mirrored_step>(w, sharded, reducer_config_of(c));
+  }
+  std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
+    return std::make_unique<lockstep_driver>();
+  }
+
+  // With sharded slots every replica takes part in gathering them (a
+  // collective), and then any of them holds the whole state.
+  void snapshot(coordinator_host& h, std::function<void(model_state&)> k) const override {
+    if (!h.plan().config.strategy.shard_optimizer) {
+      strategy::snapshot(h, std::move(k));
+      return;
+    }
+    collect_replica_states(h, [k](std::vector<model_state>& all) { k(all.front()); });
+  }
+};
+
+const strategy_registration registered{std::make_shared<mirrored>()};
+
+}  // namespace
+}  // namespace troupe

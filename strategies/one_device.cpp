@@ -1,0 +1,67 @@
+// one_device: one replica on one device, no communication (tf.distribute's
+// OneDeviceStrategy). A step is one device task: gradients and update.
+//
+//   coordinator --train(s)--> replica --(device: gradients, update)--> reply
+#include "strategies/lockstep_driver.hpp"
+#include "strategies/strategy.hpp"
+
+namespace troupe {
+namespace {
+
+// Gradients and the update as one device task; the next step may be queued
+// on the device right behind it.
+class local_step final : public replica_step {
+ public:
+  void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
+    auto epoch = b.epoch;
+    h.on_device<step_stats>(
+        [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
+          auto s = compute_gradients(cs, b, step, fail, false);
+          cs.opt->apply(cs.net->variables(), cs.grads);
+          return s;
+        },
+        [&h, rp, epoch](step_stats& s) mutable {
+          s.epoch = epoch;
+          h.count(s);
+          rp.deliver(s);
+        });
+  }
+};
+
+class one_device final : public strategy {
+ public:
+  std::string name() const override { return "one_device"; }
+  void validate(const job_config& c) const override {
+    if (c.strategy.replicas != 1)
+      throw config_error("strategy.replicas",
+                         "the one_device strategy runs exactly 1 replica, got " +
+                             std::to_string(c.strategy.replicas));
+    if (c.devices.size() != 1) {
+      std::string list;
+      for (const auto& d : c.devices) list += (list.empty() ? "\"" : ", \"") + d + "\"";
+      throw config_error("devices", "the one_device strategy needs exactly one device, got " +
+                                        std::to_string(c.devices.size()) + " (" + list + ")");
+    }
+  }
+  void check_cluster_jobs(const job_config&, int64_t workers, int64_t,
+                          bool explicit_hosts) const override {
+    if (!explicit_hosts && workers > 1)
+      throw config_error("cluster.tasks.worker",
+                         "the one_device strategy runs one replica; expected at most 1 worker "
+                         "task, got " +
+                             std::to_string(workers));
+  }
+  bool replicas_must_agree() const override { return true; }
+  std::unique_ptr<replica_step> make_replica_step(const job_config&,
+                                                  const replica_wiring&) const override {
+    return std::make_unique<local_step>();
+  }
+  std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
+    return std::make_unique<lockstep_driver>();
+  }
+};
+
+const strategy_registration registered{std::make_shared<one_device>()};
+
+}  // namespace
+}  // namespace troupe

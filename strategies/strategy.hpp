@@ -1,0 +1,171 @@
+#pragma once
+// A strategy is a message protocol between the job's actors, chosen by
+// strategy.kind. Each lives in one file of strategies/ and registers itself
+// by name; the roles (actors/) call it at these points:
+//
+//   config     validate(), placement rules          (config/strategy_rules.hpp)
+//   plan       updates_per_epoch(), input()         how far an epoch is, what a replica reads
+//   topology   shard_config(), make_reducers(),     which actors the job needs
+//              make_replica_step()
+//   replica    replica_step::run()                  one training step on one replica
+//   driver     make_driver()                        lockstep or per-worker issuing of steps
+//   boundary   snapshot(), restore(), evaluate(),   checkpoints and evaluation
+//              on_epoch_end(), replicas_must_agree()
+//
+// Shared mechanisms live beside the strategies: strategies/lockstep_driver,
+// strategies/ssp_driver (per-worker, staleness-bounded), strategies/
+// variable_shards (pull, compute, push; shard checkpoints).
+#include <caf/all.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/job_plan.hpp"
+#include "actors/reducer.hpp"
+#include "actors/reducers/remote_ring.hpp"
+#include "actors/strategy_api.hpp"
+#include "actors/variable_shard.hpp"
+#include "config/strategy_rules.hpp"
+
+namespace troupe {
+
+// The replica side of a strategy: one object per replica, owned by the
+// replica actor, called on the actor's thread.
+class replica_step {
+ public:
+  virtual ~replica_step() = default;
+  // On the device thread, once the model, optimizer and gradients exist.
+  virtual void init(compute_state&) {}
+  // Runs training step `step` on batch `b` and delivers `rp` with its
+  // figures. The replica starts no other step while it is busy (set_busy).
+  virtual void run(replica_host& h, int64_t step, batch b, step_promise rp) = 0;
+  // The variables an evaluation reads: calls k with a device task that
+  // installs them (null: the replica's own variables).
+  virtual void eval_variables(replica_host&,
+                              std::function<void(std::function<void(compute_state&)>)> k) {
+    k(nullptr);
+  }
+  // Before a snapshot of the replica's state (e.g. gather sharded slots).
+  virtual void before_snapshot(replica_host&, std::function<void()> k) { k(); }
+};
+
+// The coordinator side: which replica takes which step when.
+class job_driver {
+ public:
+  virtual ~job_driver() = default;
+  // Once, before the first pump (after a restore).
+  virtual void start(coordinator_host&) {}
+  // Issues steps up to the boundary as the protocol allows.
+  virtual void pump(coordinator_host& h) = 0;
+  // Replica i is gone. True: the driver dropped it and the job goes on;
+  // false: the job ends naming it.
+  virtual bool replica_lost(coordinator_host&, std::size_t /*i*/, const std::string& /*cause*/) {
+    return false;
+  }
+  // Replica i is back with a new handle (ignored unless it was lost).
+  virtual void rejoin(coordinator_host&, std::size_t /*i*/, replica_actor /*r*/) {}
+  // The replicas that can still answer.
+  virtual std::vector<replica_actor> live(const coordinator_host& h) const = 0;
+};
+
+// What a replica's step is wired to.
+struct replica_wiring {
+  int64_t index = 0;
+  int64_t replicas = 1;                      // in the whole job
+  reducer_actor reducer;                     // from make_reducers, or null
+  std::vector<variable_shard_actor> shards;  // every shard by index (shard strategies)
+  placement place;
+  bool across_processes = false;  // the reducer spans a ring of processes
+};
+
+// What make_reducers builds on.
+struct reducer_wiring {
+  int local_replicas = 0;  // replicas in this process
+  // Across processes (reduces_across_processes() with replicas in more than
+  // one process): this process's ring node and the ring of tasks; else empty.
+  ring_node_actor ring;
+  std::vector<std::string> ring_tasks;
+};
+
+struct reducer_parts {
+  std::vector<reducer_actor> per_replica;  // one per local replica, or empty
+  std::vector<reducer_actor> underneath;   // further actors to stop with them
+};
+
+// Where a replica's input pipeline starts and what it reads.
+struct input_plan {
+  int64_t global_batch = 0;  // examples per micro-batch over all replicas
+  int64_t start_epoch = 0;
+  int64_t start_index = 0;
+};
+
+class strategy : public strategy_rules {
+ public:
+  // --- the plan ---
+  // Updates in one epoch of `examples` training examples (0: no epochs; the
+  // job then ends by training.max_steps).
+  virtual int64_t updates_per_epoch(const job_config& c, int64_t examples) const;
+  // What each input pipeline reads, resuming at update `start_step`.
+  virtual input_plan input(const job_config& c, int64_t start_step, int64_t steps_per_epoch) const;
+  // Replicas wait on each other every step (data.gather "auto" gathers on
+  // the devices then).
+  virtual bool lockstep() const { return true; }
+
+  // --- the topology ---
+  // The variable shards' settings (has_variable_shards() only).
+  virtual variable_shard_config shard_config(const job_config& c, int64_t total_steps) const;
+  // Whether replicas in several processes reduce through a ring of the
+  // processes (troupe node then wires it before make_reducers).
+  virtual bool reduces_across_processes() const { return false; }
+  virtual reducer_parts make_reducers(caf::actor_system&, const job_config&,
+                                      const reducer_wiring&) const {
+    return {};
+  }
+  virtual std::unique_ptr<replica_step> make_replica_step(const job_config& c,
+                                                          const replica_wiring& w) const = 0;
+
+  // --- the coordinator ---
+  virtual std::unique_ptr<job_driver> make_driver(const job_plan& p) const = 0;
+  // The learning rate a metrics line reports for update `completed`.
+  virtual double reported_lr(const job_plan&, int64_t /*completed*/, const step_stats& s) const {
+    return s.lr;
+  }
+  // Replicas hold bit-identical variables (strategy.check_replicas_every
+  // verifies it).
+  virtual bool replicas_must_agree() const { return false; }
+  // The model and optimizer state a checkpoint saves; no step is in flight.
+  // Default: replica 0's.
+  virtual void snapshot(coordinator_host& h, std::function<void(model_state&)> k) const;
+  // Puts a checkpoint's state back before the first step. Default: every
+  // replica restores it.
+  virtual void restore(coordinator_host& h, std::shared_ptr<const model_state> ms,
+                       std::function<void()> k) const;
+  // Extra metrics at the end of an epoch (after the training figures).
+  virtual void on_epoch_end(coordinator_host&, int64_t /*epoch*/) const {}
+  // Evaluation when due: calls k with the figures for the metrics line
+  // (e.g. test_loss, test_accuracy). Default: the test set on the first live
+  // replica.
+  virtual void evaluate(coordinator_host& h, std::function<void(nlohmann::json)> k) const;
+};
+
+// Registers a strategy by its name() (built-ins register themselves; a user
+// or test may add its own before running a job). Throws when the name is taken.
+inline void register_strategy(std::shared_ptr<const strategy> s) {
+  register_strategy_rules(std::move(s));
+}
+// The strategy of that name; null when none (or only config rules) is registered.
+inline std::shared_ptr<const strategy> find_strategy(const std::string& name) {
+  return std::dynamic_pointer_cast<const strategy>(find_strategy_rules(name));
+}
+
+// For a strategy file: `const strategy_registration registered{std::make_shared<x>()};`
+struct strategy_registration {
+  explicit strategy_registration(std::shared_ptr<const strategy> s) {
+    register_strategy(std::move(s));
+  }
+};
+
+}  // namespace troupe
