@@ -1,0 +1,145 @@
+// The strategy layer: a strategy is one class registered by name. This test
+// defines a strategy of its own ("local SGD": every replica trains its own
+// copy on its slice of the data, and every k steps the replicas average
+// their variables through the reducers) and runs it through the same path as
+// `troupe run`, touching no other file.
+#include <doctest/doctest.h>
+
+#include "actors/job.hpp"
+#include "actors/topology.hpp"
+#include "strategies/lockstep_driver.hpp"
+#include "strategies/strategy.hpp"
+#include "tests/strategy_fixtures.hpp"
+
+using namespace troupe;
+
+namespace {
+
+class local_sgd_step final : public replica_step {
+ public:
+  local_sgd_step(replica_wiring w, int64_t every) : wiring_(std::move(w)), every_(every) {}
+
+  void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
+    h.set_busy(true);
+    const bool average = (step + 1) % every_ == 0;
+    h.on_device<step_stats>(
+        [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
+          auto s = compute_gradients(cs, b, step, fail, /*local_mean=*/true);
+          cs.opt->apply(cs.net->variables(), cs.grads);
+          return s;
+        },
+        [this, &h, rp, average](step_stats& s) mutable {
+          h.count(s);
+          if (!average) {
+            h.step_finished(rp, s);
+            return;
+          }
+          // The variables' own buffers, averaged in place: no step runs
+          // while this replica is busy.
+          h.on_device<std::vector<tensor>>(
+              [](compute_state& cs) { return variable_buffers(cs); },
+              [this, &h, rp, s](std::vector<tensor>& vars) mutable {
+                h.self()
+                    ->request(wiring_.reducer, h.request_timeout(), allreduce_atom::value,
+                              reduce_op::mean, std::move(vars))
+                    .then([&h, rp, s](std::vector<tensor>&) mutable { h.step_finished(rp, s); },
+                          h.failer());
+              });
+        });
+  }
+
+ private:
+  replica_wiring wiring_;
+  int64_t every_;
+};
+
+class local_sgd final : public strategy {
+ public:
+  std::string name() const override { return "local_sgd"; }
+  void validate(const job_config& c) const override {
+    if (c.strategy.replicas < 2)
+      throw config_error("strategy.replicas", "local_sgd averages over at least 2 replicas, got " +
+                                                  std::to_string(c.strategy.replicas));
+  }
+  reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
+                              const reducer_wiring& w) const override {
+    return {spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c)), {}};
+  }
+  std::unique_ptr<replica_step> make_replica_step(const job_config& c,
+                                                  const replica_wiring& w) const override {
+    return std::make_unique<local_sgd_step>(w, c.strategy.communication_period);
+  }
+  std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
+    return std::make_unique<lockstep_driver>();
+  }
+};
+
+void register_local_sgd() {
+  static const bool once = [] {
+    register_strategy(std::make_shared<local_sgd>());
+    return true;
+  }();
+  (void)once;
+}
+
+}  // namespace
+
+TEST_CASE("the built-in strategies are registered by name") {
+  for (std::string name :
+       {"one_device", "mirrored", "central_storage", "parameter_server", "elastic_average"}) {
+    CAPTURE(name);
+    auto s = find_strategy(name);
+    REQUIRE(s);
+    CHECK(s->name() == name);
+  }
+  CHECK_FALSE(find_strategy("actor_learner"));  // listed for the config, not built
+  CHECK_FALSE(find_strategy("horovod"));
+  CHECK_THROWS_WITH_AS(register_strategy(find_strategy("mirrored")),
+                       "strategy 'mirrored' is already registered", std::invalid_argument);
+}
+
+TEST_CASE("a strategy defined in a test runs through the normal job path") {
+  register_local_sgd();
+  test::strategy_env env(480);
+
+  SUBCASE("its config rules apply at parse time, with the JSON path") {
+    CHECK_THROWS_WITH_AS(
+        parse_job_config(R"({"strategy": {"kind": "local_sgd", "replicas": 1}})"_json),
+        "strategy.replicas: local_sgd averages over at least 2 replicas, got 1", config_error);
+    auto c = parse_job_config(R"({"strategy": {"kind": "local_sgd", "replicas": 2},
+                                  "devices": ["cpu:0", "cpu:1"]})"_json);
+    CHECK(c.strategy.kind == "local_sgd");
+  }
+
+  SUBCASE("averaging every step is mirrored SGD, up to float rounding") {
+    auto m = env.job("mirrored", "sgd", 2, 48);
+    m.training.max_steps = 10;
+    auto ref = test::variables_of(run_job(m));
+    auto l = env.job("local_sgd", "sgd", 2, 48);
+    l.training.max_steps = 10;
+    l.strategy.communication_period = 1;
+    auto s = run_job(l);
+    CHECK(s["strategy"] == "local_sgd");
+    CHECK(s["steps"] == 10);
+    CHECK(test::max_abs_diff(ref, test::variables_of(s)) < 1e-5);
+    CHECK(test::metrics_of(s, "epoch").size() == 1);
+  }
+
+  SUBCASE("averaging every 5 steps is not the same model, and it resumes") {
+    auto l = env.job("local_sgd", "sgd", 2, 48);
+    l.training.max_steps = 10;
+    l.strategy.communication_period = 5;
+    l.checkpoint.every_steps = 5;
+    auto s = run_job(l);
+    auto m = env.job("mirrored", "sgd", 2, 48);
+    m.training.max_steps = 10;
+    CHECK(test::max_abs_diff(test::variables_of(run_job(m)), test::variables_of(s)) > 1e-6);
+    job_options o;
+    o.resume = true;
+    o.output_dir = s["output_dir"].get<std::string>();
+    l.training.max_steps = 15;
+    auto r = run_job(l, o);
+    CHECK(r["steps"] == 15);
+    CHECK(r["steps_this_run"] == 5);
+  }
+}
