@@ -13,8 +13,9 @@
 //     "join_timeout_seconds": 30, "heartbeat_seconds": 1,
 //     "secret_env": "TROUPE_SECRET", "secret_file": ""}
 //
-// Default placement (no "hosts"), by strategy.kind; the chief always runs the
-// coordinator:
+// Default placement (no "hosts"); the chief always runs the coordinator, and
+// the strategy's rules (config/strategy_rules.hpp) say whether there are
+// variable shards and which jobs the cluster needs:
 //   one_device        the replica on worker:0, or on the chief without workers
 //   mirrored,         replicas 0..R-1 in contiguous blocks over the worker tasks
 //   central_storage   (the first R % W workers get one more), or all on the

@@ -91,8 +91,11 @@ struct partitioner_config {
   int64_t fixed_shards = 0;             // fixed_shards: pieces per variable; 0 = shards
 };
 
+// The strategy's settings. Which keys a strategy reads, and its rules on
+// them, are its file's (strategies/<kind>.cpp).
 struct strategy_config {
-  // one_device | mirrored | central_storage | parameter_server | elastic_average
+  // A registered strategy: one_device | mirrored | central_storage |
+  // parameter_server | elastic_average, or one a program registers.
   std::string kind = "one_device";
   // Replicas (mirrored, central_storage) or workers (parameter_server).
   int64_t replicas = 1;
@@ -115,8 +118,9 @@ struct strategy_config {
   // exchanges with the center: d = moving_rate * (x - c); x -= d; c += d.
   int64_t communication_period = 8;
   double moving_rate = 0;  // 0 = 0.9 / communication_period / workers
-  // Elastic force in every local step: g += rho * (x - c_last) (0 = none: the
-  // review thread showed moving_rate/learning_rate explodes for small rates).
+  // Elastic force in every local step: g += rho * (x - c_last) (0 = none: a
+  // force of moving_rate / learning_rate, the paper's coupling, explodes for
+  // small learning rates).
   double rho = 0;
   bool synchronous = false;  // all workers exchange in one round every period
   // mirrored: verify the replicas' variables are bit-identical every N steps

@@ -189,27 +189,16 @@ class elastic_step final : public replica_step {
   std::function<void()> after_exchange_;
 };
 
-class elastic_average final : public sharded_strategy {
+class elastic_average final : public sharded_worker_strategy {
  public:
   std::string name() const override { return "elastic_average"; }
-  void validate(const job_config& c) const override { check_worker_steps_per_update(c); }
-  bool survives_lost_workers() const override { return true; }
-
-  int64_t updates_per_epoch(const job_config& c, int64_t examples) const override {
-    return worker_updates_per_epoch(c, examples);
-  }
-  input_plan input(const job_config& c, int64_t start_step,
-                   int64_t steps_per_epoch) const override {
-    return worker_input(c, start_step, steps_per_epoch);
-  }
-  bool lockstep() const override { return false; }
 
   // The center: exchanges add up (c += d), so a late one, whose round was
   // applied without it when a worker was lost, is applied alone. The
   // center's "optimizer" is SGD at learning rate -1 (w - (-1) d is exactly
   // w + d in floating point).
   variable_shard_config shard_config(const job_config& c, int64_t total_steps) const override {
-    auto sc = sharded_strategy::shard_config(c, total_steps);
+    auto sc = sharded_worker_strategy::shard_config(c, total_steps);
     sc.optimizer = optimizer_config{};
     sc.optimizer.kind = "sgd";
     sc.optimizer.learning_rate = -1.0;

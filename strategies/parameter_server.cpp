@@ -17,12 +17,10 @@
 namespace troupe {
 namespace {
 
-class parameter_server final : public sharded_strategy {
+class parameter_server final : public sharded_worker_strategy {
  public:
   std::string name() const override { return "parameter_server"; }
-  void validate(const job_config& c) const override { check_worker_steps_per_update(c); }
   std::string replica_unit() const override { return "worker"; }
-  bool survives_lost_workers() const override { return true; }
   void check_cluster_jobs(const job_config&, int64_t workers, int64_t ps, bool) const override {
     if (ps == 0)
       throw config_error("cluster.tasks",
@@ -33,15 +31,6 @@ class parameter_server final : public sharded_strategy {
           "cluster.tasks",
           "strategy.kind \"parameter_server\" needs a \"worker\" job with at least one task");
   }
-
-  int64_t updates_per_epoch(const job_config& c, int64_t examples) const override {
-    return worker_updates_per_epoch(c, examples);
-  }
-  input_plan input(const job_config& c, int64_t start_step,
-                   int64_t steps_per_epoch) const override {
-    return worker_input(c, start_step, steps_per_epoch);
-  }
-  bool lockstep() const override { return false; }
 
   std::unique_ptr<replica_step> make_replica_step(const job_config&,
                                                   const replica_wiring& w) const override {

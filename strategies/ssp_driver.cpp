@@ -131,12 +131,13 @@ std::vector<replica_actor> ssp_driver::live(const coordinator_host& h) const {
   return out;
 }
 
-int64_t worker_updates_per_epoch(const job_config& c, int64_t examples) {
+int64_t sharded_worker_strategy::updates_per_epoch(const job_config& c, int64_t examples) const {
   return c.strategy.replicas *
          batches_per_epoch(examples, c.data.batch_size * c.strategy.replicas, 1);
 }
 
-input_plan worker_input(const job_config& c, int64_t start_step, int64_t steps_per_epoch) {
+input_plan sharded_worker_strategy::input(const job_config& c, int64_t start_step,
+                                          int64_t steps_per_epoch) const {
   input_plan in;
   in.global_batch = c.data.batch_size * c.strategy.replicas;
   in.start_epoch = start_step / steps_per_epoch;
@@ -145,7 +146,7 @@ input_plan worker_input(const job_config& c, int64_t start_step, int64_t steps_p
   return in;
 }
 
-void check_worker_steps_per_update(const job_config& c) {
+void sharded_worker_strategy::validate(const job_config& c) const {
   if (c.strategy.steps_per_update != 1)
     throw config_error("strategy.steps_per_update",
                        "parameter_server and elastic_average workers step on every batch; "

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "strategies/strategy.hpp"
+#include "strategies/variable_shards.hpp"
 
 namespace troupe {
 
@@ -48,10 +49,17 @@ class ssp_driver final : public job_driver {
   std::vector<worker_status> workers_;
 };
 
-// What the worker strategies share: updates per epoch, each pipeline's
-// start, and the rule that a worker steps on every batch.
-int64_t worker_updates_per_epoch(const job_config& c, int64_t examples);
-input_plan worker_input(const job_config& c, int64_t start_step, int64_t steps_per_epoch);
-void check_worker_steps_per_update(const job_config& c);
+// What the worker strategies (their model on variable shards) share: a
+// worker steps on every batch of its own, an epoch is W pushes per round of
+// W batches, each pipeline resumes at its own position, and a lost worker
+// leaves the job running.
+class sharded_worker_strategy : public sharded_strategy {
+ public:
+  void validate(const job_config& c) const override;
+  bool survives_lost_workers() const override { return true; }
+  int64_t updates_per_epoch(const job_config& c, int64_t examples) const override;
+  input_plan input(const job_config& c, int64_t start_step, int64_t steps_per_epoch) const override;
+  bool lockstep() const override { return false; }
+};
 
 }  // namespace troupe
