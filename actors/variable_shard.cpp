@@ -71,13 +71,23 @@ void record_staleness(variable_shard_state& st, int64_t based_on_version) {
 // several pulls see one version (aggregate mode, subset pulls) and never
 // dearer. Checking the buffers' use counts instead would race with pullers
 // that are dropping theirs on other threads.
+// A center shard adds the (summed) exchanges instead: c += d, no optimizer.
 void apply_update(variable_shard_state& st, const std::vector<named_tensor>& grads) {
   for (std::size_t i = 0; i < st.vars.size(); ++i)
     if (st.shared[i]) {
       st.vars[i].value = st.vars[i].value.clone();
       st.shared[i] = false;
     }
-  st.opt->apply(st.vars, grads);
+  if (st.cfg.center) {
+    for (std::size_t i = 0; i < st.vars.size(); ++i) {
+      float* c = st.vars[i].value.f32();
+      const float* d = grads[i].value.f32();
+      const auto n = static_cast<std::size_t>(grads[i].value.numel());
+      for (std::size_t k = 0; k < n; ++k) c[k] += d[k];
+    }
+  } else {
+    st.opt->apply(st.vars, grads);
+  }
   ++st.version;
   ++st.stats.applies;
 }
@@ -116,6 +126,81 @@ void init_vars(variable_shard_state& st, std::vector<named_tensor> vars) {
   st.index_of.clear();
   for (std::size_t i = 0; i < st.vars.size(); ++i) st.index_of[st.vars[i].name] = i;
   st.shared.assign(st.vars.size(), false);
+}
+
+enum class update_kind { gradients, exchange };
+
+// A push (gradients) or an exchange (EASGD deltas): validated, then applied
+// on arrival (async), or summed into its step's round and applied when the
+// round is complete (aggregate). Answered with the version after the apply
+// that included it.
+caf::result<int64_t> take_update(self_ptr self, update_kind kind, int64_t worker,
+                                 int64_t worker_step, int64_t based_on_version,
+                                 const std::vector<named_tensor>& grads) {
+  auto& st = self->state;
+  const bool exchange = kind == update_kind::exchange;
+  const std::string from = (exchange ? "exchange from worker " : "push from worker ") +
+                           std::to_string(worker) + (exchange ? " (round " : " (step ") +
+                           std::to_string(worker_step) + "): ";
+  if (exchange != st.cfg.center)
+    return fail(self, from + (st.cfg.center ? "this shard holds the elastic averaging center, "
+                                              "which takes exchanges, not gradients"
+                                            : "this shard's variables are updated by gradients; "
+                                              "only a center shard takes exchanges"));
+  if (based_on_version < 0 || based_on_version > st.version)
+    return fail(self, from + "based on version " + std::to_string(based_on_version) +
+                          ", the shard is at version " + std::to_string(st.version) +
+                          " (pull again)");
+  std::vector<named_tensor> ordered;
+  if (auto why = order_grads(st, grads, ordered); !why.empty()) return fail(self, from + why);
+  auto accept = [&] {
+    ++st.stats.pushes;
+    for (const auto& g : ordered) st.stats.bytes_in += static_cast<int64_t>(g.value.nbytes());
+  };
+  // An exchange for a round applied without it (its contributors were
+  // lowered after another one's was in) is applied alone: exchanges add up.
+  const bool late = st.aggregate > 0 && exchange &&
+                    st.rounds.find(worker_step) == st.rounds.end() &&
+                    worker_step <= st.last_applied_step;
+  if (st.aggregate == 0 || late) {
+    accept();
+    record_staleness(st, based_on_version);
+    try {
+      apply_update(st, ordered);
+    } catch (const std::exception& e) {
+      return fail(self, from + e.what());
+    }
+    return st.version;
+  }
+  auto it = st.rounds.find(worker_step);
+  if (it == st.rounds.end() && worker_step <= st.last_applied_step)
+    return fail(self, from + "step " + std::to_string(worker_step) +
+                          " was already applied (last applied step " +
+                          std::to_string(st.last_applied_step) + ")");
+  if (it == st.rounds.end()) {
+    it = st.rounds.emplace(worker_step, shard_round{}).first;
+    // The shard's own buffers: the pushers keep theirs.
+    for (const auto& g : ordered) it->second.sum.push_back(g.value.clone());
+  } else {
+    auto& w = it->second.workers;
+    if (std::find(w.begin(), w.end(), worker) != w.end())
+      return fail(self,
+                  from + "this worker already pushed for step " + std::to_string(worker_step));
+    for (std::size_t i = 0; i < ordered.size(); ++i) {
+      float* acc = it->second.sum[i].f32();
+      const float* g = ordered[i].value.f32();
+      const auto n = static_cast<std::size_t>(ordered[i].value.numel());
+      for (std::size_t k = 0; k < n; ++k) acc[k] += g[k];
+    }
+  }
+  accept();
+  it->second.workers.push_back(worker);
+  it->second.based_on.push_back(based_on_version);
+  auto rp = self->make_response_promise<int64_t>();
+  it->second.promises.push_back(rp);
+  if (static_cast<int64_t>(it->second.workers.size()) >= st.aggregate)
+    apply_round(self, worker_step);
+  return rp;
 }
 
 }  // namespace
@@ -157,64 +242,12 @@ variable_shard_actor::behavior_type variable_shard(self_ptr self, variable_shard
       },
       [self](push_atom, int64_t worker, int64_t worker_step, int64_t based_on_version,
              const std::vector<named_tensor>& grads) -> caf::result<int64_t> {
-        auto& st = self->state;
-        const std::string from = "push from worker " + std::to_string(worker) + " (step " +
-                                 std::to_string(worker_step) + "): ";
-        if (based_on_version < 0 || based_on_version > st.version)
-          return fail(self, from + "based on version " + std::to_string(based_on_version) +
-                                ", the shard is at version " + std::to_string(st.version) +
-                                " (pull again)");
-        std::vector<named_tensor> ordered;
-        if (auto why = order_grads(st, grads, ordered); !why.empty()) return fail(self, from + why);
-        auto accept = [&] {
-          ++st.stats.pushes;
-          for (const auto& g : ordered) st.stats.bytes_in += static_cast<int64_t>(g.value.nbytes());
-        };
-        // A push for a step applied without it (its contributors were
-        // lowered after another one's push was in) is applied alone when the
-        // update is linear and the owner says so (EASGD's c += d).
-        const bool late = st.aggregate > 0 && st.cfg.apply_late_pushes &&
-                          st.rounds.find(worker_step) == st.rounds.end() &&
-                          worker_step <= st.last_applied_step;
-        if (st.aggregate == 0 || late) {
-          accept();
-          record_staleness(st, based_on_version);
-          try {
-            apply_update(st, ordered);
-          } catch (const std::exception& e) {
-            return fail(self, from + e.what());
-          }
-          return st.version;
-        }
-        auto it = st.rounds.find(worker_step);
-        if (it == st.rounds.end() && worker_step <= st.last_applied_step)
-          return fail(self, from + "step " + std::to_string(worker_step) +
-                                " was already applied (last applied step " +
-                                std::to_string(st.last_applied_step) + ")");
-        if (it == st.rounds.end()) {
-          it = st.rounds.emplace(worker_step, shard_round{}).first;
-          // The shard's own buffers: the pushers keep theirs.
-          for (const auto& g : ordered) it->second.sum.push_back(g.value.clone());
-        } else {
-          auto& w = it->second.workers;
-          if (std::find(w.begin(), w.end(), worker) != w.end())
-            return fail(
-                self, from + "this worker already pushed for step " + std::to_string(worker_step));
-          for (std::size_t i = 0; i < ordered.size(); ++i) {
-            float* acc = it->second.sum[i].f32();
-            const float* g = ordered[i].value.f32();
-            const auto n = static_cast<std::size_t>(ordered[i].value.numel());
-            for (std::size_t k = 0; k < n; ++k) acc[k] += g[k];
-          }
-        }
-        accept();
-        it->second.workers.push_back(worker);
-        it->second.based_on.push_back(based_on_version);
-        auto rp = self->make_response_promise<int64_t>();
-        it->second.promises.push_back(rp);
-        if (static_cast<int64_t>(it->second.workers.size()) >= st.aggregate)
-          apply_round(self, worker_step);
-        return rp;
+        return take_update(self, update_kind::gradients, worker, worker_step, based_on_version,
+                           grads);
+      },
+      [self](exchange_atom, int64_t worker, int64_t round, int64_t based_on_version,
+             const std::vector<named_tensor>& deltas) -> caf::result<int64_t> {
+        return take_update(self, update_kind::exchange, worker, round, based_on_version, deltas);
       },
       [self](aggregate_atom, int64_t k) -> caf::result<int64_t> {
         if (k < 0)

@@ -12,6 +12,8 @@
 //   pushes of one worker_step are summed and applied as one update; all K are
 //   answered after it. Scaling (the mean) is the workers' job: they scale
 //   their gradients by 1/global_batch, so the sum is the global mean.
+// A center shard (elastic_average) takes exchanges instead of pushes, in
+// either mode: the same bookkeeping, and the update is c += d.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -33,10 +35,12 @@ struct variable_shard_config {
   optimizer_config optimizer;
   int64_t total_steps = 0;  // for learning-rate schedules
   int64_t aggregate = 0;    // contributors per step; 0 = async
-  // Aggregate mode: a push for a step already applied is applied on its own
-  // instead of refused (right when updates add up, as EASGD's c += d: a
-  // round applied early when a contributor was dropped, then the late push).
-  bool apply_late_pushes = false;
+  // Holds elastic averaging's center: takes exchanges (c += d, no
+  // optimizer) and refuses gradient pushes; a gradient shard refuses
+  // exchanges. In aggregate mode an exchange for a round already applied is
+  // applied on its own instead of refused: exchanges add up (a round applied
+  // early when a contributor was dropped, then the late one).
+  bool center = false;
   // Run on its own thread: a shard of large variables computes for a while
   // per update, which would hold up a scheduler thread.
   bool detached = false;

@@ -161,6 +161,7 @@ namespace troupe {
 using push_atom = caf::atom_constant<caf::atom("push")>;
 using pull_atom = caf::atom_constant<caf::atom("pull")>;
 using aggregate_atom = caf::atom_constant<caf::atom("aggregate")>;
+using exchange_atom = caf::atom_constant<caf::atom("exchange")>;
 
 // A pull's answer: the shard's version (updates applied) when it answered,
 // and the requested pieces at that version.

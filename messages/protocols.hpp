@@ -80,6 +80,17 @@ using variable_shard_actor = caf::typed_actor<
     // once when all have arrived. Replies with the version after the apply
     // that included it; an error naming the piece on a mismatch.
     caf::replies_to<push_atom, int64_t, int64_t, int64_t, std::vector<named_tensor>>::with<int64_t>,
+    // (worker, round, based_on_version, deltas): elastic averaging's exchange
+    // with the center c that a center shard holds: every piece becomes
+    // c + d, d = moving_rate (x - c) as the worker computed it (it subtracts
+    // the same d from its own copy). Its own message, not a gradient: no
+    // optimizer runs, and only a center shard takes it (a gradient shard
+    // refuses it, a center shard refuses pushes). Async mode: applied on
+    // arrival; aggregate mode: a round's deltas are summed and applied once,
+    // and a late one (its round applied without it, when a worker was lost)
+    // is applied alone, since exchanges add up. Replies as push does.
+    caf::replies_to<exchange_atom, int64_t, int64_t, int64_t,
+                    std::vector<named_tensor>>::with<int64_t>,
     // Contributors per step (0 = async). Replies with the previous value; a
     // pending step that now has enough pushes is applied.
     caf::replies_to<aggregate_atom, int64_t>::with<int64_t>,

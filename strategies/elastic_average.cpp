@@ -124,6 +124,7 @@ class elastic_step final : public replica_step {
     joined_ = true;
     bool exchange = (step + 1) % period_ == 0;
     std::vector<int64_t> versions;
+    versions.reserve(pulled.size());
     for (const auto& v : pulled) versions.push_back(v.version);
     auto epoch = b.epoch;
     h.on_device<elastic_result>(
@@ -156,7 +157,7 @@ class elastic_step final : public replica_step {
         });
   }
 
-  // c += d on every shard. The step is done once d is sent: in the
+  // c += d on every shard (the exchange message). The step is done once d is sent: in the
   // synchronous variant the round is applied when every worker's d is in,
   // and this worker only waits for that at its next exchange (so a boundary
   // never strands it in a round the others cannot reach before the boundary).
@@ -166,8 +167,8 @@ class elastic_step final : public replica_step {
     for (std::size_t s = 0; s < deltas.size(); ++s) {
       ++exchanges_pending_;
       h.self()
-          ->request(wiring_.shards[s], h.request_timeout(), push_atom::value, wiring_.index, round,
-                    versions[s], std::move(deltas[s]))
+          ->request(wiring_.shards[s], h.request_timeout(), exchange_atom::value, wiring_.index,
+                    round, versions[s], std::move(deltas[s]))
           .then(
               [this](int64_t) {
                 if (--exchanges_pending_ > 0 || !after_exchange_) return;
@@ -193,17 +194,15 @@ class elastic_average final : public sharded_worker_strategy {
  public:
   std::string name() const override { return "elastic_average"; }
 
-  // The center: exchanges add up (c += d), so a late one, whose round was
-  // applied without it when a worker was lost, is applied alone. The
-  // center's "optimizer" is SGD at learning rate -1 (w - (-1) d is exactly
-  // w + d in floating point).
+  // The center: it takes exchanges (c += d) and runs no optimizer of its
+  // own. Its optimizer setting is plain SGD, which has no slots: a
+  // checkpoint's slots are the workers' (see snapshot).
   variable_shard_config shard_config(const job_config& c, int64_t total_steps) const override {
     auto sc = sharded_worker_strategy::shard_config(c, total_steps);
     sc.optimizer = optimizer_config{};
     sc.optimizer.kind = "sgd";
-    sc.optimizer.learning_rate = -1.0;
     sc.aggregate = c.strategy.synchronous ? c.strategy.replicas : 0;
-    sc.apply_late_pushes = true;
+    sc.center = true;
     return sc;
   }
 
@@ -270,7 +269,7 @@ class elastic_average final : public sharded_worker_strategy {
   // the center at their first step).
   void restore(coordinator_host& h, std::shared_ptr<const model_state> ms,
                std::function<void()> k) const override {
-    restore_shards(h, *ms, [this, &h, ms, k] { strategy::restore(h, ms, k); });
+    restore_shards(h, *ms, [&h, ms, k] { restore_every_replica(h, ms, k); });
   }
 };
 

@@ -403,3 +403,87 @@ TEST_CASE("shard messages serialize (they cross process boundaries)") {
   CHECK(sv2.version == 4);
   CHECK(values(sv2.values[1].value) == fvec{2, 2, 2, 2});
 }
+
+namespace {
+
+caf::expected<int64_t> exchange(caf::scoped_actor& self, const variable_shard_actor& s,
+                                int64_t worker, int64_t round, int64_t based_on,
+                                std::vector<named_tensor> d) {
+  caf::expected<int64_t> r{caf::error{}};
+  self->request(s, timeout, exchange_atom::value, worker, round, based_on, std::move(d))
+      .receive([&](int64_t v) { r = v; }, [&](caf::error& e) { r = e; });
+  return r;
+}
+
+variable_shard_config center(int64_t aggregate = 0) {
+  auto c = two_pieces(sgd(0.001), aggregate);
+  c.center = true;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a center shard adds exchanges exactly (c += d), no optimizer") {
+  fixture f;
+  auto s = spawn_variable_shard(f.sys, center());
+  // Values whose sums round: c + d must be the float sum, bit for bit.
+  const fvec da = {0.1f, -2.5e-8f, 3.3f}, db = {1e-7f, -0.7f, 0.25f, 1.0f / 3};
+  auto r = exchange(f.self, s, 0, 0, 0, grads(da, db));
+  REQUIRE(r);
+  CHECK(*r == 1);
+  auto v = pull(f.self, s);
+  REQUIRE(v);
+  const fvec a0 = {1, 2, 3};
+  for (std::size_t i = 0; i < 3; ++i) CHECK(values(value_of(*v, "a"))[i] == a0[i] + da[i]);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(values(value_of(*v, "b"))[i] == 1.0f + db[i]);
+  auto st = stats(f.self, s);
+  CHECK(st.pushes == 1);
+  CHECK(st.applies == 1);
+}
+
+TEST_CASE("a center shard in aggregate mode sums a round's exchanges, then adds them once") {
+  fixture f;
+  auto s = spawn_variable_shard(f.sys, center(2));
+  auto p1 = f.self->request(s, timeout, exchange_atom::value, int64_t{0}, int64_t{0}, int64_t{0},
+                            grads({1, 1, 1}, {0.5f, 0, 0, 0}));
+  auto before = pull(f.self, s);
+  REQUIRE(before);
+  CHECK(before->version == 0);  // one of two exchanges: nothing applied yet
+  auto r2 = exchange(f.self, s, 1, 0, 0, grads({2, 2, 2}, {0.25f, 0, 0, 0}));
+  REQUIRE(r2);
+  CHECK(*r2 == 1);
+  p1.receive([](int64_t v) { CHECK(v == 1); },
+             [](caf::error& e) { FAIL("first exchange: " << describe(e)); });
+  auto v = pull(f.self, s);
+  REQUIRE(v);
+  CHECK(values(value_of(*v, "a")) == fvec{4, 5, 6});
+  CHECK(values(value_of(*v, "b"))[0] == 1.75f);
+  // A worker was dropped after round 1 was applied without it: its late
+  // exchange for round 1 is applied alone (exchanges add up).
+  f.self->request(s, timeout, aggregate_atom::value, int64_t{1})
+      .receive([](int64_t) {}, [](caf::error& e) { FAIL(describe(e)); });
+  REQUIRE(exchange(f.self, s, 0, 1, 1, grads({1, 0, 0}, {0, 0, 0, 0})));
+  auto late = exchange(f.self, s, 1, 1, 1, grads({0, 1, 0}, {0, 0, 0, 0}));
+  REQUIRE(late);
+  CHECK(*late == 3);
+  auto w = pull(f.self, s);
+  REQUIRE(w);
+  CHECK(values(value_of(*w, "a")) == fvec{5, 6, 6});
+}
+
+TEST_CASE("exchanges and pushes go only to their kind of shard, refused naming the shard") {
+  fixture f;
+  auto c = spawn_variable_shard(f.sys, center());
+  auto r = push(f.self, c, 2, 0, 0, grads({1, 1, 1}, {1, 1, 1, 1}));
+  REQUIRE_FALSE(r);
+  CHECK(error_text(r).find("variable_shard 1: push from worker 2 (step 0): this shard holds the "
+                           "elastic averaging center") != std::string::npos);
+  auto g = spawn_variable_shard(f.sys, two_pieces(sgd(0.5)));
+  auto e = exchange(f.self, g, 3, 4, 0, grads({1, 1, 1}, {1, 1, 1, 1}));
+  REQUIRE_FALSE(e);
+  CHECK(error_text(e).find("variable_shard 1: exchange from worker 3 (round 4): this shard's "
+                           "variables are updated by gradients") != std::string::npos);
+  // Neither was applied.
+  CHECK(pull(f.self, c)->version == 0);
+  CHECK(pull(f.self, g)->version == 0);
+}
