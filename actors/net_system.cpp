@@ -1,4 +1,4 @@
-#include "actors/reducers/remote_ring.hpp"
+#include "actors/net_system_config.hpp"
 
 namespace troupe {
 

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "actors/coordinator.hpp"
+#include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "actors/topology.hpp"
 #include "config/secret.hpp"

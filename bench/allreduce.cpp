@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/reducer.hpp"
+#include "bench/allreduce.hpp"
 
 #ifdef TROUPE_ALLREDUCE_MAIN
 
@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
 }
 
 #else
+
+#include "actors/reducer.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 
 extern char** environ;

@@ -11,7 +11,7 @@
 
 #include "actors/job.hpp"
 #include "actors/node.hpp"
-#include "actors/reducer.hpp"
+#include "bench/allreduce.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "cli/launch.hpp"
 #include "config/job_config.hpp"

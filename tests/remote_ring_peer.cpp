@@ -9,6 +9,7 @@
 #include <iostream>
 #include <string>
 
+#include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "tests/remote_ring_data.hpp"
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "actors/job.hpp"
+#include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "messages/node_messages.hpp"
 #include "tests/strategy_fixtures.hpp"

@@ -25,6 +25,7 @@
 #include <caf/binary_serializer.hpp>
 #include <caf/scoped_execution_unit.hpp>
 
+#include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "tests/remote_ring_data.hpp"
 

@@ -36,7 +36,7 @@
 //
 // Failure: a node monitors every peer; a peer's down_msg (in another process:
 // exit_reason remote_link_unreachable, ~1 ms after the process dies; a hung
-// process needs middleman heartbeats, see net_system_config) fails the
+// process needs middleman heartbeats, see actors/net_system_config.hpp) fails the
 // pending and queued collectives at once with an error naming the rank, and
 // tells the other ranks (ring_abort). Every collective also has a timeout.
 // After a failure the group is broken: later requests fail at once with the
@@ -51,7 +51,6 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include "actors/system_config.hpp"
 #include "messages/remote_ring_messages.hpp"
 
 namespace troupe {
@@ -71,21 +70,6 @@ struct ring_options {
 };
 
 ring_node_actor spawn_ring_node(caf::actor_system& sys, ring_options opts = {});
-
-// troupe's system_config plus the middleman (CAF 0.17:
-// load<caf::io::middleman>() before the actor_system is built), BASP
-// heartbeats, so that a hung peer process is detected within about
-// `connection_timeout`, and `middleman_workers` BASP worker threads (0: the
-// middleman's own thread deserializes incoming messages; CAF's default of 1
-// worker costs one more copy of every received byte and a thread hand-off:
-// bench_remote_allreduce measured 0 as cheaper in CPU and faster).
-struct net_system_config : system_config {
-  // Defined in actors/net_system.cpp, which also holds what LeakSanitizer
-  // is told about CAF 0.17's BASP broker.
-  explicit net_system_config(caf::timespan heartbeat = std::chrono::milliseconds(200),
-                             caf::timespan connection_timeout = std::chrono::seconds(2),
-                             std::size_t middleman_workers = 0);
-};
 
 // --- wiring across processes (needs the middleman loaded) ---
 
