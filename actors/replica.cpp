@@ -190,8 +190,7 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
                     // The model under test may be another's (the shards'):
                     // this replica's own variables come back after.
                     auto& vars = cs.net->variables();
-                    std::vector<tensor> own;
-                    for (auto& v : vars) own.push_back(v.value);
+                    std::vector<tensor> own = variable_buffers(cs);
                     if (install) install(cs);
                     auto r = cs.net->evaluate(x, y);
                     for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = own[i];

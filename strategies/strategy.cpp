@@ -35,6 +35,11 @@ void strategy::snapshot(coordinator_host& h, std::function<void(model_state&)> k
 
 void strategy::restore(coordinator_host& h, std::shared_ptr<const model_state> ms,
                        std::function<void()> k) const {
+  restore_every_replica(h, std::move(ms), std::move(k));
+}
+
+void restore_every_replica(coordinator_host& h, std::shared_ptr<const model_state> ms,
+                           std::function<void()> k) {
   auto& replicas = h.replicas();
   fan_in<int64_t> restored(
       replicas.size(), [k](std::vector<int64_t>&) { k(); },

@@ -151,6 +151,10 @@ class strategy : public strategy_rules {
   virtual void evaluate(coordinator_host& h, std::function<void(nlohmann::json)> k) const;
 };
 
+// Every replica restores the state (strategy::restore's default).
+void restore_every_replica(coordinator_host& h, std::shared_ptr<const model_state> ms,
+                           std::function<void()> k);
+
 // Registers a strategy by its name() (built-ins register themselves; a user
 // or test may add its own before running a job). Throws when the name is taken.
 inline void register_strategy(std::shared_ptr<const strategy> s) {

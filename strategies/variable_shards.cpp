@@ -92,6 +92,7 @@ void pull_compute_push_step::run(replica_host& h, int64_t step, batch b, step_pr
   pull_all(h, wiring_.shards,
            [this, &h, step, b = std::move(b), rp](std::vector<shard_values>& pulled) mutable {
              std::vector<int64_t> versions;
+             versions.reserve(pulled.size());
              for (const auto& v : pulled) versions.push_back(v.version);
              auto epoch = b.epoch;
              h.on_device<shard_push>(

@@ -143,3 +143,44 @@ TEST_CASE("a strategy defined in a test runs through the normal job path") {
     CHECK(r["steps_this_run"] == 5);
   }
 }
+
+TEST_CASE("fan_in: replies in request order, one continuation, the first error only") {
+  SUBCASE("every reply in: done once, in request order") {
+    std::vector<int> got;
+    int done = 0, errors = 0;
+    fan_in<int> f(
+        3,
+        [&](std::vector<int>& all) {
+          ++done;
+          got = all;
+        },
+        [&](caf::error&) { ++errors; });
+    int a = 30, b = 10, c = 20;
+    f.reply(2)(a);
+    f.reply(0)(b);
+    CHECK(done == 0);
+    f.reply(1)(c);
+    CHECK(done == 1);
+    CHECK(got == std::vector<int>{10, 20, 30});
+    CHECK(errors == 0);
+  }
+  SUBCASE("an error: reported once, later replies and errors dropped") {
+    int done = 0, errors = 0;
+    fan_in<int> f(
+        2, [&](std::vector<int>&) { ++done; }, [&](caf::error&) { ++errors; });
+    int v = 1;
+    f.reply(0)(v);
+    auto e = caf::make_error(caf::sec::request_timeout);
+    f.error()(e);
+    f.error()(e);
+    f.reply(1)(v);
+    CHECK(errors == 1);
+    CHECK(done == 0);
+  }
+  SUBCASE("nothing to wait for: done at once") {
+    int done = 0;
+    fan_in<int> f(
+        0, [&](std::vector<int>& all) { done += all.empty() ? 1 : 100; }, nullptr);
+    CHECK(done == 1);
+  }
+}
