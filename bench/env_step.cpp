@@ -1,0 +1,75 @@
+// Environment stepping cost: nanoseconds per instance step of a batch of M
+// environments (random actions, auto-reset included), for each built-in
+// environment. Prints one JSON line per (environment, M).
+//
+// bench_env_step [steps=200000] [sizes=1,16,256]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "envs/env.hpp"
+#include "models/random.hpp"
+
+using namespace troupe;
+
+int main(int argc, char** argv) {
+  const long total = argc > 1 ? std::atol(argv[1]) : 200000;
+  std::vector<int64_t> sizes = {1, 16, 256};
+  if (argc > 2) {
+    sizes.clear();
+    for (std::string s = argv[2]; !s.empty();) {
+      auto comma = s.find(',');
+      sizes.push_back(std::atoll(s.substr(0, comma).c_str()));
+      s = comma == std::string::npos ? "" : s.substr(comma + 1);
+    }
+  }
+  if (total < 1) {
+    std::fprintf(stderr, "bad value for steps: expected an integer >= 1\n");
+    return 2;
+  }
+  for (const auto& name : envs::registered_envs()) {
+    for (int64_t m : sizes) {
+      if (m < 1) {
+        std::fprintf(stderr, "bad value in sizes: expected integers >= 1\n");
+        return 2;
+      }
+      auto e = envs::make_env(name, m);
+      const auto n = static_cast<std::size_t>(m);
+      const auto obs_n = static_cast<std::size_t>(e->spec().observation_size);
+      std::vector<float> obs(n * obs_n), final_obs(n * obs_n), reward(n);
+      std::vector<uint8_t> term(n), trunc(n);
+      std::vector<double> ret(n);
+      std::vector<int64_t> len(n);
+      envs::step_output out{obs.data(),       reward.data(), term.data(), trunc.data(),
+                            final_obs.data(), ret.data(),    len.data()};
+      e->reset(1, obs.data());
+      splitmix64 rng(7);
+      const long batches = std::max<long>(1, total / static_cast<long>(m));
+      std::vector<std::vector<int32_t>> actions(64, std::vector<int32_t>(n));
+      for (auto& a : actions)
+        for (auto& x : a) x = static_cast<int32_t>(rng.next() % e->spec().actions);
+      int64_t episodes = 0;
+      auto t0 = std::chrono::steady_clock::now();
+      for (long b = 0; b < batches; ++b) {
+        e->step(actions[static_cast<std::size_t>(b % 64)].data(), out);
+        for (auto t : term) episodes += t;
+      }
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      double steps = static_cast<double>(batches) * static_cast<double>(m);
+      std::printf("%s\n", nlohmann::json{{"bench", "env_step"},
+                                         {"env", name},
+                                         {"instances", m},
+                                         {"instance_steps", steps},
+                                         {"ns_per_instance_step", s * 1e9 / steps},
+                                         {"instance_steps_per_second", steps / s},
+                                         {"episodes_terminated", episodes}}
+                              .dump()
+                              .c_str());
+    }
+  }
+  return 0;
+}

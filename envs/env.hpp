@@ -1,0 +1,75 @@
+#pragma once
+// Environments for reinforcement learning, registered by name (as models
+// are). An environment is always a batch of M instances of one kind stepped
+// together (struct of arrays, one virtual call per batch step, not per
+// instance): a single environment is a batch of one.
+//
+// Semantics (Gymnasium's, with same-step auto-reset as EnvPool and most
+// actor/learner systems use):
+//   reset(seed)   every instance i starts an episode from its own stream
+//                 (seed, i); observations are written to obs [M, obs_size].
+//   step(actions) every instance takes actions[i] and reports the
+//                 transition's reward, terminated (the MDP ended: no value
+//                 after it) and truncated (the time limit cut it: the value
+//                 after it still counts). An instance whose episode ended
+//                 starts a new one at once: obs then holds the new episode's
+//                 first observation, and final_obs row i the observation the
+//                 old one ended in (a learner bootstraps from it on
+//                 truncation), with the finished episode's return and length.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace troupe::envs {
+
+struct env_spec {
+  std::string name;  // e.g. "CartPole-v1"
+  int64_t observation_size = 0;
+  int64_t actions = 0;            // discrete actions 0..actions-1
+  int64_t max_episode_steps = 0;  // truncation (Gymnasium's TimeLimit)
+};
+
+// Where a batch step writes; every pointer has room for M entries (obs and
+// final_obs: M * observation_size floats).
+struct step_output {
+  float* obs = nullptr;
+  float* reward = nullptr;
+  uint8_t* terminated = nullptr;
+  uint8_t* truncated = nullptr;
+  float* final_obs = nullptr;         // rows of instances whose episode ended
+  double* episode_return = nullptr;   // of the episode that ended, else 0
+  int64_t* episode_length = nullptr;  // of the episode that ended, else 0
+};
+
+class vector_env {
+ public:
+  virtual ~vector_env() = default;
+  virtual const env_spec& spec() const = 0;
+  virtual int64_t size() const = 0;  // M
+  // Starts an episode in every instance; instance i draws its start from
+  // the stream (seed, i) and every later episode from the same stream.
+  virtual void reset(uint64_t seed, float* obs) = 0;
+  // Throws std::invalid_argument naming the instance for an action out of
+  // range (nothing is stepped then).
+  virtual void step(const int32_t* actions, const step_output& out) = 0;
+  // The simulator's state of instance i (state_size() doubles, the
+  // environment's own variables, e.g. CartPole's x, x_dot, theta,
+  // theta_dot), to replay or test from a known state; the episode's step
+  // count and return are kept.
+  virtual int64_t state_size() const = 0;
+  virtual void get_state(int64_t instance, double* state) const = 0;
+  virtual void set_state(int64_t instance, const double* state) = 0;
+};
+
+using env_factory = std::function<std::unique_ptr<vector_env>(int64_t instances)>;
+
+// Registers a factory under a name; throws std::invalid_argument if taken.
+void register_env(const std::string& name, env_factory f);
+// A batch of `instances` (>= 1) environments of that name; throws
+// std::invalid_argument naming the registered ones for an unknown name.
+std::unique_ptr<vector_env> make_env(const std::string& name, int64_t instances);
+std::vector<std::string> registered_envs();
+
+}  // namespace troupe::envs
