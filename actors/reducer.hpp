@@ -50,5 +50,4 @@ const std::vector<std::string>& reducer_algorithms();
 std::vector<reducer_actor> spawn_reducer_group(caf::actor_system& sys, int n,
                                                const reducer_config& cfg);
 
-
 }  // namespace troupe
