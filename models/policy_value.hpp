@@ -1,0 +1,67 @@
+#pragma once
+// Actor-critic networks for actor/learner RL: an MLP torso with a logits
+// head (one logit per discrete action) and a value head, on the same kernels
+// as the classifier. Registered by name (model.kind), like models.
+//
+// Variables: "torso_<l>/kernel", "torso_<l>/bias" for every hidden layer,
+// "policy/kernel", "policy/bias" ([hidden, actions]), "value/kernel",
+// "value/bias" ([hidden, 1]).
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/job_config.hpp"
+#include "messages/tensor.hpp"
+
+namespace troupe {
+
+class policy_value_model {
+ public:
+  virtual ~policy_value_model() = default;
+  virtual std::vector<named_tensor>& variables() = 0;
+  // logits [B, actions] and values [B] of observations obs [B, observation
+  // size]. Keeps what backward() needs.
+  virtual void forward(const float* obs, int64_t batch, float* logits, float* values) = 0;
+  // After forward() on the same observations: the gradients of
+  // sum_b (dlogits[b] . logits[b] + dvalues[b] values[b]) into grads (from
+  // make_gradients()); added to them with accumulate.
+  virtual void backward(const float* obs, int64_t batch, const float* dlogits, const float* dvalues,
+                        std::vector<named_tensor>& grads, bool accumulate = false) = 0;
+  std::vector<named_tensor> make_gradients();
+};
+
+using policy_value_factory = std::function<std::unique_ptr<policy_value_model>(
+    const model_config&, int64_t observation_size, int64_t actions, uint64_t seed)>;
+
+// Registers a factory; throws std::invalid_argument if the name is taken.
+// Built in: "policy_value_mlp" (model.hidden, model.activation, model.init).
+void register_policy_value_model(const std::string& kind, policy_value_factory f);
+// Throws std::invalid_argument naming the registered kinds for an unknown one.
+std::unique_ptr<policy_value_model> create_policy_value_model(const model_config& c,
+                                                              int64_t observation_size,
+                                                              int64_t actions, uint64_t seed);
+
+// IMPALA's loss over N = T * B steps, as sums over the steps:
+//   policy gradient  -sum_t pg_advantage_t log pi(a_t | x_t)
+//   baseline         baseline_cost * 0.5 * sum_t (vs_t - V(x_t))^2
+//   entropy          -entropy_cost * sum_t H(pi(. | x_t))
+// Writes dlogits [N, actions] and dvalues [N] (the loss's gradients with
+// respect to the network's outputs; pg_advantage and vs are constants) and
+// returns the three terms and their total. Actions outside [0, actions)
+// throw std::out_of_range.
+struct impala_loss {
+  double policy = 0, baseline = 0, entropy = 0;  // entropy: sum of H, before the cost
+  double total = 0;
+};
+impala_loss impala_loss_and_gradients(const float* logits, const float* values,
+                                      const int32_t* actions, const float* vs,
+                                      const float* pg_advantages, int64_t n, int64_t num_actions,
+                                      double baseline_cost, double entropy_cost, float* dlogits,
+                                      float* dvalues);
+
+// log pi(a | x) for each step's action (behaviour or target policy).
+void action_log_probs(const float* logits, const int32_t* actions, int64_t n, int64_t num_actions,
+                      float* out);
+
+}  // namespace troupe

@@ -1,0 +1,178 @@
+// The policy/value network and IMPALA's loss: gradients against finite
+// differences, the heads' shapes and names, the loss's terms by hand.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu_kernels.hpp"
+#include "models/policy_value.hpp"
+#include "models/random.hpp"
+
+using namespace troupe;
+
+namespace {
+
+std::vector<float> random_floats(std::size_t n, uint64_t seed, double scale) {
+  splitmix64 g(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>((g.uniform() * 2 - 1) * scale);
+  return v;
+}
+
+model_config pv_config(const std::string& activation) {
+  model_config c;
+  c.kind = "policy_value_mlp";
+  c.hidden = {8, 6};
+  c.activation = activation;
+  return c;
+}
+
+// sum_b (dl[b] . logits[b] + dv[b] values[b]) in double.
+double probe(policy_value_model& m, const std::vector<float>& obs, int64_t b, int64_t a,
+             const std::vector<float>& dl, const std::vector<float>& dv) {
+  std::vector<float> logits(static_cast<std::size_t>(b * a)), values(static_cast<std::size_t>(b));
+  m.forward(obs.data(), b, logits.data(), values.data());
+  double s = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) s += double(dl[i]) * logits[i];
+  for (std::size_t i = 0; i < values.size(); ++i) s += double(dv[i]) * values[i];
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("policy_value_mlp: variables, shapes, and backward against finite differences") {
+  kernels::init_cpu_kernels();
+  for (std::string act : {"tanh", "relu"}) {
+    CAPTURE(act);
+    const int64_t obs_n = 4, actions = 3, b = 5;
+    auto m = create_policy_value_model(pv_config(act), obs_n, actions, 7);
+    auto& vars = m->variables();
+    REQUIRE(vars.size() == 8);
+    CHECK(vars[0].name == "torso_0/kernel");
+    CHECK(vars[4].name == "policy/kernel");
+    CHECK(vars[4].value.shape() == shape_t{6, 3});
+    CHECK(vars[6].name == "value/kernel");
+    CHECK(vars[6].value.shape() == shape_t{6, 1});
+    auto obs = random_floats(static_cast<std::size_t>(b * obs_n), 1, 1.0);
+    auto dl = random_floats(static_cast<std::size_t>(b * actions), 2, 1.0);
+    auto dv = random_floats(static_cast<std::size_t>(b), 3, 1.0);
+    std::vector<float> logits(static_cast<std::size_t>(b * actions)), values(b);
+    m->forward(obs.data(), b, logits.data(), values.data());
+    auto grads = m->make_gradients();
+    m->backward(obs.data(), b, dl.data(), dv.data(), grads);
+    // A ReLU network is piecewise linear in each weight: its one-sided
+    // differences agree unless a kink lies within the step, and such an
+    // element is not a fair test (few are). tanh is smooth: central
+    // differences.
+    auto differences = [&](float* w, float eps) {
+      const float keep = *w;
+      const double at = probe(*m, obs, b, actions, dl, dv);
+      *w = keep + eps;
+      const double up = probe(*m, obs, b, actions, dl, dv);
+      *w = keep - eps;
+      const double down = probe(*m, obs, b, actions, dl, dv);
+      *w = keep;
+      return std::pair<double, double>((up - at) / eps, (at - down) / eps);
+    };
+    int checked = 0, kinks = 0;
+    for (std::size_t v = 0; v < vars.size(); ++v) {
+      float* w = vars[v].value.f32();
+      for (int64_t i = 0; i < vars[v].value.numel(); i += 3) {
+        CAPTURE(vars[v].name);
+        CAPTURE(i);
+        const auto [right, left] = differences(w + i, 1e-2f);
+        const double central = (right + left) / 2;
+        if (act == "relu" && std::abs(right - left) > 0.02 * std::max(1e-2, std::abs(central))) {
+          ++kinks;
+          continue;
+        }
+        ++checked;
+        CHECK(grads[v].value.f32()[i] == doctest::Approx(central).epsilon(2e-2).scale(1e-2));
+      }
+    }
+    CHECK(kinks * 10 <= checked);
+  }
+}
+
+TEST_CASE("IMPALA loss: terms by hand, gradients against finite differences") {
+  const int64_t n = 4, a = 3;
+  auto logits = random_floats(static_cast<std::size_t>(n * a), 5, 2.0);
+  auto values = random_floats(static_cast<std::size_t>(n), 6, 1.0);
+  auto vs = random_floats(static_cast<std::size_t>(n), 7, 1.0);
+  auto adv = random_floats(static_cast<std::size_t>(n), 8, 1.0);
+  const std::vector<int32_t> actions = {0, 2, 1, 2};
+  const double bc = 0.5, ec = 0.01;
+  std::vector<float> dl(static_cast<std::size_t>(n * a)), dv(static_cast<std::size_t>(n));
+  auto loss = [&](const std::vector<float>& z, const std::vector<float>& v) {
+    std::vector<float> l2(dl.size()), v2(dv.size());
+    return impala_loss_and_gradients(z.data(), v.data(), actions.data(), vs.data(), adv.data(), n,
+                                     a, bc, ec, l2.data(), v2.data());
+  };
+  auto r = impala_loss_and_gradients(logits.data(), values.data(), actions.data(), vs.data(),
+                                     adv.data(), n, a, bc, ec, dl.data(), dv.data());
+  // By hand: softmax, log-probabilities, entropy.
+  double policy = 0, baseline = 0, entropy = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    double m = -1e300, s = 0;
+    for (int64_t j = 0; j < a; ++j) m = std::max(m, double(logits[t * a + j]));
+    for (int64_t j = 0; j < a; ++j) s += std::exp(logits[t * a + j] - m);
+    for (int64_t j = 0; j < a; ++j) {
+      double lp = logits[t * a + j] - m - std::log(s);
+      entropy -= std::exp(lp) * lp;
+      if (j == actions[t]) policy -= adv[t] * lp;
+    }
+    baseline += bc * 0.5 * (vs[t] - values[t]) * (vs[t] - values[t]);
+  }
+  CHECK(r.policy == doctest::Approx(policy).epsilon(1e-6));
+  CHECK(r.baseline == doctest::Approx(baseline).epsilon(1e-6));
+  CHECK(r.entropy == doctest::Approx(entropy).epsilon(1e-6));
+  CHECK(r.total == doctest::Approx(policy + baseline - ec * entropy).epsilon(1e-6));
+  const float eps = 1e-3f;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    auto up = logits, down = logits;
+    up[i] += eps;
+    down[i] -= eps;
+    double numeric = (loss(up, values).total - loss(down, values).total) / (2 * eps);
+    CHECK(dl[i] == doctest::Approx(numeric).epsilon(1e-2).scale(1e-3));
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    auto up = values, down = values;
+    up[i] += eps;
+    down[i] -= eps;
+    double numeric = (loss(logits, up).total - loss(logits, down).total) / (2 * eps);
+    CHECK(dv[i] == doctest::Approx(numeric).epsilon(1e-2).scale(1e-3));
+  }
+  std::vector<float> logp(static_cast<std::size_t>(n));
+  action_log_probs(logits.data(), actions.data(), n, a, logp.data());
+  double lp_sum = 0;
+  for (int64_t t = 0; t < n; ++t) lp_sum -= adv[t] * logp[static_cast<std::size_t>(t)];
+  CHECK(lp_sum == doctest::Approx(policy).epsilon(1e-5));
+  const std::vector<int32_t> bad = {0, 3, 0, 0};
+  CHECK_THROWS_WITH_AS(
+      impala_loss_and_gradients(logits.data(), values.data(), bad.data(), vs.data(), adv.data(), n,
+                                a, bc, ec, dl.data(), dv.data()),
+      "impala loss: action 3 at step 1 is out of range [0, 3)", std::out_of_range);
+}
+
+TEST_CASE("policy/value models by name; bad configs named") {
+  model_config c = pv_config("tanh");
+  c.kind = "transformer";
+  CHECK_THROWS_WITH_AS(
+      create_policy_value_model(c, 4, 2, 1),
+      "model.kind: unknown policy/value model 'transformer' (registered: policy_value_mlp)",
+      std::invalid_argument);
+  c = pv_config("gelu");
+  CHECK_THROWS_AS(create_policy_value_model(c, 4, 2, 1), std::invalid_argument);
+  c = pv_config("tanh");
+  c.hidden.clear();
+  CHECK_THROWS_WITH_AS(create_policy_value_model(c, 4, 2, 1),
+                       "model.hidden: policy_value_mlp needs at least one layer",
+                       std::invalid_argument);
+  // The first policy is near uniform (small policy head).
+  auto m = create_policy_value_model(pv_config("tanh"), 4, 2, 3);
+  std::vector<float> obs = {0.1f, -0.2f, 0.03f, 0.5f}, logits(2), values(1);
+  m->forward(obs.data(), 1, logits.data(), values.data());
+  CHECK(std::abs(logits[0] - logits[1]) < 0.05f);
+}
