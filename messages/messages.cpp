@@ -3,6 +3,7 @@
 #include "messages/node_messages.hpp"
 #include "messages/protocols.hpp"
 #include "messages/remote_ring_messages.hpp"
+#include "messages/rl_messages.hpp"
 
 namespace troupe {
 
@@ -93,6 +94,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<shard_state>("troupe::shard_state");
   cfg.add_message_type<shard_stats>("troupe::shard_stats");
   cfg.add_message_type<variable_shard_actor>("troupe::variable_shard_actor");
+  register_rl_messages(cfg);           // actor/learner RL: unrolls, the trajectory queue
   register_remote_ring_messages(cfg);  // reduce_op, ring_chunk, ring node handles
   register_node_messages(cfg);         // troupe node: joining and wiring processes
 }
