@@ -35,6 +35,9 @@ class model {
   std::vector<named_tensor> make_gradients();
 };
 
+// Zeroed buffers shaped and named like `vars` (gradients of any model).
+std::vector<named_tensor> gradients_like(const std::vector<named_tensor>& vars);
+
 struct model_shape {
   int64_t features = 0;
   int64_t classes = 0;

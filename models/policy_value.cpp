@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 
 #include "kernels/cpu_kernels.hpp"
+#include "models/model.hpp"
 #include "models/random.hpp"
+#include "models/registry.hpp"
 
 namespace troupe {
 namespace {
@@ -137,12 +137,13 @@ class policy_value_mlp final : public policy_value_model {
   std::vector<tensor> acts_;  // per hidden layer, post-activation
 };
 
-std::mutex registry_mtx;
-std::map<std::string, policy_value_factory>& registry() {
-  static std::map<std::string, policy_value_factory> r{
-      {"policy_value_mlp", [](const model_config& c, int64_t o, int64_t a, uint64_t s) {
-         return std::unique_ptr<policy_value_model>(std::make_unique<policy_value_mlp>(c, o, a, s));
-       }}};
+named_registry<policy_value_factory>& registry() {
+  static named_registry<policy_value_factory> r{
+      "policy/value model kind",
+      {{"policy_value_mlp", [](const model_config& c, int64_t o, int64_t a, uint64_t s) {
+          return std::unique_ptr<policy_value_model>(
+              std::make_unique<policy_value_mlp>(c, o, a, s));
+        }}}};
   return r;
 }
 
@@ -159,31 +160,20 @@ double softmax_row(const float* z, int64_t a, double* p) {
 }  // namespace
 
 std::vector<named_tensor> policy_value_model::make_gradients() {
-  std::vector<named_tensor> g;
-  for (auto& v : variables()) g.push_back({v.name, tensor(v.value.shape(), v.value.type())});
-  return g;
+  return gradients_like(variables());
 }
 
 void register_policy_value_model(const std::string& kind, policy_value_factory f) {
-  std::lock_guard<std::mutex> g(registry_mtx);
-  if (!registry().emplace(kind, std::move(f)).second)
-    throw std::invalid_argument("policy/value model kind '" + kind + "' is already registered");
+  registry().add(kind, std::move(f));
 }
 
 std::unique_ptr<policy_value_model> create_policy_value_model(const model_config& c,
                                                               int64_t observation_size,
                                                               int64_t actions, uint64_t seed) {
-  policy_value_factory f;
-  std::string known;
-  {
-    std::lock_guard<std::mutex> g(registry_mtx);
-    auto i = registry().find(c.kind);
-    if (i != registry().end()) f = i->second;
-    for (auto& [name, _] : registry()) known += (known.empty() ? "" : ", ") + name;
-  }
+  auto f = registry().find(c.kind);
   if (!f)
     throw std::invalid_argument("model.kind: unknown policy/value model '" + c.kind +
-                                "' (registered: " + known + ")");
+                                "' (registered: " + registry().known() + ")");
   return f(c, observation_size, actions, seed);
 }
 
