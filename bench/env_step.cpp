@@ -11,32 +11,36 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_sizes.hpp"
 #include "envs/env.hpp"
 #include "models/random.hpp"
 
 using namespace troupe;
 
 int main(int argc, char** argv) {
-  const long total = argc > 1 ? std::atol(argv[1]) : 200000;
+  long total = 200000;
   std::vector<int64_t> sizes = {1, 16, 256};
-  if (argc > 2) {
-    sizes.clear();
-    for (std::string s = argv[2]; !s.empty();) {
-      auto comma = s.find(',');
-      sizes.push_back(std::atoll(s.substr(0, comma).c_str()));
-      s = comma == std::string::npos ? "" : s.substr(comma + 1);
+  try {
+    if (argc > 1) total = std::stol(argv[1]);
+    if (argc > 2) {
+      sizes.clear();
+      for (const auto& item : bench::split_list(argv[2])) sizes.push_back(std::stoll(item));
     }
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "bad value: usage bench_env_step [steps=200000] [sizes=1,16,256]\n");
+    return 2;
   }
   if (total < 1) {
     std::fprintf(stderr, "bad value for steps: expected an integer >= 1\n");
     return 2;
   }
+  for (int64_t m : sizes)
+    if (m < 1) {
+      std::fprintf(stderr, "bad value in sizes: expected integers >= 1\n");
+      return 2;
+    }
   for (const auto& name : envs::registered_envs()) {
     for (int64_t m : sizes) {
-      if (m < 1) {
-        std::fprintf(stderr, "bad value in sizes: expected integers >= 1\n");
-        return 2;
-      }
       auto e = envs::make_env(name, m);
       const auto n = static_cast<std::size_t>(m);
       const auto obs_n = static_cast<std::size_t>(e->spec().observation_size);
