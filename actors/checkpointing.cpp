@@ -77,7 +77,9 @@ void prepare_checkpoints(job_plan& plan) {
   auto dir = checkpoint::resolve(plan.checkpoint_dir);
   if (!dir) throw job_error("--resume: no checkpoint found in '" + plan.checkpoint_dir + "'");
   plan.resume_from = checkpoint::load(*dir);
-  plan.start_step = start_step_for(*plan.resume_from, plan.steps_per_epoch, plan.train->size());
+  plan.start_step =
+      plan.train ? start_step_for(*plan.resume_from, plan.steps_per_epoch, plan.train->size())
+                 : plan.resume_from->meta.step;
   spdlog::info("resuming from {} (step {}, saved under strategy {})", *dir, plan.start_step,
                plan.resume_from->meta.strategy);
 }

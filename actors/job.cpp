@@ -23,6 +23,11 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
 
   system_config cfg;
   caf::actor_system sys{cfg};
+  if (plan->strat->own_job()) {
+    auto summary = plan->strat->run_own_job(sys, plan);
+    std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
+    return summary;
+  }
   // Every shard and every replica in this process.
   auto shards = plan_shards(*plan);
   if (plan->strat->has_variable_shards()) {

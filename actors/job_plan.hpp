@@ -36,6 +36,14 @@ struct progress_info {
   double loss = 0;  // mean over the steps since the last report
   double samples_per_second = 0;
   double elapsed_seconds = 0;
+  // Actor/learner jobs (rl): environment steps, episodes and the mean
+  // return of the last 100 episodes.
+  bool rl = false;
+  int64_t env_steps = 0;
+  int64_t max_env_steps = 0;  // 0: no limit
+  int64_t episodes = 0;
+  double mean_return = 0;
+  double env_steps_per_second = 0;
 };
 
 struct job_options {

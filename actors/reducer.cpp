@@ -9,7 +9,7 @@
 #include "actors/reducers/reduce_to_one.hpp"
 #include "actors/reducers/ring_allreduce.hpp"
 #include "actors/reducers/tree_allreduce.hpp"
-#include "actors/reducers/visible_mailbox.hpp"
+#include "actors/visible_mailbox.hpp"
 
 namespace troupe {
 
@@ -501,7 +501,7 @@ reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_
 }
 
 // The reducer actor: reducer_fn's behavior, with its mailbox hand-over made
-// visible to ThreadSanitizer (see reducers/visible_mailbox.hpp).
+// visible to ThreadSanitizer (see actors/visible_mailbox.hpp).
 class reducer_impl final : public visible_mailbox<reducer_actor::stateful_base<reducer_state>> {
  public:
   reducer_impl(caf::actor_config& cfg, int rank, int n, reducer_config rc,

@@ -60,4 +60,9 @@ struct replica_state {
 replica_actor::behavior_type replica(replica_actor::stateful_pointer<replica_state> self,
                                      replica_config cfg);
 
+// Spawns `replica` with its mailbox hand-over visible to ThreadSanitizer
+// (actors/visible_mailbox.hpp): a batch built by the input pipeline's thread
+// is read on the replica's device thread.
+replica_actor spawn_replica(caf::actor_system& sys, replica_config cfg);
+
 }  // namespace troupe

@@ -56,19 +56,23 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
   if (ec)
     throw job_error("cannot create output directory '" + plan->output_dir + "': " + ec.message());
 
-  auto t0 = std::chrono::steady_clock::now();
-  auto tt = data::load_fashion_mnist(c.data);
-  spdlog::info("data: {} training and {} test examples from {} ({:.2f} s)", tt.train.size(),
-               tt.test.size(), c.data.path,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  if (tt.train.size() == 0) throw job_error("data: the training set is empty");
-  plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
-  plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
-  plan->steps_per_epoch = plan->strat->updates_per_epoch(c, plan->train->size());
-  plan->total_steps =
-      plan->steps_per_epoch > 0 ? c.training.epochs * plan->steps_per_epoch : c.training.max_steps;
-  if (c.training.max_steps > 0)
-    plan->total_steps = std::min(plan->total_steps, c.training.max_steps);
+  if (plan->strat->trains_classifier()) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto tt = data::load_fashion_mnist(c.data);
+    spdlog::info("data: {} training and {} test examples from {} ({:.2f} s)", tt.train.size(),
+                 tt.test.size(), c.data.path,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (tt.train.size() == 0) throw job_error("data: the training set is empty");
+    plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
+    plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
+    plan->steps_per_epoch = plan->strat->updates_per_epoch(c, plan->train->size());
+    plan->total_steps = plan->steps_per_epoch > 0 ? c.training.epochs * plan->steps_per_epoch
+                                                  : c.training.max_steps;
+    if (c.training.max_steps > 0)
+      plan->total_steps = std::min(plan->total_steps, c.training.max_steps);
+  } else {
+    plan->total_steps = c.training.max_steps;  // updates; 0: the job stops on other grounds
+  }
 
   if (!owner) return plan;
   prepare_checkpoints(*plan);
@@ -203,7 +207,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     rc.step = strat.make_replica_step(c, w);
     if (plan.options.fail_replica == r) rc.fail_at_step = plan.options.fail_at_step;
     rc.request_timeout = spec.request_timeout;
-    out.replicas.push_back(sys.spawn(replica, rc));
+    out.replicas.push_back(spawn_replica(sys, rc));
   }
   return out;
 }

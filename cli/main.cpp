@@ -68,6 +68,7 @@ struct progress_printer {
   bool dirty = false;
   void step(const troupe::progress_info& p) {
     if (quiet) return;
+    if (p.rl) return rl_step(p);
     double pct = p.total_steps
                      ? 100.0 * static_cast<double>(p.step) / static_cast<double>(p.total_steps)
                      : 0;
@@ -81,6 +82,22 @@ struct progress_printer {
                   static_cast<long long>(p.step), static_cast<long long>(p.total_steps), pct,
                   static_cast<long long>(p.epoch + 1), static_cast<long long>(p.epochs), p.loss,
                   p.samples_per_second, p.elapsed_seconds, eta);
+    print(buf);
+  }
+  void rl_step(const troupe::progress_info& p) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "update %lld  env steps %lld%s  episodes %lld  mean return (100) %.1f  "
+                  "%.0f env steps/s  loss %.4f  elapsed %.1fs",
+                  static_cast<long long>(p.step), static_cast<long long>(p.env_steps),
+                  p.max_env_steps > 0
+                      ? (" (" + std::to_string(100 * p.env_steps / p.max_env_steps) + "%)").c_str()
+                      : "",
+                  static_cast<long long>(p.episodes), p.mean_return, p.env_steps_per_second, p.loss,
+                  p.elapsed_seconds);
+    print(buf);
+  }
+  void print(const char* buf) {
     if (tty) {
       std::fprintf(stderr, "\r\033[K%s", buf);
       dirty = true;
@@ -170,6 +187,22 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     pp.clear();
     if (node && task.job != "chief") {
       std::printf("task %s finished: the chief ended the job\n", task.str().c_str());
+      return 0;
+    }
+    if (s.contains("env_steps")) {
+      std::printf(
+          "job %s finished: strategy %s on %s, %lld updates, %lld env steps, %lld episodes, mean "
+          "return (last 100) %.1f, %s, %.0f env steps/s, %.1f s\nsummary: %s/summary.json\n",
+          s.value("job", "").c_str(), s.value("strategy", "").c_str(), s.value("env", "").c_str(),
+          static_cast<long long>(s.value("updates", 0)),
+          static_cast<long long>(s.value("env_steps", 0)),
+          static_cast<long long>(s.value("episodes", 0)), s.value("mean_return_100", 0.0),
+          s.value("solved", false)
+              ? ("solved in " + std::to_string(s.value("time_to_solve_seconds", 0.0)) + " s")
+                    .c_str()
+              : "not solved",
+          s.value("env_steps_per_second", 0.0), s.value("wall_seconds", 0.0),
+          s.value("output_dir", "").c_str());
       return 0;
     }
     std::printf(

@@ -132,6 +132,30 @@ struct training_config {
   int64_t epochs = 1;
   int64_t max_steps = 0;  // 0 = no limit; else stop after this many steps
   int64_t eval_every_epochs = 1;
+  // actor_learner: stop after this many environment steps (0 = no limit) or
+  // once the mean return of the last 100 episodes reaches target_return.
+  int64_t max_env_steps = 0;
+  std::optional<double> target_return;
+};
+
+// actor_learner (strategies/actor_learner.cpp): rl_actors stepping
+// environments, learners training on their unrolls with V-trace.
+struct rl_config {
+  std::string env = "CartPole-v1";  // a registered environment (envs/env.hpp)
+  int64_t actors = 2;               // rl_actors
+  int64_t envs_per_actor = 32;      // M: environments each actor steps together
+  int64_t unroll_length = 20;       // T: steps per unroll
+  int64_t batch_unrolls = 4;        // B: unrolls per update, over all learners
+  double discount = 0.99;
+  double rho_bar = 1.0;  // V-trace: clip of the importance weights
+  double c_bar = 1.0;    // V-trace: clip of the trace coefficients
+  double baseline_cost = 0.5;
+  double entropy_cost = 0.01;
+  double grad_clip = 40.0;      // global-norm clip of the gradients; 0 = none
+  int64_t learners = 1;         // data-parallel learners (B split between them)
+  int64_t weights_every = 1;    // learners publish weights every K updates
+  int64_t max_policy_lag = -1;  // drop unrolls older than this many versions; -1 = keep all
+  int64_t queue_capacity = 8;   // unrolls the trajectory queue holds
 };
 
 struct checkpoint_config {
@@ -160,6 +184,8 @@ struct job_config {
   strategy_config strategy;
   std::vector<std::string> devices = {"cpu:0"};
   training_config training;
+  rl_config rl;
+  bool rl_given = false;  // the config has an "rl" section
   checkpoint_config checkpoint;
   logging_config logging;
   // Multi-process jobs only: the tasks, their addresses and what each hosts

@@ -260,7 +260,9 @@ std::string read_name(const json& v, const std::string& path) {
 
 void read_model(const json& j, const std::string& path, model_config& m) {
   object_reader r(j, path, {"kind", "hidden", "activation", "init"});
-  r.with("kind", [&](const json& v, const std::string& p) { m.kind = read_enum(v, p, {"mlp"}); });
+  r.with("kind", [&](const json& v, const std::string& p) {
+    m.kind = read_enum(v, p, {"mlp", "policy_value_mlp"});
+  });
   r.with("hidden", [&](const json& v, const std::string& p) {
     if (!v.is_array()) expected(p, "an array of integers >= 1", v);
     m.hidden.clear();
@@ -428,12 +430,58 @@ std::vector<std::string> read_devices(const json& v, const std::string& p) {
 }
 
 void read_training(const json& j, const std::string& path, training_config& t) {
-  object_reader r(j, path, {"epochs", "max_steps", "eval_every_epochs"});
+  object_reader r(j, path,
+                  {"epochs", "max_steps", "eval_every_epochs", "max_env_steps", "target_return"});
+  r.with("max_env_steps",
+         [&](const json& v, const std::string& p) { t.max_env_steps = read_int(v, p, 0); });
+  r.with("target_return", [&](const json& v, const std::string& p) {
+    if (!v.is_number() || !std::isfinite(v.get<double>())) expected(p, "a finite number", v);
+    t.target_return = v.get<double>();
+  });
   r.with("epochs", [&](const json& v, const std::string& p) { t.epochs = read_int(v, p, 1); });
   r.with("max_steps",
          [&](const json& v, const std::string& p) { t.max_steps = read_int(v, p, 0); });
   r.with("eval_every_epochs",
          [&](const json& v, const std::string& p) { t.eval_every_epochs = read_int(v, p, 0); });
+}
+
+void read_rl(const json& j, const std::string& path, rl_config& c) {
+  object_reader r(j, path,
+                  {"env", "actors", "envs_per_actor", "unroll_length", "batch_unrolls", "discount",
+                   "rho_bar", "c_bar", "baseline_cost", "entropy_cost", "grad_clip", "learners",
+                   "weights_every", "max_policy_lag", "queue_capacity"});
+  // The environment's name is checked against the registry by the strategy.
+  r.with("env", [&](const json& v, const std::string& p) { c.env = read_string(v, p, true); });
+  r.with("actors", [&](const json& v, const std::string& p) { c.actors = read_int(v, p, 1); });
+  r.with("envs_per_actor",
+         [&](const json& v, const std::string& p) { c.envs_per_actor = read_int(v, p, 1); });
+  r.with("unroll_length",
+         [&](const json& v, const std::string& p) { c.unroll_length = read_int(v, p, 1); });
+  r.with("batch_unrolls",
+         [&](const json& v, const std::string& p) { c.batch_unrolls = read_int(v, p, 1); });
+  r.with("discount", [&](const json& v, const std::string& p) {
+    c.discount = read_number(v, p, unit_open_lo);
+  });
+  r.with("rho_bar",
+         [&](const json& v, const std::string& p) { c.rho_bar = read_number(v, p, positive); });
+  r.with("c_bar",
+         [&](const json& v, const std::string& p) { c.c_bar = read_number(v, p, positive); });
+  r.with("baseline_cost", [&](const json& v, const std::string& p) {
+    c.baseline_cost = read_number(v, p, non_negative);
+  });
+  r.with("entropy_cost", [&](const json& v, const std::string& p) {
+    c.entropy_cost = read_number(v, p, non_negative);
+  });
+  r.with("grad_clip", [&](const json& v, const std::string& p) {
+    c.grad_clip = read_number(v, p, non_negative);
+  });
+  r.with("learners", [&](const json& v, const std::string& p) { c.learners = read_int(v, p, 1); });
+  r.with("weights_every",
+         [&](const json& v, const std::string& p) { c.weights_every = read_int(v, p, 1); });
+  r.with("max_policy_lag",
+         [&](const json& v, const std::string& p) { c.max_policy_lag = read_int(v, p, -1); });
+  r.with("queue_capacity",
+         [&](const json& v, const std::string& p) { c.queue_capacity = read_int(v, p, 1); });
 }
 
 void read_checkpoint(const json& j, const std::string& path, checkpoint_config& c) {
@@ -554,7 +602,17 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
 // Rules that involve more than one field; run after every field is valid.
 // The strategy's own rules are its file's (strategies/<kind>.cpp).
 void check_cross_fields(const job_config& c) {
-  if (auto rules = find_strategy_rules(c.strategy.kind)) rules->validate(c);
+  auto rules = find_strategy_rules(c.strategy.kind);
+  if (rules && rules->trains_classifier()) {
+    if (c.model.kind != "mlp")
+      fail("model.kind", "the " + c.strategy.kind +
+                             " strategy trains a classifier: expected \"mlp\", got " +
+                             show(json(c.model.kind)));
+    if (c.rl_given)
+      fail("rl", "only the actor_learner strategy reads this section (strategy.kind is " +
+                     show(json(c.strategy.kind)) + ")");
+  }
+  if (rules) rules->validate(c);
   if (c.strategy.partitioner.kind == "min_max_bytes" && c.strategy.partitioner.max_shard_bytes <= 0)
     fail("strategy.partitioner.max_shard_bytes",
          "the min_max_bytes partitioner needs a size > 0 to split at, got " +
@@ -572,7 +630,7 @@ job_config parse_job_config(const nlohmann::json& j) {
   job_config c;
   object_reader r(j, "",
                   {"name", "seed", "model", "optimizer", "data", "strategy", "devices", "training",
-                   "checkpoint", "logging", "cluster"});
+                   "rl", "checkpoint", "logging", "cluster"});
   r.with("name", [&](const json& v, const std::string& p) { c.name = read_name(v, p); });
   r.with("seed", [&](const json& v, const std::string& p) { c.seed = read_uint(v, p); });
   r.with("model", [&](const json& v, const std::string& p) { read_model(v, p, c.model); });
@@ -582,6 +640,10 @@ job_config parse_job_config(const nlohmann::json& j) {
   r.with("strategy", [&](const json& v, const std::string& p) { read_strategy(v, p, c.strategy); });
   r.with("devices", [&](const json& v, const std::string& p) { c.devices = read_devices(v, p); });
   r.with("training", [&](const json& v, const std::string& p) { read_training(v, p, c.training); });
+  r.with("rl", [&](const json& v, const std::string& p) {
+    c.rl_given = true;
+    read_rl(v, p, c.rl);
+  });
   r.with("checkpoint",
          [&](const json& v, const std::string& p) { read_checkpoint(v, p, c.checkpoint); });
   r.with("logging", [&](const json& v, const std::string& p) { read_logging(v, p, c.logging); });
@@ -649,7 +711,27 @@ nlohmann::json to_json(const job_config& c) {
   j["devices"] = c.devices;
   j["training"] = {{"epochs", c.training.epochs},
                    {"max_steps", c.training.max_steps},
-                   {"eval_every_epochs", c.training.eval_every_epochs}};
+                   {"eval_every_epochs", c.training.eval_every_epochs},
+                   {"max_env_steps", c.training.max_env_steps}};
+  if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;
+  if (c.rl_given || c.strategy.kind == "actor_learner") {
+    const auto& rl = c.rl;
+    j["rl"] = {{"env", rl.env},
+               {"actors", rl.actors},
+               {"envs_per_actor", rl.envs_per_actor},
+               {"unroll_length", rl.unroll_length},
+               {"batch_unrolls", rl.batch_unrolls},
+               {"discount", rl.discount},
+               {"rho_bar", rl.rho_bar},
+               {"c_bar", rl.c_bar},
+               {"baseline_cost", rl.baseline_cost},
+               {"entropy_cost", rl.entropy_cost},
+               {"grad_clip", rl.grad_clip},
+               {"learners", rl.learners},
+               {"weights_every", rl.weights_every},
+               {"max_policy_lag", rl.max_policy_lag},
+               {"queue_capacity", rl.queue_capacity}};
+  }
   j["checkpoint"] = {{"dir", c.checkpoint.dir},
                      {"every_steps", c.checkpoint.every_steps},
                      {"keep", c.checkpoint.keep},

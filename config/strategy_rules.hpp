@@ -30,6 +30,9 @@ class strategy_rules {
   // Throws config_error naming the path (cluster.tasks...).
   virtual void check_cluster_jobs(const job_config&, int64_t /*workers*/, int64_t /*ps*/,
                                   bool /*explicit_hosts*/) const {}
+  // Whether the job trains a classifier on a dataset (model.kind "mlp");
+  // false: a policy from environments (the "rl" section).
+  virtual bool trains_classifier() const { return true; }
   // Whether a lost worker task leaves the job running (its replicas are
   // dropped) instead of ending it.
   virtual bool survives_lost_workers() const { return false; }

@@ -7,12 +7,16 @@
 #include <vector>
 
 #include "messages/messages.hpp"
+#include "messages/protocols.hpp"
 
 namespace troupe {
 
 using enqueue_atom = caf::atom_constant<caf::atom("enqueue")>;
 using dequeue_atom = caf::atom_constant<caf::atom("dequeue")>;
 using version_atom = caf::atom_constant<caf::atom("version")>;
+using weights_atom = caf::atom_constant<caf::atom("weights")>;
+using episodes_atom = caf::atom_constant<caf::atom("episodes")>;
+using learned_atom = caf::atom_constant<caf::atom("learned")>;
 
 // One actor's unroll: T steps of its M environments, time-major, with what
 // a learner needs for V-trace (kernels/vtrace.hpp).
@@ -42,6 +46,51 @@ struct queue_stats {
   int64_t policy_version = 0;     // the latest the learners announced
 };
 
+// The policy's variables in the model's order (models/policy_value.hpp),
+// and how many updates made them. In one process every actor gets the same
+// buffers (one copy per publication); across processes raw blocks.
+struct policy_weights {
+  int64_t version = 0;
+  std::vector<tensor> values;
+};
+
+// What an rl_actor reports after each unroll: the environment steps it took
+// and the episodes that ended in it.
+struct episode_report {
+  int64_t actor = 0;
+  int64_t env_steps = 0;
+  std::vector<double> returns;
+  std::vector<int64_t> lengths;
+};
+
+// What a learner reports after each update.
+struct learner_report {
+  int64_t learner = 0;
+  int64_t version = 0;  // updates applied, this one included
+  int64_t samples = 0;  // environment steps trained on, over all learners
+  double loss = 0;      // per step: policy + baseline_cost * value - entropy_cost * entropy
+  double policy_loss = 0;
+  double baseline_loss = 0;
+  double entropy = 0;    // mean entropy of the policy
+  double grad_norm = 0;  // global norm before clipping
+  double lag_mean = 0;   // versions between the acting policy and this update
+  int64_t lag_max = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, policy_weights& x) {
+  return f(caf::meta::type_name("policy_weights"), x.version, x.values);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, episode_report& x) {
+  return f(caf::meta::type_name("episode_report"), x.actor, x.env_steps, x.returns, x.lengths);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
+  return f(caf::meta::type_name("learner_report"), x.learner, x.version, x.samples, x.loss,
+           x.policy_loss, x.baseline_loss, x.entropy, x.grad_norm, x.lag_mean, x.lag_max);
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, unroll& x) {
   return f(caf::meta::type_name("unroll"), x.actor, x.policy_version, x.observations, x.actions,
@@ -67,6 +116,46 @@ using trajectory_queue_actor = caf::typed_actor<
     caf::replies_to<dequeue_atom, int64_t>::with<std::vector<unroll>>,
     // The learners' current policy version (staleness is measured against it).
     caf::reacts_to<version_atom, int64_t>, caf::replies_to<stats_atom>::with<queue_stats>>;
+
+// rl_actor (actors/rl_actor.hpp): M environments and a copy of the policy on
+// a device thread, acting in unrolls of T steps.
+using rl_actor_actor = caf::typed_actor<
+    // Start acting (the first weights come with or before it).
+    caf::reacts_to<run_atom>,
+    // Newer weights: installed between unrolls (an unroll is acted by one
+    // version); older or equal versions are ignored.
+    caf::reacts_to<weights_atom, policy_weights>,
+    // Internal: a device task finished (actors/device_tasks.hpp).
+    caf::reacts_to<computed_atom, uint64_t>>;
+
+// learner (actors/learner.hpp): the policy being trained, its optimizer and
+// gradients on a device thread; with several learners, each trains on its
+// share of every batch and they all-reduce gradients (data parallel).
+using learner_actor = caf::typed_actor<
+    // Start the loop: dequeue, V-trace and loss, (all-reduce), clip, update.
+    caf::reacts_to<run_atom>,
+    // The variables and optimizer slots, between updates (checkpoints).
+    caf::replies_to<state_atom>::with<model_state>,
+    // Puts a checkpoint's state back before run; answered with the version.
+    caf::replies_to<restore_atom, model_state>::with<int64_t>,
+    // The current weights (for an actor that joins).
+    caf::replies_to<weights_atom>::with<policy_weights>, caf::reacts_to<computed_atom, uint64_t>>;
+
+// The coordinator of an actor/learner job (actors/rl_coordinator.hpp).
+using rl_coordinator_actor = caf::typed_actor<
+    // Runs the job with these learners, actors (by index; more may join) and
+    // queue; answered with the summary (JSON text) when it stops.
+    caf::replies_to<run_atom, std::vector<learner_actor>, std::vector<rl_actor_actor>,
+                    trajectory_queue_actor>::with<std::string>,
+    // An actor's unroll is done: its episodes.
+    caf::reacts_to<episodes_atom, episode_report>,
+    // A learner's update is done.
+    caf::reacts_to<learned_atom, learner_report>,
+    // Learner 0 publishes weights: forwarded to every live actor.
+    caf::reacts_to<weights_atom, policy_weights>,
+    // An actor (in another process) joins or rejoins the job under its index:
+    // it gets the current weights and starts.
+    caf::reacts_to<rejoin_atom, int64_t, rl_actor_actor>>;
 
 // Registers the types above with CAF (register_messages calls it).
 void register_rl_messages(caf::actor_system_config& cfg);

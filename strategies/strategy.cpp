@@ -68,4 +68,17 @@ void strategy::evaluate(coordinator_host& h, std::function<void(nlohmann::json)>
           h.failed("evaluation failed"));
 }
 
+std::unique_ptr<replica_step> strategy::make_replica_step(const job_config&,
+                                                          const replica_wiring&) const {
+  throw std::logic_error("strategy " + name() + " has no replicas");
+}
+
+std::unique_ptr<job_driver> strategy::make_driver(const job_plan&) const {
+  throw std::logic_error("strategy " + name() + " has no replica driver");
+}
+
+nlohmann::json strategy::run_own_job(caf::actor_system&, std::shared_ptr<const job_plan>) const {
+  throw std::logic_error("strategy " + name() + " runs replicas, not a job of its own");
+}
+
 }  // namespace troupe

@@ -124,11 +124,22 @@ class strategy : public strategy_rules {
                                       const reducer_wiring&) const {
     return {};
   }
+  // The replica side and the driver of a strategy with replicas (every one
+  // whose own_job() is false).
   virtual std::unique_ptr<replica_step> make_replica_step(const job_config& c,
-                                                          const replica_wiring& w) const = 0;
+                                                          const replica_wiring& w) const;
 
   // --- the coordinator ---
-  virtual std::unique_ptr<job_driver> make_driver(const job_plan& p) const = 0;
+  virtual std::unique_ptr<job_driver> make_driver(const job_plan& p) const;
+
+  // --- a job of other actors ---
+  // A strategy whose job is not replicas stepping over a dataset
+  // (actor_learner: rl_actors, learners, a trajectory queue) builds and runs
+  // its own actors on `sys` in run_own_job, which returns the job's summary
+  // once every actor it spawned is done; `troupe run` then builds no replica.
+  virtual bool own_job() const { return false; }
+  virtual nlohmann::json run_own_job(caf::actor_system& sys,
+                                     std::shared_ptr<const job_plan> plan) const;
   // The learning rate a metrics line reports for update `completed`.
   virtual double reported_lr(const job_plan&, int64_t /*completed*/, const step_stats& s) const {
     return s.lr;

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "actors/reducer.hpp"
-#include "actors/reducers/visible_mailbox.hpp"
+#include "actors/visible_mailbox.hpp"
 #include "actors/system_config.hpp"
 
 using namespace troupe;
@@ -130,8 +130,8 @@ struct board {
 
 // Makes the calls the test thread posts: an actor (not the test thread) so
 // that CAF's hand-over of requests and replies is visible to ThreadSanitizer
-// (see actors/reducers/visible_mailbox.hpp), with finite request timeouts.
-class caller : public reducers::visible_mailbox<caf::event_based_actor> {
+// (see actors/visible_mailbox.hpp), with finite request timeouts.
+class caller : public visible_mailbox<caf::event_based_actor> {
  public:
   caller(caf::actor_config& cfg, std::shared_ptr<board> b)
       : visible_mailbox(cfg), board_(std::move(b)) {}

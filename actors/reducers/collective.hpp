@@ -18,7 +18,7 @@
 //    only after that peer has said "ready" for it (or, down a tree, after the
 //    writer's own parent has), and the peer touches it again only when told.
 // The happens-before between a message's sender and its receiver is CAF's
-// mailbox; reducers/visible_mailbox.hpp shows it to ThreadSanitizer.
+// mailbox; actors/visible_mailbox.hpp shows it to ThreadSanitizer.
 #include <cstdint>
 #include <memory>
 #include <stdexcept>

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/reducers/visible_mailbox.hpp"
+#include "actors/visible_mailbox.hpp"
 
 namespace troupe {
 
@@ -337,7 +337,7 @@ reducer_actor::behavior_type hier_fn(self_ptr self, hierarchical_config cfg) {
 // The mailbox hand-over made visible to ThreadSanitizer, as for the
 // in-process reducers: this actor scales the caller's buffers after the
 // local reducers wrote them.
-class hier_impl final : public reducers::visible_mailbox<reducer_actor::stateful_base<hier_state>> {
+class hier_impl final : public visible_mailbox<reducer_actor::stateful_base<hier_state>> {
  public:
   hier_impl(caf::actor_config& cfg, hierarchical_config hc)
       : visible_mailbox(cfg), hc_(std::move(hc)) {}

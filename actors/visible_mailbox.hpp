@@ -28,7 +28,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-namespace troupe::reducers {
+namespace troupe {
 
 inline void tsan_release(void* p) {
 #ifdef TROUPE_TSAN
@@ -79,4 +79,4 @@ class visible_mailbox : public Base {
   }
 };
 
-}  // namespace troupe::reducers
+}  // namespace troupe

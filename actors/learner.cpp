@@ -1,0 +1,225 @@
+#include "actors/learner.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "actors/visible_mailbox.hpp"
+
+namespace troupe {
+namespace {
+
+using self_ptr = learner_actor::stateful_pointer<learner_state>;
+
+void fail(self_ptr self, const std::string& why) {
+  const auto who = "learner " + std::to_string(self->state.cfg.index);
+  spdlog::error("{}: {}", who, why);
+  self->quit(caf::make_error(caf::sec::runtime_error, who + ": " + why));
+}
+
+std::vector<tensor> clone_values(const std::vector<named_tensor>& vars) {
+  std::vector<tensor> out;
+  out.reserve(vars.size());
+  for (const auto& v : vars) out.push_back(v.value.clone());
+  return out;
+}
+
+void maybe_compute(self_ptr self);
+
+// One dequeue outstanding at a time: the next batch arrives while the
+// current one computes.
+void request_batch(self_ptr self) {
+  auto& st = self->state;
+  if (st.batch_requested || st.next_batch) return;
+  st.batch_requested = true;
+  // The queue answers when enough unrolls are there: no timeout (it is
+  // monitored by the coordinator, which ends the job if it goes).
+  self->request(st.cfg.queue, caf::infinite, dequeue_atom::value, st.cfg.batch_unrolls)
+      .then(
+          [self](std::vector<unroll>& b) {
+            self->state.batch_requested = false;
+            self->state.next_batch = std::move(b);
+            maybe_compute(self);
+          },
+          [self](caf::error& e) { fail(self, "trajectory queue: " + describe(e)); });
+}
+
+void report(self_ptr self, const impala_figures& f, double norm) {
+  auto& st = self->state;
+  learner_report r;
+  r.learner = st.cfg.index;
+  r.version = st.version;
+  r.samples = st.cfg.global_samples;
+  const double n = static_cast<double>(std::max<int64_t>(1, f.samples));
+  r.loss = f.loss / n;
+  r.policy_loss = f.policy_loss / n;
+  r.baseline_loss = f.baseline_loss / n;
+  r.entropy = f.entropy / n;
+  r.grad_norm = norm;
+  r.lag_mean = f.unrolls > 0 ? f.lag_sum / static_cast<double>(f.unrolls) : 0;
+  r.lag_max = f.lag_max;
+  self->send(st.cfg.coordinator, learned_atom::value, std::move(r));
+}
+
+// Clip and update on the device; learner 0 copies the weights when due.
+void apply(self_ptr self, std::shared_ptr<impala_figures> fig) {
+  auto& st = self->state;
+  const bool publish = st.cfg.index == 0 && (st.version + 1) % st.cfg.weights_every == 0;
+  auto weights = std::make_shared<policy_weights>();
+  auto norm = std::make_shared<double>(0);
+  st.tasks->submit(
+      self,
+      [clip = st.cfg.grad_clip, publish, weights, norm](learner_compute& lc) {
+        *norm = clip_global_norm(lc.grads, clip);
+        lc.opt->apply(lc.net->variables(), lc.grads);
+        if (publish) weights->values = clone_values(lc.net->variables());
+      },
+      [self, fig, weights, norm, publish] {
+        auto& st = self->state;
+        ++st.version;
+        report(self, *fig, *norm);
+        if (st.cfg.index == 0) self->send(st.cfg.queue, version_atom::value, st.version);
+        if (publish) {
+          weights->version = st.version;
+          self->send(st.cfg.coordinator, weights_atom::value, std::move(*weights));
+        }
+        st.computing = false;
+        maybe_compute(self);
+      });
+}
+
+// With several learners, every learner's gradients are summed over all of
+// them (each is already divided by the global batch: the sum is the mean).
+void reduce(self_ptr self, std::shared_ptr<impala_figures> fig) {
+  auto& st = self->state;
+  if (!st.cfg.reducer) {
+    apply(self, std::move(fig));
+    return;
+  }
+  self->request(st.cfg.reducer, st.cfg.request_timeout, allreduce_atom::value, reduce_op::sum,
+                st.grad_buffers)
+      .then([self, fig](std::vector<tensor>&) { apply(self, fig); },
+            [self](caf::error& e) { fail(self, "all-reduce of the gradients: " + describe(e)); });
+}
+
+void maybe_compute(self_ptr self) {
+  auto& st = self->state;
+  if (!st.running || st.computing || !st.next_batch) return;
+  st.computing = true;
+  auto batch = std::make_shared<std::vector<unroll>>(std::move(*st.next_batch));
+  st.next_batch.reset();
+  request_batch(self);
+  auto fig = std::make_shared<impala_figures>();
+  st.tasks->submit(
+      self,
+      [batch, fig, version = st.version, s = st.cfg.impala,
+       global = st.cfg.global_samples](learner_compute& lc) {
+        *fig = impala_gradients(*lc.net, *batch, s, global, version, lc.grads, lc.ws);
+      },
+      [self, fig] { reduce(self, fig); });
+}
+
+// Copies a checkpoint's variables into the network's, by name; throws naming
+// a missing or mis-shaped one (before changing anything).
+void install_variables(std::vector<named_tensor>& vars, const std::vector<named_tensor>& from) {
+  std::vector<const tensor*> src;
+  for (const auto& v : vars) {
+    auto it = std::find_if(from.begin(), from.end(),
+                           [&](const named_tensor& x) { return x.name == v.name; });
+    if (it == from.end()) throw std::runtime_error("variable '" + v.name + "' is missing");
+    if (it->value.shape() != v.value.shape() || it->value.type() != v.value.type())
+      throw std::runtime_error("variable '" + v.name + "' has shape " +
+                               shape_string(it->value.shape()) + ", the model " +
+                               shape_string(v.value.shape()));
+    src.push_back(&it->value);
+  }
+  for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = src[i]->clone();
+}
+
+}  // namespace
+
+learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.compute = std::make_shared<learner_compute>();
+  st.tasks = std::make_unique<device_tasks<learner_compute>>(
+      st.cfg.device, st.compute, [self](const std::string& why) { fail(self, why); });
+  auto buffers = std::make_shared<std::vector<tensor>>();
+  // Built on its device thread: its memory is first touched there.
+  st.tasks->submit(
+      self,
+      [c = st.cfg, buffers](learner_compute& lc) {
+        lc.net = create_policy_value_model(c.model, c.observation_size, c.actions, c.seed);
+        lc.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_updates);
+        lc.opt->init(lc.net->variables());
+        lc.grads = lc.net->make_gradients();
+        for (auto& g : lc.grads) buffers->push_back(g.value);
+      },
+      [self, buffers] { self->state.grad_buffers = std::move(*buffers); });
+  return {
+      [self](run_atom) {
+        self->state.running = true;
+        request_batch(self);
+      },
+      [self](state_atom) -> caf::result<model_state> {
+        auto rp = self->make_response_promise<model_state>();
+        auto ms = std::make_shared<model_state>();
+        self->state.tasks->submit(
+            self,
+            [ms](learner_compute& lc) {
+              for (const auto& v : lc.net->variables())
+                ms->variables.push_back({v.name, v.value.clone()});
+              ms->slots = lc.opt->state();
+            },
+            [rp, ms]() mutable { rp.deliver(std::move(*ms)); });
+        return rp;
+      },
+      [self](restore_atom, model_state& ms) -> caf::result<int64_t> {
+        auto rp = self->make_response_promise<int64_t>();
+        auto in = std::make_shared<model_state>(std::move(ms));
+        auto version = std::make_shared<int64_t>(0);
+        self->state.tasks->submit(
+            self,
+            [in, version](learner_compute& lc) {
+              install_variables(lc.net->variables(), in->variables);
+              lc.opt->load_state(in->slots);
+              *version = lc.opt->step();
+            },
+            [self, rp, version]() mutable {
+              self->state.version = *version;
+              rp.deliver(*version);
+            });
+        return rp;
+      },
+      [self](weights_atom) -> caf::result<policy_weights> {
+        auto rp = self->make_response_promise<policy_weights>();
+        auto pw = std::make_shared<policy_weights>();
+        self->state.tasks->submit(
+            self, [pw](learner_compute& lc) { pw->values = clone_values(lc.net->variables()); },
+            [self, rp, pw]() mutable {
+              pw->version = self->state.version;
+              rp.deliver(std::move(*pw));
+            });
+        return rp;
+      },
+      [self](computed_atom, uint64_t ticket) { self->state.tasks->computed(ticket); },
+  };
+}
+
+namespace {
+
+class learner_impl final : public visible_mailbox<learner_actor::stateful_base<learner_state>> {
+ public:
+  learner_impl(caf::actor_config& cfg, learner_config lc)
+      : visible_mailbox(cfg), lc_(std::move(lc)) {}
+  behavior_type make_behavior() override { return learner(this, std::move(lc_)); }
+
+ private:
+  learner_config lc_;
+};
+
+}  // namespace
+
+learner_actor spawn_learner(caf::actor_system& sys, learner_config cfg) {
+  return sys.spawn<learner_impl>(std::move(cfg));
+}
+
+}  // namespace troupe

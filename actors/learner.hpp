@@ -1,0 +1,80 @@
+#pragma once
+// learner: the policy being trained (models/policy_value.hpp), its optimizer
+// and gradients on a device thread. Its loop, one update at a time:
+//
+//   dequeue B unrolls from the trajectory queue
+//   -> device: forward, V-trace, loss gradients (models/impala.hpp)
+//   -> with several learners: all-reduce (sum) of the gradients through the
+//      job's reducers, so every learner applies the same update
+//   -> device: global-norm clip, optimizer update (and, every K updates on
+//      learner 0, a copy of the weights)
+//   -> report to the coordinator; learner 0 announces its version to the
+//      queue and publishes the weights through the coordinator.
+//
+// The next batch is requested while the current one computes.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/device_tasks.hpp"
+#include "config/job_config.hpp"
+#include "devices/device.hpp"
+#include "kernels/optimizer.hpp"
+#include "messages/protocols.hpp"
+#include "messages/rl_messages.hpp"
+#include "models/impala.hpp"
+
+namespace troupe {
+
+struct learner_config {
+  int64_t index = 0;
+  int64_t learners = 1;
+  std::shared_ptr<cpu_device> device;
+  model_config model;
+  int64_t observation_size = 0;
+  int64_t actions = 0;
+  optimizer_config optimizer;
+  int64_t total_updates = 0;  // for learning-rate schedules (0: none known)
+  uint64_t seed = 0;
+  impala_settings impala;
+  double grad_clip = 0;
+  int64_t batch_unrolls = 1;   // this learner's share of every batch
+  int64_t global_samples = 1;  // environment steps in a batch over all learners
+  int64_t weights_every = 1;
+  trajectory_queue_actor queue;
+  reducer_actor reducer;  // null with one learner
+  rl_coordinator_actor coordinator;
+  caf::duration request_timeout = caf::infinite;
+};
+
+// The learner's device state.
+struct learner_compute {
+  std::unique_ptr<policy_value_model> net;
+  std::unique_ptr<kernels::optimizer> opt;
+  std::vector<named_tensor> grads;
+  impala_workspace ws;
+};
+
+struct learner_state {
+  learner_config cfg;
+  std::shared_ptr<learner_compute> compute;
+  std::unique_ptr<device_tasks<learner_compute>> tasks;
+  std::vector<tensor> grad_buffers;  // shared with the reducer
+  int64_t version = 0;               // updates applied
+  bool running = false;
+  bool computing = false;
+  std::optional<std::vector<unroll>> next_batch;  // arrived while computing
+  bool batch_requested = false;
+  static inline const char* name = "learner";
+};
+
+learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_state> self,
+                                     learner_config cfg);
+
+// Spawns a learner (its mailbox hand-over visible to ThreadSanitizer).
+learner_actor spawn_learner(caf::actor_system& sys, learner_config cfg);
+
+}  // namespace troupe

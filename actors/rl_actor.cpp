@@ -1,0 +1,219 @@
+#include "actors/rl_actor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "actors/visible_mailbox.hpp"
+
+namespace troupe {
+
+void init_rl_actor_compute(rl_actor_compute& c, const std::string& env, int64_t envs,
+                           const model_config& model, uint64_t seed, uint64_t model_seed) {
+  c.env = envs::make_env(env, envs);
+  const auto& spec = c.env->spec();
+  c.net = create_policy_value_model(model, spec.observation_size, spec.actions, model_seed);
+  c.rng = splitmix64(derive_seed(seed, 1));
+  const auto M = static_cast<std::size_t>(envs);
+  c.obs.assign(M * static_cast<std::size_t>(spec.observation_size), 0.0f);
+  c.values.assign(M, 0.0f);
+  c.probs.assign(static_cast<std::size_t>(spec.actions), 0.0f);
+  c.terminated.assign(M, 0);
+  c.truncated.assign(M, 0);
+  c.episode_return.assign(M, 0.0);
+  c.episode_length.assign(M, 0);
+  c.env->reset(seed, c.obs.data());
+}
+
+namespace {
+
+// A sample of the softmax of one row of logits.
+int32_t sample_action(const float* z, int64_t A, double u, float* p) {
+  float mx = z[0];
+  for (int64_t j = 1; j < A; ++j) mx = std::max(mx, z[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < A; ++j) {
+    p[j] = std::exp(z[j] - mx);
+    sum += p[j];
+  }
+  double acc = 0;
+  const double target = u * sum;
+  for (int64_t j = 0; j + 1 < A; ++j) {
+    acc += p[j];
+    if (target < acc) return static_cast<int32_t>(j);
+  }
+  return static_cast<int32_t>(A - 1);
+}
+
+}  // namespace
+
+unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, int64_t T,
+                  episode_report& episodes) {
+  const auto& spec = c.env->spec();
+  const int64_t M = c.env->size();
+  const int64_t O = spec.observation_size;
+  const int64_t A = spec.actions;
+  unroll u;
+  u.actor = actor;
+  u.policy_version = policy_version;
+  u.observations = tensor::uninitialized({T + 1, M, O});
+  u.actions = tensor::uninitialized({T, M}, dtype::i32);
+  u.rewards = tensor::uninitialized({T, M});
+  u.terminated = tensor::uninitialized({T, M}, dtype::i32);
+  u.truncated = tensor::uninitialized({T, M}, dtype::i32);
+  u.final_observations = tensor({T, M, O});  // rows of episodes that did not end stay 0
+  u.behaviour_logits = tensor::uninitialized({T, M, A});
+  float* obs = u.observations.f32();
+  int32_t* actions = u.actions.data<int32_t>();
+  std::copy(c.obs.begin(), c.obs.end(), obs);
+  envs::step_output out;
+  out.terminated = c.terminated.data();
+  out.truncated = c.truncated.data();
+  out.episode_return = c.episode_return.data();
+  out.episode_length = c.episode_length.data();
+  for (int64_t t = 0; t < T; ++t) {
+    float* logits = u.behaviour_logits.f32() + t * M * A;
+    c.net->forward(obs + t * M * O, M, logits, c.values.data());
+    int32_t* a = actions + t * M;
+    for (int64_t m = 0; m < M; ++m)
+      a[m] = sample_action(logits + m * A, A, c.rng.uniform(), c.probs.data());
+    out.obs = obs + (t + 1) * M * O;
+    out.reward = u.rewards.f32() + t * M;
+    out.final_obs = u.final_observations.f32() + t * M * O;
+    c.env->step(a, out);
+    int32_t* term = u.terminated.data<int32_t>() + t * M;
+    int32_t* trunc = u.truncated.data<int32_t>() + t * M;
+    for (int64_t m = 0; m < M; ++m) {
+      term[m] = c.terminated[static_cast<std::size_t>(m)];
+      trunc[m] = c.truncated[static_cast<std::size_t>(m)];
+      if (term[m] || trunc[m]) {
+        episodes.returns.push_back(c.episode_return[static_cast<std::size_t>(m)]);
+        episodes.lengths.push_back(c.episode_length[static_cast<std::size_t>(m)]);
+      }
+    }
+  }
+  std::copy(obs + T * M * O, obs + (T + 1) * M * O, c.obs.begin());
+  episodes.actor = actor;
+  episodes.env_steps += T * M;
+  return u;
+}
+
+namespace {
+
+using self_ptr = rl_actor_actor::stateful_pointer<rl_actor_state>;
+
+void fail(self_ptr self, const std::string& why) {
+  const auto who = "rl_actor " + std::to_string(self->state.cfg.index);
+  spdlog::error("{}: {}", who, why);
+  self->quit(caf::make_error(caf::sec::runtime_error, who + ": " + why));
+}
+
+// Copies newer weights into the policy, in variable order.
+void install(policy_value_model& net, const policy_weights& w) {
+  auto& vars = net.variables();
+  if (w.values.size() != vars.size())
+    throw std::runtime_error("weights of version " + std::to_string(w.version) + " hold " +
+                             std::to_string(w.values.size()) + " tensors, the policy " +
+                             std::to_string(vars.size()));
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (w.values[i].shape() != vars[i].value.shape() || w.values[i].type() != dtype::f32)
+      throw std::runtime_error("weights of version " + std::to_string(w.version) + ": '" +
+                               vars[i].name + "' has shape " + shape_string(w.values[i].shape()) +
+                               ", the policy " + shape_string(vars[i].value.shape()));
+  }
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    std::copy(w.values[i].f32(), w.values[i].f32() + w.values[i].numel(), vars[i].value.f32());
+}
+
+void act(self_ptr self);
+
+void offer(self_ptr self, std::shared_ptr<unroll> u) {
+  auto& st = self->state;
+  self->request(st.cfg.queue, st.cfg.request_timeout, enqueue_atom::value, std::move(*u))
+      .then(
+          [self](int64_t) {
+            self->state.busy = false;
+            act(self);
+          },
+          [self](caf::error& e) { fail(self, "trajectory queue: " + describe(e)); });
+}
+
+// The next unroll, when running, not busy, and some weights are known.
+void act(self_ptr self) {
+  auto& st = self->state;
+  if (!st.running || st.busy) return;
+  if (st.acting_version < 0 && !st.pending) return;
+  st.busy = true;
+  std::shared_ptr<policy_weights> w;
+  if (st.pending) {
+    w = std::make_shared<policy_weights>(std::move(*st.pending));
+    st.pending.reset();
+    st.acting_version = w->version;
+  }
+  auto u = std::make_shared<unroll>();
+  auto report = std::make_shared<episode_report>();
+  st.tasks->submit(
+      self,
+      [w, u, report, index = st.cfg.index, version = st.acting_version,
+       T = st.cfg.unroll_length](rl_actor_compute& c) {
+        if (w) install(*c.net, *w);
+        *u = act_unroll(c, index, version, T, *report);
+      },
+      [self, u, report] {
+        auto& st = self->state;
+        ++st.unrolls;
+        self->send(st.cfg.coordinator, episodes_atom::value, std::move(*report));
+        offer(self, u);
+      });
+}
+
+}  // namespace
+
+rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.compute = std::make_shared<rl_actor_compute>();
+  st.tasks = std::make_unique<device_tasks<rl_actor_compute>>(
+      st.cfg.device, st.compute, [self](const std::string& why) { fail(self, why); });
+  st.tasks->submit(
+      self,
+      [c = st.cfg](rl_actor_compute& rc) {
+        init_rl_actor_compute(rc, c.env, c.envs, c.model, derive_seed(c.seed, 5000 + c.index),
+                              c.seed);
+      },
+      nullptr);
+  return {
+      [self](run_atom) {
+        self->state.running = true;
+        act(self);
+      },
+      [self](weights_atom, policy_weights& w) {
+        auto& st = self->state;
+        if (w.version <= st.received_version) return;
+        st.received_version = w.version;
+        st.pending = std::move(w);
+        act(self);
+      },
+      [self](computed_atom, uint64_t ticket) { self->state.tasks->computed(ticket); },
+  };
+}
+
+namespace {
+
+class rl_actor_impl final : public visible_mailbox<rl_actor_actor::stateful_base<rl_actor_state>> {
+ public:
+  rl_actor_impl(caf::actor_config& cfg, rl_actor_config c)
+      : visible_mailbox(cfg), c_(std::move(c)) {}
+  behavior_type make_behavior() override { return rl_actor(this, std::move(c_)); }
+
+ private:
+  rl_actor_config c_;
+};
+
+}  // namespace
+
+rl_actor_actor spawn_rl_actor(caf::actor_system& sys, rl_actor_config cfg) {
+  return sys.spawn<rl_actor_impl>(std::move(cfg));
+}
+
+}  // namespace troupe

@@ -1,0 +1,83 @@
+#pragma once
+// rl_actor: M environments (envs/env.hpp) and a copy of the policy on a
+// device thread. It acts in unrolls of T steps, one device task each
+// (batched inference over its M environments, a sampled action per
+// environment, one batch step of the environments), then offers the unroll
+// to the trajectory queue and waits for the answer before acting again: the
+// queue's credit. Newer weights are installed between unrolls, so each unroll
+// is acted by one policy version.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "actors/device_tasks.hpp"
+#include "config/job_config.hpp"
+#include "devices/device.hpp"
+#include "envs/env.hpp"
+#include "messages/rl_messages.hpp"
+#include "models/policy_value.hpp"
+#include "models/random.hpp"
+
+namespace troupe {
+
+struct rl_actor_config {
+  int64_t index = 0;
+  std::shared_ptr<cpu_device> device;
+  std::string env;
+  int64_t envs = 1;           // M
+  int64_t unroll_length = 1;  // T
+  model_config model;
+  uint64_t seed = 0;
+  trajectory_queue_actor queue;
+  rl_coordinator_actor coordinator;
+  // The enqueue's answer may take long (back-pressure); this bounds a lost
+  // queue in another process.
+  caf::duration request_timeout = caf::infinite;
+};
+
+// The actor's device state.
+struct rl_actor_compute {
+  std::unique_ptr<envs::vector_env> env;
+  std::unique_ptr<policy_value_model> net;
+  splitmix64 rng{0};
+  std::vector<float> obs;  // the current observations [M, obs]
+  std::vector<float> values, probs;
+  std::vector<uint8_t> terminated, truncated;
+  std::vector<double> episode_return;
+  std::vector<int64_t> episode_length;
+};
+
+struct rl_actor_state {
+  rl_actor_config cfg;
+  std::shared_ptr<rl_actor_compute> compute;
+  std::unique_ptr<device_tasks<rl_actor_compute>> tasks;
+  std::optional<policy_weights> pending;  // newer weights, installed before the next unroll
+  int64_t received_version = -1;          // newest weights received
+  int64_t acting_version = -1;            // installed
+  bool running = false;
+  bool busy = false;  // an unroll is being acted or offered to the queue
+  int64_t unrolls = 0;
+  static inline const char* name = "rl_actor";
+};
+
+rl_actor_actor::behavior_type rl_actor(rl_actor_actor::stateful_pointer<rl_actor_state> self,
+                                       rl_actor_config cfg);
+
+// Spawns an rl_actor (its mailbox hand-over visible to ThreadSanitizer).
+rl_actor_actor spawn_rl_actor(caf::actor_system& sys, rl_actor_config cfg);
+
+// One unroll of T steps of `c`'s environments under its policy, continuing
+// from c.obs; the finished episodes go into `episodes`. (The device task of
+// an rl_actor; exposed for benchmarks and tests.)
+unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, int64_t T,
+                  episode_report& episodes);
+
+// An rl_actor's device state: environments reset from `seed`, a policy
+// initialised from `model_seed`.
+void init_rl_actor_compute(rl_actor_compute& c, const std::string& env, int64_t envs,
+                           const model_config& model, uint64_t seed, uint64_t model_seed);
+
+}  // namespace troupe

@@ -1,0 +1,216 @@
+#include "models/impala.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/vtrace.hpp"
+
+namespace troupe {
+namespace {
+
+std::string where(const unroll& u, std::size_t k) {
+  return "unroll " + std::to_string(k) + " (actor " + std::to_string(u.actor) + ")";
+}
+
+void expect_shape(const tensor& t, const shape_t& want, dtype type, const std::string& what,
+                  const std::string& who) {
+  if (t.shape() != want || t.type() != type)
+    throw std::invalid_argument(who + ": " + what + " has shape " + shape_string(t.shape()) + " " +
+                                dtype_name(t.type()) + ", expected " + shape_string(want) + " " +
+                                dtype_name(type));
+}
+
+// The batch's sizes, every unroll checked against the first and the network.
+struct batch_shape {
+  int64_t U = 0, T = 0, M = 0, O = 0, A = 0;
+};
+
+batch_shape check_batch(policy_value_model& net, const std::vector<unroll>& batch) {
+  if (batch.empty()) throw std::invalid_argument("impala: empty batch of unrolls");
+  const unroll& f = batch.front();
+  if (f.observations.rank() != 3 || f.behaviour_logits.rank() != 3 || f.steps() < 1 || f.envs() < 1)
+    throw std::invalid_argument(where(f, 0) + ": malformed unroll (observations " +
+                                shape_string(f.observations.shape()) + ", actions " +
+                                shape_string(f.actions.shape()) + ")");
+  batch_shape b{static_cast<int64_t>(batch.size()), f.steps(), f.envs(), f.observations.dim(2),
+                f.behaviour_logits.dim(2)};
+  const auto& vars = net.variables();
+  if (vars.empty() || vars.front().value.rank() != 2 || vars.front().value.dim(0) != b.O)
+    throw std::invalid_argument(where(f, 0) + ": observations of size " + std::to_string(b.O) +
+                                " do not fit the network's input");
+  for (std::size_t k = 0; k < batch.size(); ++k) {
+    const unroll& u = batch[k];
+    const auto who = where(u, k);
+    expect_shape(u.observations, {b.T + 1, b.M, b.O}, dtype::f32, "observations", who);
+    expect_shape(u.actions, {b.T, b.M}, dtype::i32, "actions", who);
+    expect_shape(u.rewards, {b.T, b.M}, dtype::f32, "rewards", who);
+    expect_shape(u.terminated, {b.T, b.M}, dtype::i32, "terminated", who);
+    expect_shape(u.truncated, {b.T, b.M}, dtype::i32, "truncated", who);
+    expect_shape(u.final_observations, {b.T, b.M, b.O}, dtype::f32, "final_observations", who);
+    expect_shape(u.behaviour_logits, {b.T, b.M, b.A}, dtype::f32, "behaviour_logits", who);
+  }
+  return b;
+}
+
+}  // namespace
+
+impala_figures impala_gradients(policy_value_model& net, const std::vector<unroll>& batch,
+                                const impala_settings& s, int64_t global_samples, int64_t version,
+                                std::vector<named_tensor>& grads, impala_workspace& ws) {
+  const auto [U, T, M, O, A] = check_batch(net, batch);
+  if (global_samples < 1) throw std::invalid_argument("impala: global_samples must be >= 1");
+  const int64_t TM = T * M;
+  const int64_t N = U * TM;  // training rows: row u*TM + t*M + m is (unroll u, step t, env m)
+  const int64_t Bc = U * M;  // V-trace columns: b = u*M + m, element t*Bc + b
+
+  // Rows of the forward pass: the N training rows, then the bootstrap row
+  // x_T of every (u, m) at N + u*M + m, then the final observations of
+  // episodes the time limit cut (their value is bootstrapped from).
+  int64_t F = 0;
+  for (const auto& u : batch) {
+    const int32_t* term = u.terminated.data<int32_t>();
+    const int32_t* trunc = u.truncated.data<int32_t>();
+    for (int64_t i = 0; i < TM; ++i) F += (trunc[i] != 0 && term[i] == 0) ? 1 : 0;
+  }
+  const int64_t rows = N + Bc + F;
+  ws.obs.resize(static_cast<std::size_t>(rows * O));
+  std::vector<int64_t> final_row(static_cast<std::size_t>(N), -1);
+  int64_t next_final = N + Bc;
+  for (int64_t k = 0; k < U; ++k) {
+    const unroll& u = batch[static_cast<std::size_t>(k)];
+    const float* x = u.observations.f32();
+    std::copy(x, x + TM * O, ws.obs.data() + k * TM * O);
+    std::copy(x + TM * O, x + (TM + M) * O, ws.obs.data() + (N + k * M) * O);
+    const int32_t* term = u.terminated.data<int32_t>();
+    const int32_t* trunc = u.truncated.data<int32_t>();
+    const float* fin = u.final_observations.f32();
+    for (int64_t i = 0; i < TM; ++i) {
+      if (trunc[i] == 0 || term[i] != 0) continue;
+      std::copy(fin + i * O, fin + (i + 1) * O, ws.obs.data() + next_final * O);
+      final_row[static_cast<std::size_t>(k * TM + i)] = next_final++;
+    }
+  }
+  ws.logits.resize(static_cast<std::size_t>(rows * A));
+  ws.values.resize(static_cast<std::size_t>(rows));
+  net.forward(ws.obs.data(), rows, ws.logits.data(), ws.values.data());
+
+  // Log-probabilities of the actions taken, under the learner's policy and
+  // the behaviour policy.
+  ws.actions.resize(static_cast<std::size_t>(N));
+  ws.target_logp.resize(static_cast<std::size_t>(N));
+  ws.behaviour_logp.resize(static_cast<std::size_t>(N));
+  for (int64_t k = 0; k < U; ++k) {
+    const unroll& u = batch[static_cast<std::size_t>(k)];
+    const int32_t* a = u.actions.data<int32_t>();
+    std::copy(a, a + TM, ws.actions.data() + k * TM);
+    action_log_probs(u.behaviour_logits.f32(), a, TM, A, ws.behaviour_logp.data() + k * TM);
+  }
+  action_log_probs(ws.logits.data(), ws.actions.data(), N, A, ws.target_logp.data());
+
+  // V-trace inputs, time-major over the Bc columns.
+  const auto n = static_cast<std::size_t>(N);
+  ws.log_rhos.resize(n);
+  ws.rewards.resize(n);
+  ws.vt_values.resize(n);
+  ws.next_values.resize(n);
+  ws.discounts.resize(n);
+  ws.continues.resize(n);
+  const float gamma = static_cast<float>(s.discount);
+  for (int64_t k = 0; k < U; ++k) {
+    const unroll& u = batch[static_cast<std::size_t>(k)];
+    const float* r = u.rewards.f32();
+    const int32_t* term = u.terminated.data<int32_t>();
+    const int32_t* trunc = u.truncated.data<int32_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t m = 0; m < M; ++m) {
+        const int64_t i = t * M + m;  // inside the unroll
+        const int64_t row = k * TM + i;
+        const auto e = static_cast<std::size_t>(t * Bc + k * M + m);
+        const bool terminated = term[i] != 0;
+        const bool truncated = trunc[i] != 0 && !terminated;
+        ws.log_rhos[e] = ws.target_logp[static_cast<std::size_t>(row)] -
+                         ws.behaviour_logp[static_cast<std::size_t>(row)];
+        ws.rewards[e] = r[i];
+        ws.vt_values[e] = ws.values[static_cast<std::size_t>(row)];
+        ws.discounts[e] = terminated ? 0.0f : gamma;
+        float next = 0;
+        if (truncated)
+          next = ws.values[static_cast<std::size_t>(final_row[static_cast<std::size_t>(row)])];
+        else if (!terminated)
+          next = t + 1 < T ? ws.values[static_cast<std::size_t>(row + M)]
+                           : ws.values[static_cast<std::size_t>(N + k * M + m)];
+        ws.next_values[e] = next;
+        ws.continues[e] = (t + 1 < T && !terminated && trunc[i] == 0) ? 1 : 0;
+      }
+    }
+  }
+  kernels::vtrace_input in;
+  in.T = T;
+  in.B = Bc;
+  in.log_rhos = ws.log_rhos.data();
+  in.rewards = ws.rewards.data();
+  in.values = ws.vt_values.data();
+  in.next_values = ws.next_values.data();
+  in.discounts = ws.discounts.data();
+  in.continues = ws.continues.data();
+  in.rho_bar = s.rho_bar;
+  in.c_bar = s.c_bar;
+  in.pg_rho_bar = s.rho_bar;
+  auto vt = kernels::vtrace(in);
+
+  // Targets back in row order, then the loss and its gradients.
+  ws.vs.resize(n);
+  ws.advantages.resize(n);
+  for (int64_t k = 0; k < U; ++k)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t m = 0; m < M; ++m) {
+        const auto e = static_cast<std::size_t>(t * Bc + k * M + m);
+        const auto row = static_cast<std::size_t>(k * TM + t * M + m);
+        ws.vs[row] = vt.vs[e];
+        ws.advantages[row] = vt.pg_advantages[e];
+      }
+  ws.dlogits.assign(static_cast<std::size_t>(rows * A), 0.0f);
+  ws.dvalues.assign(static_cast<std::size_t>(rows), 0.0f);
+  auto loss = impala_loss_and_gradients(ws.logits.data(), ws.values.data(), ws.actions.data(),
+                                        ws.vs.data(), ws.advantages.data(), N, A, s.baseline_cost,
+                                        s.entropy_cost, ws.dlogits.data(), ws.dvalues.data());
+  const float scale = 1.0f / static_cast<float>(global_samples);
+  for (int64_t i = 0; i < N * A; ++i) ws.dlogits[static_cast<std::size_t>(i)] *= scale;
+  for (int64_t i = 0; i < N; ++i) ws.dvalues[static_cast<std::size_t>(i)] *= scale;
+  net.backward(ws.obs.data(), rows, ws.dlogits.data(), ws.dvalues.data(), grads, false);
+
+  impala_figures f;
+  f.samples = N;
+  f.unrolls = U;
+  f.loss = loss.total;
+  f.policy_loss = loss.policy;
+  f.baseline_loss = loss.baseline;
+  f.entropy = loss.entropy;
+  for (const auto& u : batch) {
+    const int64_t lag = std::max<int64_t>(0, version - u.policy_version);
+    f.lag_sum += static_cast<double>(lag);
+    f.lag_max = std::max(f.lag_max, lag);
+  }
+  return f;
+}
+
+double clip_global_norm(std::vector<named_tensor>& grads, double max_norm) {
+  double sq = 0;
+  for (const auto& g : grads) {
+    const float* p = g.value.f32();
+    for (int64_t i = 0; i < g.value.numel(); ++i) sq += static_cast<double>(p[i]) * p[i];
+  }
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0 && norm > max_norm) {
+    const auto scale = static_cast<float>(max_norm / norm);
+    for (auto& g : grads) {
+      float* p = g.value.f32();
+      for (int64_t i = 0; i < g.value.numel(); ++i) p[i] *= scale;
+    }
+  }
+  return norm;
+}
+
+}  // namespace troupe

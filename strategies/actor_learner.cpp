@@ -1,0 +1,176 @@
+// actor_learner: IMPALA-style reinforcement learning (Espeholt et al. 2018).
+// rl_actors step environments with a copy of the policy and send unrolls
+// through a bounded trajectory queue to the learners, which train with
+// V-trace and publish weights back. Several learners are data-parallel: each
+// takes its share of every batch and they all-reduce gradients through the
+// job's reducers.
+//
+//   rl_actor --enqueue(unroll)--> trajectory_queue <--dequeue(B/L)-- learner
+//            <-----(credit)-----                    ---(unrolls)--->   |
+//   rl_actor --episodes--> rl_coordinator <--learned-- learner         | all-reduce
+//   rl_actor <--weights--- rl_coordinator <--weights-- learner 0       | (reducers)
+//                                         --version--> queue   learner 1..L-1
+//
+// Actors: actors/rl_actor, actors/trajectory_queue, actors/learner,
+// actors/rl_coordinator; messages: messages/rl_messages.hpp.
+#include <spdlog/spdlog.h>
+
+#include <map>
+
+#include "actors/learner.hpp"
+#include "actors/rl_actor.hpp"
+#include "actors/rl_coordinator.hpp"
+#include "actors/topology.hpp"
+#include "actors/trajectory_queue.hpp"
+#include "envs/env.hpp"
+#include "strategies/strategy.hpp"
+
+namespace troupe {
+namespace {
+
+std::string quoted(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
+  return out;
+}
+
+// The devices of a process, one thread each, made on first use.
+class device_pool {
+ public:
+  std::shared_ptr<cpu_device> get(const std::string& name) {
+    auto& d = devices_[name];
+    if (!d) d = std::make_shared<cpu_device>(name, group_);
+    return d;
+  }
+  void clear() { devices_.clear(); }  // joins the threads after their last task
+
+ private:
+  std::shared_ptr<device_group> group_ = std::make_shared<device_group>();
+  std::map<std::string, std::shared_ptr<cpu_device>> devices_;
+};
+
+class actor_learner final : public strategy {
+ public:
+  std::string name() const override { return "actor_learner"; }
+  bool trains_classifier() const override { return false; }
+  std::string replica_unit() const override { return "rl_actor"; }
+  bool own_job() const override { return true; }
+
+  void validate(const job_config& c) const override {
+    const auto& rl = c.rl;
+    if (c.model.kind != "policy_value_mlp")
+      throw config_error("model.kind",
+                         "the actor_learner strategy trains a policy/value network: expected "
+                         "\"policy_value_mlp\", got \"" +
+                             c.model.kind + "\"");
+    auto envs = envs::registered_envs();
+    if (std::find(envs.begin(), envs.end(), rl.env) == envs.end())
+      throw config_error("rl.env", "expected one of " + quoted(envs) + ", got \"" + rl.env + "\"");
+    if (rl.batch_unrolls % rl.learners != 0)
+      throw config_error("rl.batch_unrolls", "expected a multiple of rl.learners (" +
+                                                 std::to_string(rl.learners) + "), got " +
+                                                 std::to_string(rl.batch_unrolls));
+    const int64_t share = rl.batch_unrolls / rl.learners;
+    if (rl.queue_capacity < share)
+      throw config_error("rl.queue_capacity",
+                         "expected at least the unrolls one learner takes per update "
+                         "(rl.batch_unrolls / rl.learners = " +
+                             std::to_string(share) + "), got " + std::to_string(rl.queue_capacity));
+    const auto& t = c.training;
+    if (t.max_steps == 0 && t.max_env_steps == 0 && !t.target_return)
+      throw config_error("training",
+                         "the actor_learner strategy needs a stop: training.max_steps (updates), "
+                         "training.max_env_steps or training.target_return");
+    const auto& s = c.optimizer.schedule;
+    if (s.kind == "cosine" && s.decay_steps == 0 && t.max_steps == 0)
+      throw config_error("optimizer.schedule.decay_steps",
+                         "a cosine schedule needs the number of updates: set decay_steps or "
+                         "training.max_steps (an actor_learner job has no epochs)");
+  }
+
+  void check_cluster_jobs(const job_config&, int64_t, int64_t ps, bool) const override {
+    if (ps > 0)
+      throw config_error("cluster.tasks.ps",
+                         "the actor_learner strategy has no variable shards; expected no ps "
+                         "tasks, got " +
+                             std::to_string(ps));
+  }
+  bool survives_lost_workers() const override { return true; }
+
+  nlohmann::json run_own_job(caf::actor_system& sys,
+                             std::shared_ptr<const job_plan> plan) const override {
+    const auto& c = plan->config;
+    const auto& rl = c.rl;
+    const auto spec = envs::make_env(rl.env, 1)->spec();
+    device_pool devices;
+    const auto D = c.devices.size();
+    auto queue = spawn_trajectory_queue(sys, {rl.queue_capacity, rl.max_policy_lag});
+    auto coord = sys.spawn(rl_coordinator, plan);
+    std::vector<reducer_actor> reducers;
+    if (rl.learners > 1)
+      reducers = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));
+    std::vector<learner_actor> learners;
+    for (int64_t l = 0; l < rl.learners; ++l) {
+      learner_config lc;
+      lc.index = l;
+      lc.learners = rl.learners;
+      lc.device = devices.get(c.devices[static_cast<std::size_t>(l) % D]);
+      lc.model = c.model;
+      lc.observation_size = spec.observation_size;
+      lc.actions = spec.actions;
+      lc.optimizer = c.optimizer;
+      lc.total_updates = c.training.max_steps;
+      lc.seed = c.seed;
+      lc.impala = {rl.discount, rl.rho_bar, rl.c_bar, rl.baseline_cost, rl.entropy_cost};
+      lc.grad_clip = rl.grad_clip;
+      lc.batch_unrolls = rl.batch_unrolls / rl.learners;
+      lc.global_samples = rl.batch_unrolls * rl.unroll_length * rl.envs_per_actor;
+      lc.weights_every = rl.weights_every;
+      lc.queue = queue;
+      if (!reducers.empty()) lc.reducer = reducers[static_cast<std::size_t>(l)];
+      lc.coordinator = coord;
+      learners.push_back(spawn_learner(sys, lc));
+    }
+    std::vector<rl_actor_actor> actors;
+    for (int64_t a = 0; a < rl.actors; ++a) {
+      rl_actor_config ac;
+      ac.index = a;
+      ac.device = devices.get(c.devices[static_cast<std::size_t>(rl.learners + a) % D]);
+      ac.env = rl.env;
+      ac.envs = rl.envs_per_actor;
+      ac.unroll_length = rl.unroll_length;
+      ac.model = c.model;
+      ac.seed = c.seed;
+      ac.queue = queue;
+      ac.coordinator = coord;
+      actors.push_back(spawn_rl_actor(sys, ac));
+    }
+    std::string error;
+    nlohmann::json summary;
+    {
+      caf::scoped_actor self{sys};
+      self->request(coord, caf::infinite, run_atom::value, learners, actors, queue)
+          .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
+                   [&](caf::error& e) { error = describe(e); });
+      for (auto& a : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
+      for (auto& l : learners) self->send_exit(l, caf::exit_reason::user_shutdown);
+      for (auto& r : reducers) self->send_exit(r, caf::exit_reason::user_shutdown);
+      self->send_exit(queue, caf::exit_reason::user_shutdown);
+      self->send_exit(coord, caf::exit_reason::user_shutdown);
+    }
+    actors.clear();
+    learners.clear();
+    reducers.clear();
+    queue = nullptr;
+    coord = nullptr;
+    sys.await_all_actors_done();
+    devices.clear();
+    if (!error.empty()) throw job_error(error);
+    return summary;
+  }
+};
+
+const strategy_registration registered{std::make_shared<actor_learner>()};
+
+}  // namespace
+}  // namespace troupe
