@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "checkpoint/checkpoint.hpp"
+#include "envs/env.hpp"
 
 namespace troupe {
 
@@ -40,7 +41,8 @@ void fail(self_ptr self, const std::string& why) {
 
 bool solved(const rl_coordinator_state& st) {
   const auto& target = st.plan->config.training.target_return;
-  return target && st.recent.size() >= kWindow && mean_recent_return(st.recent) >= *target;
+  return target && st.recent.size() >= kWindow && st.env_steps >= st.min_env_steps_to_solve &&
+         mean_recent_return(st.recent) >= *target;
 }
 
 int64_t live_actors(const rl_coordinator_state& st) {
@@ -356,6 +358,9 @@ rl_coordinator_actor::behavior_type rl_coordinator(self_ptr self,
   auto& st = self->state;
   st.plan = std::move(plan);
   st.started = clock_type::now();
+  const auto& rl = st.plan->config.rl;
+  st.min_env_steps_to_solve =
+      rl.actors * rl.envs_per_actor * envs::make_env(rl.env, 1)->spec().max_episode_steps;
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   st.metrics.open(std::filesystem::path(st.plan->output_dir) / "metrics.jsonl",
                   st.plan->resume_from ? std::ios::app : std::ios::trunc);

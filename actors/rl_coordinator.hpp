@@ -37,6 +37,10 @@ struct rl_coordinator_state {
   int64_t updates = 0, env_steps = 0, episodes = 0, samples = 0;
   int64_t start_updates = 0, start_env_steps = 0;
   std::deque<double> recent;  // returns of the last 100 episodes
+  // Environments start together, so the first episodes to end are the
+  // shortest: the job is not declared solved before every environment could
+  // have ended its first episode (environments x max_episode_steps steps).
+  int64_t min_env_steps_to_solve = 0;
   double best_mean_return = -1e300;
   double time_to_solve = -1;
   int64_t env_steps_to_solve = 0;

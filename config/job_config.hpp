@@ -147,6 +147,10 @@ struct rl_config {
   int64_t unroll_length = 20;       // T: steps per unroll
   int64_t batch_unrolls = 4;        // B: unrolls per update, over all learners
   double discount = 0.99;
+  // Rewards are multiplied by this in the learner (values then stay near 1
+  // for long episodes, where the optimizer's step bounds how fast the value
+  // head can grow); returns are reported unscaled.
+  double reward_scale = 1.0;
   double rho_bar = 1.0;  // V-trace: clip of the importance weights
   double c_bar = 1.0;    // V-trace: clip of the trace coefficients
   double baseline_cost = 0.5;

@@ -448,8 +448,8 @@ void read_training(const json& j, const std::string& path, training_config& t) {
 void read_rl(const json& j, const std::string& path, rl_config& c) {
   object_reader r(j, path,
                   {"env", "actors", "envs_per_actor", "unroll_length", "batch_unrolls", "discount",
-                   "rho_bar", "c_bar", "baseline_cost", "entropy_cost", "grad_clip", "learners",
-                   "weights_every", "max_policy_lag", "queue_capacity"});
+                   "reward_scale", "rho_bar", "c_bar", "baseline_cost", "entropy_cost", "grad_clip",
+                   "learners", "weights_every", "max_policy_lag", "queue_capacity"});
   // The environment's name is checked against the registry by the strategy.
   r.with("env", [&](const json& v, const std::string& p) { c.env = read_string(v, p, true); });
   r.with("actors", [&](const json& v, const std::string& p) { c.actors = read_int(v, p, 1); });
@@ -461,6 +461,9 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
          [&](const json& v, const std::string& p) { c.batch_unrolls = read_int(v, p, 1); });
   r.with("discount", [&](const json& v, const std::string& p) {
     c.discount = read_number(v, p, unit_open_lo);
+  });
+  r.with("reward_scale", [&](const json& v, const std::string& p) {
+    c.reward_scale = read_number(v, p, positive);
   });
   r.with("rho_bar",
          [&](const json& v, const std::string& p) { c.rho_bar = read_number(v, p, positive); });
@@ -722,6 +725,7 @@ nlohmann::json to_json(const job_config& c) {
                {"unroll_length", rl.unroll_length},
                {"batch_unrolls", rl.batch_unrolls},
                {"discount", rl.discount},
+               {"reward_scale", rl.reward_scale},
                {"rho_bar", rl.rho_bar},
                {"c_bar", rl.c_bar},
                {"baseline_cost", rl.baseline_cost},

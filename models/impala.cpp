@@ -118,6 +118,7 @@ impala_figures impala_gradients(policy_value_model& net, const std::vector<unrol
   ws.discounts.resize(n);
   ws.continues.resize(n);
   const float gamma = static_cast<float>(s.discount);
+  const auto reward_scale = static_cast<float>(s.reward_scale);
   for (int64_t k = 0; k < U; ++k) {
     const unroll& u = batch[static_cast<std::size_t>(k)];
     const float* r = u.rewards.f32();
@@ -132,7 +133,7 @@ impala_figures impala_gradients(policy_value_model& net, const std::vector<unrol
         const bool truncated = trunc[i] != 0 && !terminated;
         ws.log_rhos[e] = ws.target_logp[static_cast<std::size_t>(row)] -
                          ws.behaviour_logp[static_cast<std::size_t>(row)];
-        ws.rewards[e] = r[i];
+        ws.rewards[e] = r[i] * reward_scale;
         ws.vt_values[e] = ws.values[static_cast<std::size_t>(row)];
         ws.discounts[e] = terminated ? 0.0f : gamma;
         float next = 0;

@@ -14,6 +14,7 @@ namespace troupe {
 
 struct impala_settings {
   double discount = 0.99;
+  double reward_scale = 1.0;  // rewards are multiplied by it
   double rho_bar = 1.0;
   double c_bar = 1.0;
   double baseline_cost = 0.5;

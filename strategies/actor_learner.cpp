@@ -121,7 +121,8 @@ class actor_learner final : public strategy {
       lc.optimizer = c.optimizer;
       lc.total_updates = c.training.max_steps;
       lc.seed = c.seed;
-      lc.impala = {rl.discount, rl.rho_bar, rl.c_bar, rl.baseline_cost, rl.entropy_cost};
+      lc.impala = {rl.discount, rl.reward_scale,  rl.rho_bar,
+                   rl.c_bar,    rl.baseline_cost, rl.entropy_cost};
       lc.grad_clip = rl.grad_clip;
       lc.batch_unrolls = rl.batch_unrolls / rl.learners;
       lc.global_samples = rl.batch_unrolls * rl.unroll_length * rl.envs_per_actor;
