@@ -59,6 +59,10 @@ struct job_options {
   // Test hook: make replica k throw at step s (both >= 0 to enable).
   int64_t fail_replica = -1;
   int64_t fail_at_step = -1;
+  // Test hook (actor_learner): rl_actor fail_replica fails after
+  // fail_at_step unrolls; learner k fails at update s.
+  int64_t fail_learner = -1;
+  int64_t fail_learner_at_update = -1;
   // Test hook (parameter_server): worker k takes no step until s updates are
   // done, then joins as a late worker would.
   int64_t join_replica = -1;

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 #include "actors/visible_mailbox.hpp"
 
 namespace troupe {
@@ -23,6 +25,7 @@ std::vector<tensor> clone_values(const std::vector<named_tensor>& vars) {
 }
 
 void maybe_compute(self_ptr self);
+void stop(self_ptr self);
 
 // One dequeue outstanding at a time: the next batch arrives while the
 // current one computes.
@@ -60,7 +63,7 @@ void report(self_ptr self, const impala_figures& f, double norm) {
 }
 
 // Clip and update on the device; learner 0 copies the weights when due.
-void apply(self_ptr self, std::shared_ptr<impala_figures> fig) {
+void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
   auto& st = self->state;
   const bool publish = st.cfg.index == 0 && (st.version + 1) % st.cfg.weights_every == 0;
   auto weights = std::make_shared<policy_weights>();
@@ -72,7 +75,7 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig) {
         lc.opt->apply(lc.net->variables(), lc.grads);
         if (publish) weights->values = clone_values(lc.net->variables());
       },
-      [self, fig, weights, norm, publish] {
+      [self, fig, weights, norm, publish, halting] {
         auto& st = self->state;
         ++st.version;
         report(self, *fig, *norm);
@@ -82,6 +85,8 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig) {
           self->send(st.cfg.coordinator, weights_atom::value, std::move(*weights));
         }
         st.computing = false;
+        if (halting || (st.cfg.max_updates > 0 && st.version >= st.cfg.max_updates))
+          return stop(self);
         maybe_compute(self);
       });
 }
@@ -91,18 +96,31 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig) {
 void reduce(self_ptr self, std::shared_ptr<impala_figures> fig) {
   auto& st = self->state;
   if (!st.cfg.reducer) {
-    apply(self, std::move(fig));
+    apply(self, std::move(fig), st.halt_vote);
     return;
   }
+  // The votes to stop travel with the gradients.
+  st.votes.f32()[0] = st.halt_vote ? 1.0f : 0.0f;
+  auto buffers = st.grad_buffers;
+  buffers.push_back(st.votes);
   self->request(st.cfg.reducer, st.cfg.request_timeout, allreduce_atom::value, reduce_op::sum,
-                st.grad_buffers)
-      .then([self, fig](std::vector<tensor>&) { apply(self, fig); },
+                std::move(buffers))
+      .then([self, fig](std::vector<tensor>&) { apply(self, fig, self->state.votes.f32()[0] > 0); },
             [self](caf::error& e) { fail(self, "all-reduce of the gradients: " + describe(e)); });
+}
+
+void stop(self_ptr self) {
+  auto& st = self->state;
+  st.stopped = true;
+  for (auto& rp : std::exchange(st.halted, {})) rp.deliver(st.version);
 }
 
 void maybe_compute(self_ptr self) {
   auto& st = self->state;
+  if (st.stopped) return;
   if (!st.running || st.computing || !st.next_batch) return;
+  if (st.version + 1 == st.cfg.fail_at_update)
+    return fail(self, "test hook: failing at update " + std::to_string(st.version + 1));
   st.computing = true;
   auto batch = std::make_shared<std::vector<unroll>>(std::move(*st.next_batch));
   st.next_batch.reset();
@@ -198,6 +216,14 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
               pw->version = self->state.version;
               rp.deliver(std::move(*pw));
             });
+        return rp;
+      },
+      [self](halt_atom) -> caf::result<int64_t> {
+        auto& st = self->state;
+        if (st.stopped) return st.version;
+        st.halt_vote = true;
+        auto rp = self->make_response_promise<int64_t>();
+        st.halted.push_back(rp);
         return rp;
       },
       [self](computed_atom, uint64_t ticket) { self->state.tasks->computed(ticket); },

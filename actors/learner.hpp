@@ -48,6 +48,8 @@ struct learner_config {
   reducer_actor reducer;  // null with one learner
   rl_coordinator_actor coordinator;
   caf::duration request_timeout = caf::infinite;
+  int64_t max_updates = 0;      // stop after this update (0: when told, halt_atom)
+  int64_t fail_at_update = -1;  // test hook: the learner fails at this update
 };
 
 // The learner's device state.
@@ -68,6 +70,13 @@ struct learner_state {
   bool computing = false;
   std::optional<std::vector<unroll>> next_batch;  // arrived while computing
   bool batch_requested = false;
+  // Stopping: this learner's vote to stop (all-reduced with the gradients,
+  // so that every learner stops after the same update), whether it stopped,
+  // and who waits for that.
+  bool halt_vote = false;
+  bool stopped = false;
+  tensor votes{shape_t{1}};
+  std::vector<caf::typed_response_promise<int64_t>> halted;
   static inline const char* name = "learner";
 };
 

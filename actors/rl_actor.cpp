@@ -162,6 +162,8 @@ void act(self_ptr self) {
       [self, u, report] {
         auto& st = self->state;
         ++st.unrolls;
+        if (st.unrolls == st.cfg.fail_after_unrolls)
+          return fail(self, "test hook: failing after " + std::to_string(st.unrolls) + " unrolls");
         self->send(st.cfg.coordinator, episodes_atom::value, std::move(*report));
         offer(self, u);
       });

@@ -36,6 +36,7 @@ struct rl_actor_config {
   // The enqueue's answer may take long (back-pressure); this bounds a lost
   // queue in another process.
   caf::duration request_timeout = caf::infinite;
+  int64_t fail_after_unrolls = -1;  // test hook: the actor fails after this many unrolls
 };
 
 // The actor's device state.

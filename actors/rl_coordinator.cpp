@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "actors/fan_in.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "envs/env.hpp"
 
@@ -143,19 +144,30 @@ void finish(self_ptr self) {
   self->quit();
 }
 
+// Every learner stops after the same update (they vote with their
+// gradients), then the actors stop, then the checkpoint at the end.
 void stop(self_ptr self, std::string reason) {
   auto& st = self->state;
   if (st.stopping || st.finished) return;
   st.stopping = true;
   st.stop_reason = std::move(reason);
   spdlog::info("stopping: {}", st.stop_reason);
-  // Actors stop acting; learners finish what they compute.
-  for (auto& a : st.actors)
-    if (a) self->send_exit(a, caf::exit_reason::user_shutdown);
-  if (st.plan->config.checkpoint.save_at_end)
-    checkpoint(self, [self] { finish(self); });
-  else
-    finish(self);
+  fan_in<int64_t> halted(
+      st.learners.size(),
+      [self](std::vector<int64_t>& versions) {
+        auto& st = self->state;
+        st.updates = versions.front();
+        for (auto& a : st.actors)
+          if (a) self->send_exit(a, caf::exit_reason::user_shutdown);
+        if (st.plan->config.checkpoint.save_at_end)
+          checkpoint(self, [self] { finish(self); });
+        else
+          finish(self);
+      },
+      [self](caf::error& e) { fail(self, "stopping the learners: " + describe(e)); });
+  for (std::size_t i = 0; i < st.learners.size(); ++i)
+    self->request(st.learners[i], st.plan->request_timeout, halt_atom::value)
+        .then(halted.reply(i), halted.error());
 }
 
 void metrics_line(self_ptr self) {
@@ -232,7 +244,9 @@ void check(self_ptr self) {
 
 void on_learned(self_ptr self, const learner_report& r) {
   auto& st = self->state;
-  if (r.learner != 0) return;  // learners update in lockstep: learner 0 speaks for them
+  // Learners update in lockstep: learner 0 speaks for them. Updates that
+  // finish while the learners stop still count.
+  if (r.learner != 0 || st.finished) return;
   st.updates = r.version;
   st.samples += r.samples;
   auto& iv = st.since;
@@ -330,8 +344,8 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
   const auto cause = dm.reason ? describe(dm.reason) : std::string("exited");
   for (std::size_t i = 0; i < st.actors.size(); ++i) {
     if (st.actors[i] && st.actors[i].address() == dm.source) {
+      if (st.stopping) return;  // stopped by the coordinator itself
       st.actors[i] = nullptr;
-      if (st.stopping) return;
       spdlog::warn("rl_actor {} lost ({}); {} of {} actors go on", i, cause, live_actors(st),
                    st.actors.size());
       write_metrics(self, {{"type", "actor_lost"},

@@ -17,6 +17,7 @@ using version_atom = caf::atom_constant<caf::atom("version")>;
 using weights_atom = caf::atom_constant<caf::atom("weights")>;
 using episodes_atom = caf::atom_constant<caf::atom("episodes")>;
 using learned_atom = caf::atom_constant<caf::atom("learned")>;
+using halt_atom = caf::atom_constant<caf::atom("halt")>;
 
 // One actor's unroll: T steps of its M environments, time-major, with what
 // a learner needs for V-trace (kernels/vtrace.hpp).
@@ -139,7 +140,13 @@ using learner_actor = caf::typed_actor<
     // Puts a checkpoint's state back before run; answered with the version.
     caf::replies_to<restore_atom, model_state>::with<int64_t>,
     // The current weights (for an actor that joins).
-    caf::replies_to<weights_atom>::with<policy_weights>, caf::reacts_to<computed_atom, uint64_t>>;
+    caf::replies_to<weights_atom>::with<policy_weights>,
+    // Stop after the next update (the one in flight, if any). Learners vote
+    // in the gradients' all-reduce, so they all stop after the same update;
+    // answered with the version then.
+    caf::replies_to<halt_atom>::with<int64_t>,
+    // Internal: a device task finished (actors/device_tasks.hpp).
+    caf::reacts_to<computed_atom, uint64_t>>;
 
 // The coordinator of an actor/learner job (actors/rl_coordinator.hpp).
 using rl_coordinator_actor = caf::typed_actor<

@@ -120,6 +120,7 @@ class actor_learner final : public strategy {
       lc.actions = spec.actions;
       lc.optimizer = c.optimizer;
       lc.total_updates = c.training.max_steps;
+      lc.max_updates = c.training.max_steps;
       lc.seed = c.seed;
       lc.impala = {rl.discount, rl.reward_scale,  rl.rho_bar,
                    rl.c_bar,    rl.baseline_cost, rl.entropy_cost};
@@ -129,6 +130,7 @@ class actor_learner final : public strategy {
       lc.weights_every = rl.weights_every;
       lc.queue = queue;
       if (!reducers.empty()) lc.reducer = reducers[static_cast<std::size_t>(l)];
+      if (plan->options.fail_learner == l) lc.fail_at_update = plan->options.fail_learner_at_update;
       lc.coordinator = coord;
       learners.push_back(spawn_learner(sys, lc));
     }
@@ -144,6 +146,7 @@ class actor_learner final : public strategy {
       ac.seed = c.seed;
       ac.queue = queue;
       ac.coordinator = coord;
+      if (plan->options.fail_replica == a) ac.fail_after_unrolls = plan->options.fail_at_step;
       actors.push_back(spawn_rl_actor(sys, ac));
     }
     std::string error;

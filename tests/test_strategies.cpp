@@ -86,13 +86,15 @@ void register_local_sgd() {
 
 TEST_CASE("the built-in strategies are registered by name") {
   for (std::string name :
-       {"one_device", "mirrored", "central_storage", "parameter_server", "elastic_average"}) {
+       {"one_device", "mirrored", "central_storage", "parameter_server", "elastic_average",
+        "actor_learner"}) {
     CAPTURE(name);
     auto s = find_strategy(name);
     REQUIRE(s);
     CHECK(s->name() == name);
   }
-  CHECK_FALSE(find_strategy("actor_learner"));  // listed for the config, not built
+  CHECK(find_strategy("actor_learner")->own_job());
+  CHECK_FALSE(find_strategy("mirrored")->own_job());
   CHECK_FALSE(find_strategy("horovod"));
   CHECK_THROWS_WITH_AS(register_strategy(find_strategy("mirrored")),
                        "strategy 'mirrored' is already registered", std::invalid_argument);
