@@ -91,7 +91,7 @@ struct node_state {
   std::optional<caf::typed_response_promise<node_parts>> building;
   // Chief, once the job runs: where rejoining workers go.
   bool started = false;
-  coordinator_actor coordinator;
+  caf::actor coordinator;  // coordinator_actor, or a strategy's own (rl_coordinator_actor)
   node_build order;
   const job_config* config = nullptr;
   static inline const char* name = "node";
@@ -135,9 +135,13 @@ void rejoin(node_ptr self, const std::string& task, const node_actor& peer) {
   self->request(peer, std::chrono::seconds(120), build_atom::value, self->state.order)
       .then(
           [self, task](node_parts& parts) {
-            for (std::size_t k = 0; k < parts.replica_indices.size(); ++k)
-              self->send(self->state.coordinator, rejoin_atom::value, parts.replica_indices[k],
-                         parts.replicas[k]);
+            auto coord = self->state.coordinator;
+            for (std::size_t k = 0; k < parts.replica_indices.size(); ++k) {
+              if (k < parts.replicas.size())
+                caf::anon_send(coord, rejoin_atom::value, parts.replica_indices[k], parts.replicas[k]);
+              else if (k < parts.others.size())
+                caf::anon_send(coord, rejoin_atom::value, parts.replica_indices[k], parts.others[k]);
+            }
           },
           [task](caf::error& e) {
             spdlog::warn("chief: {} came back but building its replicas failed: {}", task,
@@ -267,7 +271,7 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         st.shared->events.push({node_event::stop, {}, {}, {}, {}, std::move(reason)});
         return 0;
       },
-      [self](running_atom, coordinator_actor& coord, node_build& order) {
+      [self](running_atom, caf::actor& coord, node_build& order) {
         const auto& s = self->current_sender();
         if (s && s->node() != self->home_system().node()) return;
         self->state.started = true;
@@ -405,6 +409,7 @@ struct node_process {
     ws.place = plan_shards(*plan).place;
     ws.start_step = order.start_step;
     ws.request_timeout = kRequestTimeout;
+    if (plan->strat->own_job()) return plan->strat->spawn_own_workers(sys, plan, ws, order.hub);
     if (order.ring_tasks.size() > 1) {
       join_process_ring(order.ring_tasks);
       ws.ring = ring;
@@ -418,6 +423,7 @@ struct node_process {
     p.task = name();
     p.replica_indices = w.indices;
     p.replicas = w.replicas;
+    p.others = w.others;
     p.devices = mine.devices;
     return p;
   }
@@ -431,13 +437,9 @@ void stop_everything(const std::vector<variable_shard_actor>& shards, const work
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
 }
 
-// The chief: waits for every task, orders the builds, runs the coordinator
-// over every process's replicas and shards.
-nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& workers,
-                         std::map<std::string, node_event>& joined,
-                         clock_type::time_point deadline) {
-  const auto& c = np.c;
-  auto& sys = np.sys;
+// The chief: waits for every task to join.
+void wait_for_tasks(node_process& np, std::map<std::string, node_event>& joined,
+                    clock_type::time_point deadline) {
   std::vector<std::string> expected;
   for (const auto& p : np.placement)
     if (p.task.job != "chief") expected.push_back(p.task.str());
@@ -462,6 +464,60 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
     }
   }
   spdlog::info("chief: all {} tasks joined", expected.size() + 1);
+}
+
+// The chief of a strategy with a job of its own (strategy::own_job): the
+// hub of actors here, every task builds its actors wired to it, then the
+// strategy runs the job. `job` outlives the actor system's last actor.
+nlohmann::json run_own_chief(node_process& np, worker_parts& workers,
+                             std::map<std::string, node_event>& joined,
+                             std::unique_ptr<strategy::own_job_run>& job) {
+  auto& sys = np.sys;
+  auto plan = std::make_shared<job_plan>(*np.plan);
+  plan->request_timeout = kRequestTimeout;
+  job = plan->strat->start_own_job(sys, plan);
+  node_build order;
+  order.start_step = plan->start_step;
+  order.hub = job->hub();
+  caf::scoped_actor self{sys};
+  const auto build_timeout = np.join_timeout + std::chrono::seconds(60);
+  std::vector<std::pair<int64_t, caf::actor>> parts;
+  auto take = [&](const std::vector<int64_t>& indices, const std::vector<caf::actor>& actors) {
+    for (std::size_t k = 0; k < indices.size() && k < actors.size(); ++k)
+      parts.emplace_back(indices[k], actors[k]);
+  };
+  std::string failure;
+  for (const auto& p : np.placement) {
+    if (p.replicas.empty() || p.task.job == "chief") continue;
+    const auto t = p.task.str();
+    self->request(caf::actor_cast<node_actor>(joined.at(t).node), build_timeout, build_atom::value,
+                  order)
+        .receive([&](node_parts& built) { take(built.replica_indices, built.others); },
+                 [&](caf::error& e) {
+                   if (failure.empty()) failure = t + ": " + describe(e);
+                 });
+  }
+  if (!failure.empty()) throw job_error("building the actors failed: " + failure);
+  if (!np.mine.replicas.empty()) {
+    workers = np.build_workers(order);
+    take(workers.indices, workers.others);
+  }
+  spdlog::info("chief: {} {}s on {} tasks; starting", parts.size(),
+               plan->strat->replica_unit(), np.placement.size());
+  self->send(np.node, running_atom::value, job->coordinator(), order);
+  return job->run(parts);
+}
+
+// The chief: waits for every task, orders the builds, runs the coordinator
+// over every process's replicas and shards.
+nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& workers,
+                         std::map<std::string, node_event>& joined,
+                         clock_type::time_point deadline,
+                         std::unique_ptr<strategy::own_job_run>& own) {
+  const auto& c = np.c;
+  auto& sys = np.sys;
+  wait_for_tasks(np, joined, deadline);
+  if (np.plan->strat->own_job()) return run_own_chief(np, workers, joined, own);
 
   // Every shard by index, from this process and the tasks that host them.
   auto set = plan_shards(*np.plan);
@@ -536,7 +592,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas,
                          std::move(others), std::move(set));
   nlohmann::json summary;
-  self->send(np.node, running_atom::value, coord, order);
+  self->send(np.node, running_atom::value, caf::actor_cast<caf::actor>(coord), order);
   self->request(coord, caf::infinite, run_atom::value)
       .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
                [&](caf::error& e) { failure = describe(e); });
@@ -638,6 +694,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   const auto deadline = clock_type::now() + np.join_timeout;
   auto& events = shared->events;
   std::map<std::string, node_event> joined;  // chief: task -> its join
+  std::unique_ptr<strategy::own_job_run> own;  // chief of a strategy with a job of its own
   try {
     if (!mine.shards.empty()) {
       shards = plan_shards(*plan);
@@ -688,7 +745,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
         }
       }
     } else {
-      summary = run_chief(np, shards, workers, joined, deadline);
+      summary = run_chief(np, shards, workers, joined, deadline, own);
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -707,6 +764,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   joined.clear();
   sys.await_all_actors_done();
   devices.clear();
+  own.reset();
   if (!error.empty())
     throw job_error(error.rfind(task.str(), 0) == 0 ? error : task.str() + ": " + error);
   if (chief) std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';

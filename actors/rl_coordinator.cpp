@@ -408,8 +408,9 @@ rl_coordinator_actor::behavior_type rl_coordinator(self_ptr self,
         for (auto& a : st.actors)
           if (a) send_weights(self, a);
       },
-      [self](rejoin_atom, int64_t index, rl_actor_actor& a) {
+      [self](rejoin_atom, int64_t index, caf::actor& handle) {
         auto& st = self->state;
+        auto a = caf::actor_cast<rl_actor_actor>(handle);
         if (st.finished || st.stopping || index < 0 || !a) return;
         if (static_cast<std::size_t>(index) >= st.actors.size())
           st.actors.resize(static_cast<std::size_t>(index) + 1);

@@ -137,6 +137,7 @@ void worker_parts::stop() const {
   for (auto& p : pipelines) caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
   for (auto& q : reducers) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
   for (auto& q : underneath) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
+  for (auto& o : others) caf::anon_send_exit(o, caf::exit_reason::user_shutdown);
 }
 
 reducer_config reducer_config_of(const job_config& c) {

@@ -59,6 +59,9 @@ struct worker_parts {
   std::vector<replica_actor> replicas;
   std::vector<reducer_actor> reducers;    // one per replica, or empty
   std::vector<reducer_actor> underneath;  // reducers the above use (stopped with them)
+  // A strategy with a job of its own (strategy::own_job): its actors placed
+  // like replicas (actor_learner: rl_actors), by index as `indices`.
+  std::vector<caf::actor> others;
   // Every actor by name, for the coordinator to monitor.
   std::vector<std::pair<std::string, caf::actor>> named() const;
   // Sends every actor an exit (user_shutdown).

@@ -165,7 +165,6 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
   if (!job.cluster) throw config_error("cluster", "the job has no cluster spec");
   const cluster_spec& spec = *job.cluster;
   const std::string& kind = job.strategy.kind;
-  const int64_t R = job.strategy.replicas;
   const int64_t S = job.strategy.shards;
   const auto W = static_cast<int64_t>(job_size(spec, "worker"));
   const auto P = static_cast<int64_t>(job_size(spec, "ps"));
@@ -178,6 +177,8 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
   auto found = find_strategy_rules(kind);
   const strategy_rules& rules = found ? *found : plain;
   const bool sharded = rules.has_variable_shards();
+  const int64_t R = rules.replica_count(job);
+  const std::string R_key = rules.replica_count_key();
 
   if (!sharded && P > 0)
     fail("cluster.tasks.ps", "the " + kind +
@@ -208,7 +209,7 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
       for (int64_t r = 0; r < R; ++r) entry({"chief", 0}).replicas.push_back(r);
     } else {
       if (R < W)
-        fail("strategy.replicas", "expected >= the " + std::to_string(W) +
+        fail(R_key, "expected >= the " + std::to_string(W) +
                                       " worker tasks of cluster.tasks.worker (each hosts at "
                                       "least one " +
                                       unit + "), got " + std::to_string(R));
@@ -266,7 +267,7 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
       int64_t r = th.replicas[i];
       if (r < 0 || r >= R)
         fail(ip, "expected an integer in [0, " + std::to_string(R - 1) +
-                     "] (strategy.replicas is " + std::to_string(R) + "), got " +
+                     "] (" + R_key + " is " + std::to_string(R) + "), got " +
                      std::to_string(r));
       auto [owner, fresh] = replica_owner.emplace(r, name);
       if (!fresh)
@@ -296,7 +297,7 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
   for (int64_t r = 0; r < R; ++r)
     if (!replica_owner.count(r))
       fail("cluster.hosts", unit + " " + std::to_string(r) +
-                                " is not placed on any task (strategy.replicas is " +
+                                " is not placed on any task (" + R_key + " is " +
                                 std::to_string(R) + ")");
   if (sharded)
     for (int64_t s = 0; s < S; ++s)

@@ -19,14 +19,15 @@ registry& the_registry() {
   return r;
 }
 
-// The names the config has always listed, in this order; a planned one
-// (actor_learner) is accepted by the parser and refused by `troupe run`
-// with "not implemented yet" until a strategy of that name registers.
+// The names the config has always listed, in this order (a listed name no
+// strategy registers is refused by `troupe run` as "not implemented yet").
 const std::vector<std::string> kListedNames = {"one_device",      "mirrored",
                                                "central_storage", "parameter_server",
                                                "elastic_average", "actor_learner"};
 
 }  // namespace
+
+int64_t strategy_rules::replica_count(const job_config& c) const { return c.strategy.replicas; }
 
 void register_strategy_rules(std::shared_ptr<const strategy_rules> s) {
   if (!s) throw std::invalid_argument("register_strategy: null strategy");

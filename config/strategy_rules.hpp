@@ -23,8 +23,11 @@ class strategy_rules {
   virtual void validate(const job_config&) const {}
   // Whether the job has variable shards (strategy.shards, ps tasks).
   virtual bool has_variable_shards() const { return false; }
-  // What one replica is called in messages about placement.
+  // What one replica is called in messages about placement, how many the
+  // job has and the key that sets that (placed over cluster tasks).
   virtual std::string replica_unit() const { return "replica"; }
+  virtual int64_t replica_count(const job_config& c) const;
+  virtual std::string replica_count_key() const { return "strategy.replicas"; }
   // The strategy's rules on the cluster's jobs: how many `workers` and `ps`
   // tasks it may have, with the default placement or explicit "hosts".
   // Throws config_error naming the path (cluster.tasks...).

@@ -34,6 +34,9 @@ struct node_parts {
   std::vector<int64_t> replica_indices;
   std::vector<replica_actor> replicas;
   std::vector<std::string> devices;  // devices[k] runs replicas[k]
+  // A strategy with a job of its own: its actors placed like replicas, by
+  // replica_indices (strategy::own_job; actor_learner: rl_actors).
+  std::vector<caf::actor> others;
 };
 
 // The chief's order to a task with replicas: build them.
@@ -43,16 +46,20 @@ struct node_build {
   // mirrored across processes: the tasks with replicas, in ring order (this
   // task's rank is its position); empty = no ring.
   std::vector<std::string> ring_tasks;
+  // A strategy with a job of its own: the chief's actors that the task's
+  // actors are wired to (actor_learner: the trajectory queue, the
+  // coordinator).
+  std::vector<caf::actor> hub;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_parts& x) {
   return f(caf::meta::type_name("node_parts"), x.task, x.shard_indices, x.shards, x.replica_indices,
-           x.replicas, x.devices);
+           x.replicas, x.devices, x.others);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_build& x) {
-  return f(caf::meta::type_name("node_build"), x.start_step, x.shards, x.ring_tasks);
+  return f(caf::meta::type_name("node_build"), x.start_step, x.shards, x.ring_tasks, x.hub);
 }
 
 // A task's node actor. Only `challenge` and `hello` answer a peer that has
@@ -82,10 +89,12 @@ using node_actor = caf::typed_actor<
     // On the chief, from its own main thread: tell every task that joined.
     // Replies with the number of tasks told.
     caf::replies_to<stop_atom, std::string>::with<int32_t>,
-    // On the chief, from its main thread: the job runs with this coordinator;
-    // a worker task that joins from now on (a restarted process) gets `order`
-    // and its replicas rejoin (parameter_server, elastic_average).
-    caf::reacts_to<running_atom, coordinator_actor, node_build>>;
+    // On the chief, from its main thread: the job runs with this coordinator
+    // (the replicas' coordinator_actor, or a strategy's own: actor_learner's
+    // rl_coordinator_actor); a worker task that joins from now on (a
+    // restarted process) gets `order` and its replicas or actors rejoin
+    // (parameter_server, elastic_average, actor_learner).
+    caf::reacts_to<running_atom, caf::actor, node_build>>;
 
 // Registers the node protocol's types (called by register_messages()).
 void register_node_messages(caf::actor_system_config& cfg);

@@ -160,9 +160,10 @@ using rl_coordinator_actor = caf::typed_actor<
     caf::reacts_to<learned_atom, learner_report>,
     // Learner 0 publishes weights: forwarded to every live actor.
     caf::reacts_to<weights_atom, policy_weights>,
-    // An actor (in another process) joins or rejoins the job under its index:
-    // it gets the current weights and starts.
-    caf::reacts_to<rejoin_atom, int64_t, rl_actor_actor>>;
+    // An rl_actor (a restarted task's) joins or rejoins the job under its
+    // index: it gets the current weights and starts. The handle is untyped
+    // because troupe node forwards it without knowing the strategy.
+    caf::reacts_to<rejoin_atom, int64_t, caf::actor>>;
 
 // Registers the types above with CAF (register_messages calls it).
 void register_rl_messages(caf::actor_system_config& cfg);

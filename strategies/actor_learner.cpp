@@ -42,7 +42,6 @@ class device_pool {
     if (!d) d = std::make_shared<cpu_device>(name, group_);
     return d;
   }
-  void clear() { devices_.clear(); }  // joins the threads after their last task
 
  private:
   std::shared_ptr<device_group> group_ = std::make_shared<device_group>();
@@ -97,81 +96,118 @@ class actor_learner final : public strategy {
   }
   bool survives_lost_workers() const override { return true; }
 
-  nlohmann::json run_own_job(caf::actor_system& sys,
-                             std::shared_ptr<const job_plan> plan) const override {
+  int64_t replica_count(const job_config& c) const override { return c.rl.actors; }
+  std::string replica_count_key() const override { return "rl.actors"; }
+
+  std::unique_ptr<own_job_run> start_own_job(caf::actor_system& sys,
+                                             std::shared_ptr<const job_plan> plan) const override {
+    return std::make_unique<learner_side>(sys, std::move(plan));
+  }
+
+  // The rl_actors of one process, wired to the chief's queue and coordinator.
+  worker_parts spawn_own_workers(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
+                                 const worker_spec& spec,
+                                 const std::vector<caf::actor>& hub) const override {
+    if (hub.size() != 2) throw job_error("actor_learner: the build order carries no queue");
     const auto& c = plan->config;
-    const auto& rl = c.rl;
-    const auto spec = envs::make_env(rl.env, 1)->spec();
-    device_pool devices;
-    const auto D = c.devices.size();
-    auto queue = spawn_trajectory_queue(sys, {rl.queue_capacity, rl.max_policy_lag});
-    auto coord = sys.spawn(rl_coordinator, plan);
-    std::vector<reducer_actor> reducers;
-    if (rl.learners > 1)
-      reducers = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));
-    std::vector<learner_actor> learners;
-    for (int64_t l = 0; l < rl.learners; ++l) {
-      learner_config lc;
-      lc.index = l;
-      lc.learners = rl.learners;
-      lc.device = devices.get(c.devices[static_cast<std::size_t>(l) % D]);
-      lc.model = c.model;
-      lc.observation_size = spec.observation_size;
-      lc.actions = spec.actions;
-      lc.optimizer = c.optimizer;
-      lc.total_updates = c.training.max_steps;
-      lc.max_updates = c.training.max_steps;
-      lc.seed = c.seed;
-      lc.impala = {rl.discount, rl.reward_scale,  rl.rho_bar,
-                   rl.c_bar,    rl.baseline_cost, rl.entropy_cost};
-      lc.grad_clip = rl.grad_clip;
-      lc.batch_unrolls = rl.batch_unrolls / rl.learners;
-      lc.global_samples = rl.batch_unrolls * rl.unroll_length * rl.envs_per_actor;
-      lc.weights_every = rl.weights_every;
-      lc.queue = queue;
-      if (!reducers.empty()) lc.reducer = reducers[static_cast<std::size_t>(l)];
-      if (plan->options.fail_learner == l) lc.fail_at_update = plan->options.fail_learner_at_update;
-      lc.coordinator = coord;
-      learners.push_back(spawn_learner(sys, lc));
-    }
-    std::vector<rl_actor_actor> actors;
-    for (int64_t a = 0; a < rl.actors; ++a) {
+    worker_parts out;
+    out.indices = spec.indices;
+    for (std::size_t k = 0; k < spec.indices.size(); ++k) {
+      auto& dev = out.devices[spec.devices[k]];
+      if (!dev) dev = std::make_shared<cpu_device>(spec.devices[k]);
       rl_actor_config ac;
-      ac.index = a;
-      ac.device = devices.get(c.devices[static_cast<std::size_t>(rl.learners + a) % D]);
-      ac.env = rl.env;
-      ac.envs = rl.envs_per_actor;
-      ac.unroll_length = rl.unroll_length;
+      ac.index = spec.indices[k];
+      ac.device = dev;
+      ac.env = c.rl.env;
+      ac.envs = c.rl.envs_per_actor;
+      ac.unroll_length = c.rl.unroll_length;
       ac.model = c.model;
       ac.seed = c.seed;
-      ac.queue = queue;
-      ac.coordinator = coord;
-      if (plan->options.fail_replica == a) ac.fail_after_unrolls = plan->options.fail_at_step;
-      actors.push_back(spawn_rl_actor(sys, ac));
+      ac.queue = caf::actor_cast<trajectory_queue_actor>(hub[0]);
+      ac.coordinator = caf::actor_cast<rl_coordinator_actor>(hub[1]);
+      ac.request_timeout = spec.request_timeout;
+      if (plan->options.fail_replica == ac.index) ac.fail_after_unrolls = plan->options.fail_at_step;
+      out.others.push_back(caf::actor_cast<caf::actor>(spawn_rl_actor(sys, ac)));
     }
-    std::string error;
-    nlohmann::json summary;
-    {
-      caf::scoped_actor self{sys};
-      self->request(coord, caf::infinite, run_atom::value, learners, actors, queue)
-          .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
-                   [&](caf::error& e) { error = describe(e); });
-      for (auto& a : actors) self->send_exit(a, caf::exit_reason::user_shutdown);
-      for (auto& l : learners) self->send_exit(l, caf::exit_reason::user_shutdown);
-      for (auto& r : reducers) self->send_exit(r, caf::exit_reason::user_shutdown);
-      self->send_exit(queue, caf::exit_reason::user_shutdown);
-      self->send_exit(coord, caf::exit_reason::user_shutdown);
-    }
-    actors.clear();
-    learners.clear();
-    reducers.clear();
-    queue = nullptr;
-    coord = nullptr;
-    sys.await_all_actors_done();
-    devices.clear();
-    if (!error.empty()) throw job_error(error);
-    return summary;
+    return out;
   }
+
+ private:
+  // The chief's side: the trajectory queue, the learners (with their
+  // reducers) and the coordinator.
+  class learner_side final : public own_job_run {
+   public:
+    learner_side(caf::actor_system& sys, std::shared_ptr<const job_plan> plan)
+        : sys_(sys), plan_(std::move(plan)) {
+      const auto& c = plan_->config;
+      const auto& rl = c.rl;
+      const auto spec = envs::make_env(rl.env, 1)->spec();
+      queue_ = spawn_trajectory_queue(sys, {rl.queue_capacity, rl.max_policy_lag});
+      coord_ = sys.spawn(rl_coordinator, plan_);
+      if (rl.learners > 1)
+        reducers_ = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));
+      for (int64_t l = 0; l < rl.learners; ++l) {
+        learner_config lc;
+        lc.index = l;
+        lc.learners = rl.learners;
+        lc.device = devices_.get(c.devices[static_cast<std::size_t>(l) % c.devices.size()]);
+        lc.model = c.model;
+        lc.observation_size = spec.observation_size;
+        lc.actions = spec.actions;
+        lc.optimizer = c.optimizer;
+        lc.total_updates = c.training.max_steps;
+        lc.max_updates = c.training.max_steps;
+        lc.seed = c.seed;
+        lc.impala = {rl.discount, rl.reward_scale, rl.rho_bar, rl.c_bar, rl.baseline_cost,
+                     rl.entropy_cost};
+        lc.grad_clip = rl.grad_clip;
+        lc.batch_unrolls = rl.batch_unrolls / rl.learners;
+        lc.global_samples = rl.batch_unrolls * rl.unroll_length * rl.envs_per_actor;
+        lc.weights_every = rl.weights_every;
+        lc.queue = queue_;
+        if (!reducers_.empty()) lc.reducer = reducers_[static_cast<std::size_t>(l)];
+        lc.coordinator = coord_;
+        if (plan_->options.fail_learner == l)
+          lc.fail_at_update = plan_->options.fail_learner_at_update;
+        learners_.push_back(spawn_learner(sys, lc));
+      }
+    }
+
+    std::vector<caf::actor> hub() const override {
+      return {caf::actor_cast<caf::actor>(queue_), caf::actor_cast<caf::actor>(coord_)};
+    }
+
+    nlohmann::json run(const std::vector<std::pair<int64_t, caf::actor>>& parts) override {
+      std::vector<rl_actor_actor> actors(static_cast<std::size_t>(plan_->config.rl.actors));
+      for (const auto& [index, a] : parts)
+        actors.at(static_cast<std::size_t>(index)) = caf::actor_cast<rl_actor_actor>(a);
+      std::string error;
+      nlohmann::json summary;
+      {
+        caf::scoped_actor self{sys_};
+        self->request(coord_, caf::infinite, run_atom::value, learners_, actors, queue_)
+            .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
+                     [&](caf::error& e) { error = describe(e); });
+        for (auto& l : learners_) self->send_exit(l, caf::exit_reason::user_shutdown);
+        for (auto& r : reducers_) self->send_exit(r, caf::exit_reason::user_shutdown);
+        self->send_exit(queue_, caf::exit_reason::user_shutdown);
+        self->send_exit(coord_, caf::exit_reason::user_shutdown);
+      }
+      if (!error.empty()) throw job_error(error);
+      return summary;
+    }
+
+    caf::actor coordinator() const override { return caf::actor_cast<caf::actor>(coord_); }
+
+   private:
+    caf::actor_system& sys_;
+    std::shared_ptr<const job_plan> plan_;
+    device_pool devices_;
+    trajectory_queue_actor queue_;
+    rl_coordinator_actor coord_;
+    std::vector<reducer_actor> reducers_;
+    std::vector<learner_actor> learners_;
+  };
 };
 
 const strategy_registration registered{std::make_shared<actor_learner>()};

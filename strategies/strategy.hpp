@@ -27,6 +27,7 @@
 #include "actors/reducer.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "actors/strategy_api.hpp"
+#include "actors/topology.hpp"
 #include "actors/variable_shard.hpp"
 #include "config/strategy_rules.hpp"
 
@@ -134,12 +135,36 @@ class strategy : public strategy_rules {
 
   // --- a job of other actors ---
   // A strategy whose job is not replicas stepping over a dataset
-  // (actor_learner: rl_actors, learners, a trajectory queue) builds and runs
-  // its own actors on `sys` in run_own_job, which returns the job's summary
-  // once every actor it spawned is done; `troupe run` then builds no replica.
+  // (actor_learner: rl_actors, learners, a trajectory queue) builds its own
+  // actors: a hub on the chief (start_own_job) and, in every process that
+  // hosts some, the actors placed like replicas (spawn_own_workers), wired to
+  // the hub's handles. `troupe run` and `troupe node` then build no replica.
   virtual bool own_job() const { return false; }
-  virtual nlohmann::json run_own_job(caf::actor_system& sys,
-                                     std::shared_ptr<const job_plan> plan) const;
+  class own_job_run {
+   public:
+    virtual ~own_job_run() = default;
+    // The actors every task's actors are wired to (they travel in the build
+    // order).
+    virtual std::vector<caf::actor> hub() const = 0;
+    // Runs the job over every task's actors (by index); returns the summary
+    // once it stopped, after stopping the hub's actors. Throws job_error.
+    virtual nlohmann::json run(const std::vector<std::pair<int64_t, caf::actor>>& parts) = 0;
+    // Where a restarted task's actors rejoin: it takes
+    // `rejoin_atom, index, the actor` (troupe node sends it).
+    virtual caf::actor coordinator() const = 0;
+  };
+  // On the chief. Keep the result until the actor system is done (it owns
+  // the hub's devices).
+  virtual std::unique_ptr<own_job_run> start_own_job(caf::actor_system& sys,
+                                                     std::shared_ptr<const job_plan> plan) const;
+  // In a process hosting spec.indices on spec.devices; the actors go in
+  // `others`, their devices in `devices`.
+  virtual worker_parts spawn_own_workers(caf::actor_system& sys,
+                                         std::shared_ptr<const job_plan> plan,
+                                         const worker_spec& spec,
+                                         const std::vector<caf::actor>& hub) const;
+  // One process: the hub and every actor here, run to the end.
+  nlohmann::json run_own_job(caf::actor_system& sys, std::shared_ptr<const job_plan> plan) const;
   // The learning rate a metrics line reports for update `completed`.
   virtual double reported_lr(const job_plan&, int64_t /*completed*/, const step_stats& s) const {
     return s.lr;

@@ -264,7 +264,7 @@ rl_coordinator_actor::behavior_type fake_coordinator(
         if (r.learner == 0) *self->state.version = r.version;
       },
       [](weights_atom, policy_weights&) {},
-      [](rejoin_atom, int64_t, rl_actor_actor&) {},
+      [](rejoin_atom, int64_t, caf::actor&) {},
   };
 }
 

@@ -1,0 +1,257 @@
+// Actor/learner RL figures, as JSON lines:
+//   bench_rl acting [threads=1,2] [envs=16,64,256] [seconds=2]
+//       env steps/s of rl_actor's device task (batched inference over M
+//       CartPole environments, sampling, one batch step) on 1..N threads;
+//   bench_rl learning [samples=640,2560] [seconds=2]
+//       learner samples/s: V-trace, loss, backward, clip, Adam;
+//   bench_rl beside [envs=64] [seconds=3]
+//       two acting threads while a learner trains on a third (2 cores);
+//   bench_rl solve [config=examples/cartpole_impala.json] [seeds=5]
+//       `troupe run`'s time to solve over seeds: each seed's time and env
+//       steps, the median and the worst.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/job.hpp"
+#include "actors/rl_actor.hpp"
+#include "bench/bench_sizes.hpp"
+#include "kernels/cpu_kernels.hpp"
+#include "kernels/optimizer.hpp"
+#include "models/impala.hpp"
+
+using namespace troupe;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string arg(const std::vector<std::string>& a, std::size_t i, const char* fallback) {
+  return i < a.size() ? a[i] : fallback;
+}
+
+// "1,2,4" -> integers >= 1; throws std::invalid_argument naming the argument.
+std::vector<int64_t> positive_list(const std::string& s, const std::string& what) {
+  std::vector<int64_t> out;
+  for (const auto& item : bench::split_list(s)) {
+    std::size_t pos = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != item.size() || v < 1)
+      throw std::invalid_argument(what + ": expected integers >= 1, got '" + s + "'");
+    out.push_back(v);
+  }
+  if (out.empty()) throw std::invalid_argument(what + ": expected integers >= 1, got '" + s + "'");
+  return out;
+}
+
+double positive_number(const std::string& s, const std::string& what) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos != s.size() || !(v > 0))
+    throw std::invalid_argument(what + ": expected a number > 0, got '" + s + "'");
+  return v;
+}
+
+model_config policy_model() {
+  model_config m;
+  m.kind = "policy_value_mlp";
+  m.hidden = {64, 64};
+  m.activation = "tanh";
+  return m;
+}
+
+double since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// Acts unrolls of T = 20 steps until `stop`; returns env steps.
+int64_t act_until(int64_t envs, uint64_t seed, const std::atomic<bool>& stop) {
+  rl_actor_compute c;
+  init_rl_actor_compute(c, "CartPole-v1", envs, policy_model(), seed, 1);
+  int64_t steps = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    episode_report r;
+    auto u = act_unroll(c, 0, 0, 20, r);
+    steps += r.env_steps;
+  }
+  return steps;
+}
+
+// env steps/s of `threads` acting threads over `seconds`.
+double acting_rate(int threads, int64_t envs, double seconds) {
+  std::atomic<bool> stop{false};
+  std::vector<int64_t> steps(static_cast<std::size_t>(threads));
+  std::vector<std::thread> ts;
+  auto t0 = clock_type::now();
+  for (int i = 0; i < threads; ++i)
+    ts.emplace_back([&, i] { steps[static_cast<std::size_t>(i)] = act_until(envs, 7 + i, stop); });
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : ts) t.join();
+  double total = 0;
+  for (auto s : steps) total += static_cast<double>(s);
+  return total / since(t0);
+}
+
+// A batch of unrolls of `samples` steps in total (T = 20, M = samples / 20 / 2, 2 unrolls).
+std::vector<unroll> learner_batch(int64_t samples) {
+  const int64_t T = 20, U = 2, M = std::max<int64_t>(1, samples / T / U);
+  std::vector<unroll> out;
+  for (int64_t k = 0; k < U; ++k) {
+    rl_actor_compute c;
+    init_rl_actor_compute(c, "CartPole-v1", M, policy_model(), 100 + k, 1);
+    episode_report r;
+    out.push_back(act_unroll(c, k, 0, T, r));
+  }
+  return out;
+}
+
+// Learner updates until `stop`; returns samples.
+int64_t learn_until(int64_t samples, const std::atomic<bool>& stop) {
+  auto batch = learner_batch(samples);
+  const int64_t n = batch.size() * batch[0].steps() * batch[0].envs();
+  auto net = create_policy_value_model(policy_model(), 4, 2, 1);
+  optimizer_config oc;
+  kernels::optimizer opt(oc, 0);
+  opt.init(net->variables());
+  auto grads = net->make_gradients();
+  impala_workspace ws;
+  int64_t done = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    impala_gradients(*net, batch, {}, n, 0, grads, ws);
+    clip_global_norm(grads, 40);
+    opt.apply(net->variables(), grads);
+    done += n;
+  }
+  return done;
+}
+
+double learning_rate(int64_t samples, double seconds) {
+  std::atomic<bool> stop{false};
+  int64_t done = 0;
+  auto t0 = clock_type::now();
+  std::thread t([&] { done = learn_until(samples, stop); });
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  t.join();
+  return static_cast<double>(done) / since(t0);
+}
+
+void print(const nlohmann::json& j) { std::printf("%s\n", j.dump().c_str()); }
+
+int acting(const std::vector<std::string>& a) {
+  auto threads = positive_list(arg(a, 0, "1,2"), "threads");
+  auto envs = positive_list(arg(a, 1, "16,64,256"), "envs");
+  const double seconds = positive_number(arg(a, 2, "2"), "seconds");
+  for (auto t : threads)
+    for (auto m : envs)
+      print({{"bench", "rl_acting"},
+             {"threads", t},
+             {"envs_per_thread", m},
+             {"env_steps_per_second", acting_rate(static_cast<int>(t), m, seconds)}});
+  return 0;
+}
+
+int learning(const std::vector<std::string>& a) {
+  auto sizes = positive_list(arg(a, 0, "640,2560"), "samples");
+  const double seconds = positive_number(arg(a, 1, "2"), "seconds");
+  for (auto s : sizes)
+    print({{"bench", "rl_learning"},
+           {"samples_per_update", s},
+           {"samples_per_second", learning_rate(s, seconds)}});
+  return 0;
+}
+
+int beside(const std::vector<std::string>& a) {
+  const int64_t envs = positive_list(arg(a, 0, "64"), "envs").at(0);
+  const double seconds = positive_number(arg(a, 1, "3"), "seconds");
+  std::atomic<bool> stop{false};
+  int64_t s0 = 0, s1 = 0, learned = 0;
+  auto t0 = clock_type::now();
+  std::thread a0([&] { s0 = act_until(envs, 1, stop); });
+  std::thread a1([&] { s1 = act_until(envs, 2, stop); });
+  std::thread l([&] { learned = learn_until(2560, stop); });
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  a0.join();
+  a1.join();
+  l.join();
+  const double t = since(t0);
+  print({{"bench", "rl_beside"},
+         {"acting_threads", 2},
+         {"envs_per_thread", envs},
+         {"env_steps_per_second", static_cast<double>(s0 + s1) / t},
+         {"learner_samples_per_second", static_cast<double>(learned) / t}});
+  return 0;
+}
+
+int solve(const std::vector<std::string>& a) {
+  const std::string file = arg(a, 0, "examples/cartpole_impala.json");
+  const auto seeds = positive_list(arg(a, 1, "5"), "seeds").at(0);
+  std::vector<double> times;
+  for (int64_t s = 1; s <= seeds; ++s) {
+    auto c = load_job_config(file);
+    c.seed = static_cast<uint64_t>(s);
+    c.logging.level = "warn";
+    c.logging.output_dir = "runs/bench_rl_solve";
+    c.checkpoint.save_at_end = false;
+    job_options o;
+    o.overwrite = true;
+    auto sum = run_job(c, o);
+    const bool solved = sum.value("solved", false);
+    const double t = solved ? sum["time_to_solve_seconds"].get<double>() : sum["wall_seconds"].get<double>();
+    times.push_back(solved ? t : 1e9);
+    print({{"bench", "rl_solve"},
+           {"config", file},
+           {"seed", s},
+           {"solved", solved},
+           {"seconds", t},
+           {"env_steps", sum["env_steps"]},
+           {"env_steps_per_second", sum["env_steps_per_second"]}});
+  }
+  std::sort(times.begin(), times.end());
+  print({{"bench", "rl_solve_summary"},
+         {"config", file},
+         {"seeds", seeds},
+         {"median_seconds", times[times.size() / 2]},
+         {"worst_seconds", times.back()}});
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kernels::init_cpu_kernels();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string what = args.empty() ? "" : args[0];
+  std::vector<std::string> rest(args.begin() + (args.empty() ? 0 : 1), args.end());
+  try {
+    if (what == "acting") return acting(rest);
+    if (what == "learning") return learning(rest);
+    if (what == "beside") return beside(rest);
+    if (what == "solve") return solve(rest);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "bench_rl: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_rl: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: bench_rl acting|learning|beside|solve [args] (see bench/rl.cpp)\n");
+  return 2;
+}
