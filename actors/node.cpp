@@ -138,9 +138,11 @@ void rejoin(node_ptr self, const std::string& task, const node_actor& peer) {
             auto coord = self->state.coordinator;
             for (std::size_t k = 0; k < parts.replica_indices.size(); ++k) {
               if (k < parts.replicas.size())
-                caf::anon_send(coord, rejoin_atom::value, parts.replica_indices[k], parts.replicas[k]);
+                caf::anon_send(coord, rejoin_atom::value, parts.replica_indices[k],
+                               parts.replicas[k]);
               else if (k < parts.others.size())
-                caf::anon_send(coord, rejoin_atom::value, parts.replica_indices[k], parts.others[k]);
+                caf::anon_send(coord, rejoin_atom::value, parts.replica_indices[k],
+                               parts.others[k]);
             }
           },
           [task](caf::error& e) {
@@ -502,8 +504,8 @@ nlohmann::json run_own_chief(node_process& np, worker_parts& workers,
     workers = np.build_workers(order);
     take(workers.indices, workers.others);
   }
-  spdlog::info("chief: {} {}s on {} tasks; starting", parts.size(),
-               plan->strat->replica_unit(), np.placement.size());
+  spdlog::info("chief: {} {}s on {} tasks; starting", parts.size(), plan->strat->replica_unit(),
+               np.placement.size());
   self->send(np.node, running_atom::value, job->coordinator(), order);
   return job->run(parts);
 }
@@ -511,8 +513,7 @@ nlohmann::json run_own_chief(node_process& np, worker_parts& workers,
 // The chief: waits for every task, orders the builds, runs the coordinator
 // over every process's replicas and shards.
 nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& workers,
-                         std::map<std::string, node_event>& joined,
-                         clock_type::time_point deadline,
+                         std::map<std::string, node_event>& joined, clock_type::time_point deadline,
                          std::unique_ptr<strategy::own_job_run>& own) {
   const auto& c = np.c;
   auto& sys = np.sys;
@@ -693,7 +694,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   nlohmann::json summary = nlohmann::json::object();
   const auto deadline = clock_type::now() + np.join_timeout;
   auto& events = shared->events;
-  std::map<std::string, node_event> joined;  // chief: task -> its join
+  std::map<std::string, node_event> joined;    // chief: task -> its join
   std::unique_ptr<strategy::own_job_run> own;  // chief of a strategy with a job of its own
   try {
     if (!mine.shards.empty()) {
@@ -726,7 +727,8 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
             try {
               workers = np.build_workers(ev->order);
               caf::anon_send(node, built_atom::value, np.parts_of(workers));
-              spdlog::info("{}: built replicas {}", task.str(), fmt::join(workers.indices, ", "));
+              spdlog::info("{}: built {}s {}", task.str(), plan->strat->replica_unit(),
+                           fmt::join(workers.indices, ", "));
             } catch (const std::exception& e) {
               caf::anon_send(node, built_atom::value, std::string(e.what()));
               throw;

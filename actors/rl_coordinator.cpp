@@ -419,6 +419,10 @@ rl_coordinator_actor::behavior_type rl_coordinator(self_ptr self,
         slot = a;
         self->monitor(a);
         spdlog::info("rl_actor {} joined; {} actors live", index, live_actors(st));
+        write_metrics(self, {{"type", "actor_joined"},
+                             {"actor", index},
+                             {"step", st.updates},
+                             {"actors_live", live_actors(st)}});
         if (st.running) {
           send_weights(self, a);
           self->send(a, run_atom::value);

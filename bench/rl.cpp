@@ -152,7 +152,9 @@ double learning_rate(int64_t samples, double seconds) {
   return static_cast<double>(done) / since(t0);
 }
 
-void print(const nlohmann::json& j) { std::printf("%s\n", j.dump().c_str()); }
+void print(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump().c_str());
+}
 
 int acting(const std::vector<std::string>& a) {
   auto threads = positive_list(arg(a, 0, "1,2"), "threads");
@@ -214,7 +216,8 @@ int solve(const std::vector<std::string>& a) {
     o.overwrite = true;
     auto sum = run_job(c, o);
     const bool solved = sum.value("solved", false);
-    const double t = solved ? sum["time_to_solve_seconds"].get<double>() : sum["wall_seconds"].get<double>();
+    const double t =
+        solved ? sum["time_to_solve_seconds"].get<double>() : sum["wall_seconds"].get<double>();
     times.push_back(solved ? t : 1e9);
     print({{"bench", "rl_solve"},
            {"config", file},

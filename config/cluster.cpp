@@ -210,9 +210,9 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
     } else {
       if (R < W)
         fail(R_key, "expected >= the " + std::to_string(W) +
-                                      " worker tasks of cluster.tasks.worker (each hosts at "
-                                      "least one " +
-                                      unit + "), got " + std::to_string(R));
+                        " worker tasks of cluster.tasks.worker (each hosts at "
+                        "least one " +
+                        unit + "), got " + std::to_string(R));
       auto b = blocks(R, W);
       for (int64_t w = 0; w < W; ++w)
         entry({"worker", w}).replicas = b[static_cast<std::size_t>(w)];
@@ -266,9 +266,8 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
       const std::string ip = path + ".replicas[" + std::to_string(i) + "]";
       int64_t r = th.replicas[i];
       if (r < 0 || r >= R)
-        fail(ip, "expected an integer in [0, " + std::to_string(R - 1) +
-                     "] (" + R_key + " is " + std::to_string(R) + "), got " +
-                     std::to_string(r));
+        fail(ip, "expected an integer in [0, " + std::to_string(R - 1) + "] (" + R_key + " is " +
+                     std::to_string(R) + "), got " + std::to_string(r));
       auto [owner, fresh] = replica_owner.emplace(r, name);
       if (!fresh)
         fail(ip, unit + " " + std::to_string(r) + " is already placed on " + owner->second);
@@ -296,9 +295,8 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
   }
   for (int64_t r = 0; r < R; ++r)
     if (!replica_owner.count(r))
-      fail("cluster.hosts", unit + " " + std::to_string(r) +
-                                " is not placed on any task (" + R_key + " is " +
-                                std::to_string(R) + ")");
+      fail("cluster.hosts", unit + " " + std::to_string(r) + " is not placed on any task (" +
+                                R_key + " is " + std::to_string(R) + ")");
   if (sharded)
     for (int64_t s = 0; s < S; ++s)
       if (!shard_owner.count(s))

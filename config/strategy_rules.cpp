@@ -27,7 +27,9 @@ const std::vector<std::string> kListedNames = {"one_device",      "mirrored",
 
 }  // namespace
 
-int64_t strategy_rules::replica_count(const job_config& c) const { return c.strategy.replicas; }
+int64_t strategy_rules::replica_count(const job_config& c) const {
+  return c.strategy.replicas;
+}
 
 void register_strategy_rules(std::shared_ptr<const strategy_rules> s) {
   if (!s) throw std::invalid_argument("register_strategy: null strategy");

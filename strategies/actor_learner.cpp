@@ -126,7 +126,8 @@ class actor_learner final : public strategy {
       ac.queue = caf::actor_cast<trajectory_queue_actor>(hub[0]);
       ac.coordinator = caf::actor_cast<rl_coordinator_actor>(hub[1]);
       ac.request_timeout = spec.request_timeout;
-      if (plan->options.fail_replica == ac.index) ac.fail_after_unrolls = plan->options.fail_at_step;
+      if (plan->options.fail_replica == ac.index)
+        ac.fail_after_unrolls = plan->options.fail_at_step;
       out.others.push_back(caf::actor_cast<caf::actor>(spawn_rl_actor(sys, ac)));
     }
     return out;
@@ -158,8 +159,8 @@ class actor_learner final : public strategy {
         lc.total_updates = c.training.max_steps;
         lc.max_updates = c.training.max_steps;
         lc.seed = c.seed;
-        lc.impala = {rl.discount, rl.reward_scale, rl.rho_bar, rl.c_bar, rl.baseline_cost,
-                     rl.entropy_cost};
+        lc.impala = {rl.discount, rl.reward_scale,  rl.rho_bar,
+                     rl.c_bar,    rl.baseline_cost, rl.entropy_cost};
         lc.grad_clip = rl.grad_clip;
         lc.batch_unrolls = rl.batch_unrolls / rl.learners;
         lc.global_samples = rl.batch_unrolls * rl.unroll_length * rl.envs_per_actor;

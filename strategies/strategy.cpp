@@ -83,8 +83,7 @@ std::unique_ptr<strategy::own_job_run> strategy::start_own_job(
 }
 
 worker_parts strategy::spawn_own_workers(caf::actor_system&, std::shared_ptr<const job_plan>,
-                                         const worker_spec&,
-                                         const std::vector<caf::actor>&) const {
+                                         const worker_spec&, const std::vector<caf::actor>&) const {
   throw std::logic_error("strategy " + name() + " runs replicas, not a job of its own");
 }
 

@@ -319,6 +319,57 @@ TEST_CASE(
   CHECK(d < 1e-6);
 }
 
+TEST_CASE("actor_learner with its rl_actors in another process solves CartPole") {
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
+  c.logging.level = "warn";
+  temp_dir dir;
+  auto s = run_in_processes(c, dir, 1, 0);
+  CHECK(s["strategy"] == "actor_learner");
+  CHECK(s["solved"] == true);
+  CHECK(s["mean_return_100"].get<double>() >= 475);
+  CHECK(s["actors_live"] == 2);
+}
+
+TEST_CASE("an rl_actor process killed mid-job: the learners go on, and take it back") {
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
+  c.rl.envs_per_actor = 8;  // slower: time to restart the process
+  c.training = {};
+  c.training.max_env_steps = 1500000;
+  c.logging.level = "info";
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 2, 0);
+  auto procs = start_all(job, dir.str());
+  auto metrics = dir / "out/metrics.jsonl";
+  auto wait_for = [&](const std::string& text) {
+    auto until = clock_type::now() + std::chrono::seconds(60);
+    while (read_file(metrics).find(text) == std::string::npos && clock_type::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return read_file(metrics).find(text) != std::string::npos;
+  };
+  REQUIRE(wait_for("\"train\""));
+  REQUIRE(procs["worker:1"]->running());
+  ::kill(procs["worker:1"]->pid, SIGKILL);
+  CHECK(procs["worker:1"]->wait(std::chrono::seconds(5)) == -SIGKILL);
+  REQUIRE(wait_for("\"actor_lost\""));
+  procs["worker:1"] =
+      std::make_unique<node_proc>(job.file, "worker:1", dir / "worker1-again.log", kSecret);
+  for (auto t : {"chief:0", "worker:0", "worker:1"}) {
+    int rc = procs[t]->wait(std::chrono::seconds(120));
+    CHECK_MESSAGE(rc == 0, t << " exited with " << rc << "; its log:\n" << procs[t]->output());
+  }
+  auto s = summary_in(dir / "out");
+  CHECK(s["env_steps"].get<int64_t>() >= 1500000);
+  CHECK(s["actors_live"] == 2);
+  auto lost = metrics_of(s, "actor_lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["actor"] == 1);
+  auto back = metrics_of(s, "actor_joined");
+  REQUIRE(back.size() == 1);
+  CHECK(back[0]["actor"] == 1);
+  CHECK(back[0]["step"].get<int64_t>() >= lost[0]["step"].get<int64_t>());
+}
+
 TEST_CASE("a hung worker process (SIGSTOP) is detected by the heartbeats") {
   strategy_env env(2000);
   auto c = env.job("mirrored", "adam", 2, 16);

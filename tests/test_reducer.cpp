@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "actors/reducer.hpp"
-#include "actors/visible_mailbox.hpp"
 #include "actors/system_config.hpp"
+#include "actors/visible_mailbox.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;

@@ -85,9 +85,8 @@ void register_local_sgd() {
 }  // namespace
 
 TEST_CASE("the built-in strategies are registered by name") {
-  for (std::string name :
-       {"one_device", "mirrored", "central_storage", "parameter_server", "elastic_average",
-        "actor_learner"}) {
+  for (std::string name : {"one_device", "mirrored", "central_storage", "parameter_server",
+                           "elastic_average", "actor_learner"}) {
     CAPTURE(name);
     auto s = find_strategy(name);
     REQUIRE(s);
