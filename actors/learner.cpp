@@ -230,22 +230,8 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
   };
 }
 
-namespace {
-
-class learner_impl final : public visible_mailbox<learner_actor::stateful_base<learner_state>> {
- public:
-  learner_impl(caf::actor_config& cfg, learner_config lc)
-      : visible_mailbox(cfg), lc_(std::move(lc)) {}
-  behavior_type make_behavior() override { return learner(this, std::move(lc_)); }
-
- private:
-  learner_config lc_;
-};
-
-}  // namespace
-
 learner_actor spawn_learner(caf::actor_system& sys, learner_config cfg) {
-  return sys.spawn<learner_impl>(std::move(cfg));
+  return spawn_visible<learner_actor, learner_state, learner_config>(sys, learner, std::move(cfg));
 }
 
 }  // namespace troupe

@@ -240,23 +240,8 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
   };
 }
 
-namespace {
-
-class replica_impl final : public visible_mailbox<replica_actor::stateful_base<replica_state>> {
- public:
-  replica_impl(caf::actor_config& cfg, replica_config rc)
-      : visible_mailbox(cfg), rc_(std::move(rc)) {}
-
-  behavior_type make_behavior() override { return replica(this, std::move(rc_)); }
-
- private:
-  replica_config rc_;
-};
-
-}  // namespace
-
 replica_actor spawn_replica(caf::actor_system& sys, replica_config cfg) {
-  return sys.spawn<replica_impl>(std::move(cfg));
+  return spawn_visible<replica_actor, replica_state, replica_config>(sys, replica, std::move(cfg));
 }
 
 }  // namespace troupe

@@ -200,22 +200,9 @@ rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
   };
 }
 
-namespace {
-
-class rl_actor_impl final : public visible_mailbox<rl_actor_actor::stateful_base<rl_actor_state>> {
- public:
-  rl_actor_impl(caf::actor_config& cfg, rl_actor_config c)
-      : visible_mailbox(cfg), c_(std::move(c)) {}
-  behavior_type make_behavior() override { return rl_actor(this, std::move(c_)); }
-
- private:
-  rl_actor_config c_;
-};
-
-}  // namespace
-
 rl_actor_actor spawn_rl_actor(caf::actor_system& sys, rl_actor_config cfg) {
-  return sys.spawn<rl_actor_impl>(std::move(cfg));
+  return spawn_visible<rl_actor_actor, rl_actor_state, rl_actor_config>(sys, rl_actor,
+                                                                        std::move(cfg));
 }
 
 }  // namespace troupe

@@ -79,4 +79,29 @@ class visible_mailbox : public Base {
   }
 };
 
+// A stateful typed actor whose behavior is `fn(self, config)`, with its
+// mailbox hand-over visible (spawned by spawn_visible below).
+template <class Handle, class State, class Config>
+class visible_stateful_actor final
+    : public visible_mailbox<typename Handle::template stateful_base<State>> {
+ public:
+  using behavior_type = typename Handle::behavior_type;
+  using fn_type = behavior_type (*)(typename Handle::template stateful_pointer<State>, Config);
+  visible_stateful_actor(caf::actor_config& cfg, fn_type fn, Config c)
+      : visible_mailbox<typename Handle::template stateful_base<State>>(cfg),
+        fn_(fn),
+        c_(std::move(c)) {}
+  behavior_type make_behavior() override { return fn_(this, std::move(c_)); }
+
+ private:
+  fn_type fn_;
+  Config c_;
+};
+
+template <class Handle, class State, class Config>
+Handle spawn_visible(caf::actor_system& sys,
+                     typename visible_stateful_actor<Handle, State, Config>::fn_type fn, Config c) {
+  return sys.spawn<visible_stateful_actor<Handle, State, Config>>(fn, std::move(c));
+}
+
 }  // namespace troupe
