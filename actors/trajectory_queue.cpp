@@ -1,5 +1,9 @@
 #include "actors/trajectory_queue.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include "actors/visible_mailbox.hpp"
+
 #include <stdexcept>
 #include <string>
 
@@ -70,6 +74,15 @@ trajectory_queue_actor::behavior_type trajectory_queue(self_ptr self, trajectory
   return {
       [self](enqueue_atom, unroll& u) -> caf::result<int64_t> {
         auto& st = self->state;
+        if (st.cfg.expect.steps > 0) {
+          if (auto why = unroll_problem(u, st.cfg.expect); !why.empty()) {
+            ++st.stats.refused;
+            const auto msg = "trajectory_queue: refused an unroll from actor " +
+                             std::to_string(u.actor) + ": " + why;
+            spdlog::warn("{}", msg);
+            return caf::make_error(caf::sec::invalid_argument, msg);
+          }
+        }
         if (stale(st, u)) {
           ++st.stats.dropped_stale;
           return int64_t{-1};
@@ -115,7 +128,13 @@ trajectory_queue_actor spawn_trajectory_queue(caf::actor_system& sys, trajectory
     throw std::invalid_argument(
         "trajectory_queue: max_policy_lag must be >= 0 or -1 (keep all), got " +
         std::to_string(cfg.max_policy_lag));
-  return sys.spawn(trajectory_queue, cfg);
+  const auto& e = cfg.expect;
+  if (e.steps != 0 && (e.steps < 1 || e.envs < 1 || e.observation_size < 1 || e.actions < 1))
+    throw std::invalid_argument(
+        "trajectory_queue: the expected unroll shape needs steps, envs, "
+        "observation_size and actions >= 1");
+  return spawn_visible<trajectory_queue_actor, trajectory_queue_state, trajectory_queue_config>(
+      sys, trajectory_queue, cfg);
 }
 
 }  // namespace troupe

@@ -18,6 +18,7 @@ namespace troupe {
 struct trajectory_queue_config {
   int64_t capacity = 16;        // unrolls queued at most (>= 1)
   int64_t max_policy_lag = -1;  // -1: keep every unroll
+  unroll_shape expect;          // every unroll must fit it (steps 0: unchecked)
 };
 
 struct trajectory_queue_state {

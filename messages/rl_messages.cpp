@@ -1,6 +1,59 @@
 #include "messages/rl_messages.hpp"
 
+#include <cmath>
+#include <string>
+
 namespace troupe {
+
+namespace {
+
+std::string shape_problem(const tensor& t, const shape_t& want, dtype type, const char* what) {
+  if (t.shape() == want && t.type() == type) return {};
+  return std::string(what) + " has shape " + shape_string(t.shape()) + " " + dtype_name(t.type()) +
+         ", expected " + shape_string(want) + " " + dtype_name(type);
+}
+
+template <class T>
+std::string range_problem(const tensor& t, const char* what, T lo, T hi) {
+  const T* p = t.data<T>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!(p[i] >= lo && p[i] <= hi))
+      return std::string(what) + "[" + std::to_string(i) + "] is " + std::to_string(p[i]) +
+             ", expected a value in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return {};
+}
+
+std::string finite_problem(const tensor& t, const char* what) {
+  const float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(p[i]))
+      return std::string(what) + "[" + std::to_string(i) + "] is not a finite number";
+  return {};
+}
+
+}  // namespace
+
+std::string unroll_problem(const unroll& u, const unroll_shape& s) {
+  const int64_t T = s.steps, M = s.envs, O = s.observation_size, A = s.actions;
+  for (auto p : {shape_problem(u.observations, {T + 1, M, O}, dtype::f32, "observations"),
+                 shape_problem(u.actions, {T, M}, dtype::i32, "actions"),
+                 shape_problem(u.rewards, {T, M}, dtype::f32, "rewards"),
+                 shape_problem(u.terminated, {T, M}, dtype::i32, "terminated"),
+                 shape_problem(u.truncated, {T, M}, dtype::i32, "truncated"),
+                 shape_problem(u.final_observations, {T, M, O}, dtype::f32, "final_observations"),
+                 shape_problem(u.behaviour_logits, {T, M, A}, dtype::f32, "behaviour_logits")})
+    if (!p.empty()) return p;
+  for (auto p :
+       {range_problem<int32_t>(u.actions, "actions", 0, static_cast<int32_t>(A - 1)),
+        range_problem<int32_t>(u.terminated, "terminated", 0, 1),
+        range_problem<int32_t>(u.truncated, "truncated", 0, 1),
+        finite_problem(u.observations, "observations"), finite_problem(u.rewards, "rewards"),
+        finite_problem(u.final_observations, "final_observations"),
+        finite_problem(u.behaviour_logits, "behaviour_logits")})
+    if (!p.empty()) return p;
+  if (u.policy_version < 0) return "policy_version is " + std::to_string(u.policy_version);
+  return {};
+}
 
 void register_rl_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<unroll>("troupe::unroll");

@@ -35,6 +35,18 @@ struct unroll {
   int64_t envs() const { return actions.rank() == 2 ? actions.dim(1) : 0; }
 };
 
+// The shape of every unroll of a job: T steps of M environments with
+// observations of O floats and A discrete actions.
+struct unroll_shape {
+  int64_t steps = 0, envs = 0, observation_size = 0, actions = 0;
+};
+
+// Why `u` does not fit `s` (a tensor's shape or type, an action out of
+// range, a flag other than 0 or 1, a number that is not finite), or "" when
+// it fits. Unrolls come from other processes: the queue checks every one
+// before a learner sees it.
+std::string unroll_problem(const unroll& u, const unroll_shape& s);
+
 // A trajectory queue's counters since it started.
 struct queue_stats {
   int64_t depth = 0;  // unrolls waiting for a learner
@@ -42,6 +54,7 @@ struct queue_stats {
   int64_t enqueued = 0;           // accepted
   int64_t dequeued = 0;           // handed to learners
   int64_t dropped_stale = 0;      // older than max_policy_lag versions
+  int64_t refused = 0;            // malformed (unroll_problem)
   int64_t waiting_producers = 0;  // actors held back (no room)
   int64_t waiting_consumers = 0;  // learners waiting for a batch
   int64_t policy_version = 0;     // the latest the learners announced
@@ -100,7 +113,7 @@ typename Inspector::result_type inspect(Inspector& f, unroll& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, queue_stats& x) {
   return f(caf::meta::type_name("queue_stats"), x.depth, x.capacity, x.enqueued, x.dequeued,
-           x.dropped_stale, x.waiting_producers, x.waiting_consumers, x.policy_version);
+           x.dropped_stale, x.refused, x.waiting_producers, x.waiting_consumers, x.policy_version);
 }
 
 // trajectory_queue (actors/trajectory_queue.hpp): a bounded queue of unrolls
@@ -110,7 +123,8 @@ using trajectory_queue_actor = caf::typed_actor<
     // An actor's unroll. Answered with the depth after it was queued, once
     // there is room: an actor waits for the answer before it sends its next
     // unroll, so no mailbox grows without bound. Answered with -1 when the
-    // unroll is older than max_policy_lag versions (dropped, counted).
+    // unroll is older than max_policy_lag versions (dropped, counted), with
+    // an error naming the problem when it is malformed (refused, counted).
     caf::replies_to<enqueue_atom, unroll>::with<int64_t>,
     // A learner's batch of n unrolls, oldest first, answered once n fresh
     // ones are there (stale ones are dropped on the way out too).

@@ -14,14 +14,6 @@ std::string where(const unroll& u, std::size_t k) {
   return "unroll " + std::to_string(k) + " (actor " + std::to_string(u.actor) + ")";
 }
 
-void expect_shape(const tensor& t, const shape_t& want, dtype type, const std::string& what,
-                  const std::string& who) {
-  if (t.shape() != want || t.type() != type)
-    throw std::invalid_argument(who + ": " + what + " has shape " + shape_string(t.shape()) + " " +
-                                dtype_name(t.type()) + ", expected " + shape_string(want) + " " +
-                                dtype_name(type));
-}
-
 // The batch's sizes, every unroll checked against the first and the network.
 struct batch_shape {
   int64_t U = 0, T = 0, M = 0, O = 0, A = 0;
@@ -40,17 +32,9 @@ batch_shape check_batch(policy_value_model& net, const std::vector<unroll>& batc
   if (vars.empty() || vars.front().value.rank() != 2 || vars.front().value.dim(0) != b.O)
     throw std::invalid_argument(where(f, 0) + ": observations of size " + std::to_string(b.O) +
                                 " do not fit the network's input");
-  for (std::size_t k = 0; k < batch.size(); ++k) {
-    const unroll& u = batch[k];
-    const auto who = where(u, k);
-    expect_shape(u.observations, {b.T + 1, b.M, b.O}, dtype::f32, "observations", who);
-    expect_shape(u.actions, {b.T, b.M}, dtype::i32, "actions", who);
-    expect_shape(u.rewards, {b.T, b.M}, dtype::f32, "rewards", who);
-    expect_shape(u.terminated, {b.T, b.M}, dtype::i32, "terminated", who);
-    expect_shape(u.truncated, {b.T, b.M}, dtype::i32, "truncated", who);
-    expect_shape(u.final_observations, {b.T, b.M, b.O}, dtype::f32, "final_observations", who);
-    expect_shape(u.behaviour_logits, {b.T, b.M, b.A}, dtype::f32, "behaviour_logits", who);
-  }
+  for (std::size_t k = 0; k < batch.size(); ++k)
+    if (auto why = unroll_problem(batch[k], {b.T, b.M, b.O, b.A}); !why.empty())
+      throw std::invalid_argument(where(batch[k], k) + ": " + why);
   return b;
 }
 

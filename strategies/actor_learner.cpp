@@ -143,7 +143,10 @@ class actor_learner final : public strategy {
       const auto& c = plan_->config;
       const auto& rl = c.rl;
       const auto spec = envs::make_env(rl.env, 1)->spec();
-      queue_ = spawn_trajectory_queue(sys, {rl.queue_capacity, rl.max_policy_lag});
+      queue_ = spawn_trajectory_queue(
+          sys, {rl.queue_capacity,
+                rl.max_policy_lag,
+                {rl.unroll_length, rl.envs_per_actor, spec.observation_size, spec.actions}});
       coord_ = sys.spawn(rl_coordinator, plan_);
       if (rl.learners > 1)
         reducers_ = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));

@@ -279,7 +279,7 @@ std::vector<tensor> train_learners(int64_t learners, int64_t updates) {
     const int64_t T = 5, M = 4, O = 4, A = 2, B = 2;
     auto version = std::make_shared<std::atomic<int64_t>>(0);
     auto coord = sys.spawn(fake_coordinator, version);
-    auto queue = spawn_trajectory_queue(sys, {B * updates, -1});
+    auto queue = spawn_trajectory_queue(sys, {B * updates, -1, {}});
     auto device = std::make_shared<cpu_device>("cpu:0");
     std::vector<reducer_actor> reducers;
     if (learners > 1) reducers = spawn_reducer_group(sys, static_cast<int>(learners), {});

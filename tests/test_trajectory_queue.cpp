@@ -7,6 +7,7 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 #include "actors/system_config.hpp"
@@ -44,7 +45,7 @@ struct fixture {
 
 TEST_CASE("trajectory_queue: a full queue holds actors back until a learner takes a batch") {
   fixture f;
-  auto q = spawn_trajectory_queue(f.sys, {2, -1});
+  auto q = spawn_trajectory_queue(f.sys, {2, -1, {}});
   int64_t depth = 0;
   for (int64_t a = 0; a < 2; ++a)
     f.self->request(q, timeout, enqueue_atom::value, make_unroll(a, 0))
@@ -73,7 +74,7 @@ TEST_CASE("trajectory_queue: a full queue holds actors back until a learner take
 
 TEST_CASE("trajectory_queue: a learner waits for a whole batch") {
   fixture f;
-  auto q = spawn_trajectory_queue(f.sys, {4, -1});
+  auto q = spawn_trajectory_queue(f.sys, {4, -1, {}});
   auto pending = f.self->request(q, timeout, dequeue_atom::value, int64_t{3});
   for (int64_t a = 0; a < 3; ++a)
     f.self->request(q, timeout, enqueue_atom::value, make_unroll(a, 0))
@@ -89,7 +90,7 @@ TEST_CASE("trajectory_queue: a learner waits for a whole batch") {
 
 TEST_CASE("trajectory_queue: unrolls older than max_policy_lag are dropped, in and out") {
   fixture f;
-  auto q = spawn_trajectory_queue(f.sys, {8, 2});
+  auto q = spawn_trajectory_queue(f.sys, {8, 2, {}});
   f.self->send(q, version_atom::value, int64_t{10});
   int64_t answer = 0;
   f.self->request(q, timeout, enqueue_atom::value, make_unroll(0, 7))
@@ -116,10 +117,10 @@ TEST_CASE("trajectory_queue: unrolls older than max_policy_lag are dropped, in a
 
 TEST_CASE("trajectory_queue: bad settings and impossible batches are refused") {
   fixture f;
-  CHECK_THROWS_WITH_AS(spawn_trajectory_queue(f.sys, {0, -1}),
+  CHECK_THROWS_WITH_AS(spawn_trajectory_queue(f.sys, {0, -1, {}}),
                        "trajectory_queue: capacity must be >= 1, got 0", std::invalid_argument);
-  CHECK_THROWS_AS(spawn_trajectory_queue(f.sys, {4, -2}), std::invalid_argument);
-  auto q = spawn_trajectory_queue(f.sys, {4, -1});
+  CHECK_THROWS_AS(spawn_trajectory_queue(f.sys, {4, -2, {}}), std::invalid_argument);
+  auto q = spawn_trajectory_queue(f.sys, {4, -1, {}});
   std::string error;
   f.self->request(q, timeout, dequeue_atom::value, int64_t{5})
       .receive([](std::vector<unroll>&) { FAIL("served"); },
@@ -151,4 +152,48 @@ TEST_CASE("an unroll survives serialization") {
   CHECK(back.behaviour_logits == u.behaviour_logits);
   CHECK(back.steps() == 2);
   CHECK(back.envs() == 3);
+}
+
+TEST_CASE("trajectory_queue: a malformed unroll is refused, naming what is wrong") {
+  fixture f;
+  const unroll_shape shape{2, 3, 4, 2};
+  auto q = spawn_trajectory_queue(f.sys, {4, -1, shape});
+  auto good = [] {
+    unroll u;
+    u.actor = 5;
+    u.observations = tensor({3, 3, 4});
+    u.actions = tensor({2, 3}, dtype::i32);
+    u.rewards = tensor({2, 3});
+    u.terminated = tensor({2, 3}, dtype::i32);
+    u.truncated = tensor({2, 3}, dtype::i32);
+    u.final_observations = tensor({2, 3, 4});
+    u.behaviour_logits = tensor({2, 3, 2});
+    return u;
+  };
+  CHECK(unroll_problem(good(), shape).empty());
+  auto offer = [&](unroll u) {
+    std::string error;
+    f.self->request(q, timeout, enqueue_atom::value, std::move(u))
+        .receive([](int64_t) {}, [&](caf::error& e) { error = describe(e); });
+    return error;
+  };
+  CHECK(offer(good()).empty());
+  auto wrong_shape = good();
+  wrong_shape.rewards = tensor({2, 2});
+  CHECK(offer(wrong_shape)
+            .find("refused an unroll from actor 5: rewards has shape [2, 2] float32, "
+                  "expected [2, 3] float32") != std::string::npos);
+  auto bad_action = good();
+  bad_action.actions.data<int32_t>()[4] = 2;
+  CHECK(offer(bad_action).find("actions[4] is 2, expected a value in [0, 1]") != std::string::npos);
+  auto bad_flag = good();
+  bad_flag.terminated.data<int32_t>()[0] = 7;
+  CHECK(offer(bad_flag).find("terminated[0] is 7") != std::string::npos);
+  auto nan = good();
+  nan.rewards.f32()[1] = std::nanf("");
+  CHECK(offer(nan).find("rewards[1] is not a finite number") != std::string::npos);
+  auto s = f.stats(q);
+  CHECK(s.refused == 4);
+  CHECK(s.enqueued == 1);
+  CHECK_THROWS_AS(spawn_trajectory_queue(f.sys, {4, -1, {2, 0, 4, 2}}), std::invalid_argument);
 }
