@@ -104,6 +104,12 @@ void step_done(self_ptr self, const step_stats& sum) {
   if (st.finished) return;
   ++st.completed;
   st.samples += sum.count;
+  // A diverged job stops at once, saying so, instead of training on NaN to
+  // the end (and leaving NaN checkpoints and metrics behind).
+  if (!std::isfinite(sum.loss_sum))
+    return fail(self, "training diverged: the loss is " + std::to_string(sum.loss_sum) +
+                          " at step " + std::to_string(st.completed) +
+                          " (a lower optimizer.learning_rate, or a gradient clip, may help)");
   st.window_loss += sum.loss_sum;
   st.window_count += sum.count;
   const auto& p = *st.plan;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -66,8 +67,19 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
     plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
     plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
     plan->steps_per_epoch = plan->strat->updates_per_epoch(c, plan->train->size());
-    plan->total_steps = plan->steps_per_epoch > 0 ? c.training.epochs * plan->steps_per_epoch
-                                                  : c.training.max_steps;
+    int64_t all_epochs = 0;
+    const bool overflow =
+        plan->steps_per_epoch > 0 &&
+        __builtin_mul_overflow(c.training.epochs, plan->steps_per_epoch, &all_epochs);
+    if (overflow && c.training.max_steps > 0) all_epochs = c.training.max_steps;
+    if (overflow && c.training.max_steps == 0)
+      throw config_error(
+          "training.epochs",
+          std::to_string(c.training.epochs) + " epochs of " +
+              std::to_string(plan->steps_per_epoch) +
+              " steps are more steps than can be counted; expected at most " +
+              std::to_string(std::numeric_limits<int64_t>::max() / plan->steps_per_epoch));
+    plan->total_steps = plan->steps_per_epoch > 0 ? all_epochs : c.training.max_steps;
     if (c.training.max_steps > 0)
       plan->total_steps = std::min(plan->total_steps, c.training.max_steps);
   } else {

@@ -62,6 +62,13 @@ job_config load_job_config(const std::string& file) {
     std::size_t column = at - line_start + 1;
     throw config_error("", file + ": JSON syntax error at line " + std::to_string(line) +
                                ", column " + std::to_string(column) + ": " + syntax_detail(e));
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond a double's range (1e309): nlohmann gives no position.
+    std::string what = e.what();
+    std::size_t bracket = what.find("] ");
+    throw config_error("", file + ": JSON " +
+                               (bracket == std::string::npos ? what : what.substr(bracket + 2)) +
+                               " (numbers must fit a double)");
   }
   return parse_job_config(j);
 }
