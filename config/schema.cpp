@@ -23,8 +23,26 @@ using nlohmann::json;
 
 constexpr std::size_t kMaxShown = 60;
 
+// Whether v has at most `budget` values in all, nested at most `depth`
+// deep: only such a value is printed whole (a value nested 100,000 deep would
+// overflow the stack in dump()).
+bool small_value(const json& v, int depth, std::size_t& budget) {
+  if (budget == 0) return false;
+  --budget;
+  if (!v.is_array() && !v.is_object()) return true;
+  if (depth == 0) return false;
+  for (const auto& e : v)
+    if (!small_value(e, depth - 1, budget)) return false;
+  return true;
+}
+
 // A JSON value as the user wrote it, for "got ..." (short values verbatim).
 std::string show(const json& v) {
+  std::size_t budget = kMaxShown;
+  if (!small_value(v, 8, budget)) {
+    if (v.is_array()) return "an array of " + std::to_string(v.size()) + " elements";
+    if (v.is_object()) return "an object with " + std::to_string(v.size()) + " keys";
+  }
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (s.size() <= kMaxShown) return s;
   if (v.is_string()) {
@@ -81,6 +99,19 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 // ------------------------------------------------------------ value readers
+
+int64_t read_int(const json& v, const std::string& path, int64_t min);
+
+// An integer in [min, max]: sizes that allocate per unit (replicas,
+// prefetched batches, environments) are bounded, so that a typo is an error,
+// not an allocation of gigabytes.
+int64_t read_int_in(const json& v, const std::string& path, int64_t min, int64_t max) {
+  int64_t out = read_int(v, path, min);
+  if (out > max)
+    fail(path, "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+                   "], got " + show(v));
+  return out;
+}
 
 int64_t read_int(const json& v, const std::string& path, int64_t min) {
   const std::string want = "an integer >= " + std::to_string(min);
@@ -215,7 +246,11 @@ class object_reader {
   }
 
  private:
-  [[noreturn]] void unknown(const std::string& key) const {
+  [[noreturn]] void unknown(const std::string& raw) const {
+    // A key's control characters (NUL, newline) would cut or split the
+    // message: shown escaped, as JSON writes them.
+    std::string key = json(raw).dump(-1, ' ', false, json::error_handler_t::replace);
+    key = key.substr(1, key.size() - 2);
     std::size_t best = std::numeric_limits<std::size_t>::max();
     const std::string* suggestion = nullptr;
     for (const auto& k : keys_) {
@@ -331,7 +366,8 @@ void read_data(const json& j, const std::string& path, data_config& d) {
          [&](const json& v, const std::string& p) { d.batch_size = read_int(v, p, 1); });
   r.with("shuffle", [&](const json& v, const std::string& p) { d.shuffle = read_bool(v, p); });
   r.with("normalize", [&](const json& v, const std::string& p) { d.normalize = read_bool(v, p); });
-  r.with("prefetch", [&](const json& v, const std::string& p) { d.prefetch = read_int(v, p, 1); });
+  r.with("prefetch",
+         [&](const json& v, const std::string& p) { d.prefetch = read_int_in(v, p, 1, 1024); });
   r.with("gather", [&](const json& v, const std::string& p) {
     d.gather = read_enum(v, p, {"auto", "pipeline", "device"});
   });
@@ -373,11 +409,13 @@ void read_strategy(const json& j, const std::string& path, strategy_config& s) {
   r.with("kind", [&](const json& v, const std::string& p) {
     s.kind = read_enum(v, p, known_strategy_names());
   });
-  r.with("replicas", [&](const json& v, const std::string& p) { s.replicas = read_int(v, p, 1); });
+  r.with("replicas",
+         [&](const json& v, const std::string& p) { s.replicas = read_int_in(v, p, 1, 65536); });
   r.with("steps_per_update",
          [&](const json& v, const std::string& p) { s.steps_per_update = read_int(v, p, 1); });
   r.with("reducer", [&](const json& v, const std::string& p) { read_reducer(v, p, s.reducer); });
-  r.with("shards", [&](const json& v, const std::string& p) { s.shards = read_int(v, p, 1); });
+  r.with("shards",
+         [&](const json& v, const std::string& p) { s.shards = read_int_in(v, p, 1, 65536); });
   r.with("partitioner",
          [&](const json& v, const std::string& p) { read_partitioner(v, p, s.partitioner); });
   r.with("communication_period",
@@ -452,13 +490,17 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
                    "learners", "weights_every", "max_policy_lag", "queue_capacity"});
   // The environment's name is checked against the registry by the strategy.
   r.with("env", [&](const json& v, const std::string& p) { c.env = read_string(v, p, true); });
-  r.with("actors", [&](const json& v, const std::string& p) { c.actors = read_int(v, p, 1); });
-  r.with("envs_per_actor",
-         [&](const json& v, const std::string& p) { c.envs_per_actor = read_int(v, p, 1); });
-  r.with("unroll_length",
-         [&](const json& v, const std::string& p) { c.unroll_length = read_int(v, p, 1); });
-  r.with("batch_unrolls",
-         [&](const json& v, const std::string& p) { c.batch_unrolls = read_int(v, p, 1); });
+  r.with("actors",
+         [&](const json& v, const std::string& p) { c.actors = read_int_in(v, p, 1, 65536); });
+  r.with("envs_per_actor", [&](const json& v, const std::string& p) {
+    c.envs_per_actor = read_int_in(v, p, 1, 1 << 20);
+  });
+  r.with("unroll_length", [&](const json& v, const std::string& p) {
+    c.unroll_length = read_int_in(v, p, 1, 1 << 20);
+  });
+  r.with("batch_unrolls", [&](const json& v, const std::string& p) {
+    c.batch_unrolls = read_int_in(v, p, 1, 65536);
+  });
   r.with("discount", [&](const json& v, const std::string& p) {
     c.discount = read_number(v, p, unit_open_lo);
   });
@@ -478,13 +520,15 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
   r.with("grad_clip", [&](const json& v, const std::string& p) {
     c.grad_clip = read_number(v, p, non_negative);
   });
-  r.with("learners", [&](const json& v, const std::string& p) { c.learners = read_int(v, p, 1); });
+  r.with("learners",
+         [&](const json& v, const std::string& p) { c.learners = read_int_in(v, p, 1, 4096); });
   r.with("weights_every",
          [&](const json& v, const std::string& p) { c.weights_every = read_int(v, p, 1); });
   r.with("max_policy_lag",
          [&](const json& v, const std::string& p) { c.max_policy_lag = read_int(v, p, -1); });
-  r.with("queue_capacity",
-         [&](const json& v, const std::string& p) { c.queue_capacity = read_int(v, p, 1); });
+  r.with("queue_capacity", [&](const json& v, const std::string& p) {
+    c.queue_capacity = read_int_in(v, p, 1, 65536);
+  });
 }
 
 void read_checkpoint(const json& j, const std::string& path, checkpoint_config& c) {

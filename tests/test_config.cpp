@@ -352,3 +352,23 @@ TEST_CASE("config: load_job_config passes schema errors through") {
     CHECK(e.path() == "optimizer.kind");
   }
 }
+
+TEST_CASE("config: sizes that allocate are bounded, odd keys and deep values are shown safely") {
+  CHECK(error_of(R"({"data": {"prefetch": 1000000}})") ==
+        "data.prefetch: expected an integer in [1, 1024], got 1000000");
+  CHECK(error_of(R"({"strategy": {"kind": "mirrored", "replicas": 4000000000}})") ==
+        "strategy.replicas: expected an integer in [1, 65536], got 4000000000");
+  CHECK(error_of(R"({"strategy": {"kind": "actor_learner"}, "rl": {"envs_per_actor": 1e9}})") ==
+        "rl.envs_per_actor: expected an integer in [1, 1048576], got 1000000000.0");
+  // A key holding a newline or NUL is shown escaped, in one line.
+  auto nl = error_of("{\"data\": {\"a\\nb\": 1}}");
+  CHECK(nl.starts_with(R"(data.a\nb: unknown key)"));
+  CHECK(nl.find('\n') == std::string::npos);
+  auto nul = error_of("{\"x\\u0000y\": 1}");
+  CHECK(nul.starts_with(R"(x\u0000y: unknown key)"));
+  // A value nested 100,000 deep is described, not printed.
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK(error_of(R"({"name": )" + deep + "}") ==
+        "name: expected a non-empty name of letters, digits, '.', '_' or '-', got an array of 1 "
+        "elements");
+}
