@@ -266,6 +266,10 @@ void on_learned(self_ptr self, const learner_report& r) {
 
 void on_episodes(self_ptr self, const episode_report& r) {
   auto& st = self->state;
+  // The figures are the job's at its stop; unrolls acted while the learners
+  // halt are not counted (their episodes would move the mean after it was
+  // judged).
+  if (st.stopping || st.finished) return;
   st.env_steps += r.env_steps;
   st.since.env_steps += r.env_steps;
   for (double ret : r.returns) {
