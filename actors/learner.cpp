@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "actors/visible_mailbox.hpp"
+#include "models/model.hpp"
 
 namespace troupe {
 namespace {
@@ -135,23 +136,6 @@ void maybe_compute(self_ptr self) {
       [self, fig] { reduce(self, fig); });
 }
 
-// Copies a checkpoint's variables into the network's, by name; throws naming
-// a missing or mis-shaped one (before changing anything).
-void install_variables(std::vector<named_tensor>& vars, const std::vector<named_tensor>& from) {
-  std::vector<const tensor*> src;
-  for (const auto& v : vars) {
-    auto it = std::find_if(from.begin(), from.end(),
-                           [&](const named_tensor& x) { return x.name == v.name; });
-    if (it == from.end()) throw std::runtime_error("variable '" + v.name + "' is missing");
-    if (it->value.shape() != v.value.shape() || it->value.type() != v.value.type())
-      throw std::runtime_error("variable '" + v.name + "' has shape " +
-                               shape_string(it->value.shape()) + ", the model " +
-                               shape_string(v.value.shape()));
-    src.push_back(&it->value);
-  }
-  for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = src[i]->clone();
-}
-
 }  // namespace
 
 learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
@@ -197,9 +181,8 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
         self->state.tasks->submit(
             self,
             [in, version](learner_compute& lc) {
-              install_variables(lc.net->variables(), in->variables);
-              lc.opt->load_state(in->slots);
-              *version = lc.opt->step();
+              *version = restore_variables_and_slots(lc.net->variables(), *lc.opt, in->variables,
+                                                     in->slots);
             },
             [self, rp, version]() mutable {
               self->state.version = *version;

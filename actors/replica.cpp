@@ -132,23 +132,7 @@ void try_start(self_ptr self) {
 
 // Replaces the model's variables and the optimizer's slots (on the device).
 int64_t restore_state(compute_state& cs, const model_state& ms) {
-  auto& vars = cs.net->variables();
-  std::map<std::string, const tensor*> by_name;
-  for (auto& v : ms.variables) by_name[v.name] = &v.value;
-  for (auto& v : vars) {
-    auto i = by_name.find(v.name);
-    if (i == by_name.end()) throw std::runtime_error("checkpoint has no variable '" + v.name + "'");
-    if (i->second->shape() != v.value.shape() || i->second->type() != v.value.type())
-      throw std::runtime_error("checkpoint variable '" + v.name + "' has shape " +
-                               shape_string(i->second->shape()) + ", the model expects " +
-                               shape_string(v.value.shape()));
-  }
-  if (by_name.size() != vars.size())
-    throw std::runtime_error("checkpoint has " + std::to_string(by_name.size()) +
-                             " variables, the model has " + std::to_string(vars.size()));
-  for (auto& v : vars) v.value = by_name[v.name]->clone();
-  cs.opt->load_state(ms.slots);
-  return cs.opt->step();
+  return restore_variables_and_slots(cs.net->variables(), *cs.opt, ms.variables, ms.slots);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "models/model.hpp"
 
+#include <map>
 #include <stdexcept>
 
+#include "kernels/optimizer.hpp"
 #include "models/mlp.hpp"
 #include "models/registry.hpp"
 
@@ -39,6 +41,27 @@ std::unique_ptr<model> create_model(const model_config& c, const model_shape& s,
     throw std::invalid_argument("model.kind: unknown model '" + c.kind +
                                 "' (registered: " + registry().known() + ")");
   return f(c, s, seed);
+}
+
+int64_t restore_variables_and_slots(std::vector<named_tensor>& vars, kernels::optimizer& opt,
+                                    const std::vector<named_tensor>& variables,
+                                    const std::vector<named_tensor>& slots) {
+  std::map<std::string, const tensor*> by_name;
+  for (auto& v : variables) by_name[v.name] = &v.value;
+  for (auto& v : vars) {
+    auto i = by_name.find(v.name);
+    if (i == by_name.end()) throw std::runtime_error("checkpoint has no variable '" + v.name + "'");
+    if (i->second->shape() != v.value.shape() || i->second->type() != v.value.type())
+      throw std::runtime_error("checkpoint variable '" + v.name + "' has shape " +
+                               shape_string(i->second->shape()) + ", the model expects " +
+                               shape_string(v.value.shape()));
+  }
+  if (by_name.size() != vars.size())
+    throw std::runtime_error("checkpoint has " + std::to_string(by_name.size()) +
+                             " variables, the model has " + std::to_string(vars.size()));
+  for (auto& v : vars) v.value = by_name[v.name]->clone();
+  opt.load_state(slots);
+  return opt.step();
 }
 
 }  // namespace troupe

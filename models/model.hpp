@@ -9,6 +9,10 @@
 #include "config/job_config.hpp"
 #include "messages/tensor.hpp"
 
+namespace troupe::kernels {
+class optimizer;
+}
+
 namespace troupe {
 
 struct batch_stats {
@@ -37,6 +41,14 @@ class model {
 
 // Zeroed buffers shaped and named like `vars` (gradients of any model).
 std::vector<named_tensor> gradients_like(const std::vector<named_tensor>& vars);
+
+// Replaces `vars` (a network's variables) with the checkpoint's of the same
+// names and the optimizer's slots with `slots`; returns the optimizer's step.
+// Throws std::runtime_error naming a missing or mis-shaped variable (before
+// changing anything) or a count that differs.
+int64_t restore_variables_and_slots(std::vector<named_tensor>& vars, kernels::optimizer& opt,
+                                    const std::vector<named_tensor>& variables,
+                                    const std::vector<named_tensor>& slots);
 
 struct model_shape {
   int64_t features = 0;
