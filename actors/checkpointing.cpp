@@ -10,8 +10,8 @@ namespace troupe {
 
 namespace fs = std::filesystem;
 
-std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, model_state& ms) {
-  const auto& p = h.plan();
+std::string save_job_checkpoint(const job_plan& p, int64_t step, model_state& ms,
+                                nlohmann::json extra) {
   checkpoint::snapshot snap;
   snap.meta.job = p.config.name;
   snap.meta.strategy = p.config.strategy.kind;
@@ -19,16 +19,22 @@ std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, m
   snap.meta.epoch = p.steps_per_epoch > 0 ? step / p.steps_per_epoch : 0;
   snap.meta.batch_in_epoch = p.steps_per_epoch > 0 ? step % p.steps_per_epoch : step;
   snap.meta.config = to_json(p.config);
+  snap.meta.extra = std::move(extra);
   snap.variables = std::move(ms.variables);
   snap.slots = std::move(ms.slots);
+  auto path = checkpoint::save(p.checkpoint_dir, snap, p.config.checkpoint.keep);
+  spdlog::info("checkpoint saved: {} (step {})", path, step);
+  return path;
+}
+
+std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, model_state& ms) {
   std::string path;
   try {
-    path = checkpoint::save(p.checkpoint_dir, snap, p.config.checkpoint.keep);
+    path = save_job_checkpoint(h.plan(), step, ms);
   } catch (const std::exception& e) {
     h.fail(std::string("writing checkpoint failed: ") + e.what());
     return std::nullopt;
   }
-  spdlog::info("checkpoint saved: {} (step {})", path, step);
   h.write_metrics({{"type", "checkpoint"}, {"step", step}, {"path", path}});
   return path;
 }

@@ -11,6 +11,12 @@
 
 namespace troupe {
 
+// Saves the checkpoint of update `step` of plan's job (keeping
+// checkpoint.keep of them), with `extra` in its manifest; returns its path.
+// Throws checkpoint::checkpoint_error.
+std::string save_job_checkpoint(const job_plan& p, int64_t step, model_state& ms,
+                                nlohmann::json extra = {});
+
 // Writes the checkpoint of update `step` (keeping checkpoint.keep of them)
 // and its metrics line; returns its path. On failure the job fails through
 // the host, naming the cause, and nothing is returned.

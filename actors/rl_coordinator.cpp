@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <numeric>
 
+#include "actors/checkpointing.hpp"
 #include "actors/fan_in.hpp"
-#include "checkpoint/checkpoint.hpp"
 #include "envs/env.hpp"
 
 namespace troupe {
@@ -77,26 +77,15 @@ void checkpoint(self_ptr self, std::function<void()> k) {
           [self, k](model_state& ms) {
             auto& st = self->state;
             st.checkpointing = false;
-            const auto& p = *st.plan;
-            checkpoint::snapshot snap;
-            snap.meta.job = p.config.name;
-            snap.meta.strategy = p.config.strategy.kind;
-            snap.meta.step = saved_version(ms, st.updates);
-            snap.meta.batch_in_epoch = snap.meta.step;
-            snap.meta.config = to_json(p.config);
-            snap.meta.extra = resume_extra(st);
-            snap.variables = std::move(ms.variables);
-            snap.slots = std::move(ms.slots);
+            const int64_t step = saved_version(ms, st.updates);
             try {
-              st.last_checkpoint =
-                  checkpoint::save(p.checkpoint_dir, snap, p.config.checkpoint.keep);
+              st.last_checkpoint = save_job_checkpoint(*st.plan, step, ms, resume_extra(st));
             } catch (const std::exception& e) {
               fail(self, std::string("writing checkpoint failed: ") + e.what());
               return;
             }
-            spdlog::info("checkpoint saved: {} (update {})", st.last_checkpoint, snap.meta.step);
             write_metrics(self, {{"type", "checkpoint"},
-                                 {"step", snap.meta.step},
+                                 {"step", step},
                                  {"env_steps", st.env_steps},
                                  {"path", st.last_checkpoint}});
             k();
@@ -327,19 +316,18 @@ void restore(self_ptr self) {
   }
   st.start_env_steps = st.env_steps;
   model_state ms{snap.variables, snap.slots};
-  auto left = std::make_shared<std::size_t>(st.learners.size());
-  for (auto& l : st.learners)
-    self->request(l, st.plan->request_timeout, restore_atom::value, ms)
-        .then(
-            [self, left](int64_t version) {
-              auto& st = self->state;
-              st.updates = st.start_updates = version;
-              if (--*left == 0) {
-                spdlog::info("resumed at update {}, {} env steps", version, st.env_steps);
-                start(self);
-              }
-            },
-            [self](caf::error& e) { fail(self, "restoring the checkpoint: " + describe(e)); });
+  fan_in<int64_t> restored(
+      st.learners.size(),
+      [self](std::vector<int64_t>& versions) {
+        auto& st = self->state;
+        st.updates = st.start_updates = versions.front();
+        spdlog::info("resumed at update {}, {} env steps", st.updates, st.env_steps);
+        start(self);
+      },
+      [self](caf::error& e) { fail(self, "restoring the checkpoint: " + describe(e)); });
+  for (std::size_t i = 0; i < st.learners.size(); ++i)
+    self->request(st.learners[i], st.plan->request_timeout, restore_atom::value, ms)
+        .then(restored.reply(i), restored.error());
 }
 
 void on_down(self_ptr self, const caf::down_msg& dm) {
