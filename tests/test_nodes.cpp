@@ -152,6 +152,14 @@ struct cluster_job {
 
 using node_procs = std::map<std::string, std::unique_ptr<node_proc>>;
 
+// Whether `file` comes to hold `text` within 60 s (a running job's metrics).
+bool file_shows(const std::string& file, const std::string& text) {
+  auto until = clock_type::now() + std::chrono::seconds(60);
+  while (read_file(file).find(text) == std::string::npos && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return read_file(file).find(text) != std::string::npos;
+}
+
 // Starts every task of the cluster, logs in dir/<task>.log; `env`: task ->
 // variables set for that task's process only.
 node_procs start_all(const cluster_job& job, const std::string& dir,
@@ -341,12 +349,7 @@ TEST_CASE("an rl_actor process killed mid-job: the learners go on, and take it b
   cluster_job job(c, dir.str(), 2, 0);
   auto procs = start_all(job, dir.str());
   auto metrics = dir / "out/metrics.jsonl";
-  auto wait_for = [&](const std::string& text) {
-    auto until = clock_type::now() + std::chrono::seconds(60);
-    while (read_file(metrics).find(text) == std::string::npos && clock_type::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return read_file(metrics).find(text) != std::string::npos;
-  };
+  auto wait_for = [&](const std::string& text) { return file_shows(metrics, text); };
   REQUIRE(wait_for("\"train\""));
   REQUIRE(procs["worker:1"]->running());
   ::kill(procs["worker:1"]->pid, SIGKILL);
@@ -407,12 +410,7 @@ TEST_CASE("a worker process killed mid-job: parameter_server goes on, and takes 
   cluster_job job(c, dir.str(), 3, 1);
   auto procs = start_all(job, dir.str());
   auto metrics = dir / "out/metrics.jsonl";
-  auto wait_for = [&](const std::string& text) {
-    auto until = clock_type::now() + std::chrono::seconds(60);
-    while (read_file(metrics).find(text) == std::string::npos && clock_type::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return read_file(metrics).find(text) != std::string::npos;
-  };
+  auto wait_for = [&](const std::string& text) { return file_shows(metrics, text); };
   REQUIRE(wait_for("\"push\""));
   REQUIRE(procs["worker:2"]->running());
   ::kill(procs["worker:2"]->pid, SIGKILL);
