@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "actors/coordinator.hpp"
+#include "actors/gate.hpp"
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "actors/topology.hpp"
@@ -301,6 +302,12 @@ struct node_process {
   std::map<std::string, node_actor> connected;
 
   std::string name() const { return me.str(); }
+  gate_options gate_opts() const {
+    gate_options g;
+    g.secret = shared->secret;
+    g.name = name();
+    return g;
+  }
   const cluster_spec& spec() const { return *c.cluster; }
 
   // Connects to `task`'s node actor (retrying until the join deadline: the
@@ -314,12 +321,15 @@ struct node_process {
     node_actor peer;
     std::string last;
     for (;;) {
-      auto h = sys.middleman().remote_actor<node_actor>(hp.host, hp.port);
+      bool retry = false;
+      auto h = gate_remote_actor<node_actor>(sys, hp.host, hp.port, gate_opts(),
+                                             std::chrono::seconds(10), &retry);
       if (h) {
         peer = std::move(*h);
         break;
       }
       last = describe(h.error());
+      if (!retry) throw job_error(name() + ": joining " + task.str() + " failed: " + last);
       if (clock_type::now() >= deadline)
         throw job_error(name() + ": cannot reach " + task.str() + " at " + address + " within " +
                         fmt::format("{:g}", spec().join_timeout_seconds) + " s (" + last + ")");
@@ -678,12 +688,14 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
                   {}};
   const auto address = task_address(spec, task);
   const auto hp = parse_host_port(address);
-  auto published = sys.middleman().publish(node, hp.port, hp.host.c_str(), /*reuse_addr=*/true);
-  if (!published) {
+  // Peers reach the node actor only through the gate (actors/gate.hpp).
+  std::unique_ptr<gate> door;
+  try {
+    door = open_gate(sys, node, hp.host, hp.port, np.gate_opts());
+  } catch (const gate_error& e) {
     caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
     if (ring) caf::anon_send_exit(ring, caf::exit_reason::user_shutdown);
-    throw job_error(task.str() + ": cannot listen on " + address + ": " +
-                    describe(published.error()));
+    throw job_error(task.str() + ": " + e.what());
   }
   spdlog::info("{}: listening on {}", task.str(), address);
 
@@ -759,6 +771,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
         .receive([](int32_t) {}, [](caf::error&) {});
   }
   stop_everything(my_shards, workers, ring, node);
+  door.reset();
   auto devices = std::move(workers.devices);
   workers = {};
   my_shards.clear();

@@ -1,0 +1,560 @@
+#include "actors/gate.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <caf/io/basp_broker.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "config/secret.hpp"
+
+namespace troupe {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
+
+void set_nonblocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+}
+
+// "host:port" of a connected socket's other end.
+std::string peer_of(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (a.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&a);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    port = ntohs(in->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    auto* in = reinterpret_cast<sockaddr_in6*>(&a);
+    ::inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof host);
+    port = ntohs(in->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+// Sends all of `data` on a non-blocking socket within `deadline`.
+bool send_all(int fd, std::string_view data, clock_type::time_point deadline) {
+  std::size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>(left.count()));
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+// Reads exactly `out.size()` bytes within `deadline`; false on EOF, error or
+// timeout (`why` says which).
+bool recv_exact(int fd, std::string& out, clock_type::time_point deadline, std::string* why) {
+  std::size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = ::recv(fd, out.data() + got, out.size() - got, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      *why = "closed the connection during the handshake";
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      *why = errno_text(errno);
+      return false;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+    if (left.count() <= 0) {
+      *why = "no answer within the handshake timeout";
+      return false;
+    }
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(left.count()));
+  }
+  return true;
+}
+
+std::string fixed_name(const std::string& name) {
+  std::string out(gate_wire::kNameBytes, '\0');
+  std::memcpy(out.data(), name.data(), std::min(name.size(), gate_wire::kNameBytes - 1));
+  return out;
+}
+
+// The name in a fixed, NUL-padded field: printable, non-empty, terminated;
+// else empty.
+std::string read_name(std::string_view field) {
+  auto end = field.find('\0');
+  if (end == std::string_view::npos || end == 0) return {};
+  for (std::size_t i = end; i < field.size(); ++i)
+    if (field[i] != '\0') return {};
+  auto name = field.substr(0, end);
+  for (char ch : name)
+    if (ch < 0x21 || ch > 0x7e) return {};
+  return std::string(name);
+}
+
+bool is_hex64(std::string_view s) {
+  return s.size() == gate_wire::kHexBytes && std::all_of(s.begin(), s.end(), [](char ch) {
+           return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+         });
+}
+
+std::string client_label(const std::string& server_challenge, const std::string& client_challenge) {
+  return "gate-client|" + server_challenge + "|" + client_challenge;
+}
+std::string server_label(const std::string& server_challenge, const std::string& client_challenge) {
+  return "gate-server|" + client_challenge + "|" + server_challenge;
+}
+
+std::string make_verdict(bool admitted, const std::string& secret, const std::string& name,
+                         const std::string& server_challenge, const std::string& client_challenge) {
+  std::string v(gate_wire::kMagic, gate_wire::kMagicBytes);
+  v += admitted ? 'A' : 'R';
+  v += fixed_name(admitted ? name : std::string{});
+  v += admitted ? challenge_response(secret, server_label(server_challenge, client_challenge), name)
+                : std::string(gate_wire::kHexBytes, '0');
+  return v;
+}
+
+// At most one warning a second; what was not logged is counted into the next.
+class refusal_log {
+ public:
+  void warn(const std::string& me, const std::string& text) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto now = clock_type::now();
+    if (now - last_ < std::chrono::seconds(1)) {
+      ++held_;
+      return;
+    }
+    last_ = now;
+    if (held_ > 0)
+      spdlog::warn("{}: {} (and {} more refused connections not logged since the last line)", me,
+                   text, held_);
+    else
+      spdlog::warn("{}: {}", me, text);
+    held_ = 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  clock_type::time_point last_{};
+  uint64_t held_ = 0;
+};
+
+// Listening socket for host:port; throws gate_error.
+int listen_on(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const auto where = host + ":" + std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(),
+                         &hints, &res);
+  if (rc != 0) throw gate_error("cannot listen on " + where + ": " + ::gai_strerror(rc));
+  std::string last = "no address";
+  int fd = -1;
+  for (auto* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last = errno_text(errno);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
+      last = errno_text(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) throw gate_error("cannot listen on " + where + ": " + last);
+  set_nonblocking(fd);
+  return fd;
+}
+
+uint16_t local_port(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
+  return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+}
+
+}  // namespace
+
+namespace gate_wire {
+
+std::string make_proof(const std::string& secret, const std::string& name,
+                       const std::string& server_challenge, const std::string& client_challenge) {
+  std::string p(kMagic, kMagicBytes);
+  p += fixed_name(name);
+  p += client_challenge;
+  p += challenge_response(secret, client_label(server_challenge, client_challenge), name);
+  return p;
+}
+
+proof_check check_proof(const std::string& secret, const std::string& server_challenge,
+                        std::string_view frame) {
+  proof_check out;
+  if (frame.size() != kProofBytes || frame.substr(0, kMagicBytes) != kMagic) {
+    out.problem = "not a troupe peer (no gate handshake)";
+    return out;
+  }
+  auto name = read_name(frame.substr(kMagicBytes, kNameBytes));
+  auto challenge = frame.substr(kMagicBytes + kNameBytes, kHexBytes);
+  auto mac = frame.substr(kMagicBytes + kNameBytes + kHexBytes, kHexBytes);
+  if (name.empty() || !is_hex64(challenge) || !is_hex64(mac)) {
+    out.problem = "malformed gate handshake";
+    return out;
+  }
+  out.name = name;
+  out.client_challenge = std::string(challenge);
+  if (!verify_challenge_response(secret, client_label(server_challenge, out.client_challenge), name,
+                                 mac))
+    out.problem = "wrong or missing cluster secret";
+  return out;
+}
+
+}  // namespace gate_wire
+
+// ---------------------------------------------------------------- listener
+
+struct gate::state {
+  caf::actor_system& sys;
+  caf::actor basp;
+  caf::strong_actor_ptr whom;
+  std::set<std::string> ifs;
+  gate_options opts;
+  int listener = -1;
+  uint16_t port = 0;  // also the key BASP files the served actor under
+  int wake[2] = {-1, -1};
+  int reserve = -1;  // a spare fd, given up to accept-and-close when out of fds
+  std::atomic<bool> stopping{false};
+  refusal_log log;
+  mutable std::mutex stats_mutex;
+  gate_stats stats;
+
+  struct pending {
+    int fd;
+    std::string peer;
+    std::string challenge;
+    std::string frame;  // kProofBytes, filled as bytes arrive
+    std::size_t got = 0;
+    clock_type::time_point deadline;
+  };
+  std::deque<pending> waiting;  // oldest first
+
+  state(caf::actor_system& s) : sys(s) {}
+
+  void count(uint64_t gate_stats::*field) {
+    std::lock_guard<std::mutex> guard(stats_mutex);
+    ++(stats.*field);
+  }
+
+  void refuse(pending& p, const std::string& why, uint64_t gate_stats::*field,
+              const std::string& claimed = {}) {
+    count(field);
+    log.warn(opts.name, claimed.empty() ? "refused a connection from " + p.peer + ": " + why
+                                        : "refused a peer claiming to be " + claimed + " (" +
+                                              p.peer + "): " + why);
+    ::close(p.fd);
+    p.fd = -1;
+  }
+
+  void accept_all() {
+    for (;;) {
+      int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR) continue;
+        if ((errno == EMFILE || errno == ENFILE) && reserve >= 0) {
+          // Out of descriptors: take the connection with the spare fd and
+          // drop it, so the listener does not stay readable and spin.
+          ::close(reserve);
+          int dropped = ::accept(listener, nullptr, nullptr);
+          if (dropped >= 0) {
+            count(&gate_stats::refused);
+            log.warn(opts.name, "refused a connection from " + peer_of(dropped) +
+                                    ": this process is out of file descriptors");
+            ::close(dropped);
+          }
+          reserve = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+          continue;
+        }
+        return;  // EAGAIN, or an error the next poll retries
+      }
+      if (waiting.size() >= opts.max_pending) {
+        refuse(waiting.front(), "too many connections still in their handshake (oldest dropped)",
+               &gate_stats::evicted);
+        waiting.pop_front();
+      }
+      pending p{fd,
+                peer_of(fd),
+                make_challenge(),
+                std::string(gate_wire::kProofBytes, '\0'),
+                0,
+                clock_type::now() + opts.handshake_timeout};
+      std::string hello(gate_wire::kMagic, gate_wire::kMagicBytes);
+      hello += p.challenge;
+      // 72 bytes on a fresh socket always fit its send buffer.
+      if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(hello.size())) {
+        refuse(p, "closed before the handshake", &gate_stats::refused);
+        continue;
+      }
+      waiting.push_back(std::move(p));
+    }
+  }
+
+  // Reads what `p` sent; true when it is done with (admitted or refused).
+  bool on_readable(pending& p) {
+    for (;;) {
+      ssize_t n = ::recv(p.fd, p.frame.data() + p.got, p.frame.size() - p.got, 0);
+      if (n > 0) {
+        p.got += static_cast<std::size_t>(n);
+        if (p.got == p.frame.size()) break;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+      refuse(p, "closed the connection during the handshake", &gate_stats::refused);
+      return true;
+    }
+    auto check = gate_wire::check_proof(opts.secret, p.challenge, p.frame);
+    if (!check.problem.empty()) {
+      if (!check.name.empty()) {  // a well-formed proof with a wrong secret is told so
+        send_all(p.fd, make_verdict(false, opts.secret, opts.name, p.challenge, {}),
+                 clock_type::now() + std::chrono::milliseconds(100));
+      }
+      refuse(p, check.problem, &gate_stats::refused, check.name);
+      return true;
+    }
+    auto verdict = make_verdict(true, opts.secret, opts.name, p.challenge, check.client_challenge);
+    if (!send_all(p.fd, verdict, clock_type::now() + std::chrono::seconds(1))) {
+      refuse(p, check.name + " left during the handshake", &gate_stats::refused);
+      return true;
+    }
+    admit(p, check.name);
+    return true;
+  }
+
+  void admit(pending& p, const std::string& name) {
+    spdlog::debug("{}: {} at {} passed the gate", opts.name, name, p.peer);
+    auto scribe = sys.middleman().backend().new_scribe(p.fd);
+    p.fd = -1;  // BASP's now
+    caf::anon_send(basp, caf::publish_atom::value, std::move(scribe), port, whom, ifs);
+    count(&gate_stats::admitted);
+  }
+};
+
+gate::gate(caf::actor_system& sys, caf::strong_actor_ptr whom, std::set<std::string> ifs,
+           const std::string& host, uint16_t port, gate_options opts)
+    : st_(std::make_unique<state>(sys)) {
+  if (opts.name.empty() || opts.name.size() >= gate_wire::kNameBytes)
+    throw gate_error("gate: a task name of 1 to 63 bytes is needed, got '" + opts.name + "'");
+  st_->basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  st_->whom = std::move(whom);
+  st_->ifs = std::move(ifs);
+  st_->opts = std::move(opts);
+  st_->listener = listen_on(host, port);
+  port_ = st_->port = local_port(st_->listener);
+  if (::pipe2(st_->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    ::close(st_->listener);
+    throw gate_error("gate: pipe: " + errno_text(errno));
+  }
+  st_->reserve = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  thread_ = std::thread([this] { loop(); });
+}
+
+gate::~gate() {
+  st_->stopping = true;
+  char b = 1;
+  [[maybe_unused]] auto n = ::write(st_->wake[1], &b, 1);
+  if (thread_.joinable()) thread_.join();
+  for (auto& p : st_->waiting)
+    if (p.fd >= 0) ::close(p.fd);
+  for (int fd : {st_->listener, st_->wake[0], st_->wake[1], st_->reserve})
+    if (fd >= 0) ::close(fd);
+}
+
+gate_stats gate::stats() const {
+  std::lock_guard<std::mutex> guard(st_->stats_mutex);
+  return st_->stats;
+}
+
+void gate::loop() {
+  auto& st = *st_;
+  std::vector<pollfd> fds;
+  while (!st.stopping) {
+    fds.clear();
+    fds.push_back({st.wake[0], POLLIN, 0});
+    fds.push_back({st.listener, POLLIN, 0});
+    auto now = clock_type::now();
+    auto next = now + std::chrono::seconds(1);
+    for (auto& p : st.waiting) {
+      fds.push_back({p.fd, POLLIN, 0});
+      next = std::min(next, p.deadline);
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+    int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0) + 1));
+    if (n < 0 && errno != EINTR) {
+      spdlog::error("{}: the gate's poll failed ({}); it stops listening", st.opts.name,
+                    errno_text(errno));
+      return;
+    }
+    if (st.stopping) return;
+    // Pending connections first (the indices match `fds` from 2 on), then
+    // new ones, which may evict from the front of `waiting`.
+    now = clock_type::now();
+    for (std::size_t i = 0; i < st.waiting.size(); ++i) {
+      auto& p = st.waiting[i];
+      if (fds[i + 2].revents != 0) {
+        st.on_readable(p);
+      } else if (now >= p.deadline) {
+        st.refuse(
+            p, "no handshake within " + std::to_string(st.opts.handshake_timeout.count()) + " ms",
+            &gate_stats::timed_out);
+      }
+    }
+    st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(),
+                                    [](const state::pending& p) { return p.fd < 0; }),
+                     st.waiting.end());
+    if (fds[1].revents != 0) st.accept_all();
+  }
+}
+
+// ---------------------------------------------------------------- connector
+
+gate_connection gate_connect(caf::actor_system& sys, const std::string& host, uint16_t port,
+                             const gate_options& opts, const std::set<std::string>& ifs,
+                             caf::timespan timeout) {
+  gate_connection out;
+  const auto where = host + ":" + std::to_string(port);
+  const auto deadline =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) {
+    out.unreachable = true;
+    out.error = "cannot resolve " + host + ": " + ::gai_strerror(rc);
+    return out;
+  }
+  int fd = -1;
+  out.error = "cannot connect to " + where;
+  for (auto* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+      pollfd p{fd, POLLOUT, 0};
+      int soerr = ETIMEDOUT;
+      if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) == 1) {
+        socklen_t len = sizeof soerr;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+      }
+      r = soerr == 0 ? 0 : -1;
+      errno = soerr;
+    }
+    if (r != 0) {
+      out.error = "cannot connect to " + where + ": " + errno_text(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) {
+    out.unreachable = true;
+    return out;
+  }
+  // `retry`: a failure that may pass (the listener busy or restarting).
+  auto fail = [&](const std::string& why, bool retry = false) {
+    ::close(fd);
+    out.error = why;
+    out.unreachable = retry;
+    return out;
+  };
+  std::string why;
+  std::string hello(gate_wire::kHelloBytes, '\0');
+  if (!recv_exact(fd, hello, deadline, &why)) return fail(where + " " + why, true);
+  auto server_challenge = hello.substr(gate_wire::kMagicBytes);
+  if (hello.compare(0, gate_wire::kMagicBytes, gate_wire::kMagic) != 0 ||
+      !is_hex64(server_challenge))
+    return fail(where + " is not a troupe node (no gate handshake)");
+  auto client_challenge = make_challenge();
+  if (!send_all(fd,
+                gate_wire::make_proof(opts.secret, opts.name, server_challenge, client_challenge),
+                deadline))
+    return fail(where + " closed the connection during the handshake", true);
+  std::string verdict(gate_wire::kVerdictBytes, '\0');
+  if (!recv_exact(fd, verdict, deadline, &why)) return fail(where + " " + why, true);
+  if (verdict.compare(0, gate_wire::kMagicBytes, gate_wire::kMagic) != 0)
+    return fail(where + " is not a troupe node (no gate handshake)");
+  if (verdict[gate_wire::kMagicBytes] != 'A')
+    return fail(where + " refused this process: wrong or missing cluster secret");
+  auto peer = read_name(
+      std::string_view(verdict).substr(gate_wire::kMagicBytes + 1, gate_wire::kNameBytes));
+  auto mac = verdict.substr(gate_wire::kMagicBytes + 1 + gate_wire::kNameBytes);
+  if (peer.empty() || !verify_challenge_response(
+                          opts.secret, server_label(server_challenge, client_challenge), peer, mac))
+    return fail(where + " did not prove it knows the cluster secret");
+  // Both sides proved the secret: BASP takes the socket over.
+  auto scribe = sys.middleman().backend().new_scribe(fd);
+  auto basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  auto left = std::max(caf::timespan{std::chrono::milliseconds(100)},
+                       std::chrono::duration_cast<caf::timespan>(deadline - clock_type::now()));
+  caf::scoped_actor self{sys};
+  self->request(basp, left, caf::connect_atom::value, std::move(scribe), port)
+      .receive(
+          [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>& theirs) {
+            if (!ptr)
+              out.error = peer + " at " + where + " serves no actor";
+            else if (!sys.assignable(theirs, ifs))
+              out.error = peer + " at " + where + " serves an actor of another interface";
+            else
+              out.actor = std::move(ptr);
+          },
+          [&](caf::error& e) { out.error = where + ": BASP handshake: " + sys.render(e); });
+  if (out.actor) out.error.clear();
+  return out;
+}
+
+}  // namespace troupe

@@ -1,0 +1,147 @@
+#pragma once
+// The gate in front of CAF's BASP: no byte from a peer that has not proved
+// it knows the cluster secret ever reaches CAF's network parser.
+//
+// Why: CAF 0.17's BASP broker trusts the wire. It sizes its read buffer from
+// a header's payload_len before anything else runs (one 32-byte header can
+// make a node allocate 4 GiB), it keeps connections that never send a whole
+// header, and it hands its node id to anyone who connects, so a stranger
+// can send a client handshake claiming a worker's node id and take over the
+// routes to it. troupe's own handshake (config/secret.hpp) used to run over
+// BASP, i.e. after all of that.
+//
+// So a node no longer lets CAF listen. The gate owns the listening socket
+// and, on a thread of its own, runs a fixed-size exchange on each new
+// connection (every frame has one length, known before reading; nothing is
+// allocated from a peer's bytes):
+//
+//   listener -> connector  hello: magic, challenge S          (72 bytes)
+//   connector -> listener  proof: magic, name C, challenge C,
+//                          HMAC(secret, "gate-client" S C, C) (200 bytes)
+//   listener -> connector  verdict: magic, 'A' or 'R', name L,
+//                          HMAC(secret, "gate-server" C S, L) (137 bytes)
+//
+// Both sides prove the secret (config/secret.hpp's challenge_response, with
+// its own labels so a proof of one direction is never valid for the other),
+// and only then is the socket handed to the BASP broker: as a new incoming
+// connection on the listener's side, as a connect on the connector's side.
+// From there on it is plain BASP between two authenticated processes.
+//
+// Limits before authentication: at most `max_pending` connections (a new one
+// beyond that evicts the oldest, so idle connections cannot lock real peers
+// out), each closed after `handshake_timeout`; a refused or timed-out
+// connection is logged with the peer's address, at most one line a second
+// (the rest counted in the next line).
+#include <atomic>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace troupe {
+
+// A listener that cannot be opened (address in use, bad host); what() names
+// the address.
+class gate_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct gate_options {
+  std::string secret;  // the cluster secret (config/secret.hpp)
+  std::string name;    // this process's task, e.g. "chief:0" (at most 63 bytes)
+  std::chrono::milliseconds handshake_timeout{5000};
+  std::size_t max_pending = 64;
+};
+
+// What the listener has seen; counters only grow.
+struct gate_stats {
+  uint64_t admitted = 0;   // proved the secret, handed to BASP
+  uint64_t refused = 0;    // wrong proof, bad frame, or closed mid-handshake
+  uint64_t timed_out = 0;  // no full proof within handshake_timeout
+  uint64_t evicted = 0;    // dropped to make room (max_pending)
+};
+
+// The listening side: serves `whom` (its message interface `ifs`) to every
+// peer that passes the gate, as CAF's publish does for every peer.
+class gate {
+ public:
+  // Listens on host:port (port 0: one the OS picks); throws gate_error.
+  gate(caf::actor_system& sys, caf::strong_actor_ptr whom, std::set<std::string> ifs,
+       const std::string& host, uint16_t port, gate_options opts);
+  ~gate();  // stops listening; connections already handed to BASP stay
+  gate(const gate&) = delete;
+  gate& operator=(const gate&) = delete;
+
+  uint16_t port() const { return port_; }
+  gate_stats stats() const;
+
+ private:
+  struct state;
+  void loop();
+
+  std::unique_ptr<state> st_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+template <class Handle>
+std::unique_ptr<gate> open_gate(caf::actor_system& sys, const Handle& whom, const std::string& host,
+                                uint16_t port, gate_options opts) {
+  return std::make_unique<gate>(sys, caf::actor_cast<caf::strong_actor_ptr>(whom),
+                                sys.message_types<Handle>(), host, port, std::move(opts));
+}
+
+// The connecting side's outcome.
+struct gate_connection {
+  caf::strong_actor_ptr actor;  // the listener's actor; null on failure
+  bool unreachable = false;     // nobody listening (yet): worth retrying
+  std::string error;            // why not, e.g. "chief:0 refused this process's proof ..."
+};
+
+// Connects to a gate at host:port, runs the exchange within `timeout`, then
+// lets BASP connect over the same socket; checks the actor's interface
+// against `ifs`.
+gate_connection gate_connect(caf::actor_system& sys, const std::string& host, uint16_t port,
+                             const gate_options& opts, const std::set<std::string>& ifs,
+                             caf::timespan timeout);
+
+template <class Handle>
+caf::expected<Handle> gate_remote_actor(caf::actor_system& sys, const std::string& host,
+                                        uint16_t port, const gate_options& opts,
+                                        caf::timespan timeout, bool* unreachable = nullptr) {
+  auto c = gate_connect(sys, host, port, opts, sys.message_types<Handle>(), timeout);
+  if (unreachable) *unreachable = c.unreachable;
+  if (!c.actor) return caf::make_error(caf::sec::cannot_connect_to_node, std::move(c.error));
+  return caf::actor_cast<Handle>(std::move(c.actor));
+}
+
+// The exchange's frames, exposed for tests and the fuzz target.
+namespace gate_wire {
+inline constexpr std::size_t kMagicBytes = 8;
+inline constexpr std::size_t kNameBytes = 64;
+inline constexpr std::size_t kHexBytes = 64;
+inline constexpr std::size_t kHelloBytes = kMagicBytes + kHexBytes;
+inline constexpr std::size_t kProofBytes = kMagicBytes + kNameBytes + 2 * kHexBytes;
+inline constexpr std::size_t kVerdictBytes = kMagicBytes + 1 + kNameBytes + kHexBytes;
+inline constexpr char kMagic[kMagicBytes + 1] = "troupeG1";
+
+// The connector's proof for the listener's hello `server_challenge`.
+std::string make_proof(const std::string& secret, const std::string& name,
+                       const std::string& server_challenge, const std::string& client_challenge);
+// The listener's check of a proof frame.
+struct proof_check {
+  std::string name;              // the connector's claimed task, when the frame is well formed
+  std::string client_challenge;  // its challenge, idem
+  std::string problem;           // empty: admitted; else why not
+};
+proof_check check_proof(const std::string& secret, const std::string& server_challenge,
+                        std::string_view frame);
+}  // namespace gate_wire
+
+}  // namespace troupe
