@@ -20,8 +20,10 @@
 #include "actors/gate.hpp"
 #include "actors/net_system_config.hpp"
 #include "config/secret.hpp"
+#include "tests/attack.hpp"
 
 using namespace troupe;
+using namespace troupe::attack;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -67,32 +69,6 @@ struct connector {
   }
 };
 
-int raw_connect(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  return fd;
-}
-
-// Everything the other end sends until it closes (or `limit` passes).
-std::string drain(int fd, std::chrono::milliseconds limit) {
-  std::string out;
-  auto end = clock_type::now() + limit;
-  char buf[4096];
-  while (clock_type::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
-
 // True when the other end closed the connection within `limit`.
 bool closed_within(int fd, std::chrono::milliseconds limit) {
   auto end = clock_type::now() + limit;
@@ -111,16 +87,6 @@ long rss_mb() {
   long pages = 0, resident = 0;
   in >> pages >> resident;
   return resident * ::sysconf(_SC_PAGESIZE) / (1024 * 1024);
-}
-
-// A BASP header as CAF 0.17 writes it (big-endian): operation, two padding
-// bytes, flags, payload_len, operation_data, source and destination actor.
-std::string basp_header(uint8_t op, uint8_t flags, uint32_t payload_len) {
-  std::string h(32, '\0');
-  h[0] = static_cast<char>(op);
-  h[3] = static_cast<char>(flags);
-  for (int i = 0; i < 4; ++i) h[4 + i] = static_cast<char>((payload_len >> (24 - 8 * i)) & 0xff);
-  return h;
 }
 
 template <class Pred>
@@ -207,13 +173,7 @@ TEST_CASE("a forged BASP handshake with the select-connection flag gets nothing"
   connector good;
   auto a = good.connect(l.door->port(), opts("worker:0"));
   REQUIRE(a);
-  // The attacker sends what hijacked a worker's routes before the gate: a
-  // client_handshake (operation 1) with select_connection_flag, then a body.
-  int fd = raw_connect(l.door->port());
-  auto forged = basp_header(1, 0x02, 64) + std::string(64, 'x') + std::string(200, 'y');
-  CHECK(::send(fd, forged.data(), forged.size(), MSG_NOSIGNAL) > 0);
-  auto got = drain(fd, std::chrono::seconds(3));
-  ::close(fd);
+  auto got = forged_handshake(l.door->port());
   // Only the gate's hello (a magic and a random challenge), then the close.
   CHECK(got.size() == gate_wire::kHelloBytes);
   CHECK(got.compare(0, gate_wire::kMagicBytes, gate_wire::kMagic) == 0);
@@ -227,23 +187,7 @@ TEST_CASE("oversized headers and random bytes cost bounded memory, and peers sti
   o.handshake_timeout = std::chrono::seconds(1);
   listener l(o);
   auto before = rss_mb();
-  std::vector<int> fds;
-  // 4 headers announcing a 4 GiB payload each.
-  for (int i = 0; i < 4; ++i) {
-    int fd = raw_connect(l.door->port());
-    auto h = basp_header(2, 0, 0xffffffffu);
-    CHECK(::send(fd, h.data(), h.size(), MSG_NOSIGNAL) == 32);
-    fds.push_back(fd);
-  }
-  // 300 connections of random bytes (more than max_pending at once).
-  std::mt19937 rng(7);
-  for (int i = 0; i < 300; ++i) {
-    int fd = raw_connect(l.door->port());
-    std::string junk(static_cast<std::size_t>(rng() % 4096 + 1), '\0');
-    for (auto& ch : junk) ch = static_cast<char>(rng());
-    (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
-    fds.push_back(fd);
-  }
+  auto fds = flood(l.door->port(), 4, 300);
   // A real peer joins in the middle of it.
   connector c;
   auto a = c.connect(l.door->port(), opts("worker:0"));

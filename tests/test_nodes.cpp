@@ -22,6 +22,7 @@
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "messages/node_messages.hpp"
+#include "tests/attack.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
@@ -522,6 +523,52 @@ TEST_CASE("a node with a wrong or missing secret is refused") {
   auto out = chief.output();
   CHECK_MESSAGE(out.find("still waiting for worker:0") != std::string::npos, out);
   CHECK(out.find("refused a peer claiming to be worker:0") != std::string::npos);
+}
+
+// Resident memory of process `pid`, in MB (VmRSS).
+long rss_mb_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6)) / 1024;
+  return 0;
+}
+
+TEST_CASE("a chief attacked at its port stays small, gives nothing away, and finishes its job") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 2, 48);
+  c.checkpoint.every_steps = 0;
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
+  const auto port = parse_host_port(job.address.at("chief:0")).port;
+  REQUIRE_MESSAGE(attack::wait_listening(port, std::chrono::seconds(30)), chief.output());
+  const long before = rss_mb_of(chief.pid);
+  // Before BASP had a gate: 4 GiB allocated per header, GBs for random
+  // bytes, and the forged handshake took the worker's routes.
+  auto fds = attack::flood(port, 4, 300);
+  long peak = 0;
+  for (int i = 0; i < 20; ++i) {
+    peak = std::max(peak, rss_mb_of(chief.pid));
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
+  auto got = attack::forged_handshake(port);
+  CHECK(got.size() == gate_wire::kHelloBytes);  // the gate's hello, then the close
+  while (worker.running() && chief.running()) {
+    peak = std::max(peak, rss_mb_of(chief.pid));
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  for (int fd : fds) ::close(fd);
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(60)) == 0, chief.output());
+  CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
+  MESSAGE("chief RSS " << before << " MB before the attack, at most " << peak << " MB during it");
+  CHECK(peak - before < 100);
+  CHECK(chief.output().find("refused a connection from 127.0.0.1") != std::string::npos);
+  // The job is the one the attack did not touch.
+  double d = max_abs_diff(variables_of(one), variables_of(summary_in(dir / "out")));
+  CHECK(d < 2e-5);
 }
 
 TEST_CASE("troupe launch runs every task of the cluster with troupe node") {
