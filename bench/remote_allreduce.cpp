@@ -3,7 +3,7 @@
 //
 //   bench_remote_allreduce [--sizes-mb=1,16,64] [--iters=10] [--chunk-kb=1024]
 //                          [--window=8] [--reads=N] [--workers=N] [--threads=N]
-//                          [--heartbeat-ms=200] [--mm-thread=1]
+//                          [--heartbeat-ms=200] [--mm-thread=1] [--gate=0]
 //
 // Starts itself as rank 1 (`--peer ...`), publishes rank 0 on a free port,
 // and for each size runs 2 warm-up + `iters` mean all-reduces of that many
@@ -16,8 +16,10 @@
 // --heartbeat-ms middleman.heartbeat-interval (0: off; net_system_config's
 // default: 200 ms, connection timeout 2 s), --mm-thread=0 runs the ring
 // nodes as plain actors instead of on the middleman's thread
-// (ring_options::on_middleman_thread). Rank 1 stays until rank 0 closes its
-// stdin (rank 0's last collective waits for rank 1's last acknowledgement).
+// (ring_options::on_middleman_thread), --gate=1 connects the ranks through
+// troupe node's gate (actors/gate.hpp) instead of CAF's publish/remote_actor
+// (the cost of authenticating: the data path after it is the same BASP). Rank 1 stays until rank 0
+// closes its stdin (rank 0's last collective waits for rank 1's last acknowledgement).
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -31,8 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "actors/gate.hpp"
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
+#include "config/secret.hpp"
 
 extern char** environ;
 
@@ -51,6 +55,7 @@ struct options {
   int64_t threads = 0;
   int64_t heartbeat_ms = 200;
   bool mm_thread = true;
+  bool gate = false;
   // peer mode
   int peer_port = -1;
 };
@@ -80,6 +85,8 @@ void parse_one(options& o, const std::string& a) {
     o.heartbeat_ms = std::stoll(v);
   } else if (auto v = value_of(a, "--mm-thread="); !v.empty()) {
     o.mm_thread = v != "0";
+  } else if (auto v = value_of(a, "--gate="); !v.empty()) {
+    o.gate = std::stoi(v) != 0;
   } else if (auto v = value_of(a, "--peer="); !v.empty()) {
     o.peer_port = std::stoi(v);
   } else {
@@ -180,7 +187,41 @@ int main(int argc, char** argv) {
   ro.window = o.window;
   ro.on_middleman_thread = o.mm_thread;
   auto node = spawn_ring_node(sys, ro);
-  auto port = publish_ring_node(sys, node, 0);
+  // --gate: both ranks listen through a gate and connect through it, with a
+  // secret rank 0 makes up and hands to rank 1 in its environment.
+  std::unique_ptr<gate> door;
+  ring_connector connect;
+  caf::expected<uint16_t> port = uint16_t{0};
+  if (o.gate) {
+    if (o.peer_port < 0) ::setenv("TROUPE_BENCH_SECRET", make_challenge().c_str(), 1);
+    gate_options g;
+    g.secret = std::getenv("TROUPE_BENCH_SECRET");
+    g.name = o.peer_port < 0 ? "rank:0" : "rank:1";
+    door = open_gate(sys, node, "127.0.0.1", 0, g);
+    port = door->port();
+    connect = [&sys, g](const std::string& host, uint16_t p,
+                        caf::timespan t) -> caf::expected<ring_peer_actor> {
+      auto h = gate_remote_actor<ring_node_actor>(sys, host, p, g, t);
+      if (!h) return std::move(h.error());
+      return ring_peer_actor{*h};
+    };
+  } else {
+    port = publish_ring_node(sys, node, 0);
+    connect = [&sys](const std::string& host, uint16_t p, caf::timespan t) {
+      return connect_ring_peer(sys, host, p, t);
+    };
+  }
+  // Rank 1 connects to rank 0: the time that takes, gate or not (on stderr,
+  // as rank 1's stdout is read by rank 0).
+  connect = [inner = connect, gated = o.gate](const std::string& host, uint16_t p,
+                                              caf::timespan t) {
+    auto t0 = clk::now();
+    auto h = inner(host, p, t);
+    std::fprintf(stderr, "{\"bench\":\"remote_allreduce_connect\",\"gate\":%s,\"ms\":%.3f}\n",
+                 gated ? "true" : "false",
+                 std::chrono::duration<double, std::milli>(clk::now() - t0).count());
+    return h;
+  };
   if (!port) {
     std::cerr << "publish: " << sys.render(port.error()) << "\n";
     return 1;
@@ -189,7 +230,8 @@ int main(int argc, char** argv) {
   if (o.peer_port >= 0) {  // rank 1: tell rank 0 our port, then run
     std::cout << "PORT " << *port << std::endl;
     auto p0 = static_cast<uint16_t>(o.peer_port);
-    if (auto err = join_ring(sys, node, 1, {{"127.0.0.1", p0}, {"127.0.0.1", *port}})) {
+    if (auto err = join_ring(sys, node, 1, {{"127.0.0.1", p0}, {"127.0.0.1", *port}},
+                             std::chrono::seconds(10), connect)) {
       std::cerr << "rank 1 join: " << describe(err) << "\n";
       rc = 1;
     } else {
@@ -233,8 +275,9 @@ int main(int argc, char** argv) {
   if (!std::fgets(line, sizeof line, child_out) || std::sscanf(line, "PORT %u", &p1) != 1) {
     std::cerr << "rank 1 did not report its port\n";
     rc = 1;
-  } else if (auto err = join_ring(
-                 sys, node, 0, {{"127.0.0.1", *port}, {"127.0.0.1", static_cast<uint16_t>(p1)}})) {
+  } else if (auto err = join_ring(sys, node, 0,
+                                  {{"127.0.0.1", *port}, {"127.0.0.1", static_cast<uint16_t>(p1)}},
+                                  std::chrono::seconds(10), connect)) {
     std::cerr << "rank 0 join: " << describe(err) << "\n";
     rc = 1;
   } else {

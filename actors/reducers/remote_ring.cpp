@@ -526,7 +526,7 @@ caf::error wire_ring_node(caf::actor_system& sys, const ring_node_actor& node, i
 
 caf::error join_ring(caf::actor_system& sys, const ring_node_actor& node, int32_t rank,
                      const std::vector<std::pair<std::string, uint16_t>>& addresses,
-                     caf::timespan timeout) {
+                     caf::timespan timeout, const ring_connector& connect) {
   // Each pair of nodes gets one connection, opened by the higher rank: it
   // connects to every lower rank and introduces itself; a node learns the
   // higher ranks from their hellos.
@@ -536,7 +536,8 @@ caf::error join_ring(caf::actor_system& sys, const ring_node_actor& node, int32_
     if (static_cast<int32_t>(p) == rank) {
       peers[p] = node;
     } else if (static_cast<int32_t>(p) < rank) {
-      auto h = connect_ring_peer(sys, addresses[p].first, addresses[p].second, timeout);
+      auto h = connect ? connect(addresses[p].first, addresses[p].second, timeout)
+                       : connect_ring_peer(sys, addresses[p].first, addresses[p].second, timeout);
       if (!h) return std::move(h.error());
       peers[p] = std::move(*h);
       caf::anon_send(caf::actor_cast<ring_node_actor>(peers[p]), ring_hello_atom::value, rank,

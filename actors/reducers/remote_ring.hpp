@@ -44,6 +44,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,9 +93,14 @@ caf::error wire_ring_node(caf::actor_system& sys, const ring_node_actor& node, i
 // All of it for one process of a group whose nodes are published at
 // `addresses` (host, port), in rank order: connects to every other rank and
 // wires `node` as `rank` (addresses[rank] is not contacted).
+// `connect` reaches a lower rank's node (default: connect_ring_peer; a
+// process behind a gate, actors/gate.hpp, passes gate_remote_actor).
+using ring_connector =
+    std::function<caf::expected<ring_peer_actor>(const std::string&, uint16_t, caf::timespan)>;
 caf::error join_ring(caf::actor_system& sys, const ring_node_actor& node, int32_t rank,
                      const std::vector<std::pair<std::string, uint16_t>>& addresses,
-                     caf::timespan timeout = std::chrono::seconds(10));
+                     caf::timespan timeout = std::chrono::seconds(10),
+                     const ring_connector& connect = {});
 
 // --- in one process ---
 
