@@ -1,5 +1,7 @@
 #include "messages/messages.hpp"
 
+#include <caf/binary_deserializer.hpp>
+
 #include "messages/node_messages.hpp"
 #include "messages/protocols.hpp"
 #include "messages/remote_ring_messages.hpp"
@@ -40,6 +42,11 @@ caf::error inspect(caf::deserializer& f, tensor& x) {
           return caf::make_error(caf::sec::invalid_argument,
                                  "tensor: shape " + shape_string(shape) + " does not match " +
                                      std::to_string(n) + " data bytes");
+        // Nor allocate what the message itself does not carry.
+        if (auto* bd = dynamic_cast<caf::binary_deserializer*>(&f); bd && n > bd->remaining())
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "tensor: " + std::to_string(n) + " data bytes announced, " +
+                                     std::to_string(bd->remaining()) + " in the message");
         x.reset(shape, static_cast<dtype>(t));
         return n ? f.apply_raw(n, x.raw()) : caf::none;
       },

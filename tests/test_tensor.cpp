@@ -117,6 +117,29 @@ TEST_CASE("serialization: a shape the data does not hold is refused before alloc
   }
 }
 
+TEST_CASE(
+    "serialization: a consistent shape larger than the message is refused before allocating") {
+  sys_fixture f;
+  // [2^28] floats = 1 GiB announced, shape and byte count agreeing, 16 bytes sent.
+  std::vector<char> buf;
+  caf::binary_serializer sink{*f.sys, buf};
+  uint8_t t = 0;
+  shape_t shape{int64_t{1} << 28};
+  size_t n = size_t{4} << 28;
+  std::vector<float> four(4, 1.0f);
+  REQUIRE(!sink(t, shape));
+  REQUIRE(!sink.begin_sequence(n));
+  REQUIRE(!sink.apply_raw(16, four.data()));
+  tensor back;
+  caf::binary_deserializer src{*f.sys, buf};
+  auto err = src(back);
+  REQUIRE(err);
+  auto text = describe(err);
+  CHECK_MESSAGE(
+      text.find("1073741824 data bytes announced, 16 in the message") != std::string::npos, text);
+  CHECK(back.empty());
+}
+
 TEST_CASE("tensor: large buffers are recycled, and come back zeroed") {
   const void* first = nullptr;
   {
