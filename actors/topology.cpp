@@ -64,6 +64,12 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
                  tt.test.size(), c.data.path,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (tt.train.size() == 0) throw job_error("data: the training set is empty");
+    try {  // refused here, before any replica allocates it
+      check_model_size(c.model, tt.train.features(), tt.train.classes);
+    } catch (const std::invalid_argument& e) {
+      throw config_error("model.hidden",
+                         std::string(e.what()).substr(sizeof("model.hidden: ") - 1));
+    }
     plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
     plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
     plan->steps_per_epoch = plan->strat->updates_per_epoch(c, plan->train->size());

@@ -1,6 +1,7 @@
 #include "models/model.hpp"
 
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "kernels/optimizer.hpp"
@@ -40,7 +41,38 @@ std::unique_ptr<model> create_model(const model_config& c, const model_shape& s,
   if (!f)
     throw std::invalid_argument("model.kind: unknown model '" + c.kind +
                                 "' (registered: " + registry().known() + ")");
+  check_model_size(c, s.features, s.classes);
   return f(c, s, seed);
+}
+
+int64_t dense_parameter_count(const model_config& c, int64_t inputs, int64_t outputs) {
+  int64_t total = 0;
+  int64_t in = inputs;
+  auto layer = [&](int64_t out) {
+    int64_t w = 0;
+    return !__builtin_mul_overflow(in, out, &w) && !__builtin_add_overflow(total, w, &total) &&
+           !__builtin_add_overflow(total, out, &total);
+  };
+  for (auto h : c.hidden) {
+    if (!layer(h)) return -1;
+    in = h;
+  }
+  return layer(outputs) ? total : -1;
+}
+
+void check_model_size(const model_config& c, int64_t inputs, int64_t outputs) {
+  auto n = dense_parameter_count(c, inputs, outputs);
+  if (n >= 0 && n <= kMaxModelParameters) return;
+  std::ostringstream what;
+  what << "model.hidden: a " << inputs;
+  for (auto h : c.hidden) what << '-' << h;
+  what << '-' << outputs << " network has ";
+  if (n < 0)
+    what << "more than 2^63";
+  else
+    what << n;
+  what << " parameters; at most " << kMaxModelParameters << " (2^28) are allowed";
+  throw std::invalid_argument(what.str());
 }
 
 int64_t restore_variables_and_slots(std::vector<named_tensor>& vars, kernels::optimizer& opt,

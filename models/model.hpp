@@ -60,8 +60,20 @@ using model_factory =
 
 // Registers a factory under a name; throws std::invalid_argument if taken.
 void register_model(const std::string& kind, model_factory f);
-// Throws std::invalid_argument naming the known kinds for an unknown one.
+// Throws std::invalid_argument naming the known kinds for an unknown one,
+// or when check_model_size refuses the model.
 std::unique_ptr<model> create_model(const model_config& c, const model_shape& s, uint64_t seed);
+
+// The most parameters a dense stack (inputs -> model.hidden... -> outputs)
+// may have: 2^28 (1 GiB of float32; its gradients and optimizer slots take
+// that again two or three times).
+inline constexpr int64_t kMaxModelParameters = int64_t{1} << 28;
+// The parameter count of that stack (weights and biases), or -1 when it
+// does not fit in int64.
+int64_t dense_parameter_count(const model_config& c, int64_t inputs, int64_t outputs);
+// Throws std::invalid_argument ("model.hidden: ... parameters ...") when the
+// stack has more than kMaxModelParameters.
+void check_model_size(const model_config& c, int64_t inputs, int64_t outputs);
 std::vector<std::string> registered_models();
 
 }  // namespace troupe

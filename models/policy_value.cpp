@@ -174,6 +174,7 @@ std::unique_ptr<policy_value_model> create_policy_value_model(const model_config
   if (!f)
     throw std::invalid_argument("model.kind: unknown policy/value model '" + c.kind +
                                 "' (registered: " + registry().known() + ")");
+  check_model_size(c, observation_size, actions + 1);  // the policy and value heads
   return f(c, observation_size, actions, seed);
 }
 

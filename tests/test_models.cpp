@@ -124,3 +124,21 @@ TEST_CASE("mlp: accumulated micro-batch gradients equal the whole batch's") {
     for (int64_t j = 0; j < g_whole[i].value.numel(); ++j)
       CHECK(g_acc[i].value.f32()[j] == doctest::Approx(g_whole[i].value.f32()[j]).epsilon(1e-5));
 }
+
+TEST_CASE(
+    "model size: parameters counted without overflow, absurd models refused before allocating") {
+  model_config c;
+  c.hidden = {256, 256};
+  CHECK(dense_parameter_count(c, 784, 10) == 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10);
+  c.hidden = {int64_t{1} << 40, int64_t{1} << 40};
+  CHECK(dense_parameter_count(c, 784, 10) == -1);  // 2^80 weights: does not fit
+  CHECK_THROWS_WITH_AS(create_model(c, {784, 10}, 1),
+                       doctest::Contains("has more than 2^63 parameters; at most 268435456"),
+                       std::invalid_argument);
+  c.hidden = {16384, 16384};  // 268M parameters: one too many layers of this width
+  CHECK_THROWS_WITH_AS(create_model(c, {784, 10}, 1),
+                       doctest::Contains("model.hidden: a 784-16384-16384-10"),
+                       std::invalid_argument);
+  c.hidden = {1024};
+  CHECK(create_model(c, {784, 10}, 1) != nullptr);
+}
