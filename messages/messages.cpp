@@ -27,6 +27,10 @@ caf::error inspect(caf::deserializer& f, tensor& x) {
       [&]() -> caf::error {
         if (t > static_cast<uint8_t>(dtype::i64))
           return caf::make_error(caf::sec::invalid_argument, "tensor: unknown dtype code");
+        if (shape.empty() && n == 0) {  // a default-constructed tensor (no shape, no data)
+          x = tensor{};
+          return caf::none;
+        }
         // Checked before allocating: a peer's message must not make this
         // process allocate what its data does not hold.
         uint64_t bytes = dtype_size(static_cast<dtype>(t));

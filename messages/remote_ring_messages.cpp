@@ -6,6 +6,8 @@
 
 #include "messages/remote_ring_messages.hpp"
 
+#include <caf/binary_deserializer.hpp>
+
 #include <functional>
 #include <map>
 #include <mutex>
@@ -61,37 +63,41 @@ caf::error inspect(caf::serializer& f, ring_chunk& x) {
 
 caf::error inspect(caf::deserializer& f, ring_chunk& x) {
   size_t n = 0;
-  return caf::error::eval([&] { return f(x.seq, x.step, x.offset, x.total, x.op, x.dest); },
-                          [&] { return f.begin_sequence(n); },
-                          [&]() -> caf::error {
-                            x.pieces.clear();
-                            x.keep.clear();
-                            x.landed = 0;
-                            if (n % sizeof(float) != 0 || x.total < 0 ||
-                                n / sizeof(float) > static_cast<uint64_t>(x.total))
-                              return caf::make_error(caf::sec::invalid_argument,
-                                                     "ring_chunk: " + std::to_string(n) +
-                                                         " data bytes for " +
-                                                         std::to_string(x.total) + " elements");
-                            if (n == 0) return caf::none;
-                            auto len = static_cast<int64_t>(n / sizeof(float));
-                            // Straight into the receiver's buffer if it can take it.
-                            if (x.dest != 0 && f.context() != nullptr)
-                              if (auto l = find_landing(f.context()->system(), x.dest)) {
-                                caf::error err;
-                                if (l->land(x, len, f, err)) {
-                                  if (!err) x.landed = len;
-                                  return err;
-                                }
-                              }
-                            // Every byte is overwritten at once: no zero-fill.
-                            auto t = tensor::uninitialized(shape_t{len});
-                            if (auto err = f.apply_raw(n, t.raw())) return err;
-                            x.pieces.push_back({t.f32(), len});
-                            x.keep.push_back(std::move(t));
-                            return caf::none;
-                          },
-                          [&] { return f.end_sequence(); });
+  return caf::error::eval(
+      [&] { return f(x.seq, x.step, x.offset, x.total, x.op, x.dest); },
+      [&] { return f.begin_sequence(n); },
+      [&]() -> caf::error {
+        x.pieces.clear();
+        x.keep.clear();
+        x.landed = 0;
+        if (n % sizeof(float) != 0 || x.total < 0 ||
+            n / sizeof(float) > static_cast<uint64_t>(x.total))
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "ring_chunk: " + std::to_string(n) + " data bytes for " +
+                                     std::to_string(x.total) + " elements");
+        if (n == 0) return caf::none;
+        if (auto* bd = dynamic_cast<caf::binary_deserializer*>(&f); bd && n > bd->remaining())
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "ring_chunk: " + std::to_string(n) + " data bytes announced, " +
+                                     std::to_string(bd->remaining()) + " in the message");
+        auto len = static_cast<int64_t>(n / sizeof(float));
+        // Straight into the receiver's buffer if it can take it.
+        if (x.dest != 0 && f.context() != nullptr)
+          if (auto l = find_landing(f.context()->system(), x.dest)) {
+            caf::error err;
+            if (l->land(x, len, f, err)) {
+              if (!err) x.landed = len;
+              return err;
+            }
+          }
+        // Every byte is overwritten at once: no zero-fill.
+        auto t = tensor::uninitialized(shape_t{len});
+        if (auto err = f.apply_raw(n, t.raw())) return err;
+        x.pieces.push_back({t.f32(), len});
+        x.keep.push_back(std::move(t));
+        return caf::none;
+      },
+      [&] { return f.end_sequence(); });
 }
 
 void register_remote_ring_messages(caf::actor_system_config& cfg) {
