@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <caf/io/basp_broker.hpp>
@@ -277,6 +278,10 @@ struct gate::state {
     clock_type::time_point deadline;
   };
   std::deque<pending> waiting;  // oldest first
+  // opts.max_pending, or a quarter of the process's descriptor limit if that
+  // is less: handshakes must not take the descriptors the job needs
+  // (checkpoints, data files, its peers).
+  std::size_t max_pending = 0;
 
   state(caf::actor_system& s) : sys(s) {}
 
@@ -300,9 +305,18 @@ struct gate::state {
       int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EINTR) continue;
+        if ((errno == EMFILE || errno == ENFILE) && !waiting.empty()) {
+          // Out of descriptors: the oldest handshake makes room, as when
+          // max_pending is reached, so held connections cannot lock peers out.
+          refuse(waiting.front(), "this process is out of file descriptors (oldest dropped)",
+                 &gate_stats::evicted);
+          waiting.pop_front();
+          continue;
+        }
         if ((errno == EMFILE || errno == ENFILE) && reserve >= 0) {
-          // Out of descriptors: take the connection with the spare fd and
-          // drop it, so the listener does not stay readable and spin.
+          // Out of descriptors with nothing to evict: take the connection
+          // with the spare fd and drop it, so the listener does not stay
+          // readable and spin.
           ::close(reserve);
           int dropped = ::accept(listener, nullptr, nullptr);
           if (dropped >= 0) {
@@ -316,7 +330,7 @@ struct gate::state {
         }
         return;  // EAGAIN, or an error the next poll retries
       }
-      if (waiting.size() >= opts.max_pending) {
+      if (waiting.size() >= max_pending) {
         refuse(waiting.front(), "too many connections still in their handshake (oldest dropped)",
                &gate_stats::evicted);
         waiting.pop_front();
@@ -396,6 +410,11 @@ gate::gate(caf::actor_system& sys, caf::strong_actor_ptr whom, std::set<std::str
     throw gate_error("gate: pipe: " + errno_text(errno));
   }
   st_->reserve = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  st_->max_pending = std::max<std::size_t>(1, st_->opts.max_pending);
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+    st_->max_pending =
+        std::max<std::size_t>(1, std::min<std::size_t>(st_->max_pending, nofile.rlim_cur / 4));
   thread_ = std::thread([this] { loop(); });
 }
 

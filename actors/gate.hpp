@@ -27,9 +27,11 @@
 // connection on the listener's side, as a connect on the connector's side.
 // From there on it is plain BASP between two authenticated processes.
 //
-// Limits before authentication: at most `max_pending` connections (a new one
-// beyond that evicts the oldest, so idle connections cannot lock real peers
-// out), each closed after `handshake_timeout`; a refused or timed-out
+// Limits before authentication: at most `max_pending` connections, and at
+// most a quarter of the descriptor limit (a new one beyond that, or one that
+// finds the process out of descriptors, evicts the oldest, so idle
+// connections cannot lock real peers out), each closed after
+// `handshake_timeout`; a refused or timed-out
 // connection is logged with the peer's address, at most one line a second
 // (the rest counted in the next line).
 #include <atomic>

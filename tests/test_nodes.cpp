@@ -571,6 +571,30 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
   CHECK(d < 2e-5);
 }
 
+TEST_CASE(
+    "a chief out of file descriptors under a flood of idle connections still takes its worker") {
+  strategy_env env(240);
+  auto c = env.job("mirrored", "sgd", 2, 24);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  // The chief may hold 64 descriptors (its own need about 30): the flood below
+  // takes the rest, and the gate must neither spin on a listener it cannot
+  // accept from nor lock the worker out.
+  node_proc chief("chief:0", dir / "chief.log", kSecret,
+                  {"/usr/bin/prlimit", "--nofile=64:64", TROUPE_BIN, "node", "--config", job.file,
+                   "--task", "chief:0"});
+  const auto port = parse_host_port(job.address.at("chief:0")).port;
+  REQUIRE_MESSAGE(attack::wait_listening(port, std::chrono::seconds(30)), chief.output());
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) idle.push_back(attack::raw_connect(port));
+  node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
+  CHECK_MESSAGE(worker.wait(std::chrono::seconds(90)) == 0, worker.output());
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(30)) == 0, chief.output());
+  for (int fd : idle) ::close(fd);
+  CHECK(summary_in(dir / "out")["steps"].get<int64_t>() > 0);
+}
+
 TEST_CASE("troupe launch runs every task of the cluster with troupe node") {
   strategy_env env(480);
   auto c = env.job("mirrored", "sgd", 3, 48);
