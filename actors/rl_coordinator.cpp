@@ -236,6 +236,12 @@ void on_learned(self_ptr self, const learner_report& r) {
   // Learners update in lockstep: learner 0 speaks for them. Updates that
   // finish while the learners stop still count.
   if (r.learner != 0 || st.finished) return;
+  // As the classifier's coordinator: a diverged job stops at once, naming
+  // the update, instead of acting on a NaN policy to the end.
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
+    return fail(self, fmt::format("training diverged at update {}: loss {:g}, gradient norm {:g} "
+                                  "(a lower optimizer.learning_rate or rl.grad_clip may help)",
+                                  r.version, r.loss, r.grad_norm));
   st.updates = r.version;
   st.samples += r.samples;
   auto& iv = st.since;
