@@ -107,48 +107,6 @@ bool recv_exact(int fd, std::string& out, clock_type::time_point deadline, std::
   return true;
 }
 
-std::string fixed_name(const std::string& name) {
-  std::string out(gate_wire::kNameBytes, '\0');
-  std::memcpy(out.data(), name.data(), std::min(name.size(), gate_wire::kNameBytes - 1));
-  return out;
-}
-
-// The name in a fixed, NUL-padded field: printable, non-empty, terminated;
-// else empty.
-std::string read_name(std::string_view field) {
-  auto end = field.find('\0');
-  if (end == std::string_view::npos || end == 0) return {};
-  for (std::size_t i = end; i < field.size(); ++i)
-    if (field[i] != '\0') return {};
-  auto name = field.substr(0, end);
-  for (char ch : name)
-    if (ch < 0x21 || ch > 0x7e) return {};
-  return std::string(name);
-}
-
-bool is_hex64(std::string_view s) {
-  return s.size() == gate_wire::kHexBytes && std::all_of(s.begin(), s.end(), [](char ch) {
-           return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
-         });
-}
-
-std::string client_label(const std::string& server_challenge, const std::string& client_challenge) {
-  return "gate-client|" + server_challenge + "|" + client_challenge;
-}
-std::string server_label(const std::string& server_challenge, const std::string& client_challenge) {
-  return "gate-server|" + client_challenge + "|" + server_challenge;
-}
-
-std::string make_verdict(bool admitted, const std::string& secret, const std::string& name,
-                         const std::string& server_challenge, const std::string& client_challenge) {
-  std::string v(gate_wire::kMagic, gate_wire::kMagicBytes);
-  v += admitted ? 'A' : 'R';
-  v += fixed_name(admitted ? name : std::string{});
-  v += admitted ? challenge_response(secret, server_label(server_challenge, client_challenge), name)
-                : std::string(gate_wire::kHexBytes, '0');
-  return v;
-}
-
 // At most one warning a second; what was not logged is counted into the next.
 class refusal_log {
  public:
@@ -216,41 +174,6 @@ uint16_t local_port(int fd) {
 }
 
 }  // namespace
-
-namespace gate_wire {
-
-std::string make_proof(const std::string& secret, const std::string& name,
-                       const std::string& server_challenge, const std::string& client_challenge) {
-  std::string p(kMagic, kMagicBytes);
-  p += fixed_name(name);
-  p += client_challenge;
-  p += challenge_response(secret, client_label(server_challenge, client_challenge), name);
-  return p;
-}
-
-proof_check check_proof(const std::string& secret, const std::string& server_challenge,
-                        std::string_view frame) {
-  proof_check out;
-  if (frame.size() != kProofBytes || frame.substr(0, kMagicBytes) != kMagic) {
-    out.problem = "not a troupe peer (no gate handshake)";
-    return out;
-  }
-  auto name = read_name(frame.substr(kMagicBytes, kNameBytes));
-  auto challenge = frame.substr(kMagicBytes + kNameBytes, kHexBytes);
-  auto mac = frame.substr(kMagicBytes + kNameBytes + kHexBytes, kHexBytes);
-  if (name.empty() || !is_hex64(challenge) || !is_hex64(mac)) {
-    out.problem = "malformed gate handshake";
-    return out;
-  }
-  out.name = name;
-  out.client_challenge = std::string(challenge);
-  if (!verify_challenge_response(secret, client_label(server_challenge, out.client_challenge), name,
-                                 mac))
-    out.problem = "wrong or missing cluster secret";
-  return out;
-}
-
-}  // namespace gate_wire
 
 // ---------------------------------------------------------------- listener
 
@@ -341,8 +264,7 @@ struct gate::state {
                 std::string(gate_wire::kProofBytes, '\0'),
                 0,
                 clock_type::now() + opts.handshake_timeout};
-      std::string hello(gate_wire::kMagic, gate_wire::kMagicBytes);
-      hello += p.challenge;
+      auto hello = gate_wire::make_hello(p.challenge);
       // 72 bytes on a fresh socket always fit its send buffer.
       if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) !=
           static_cast<ssize_t>(hello.size())) {
@@ -370,13 +292,14 @@ struct gate::state {
     auto check = gate_wire::check_proof(opts.secret, p.challenge, p.frame);
     if (!check.problem.empty()) {
       if (!check.name.empty()) {  // a well-formed proof with a wrong secret is told so
-        send_all(p.fd, make_verdict(false, opts.secret, opts.name, p.challenge, {}),
+        send_all(p.fd, gate_wire::make_verdict(false, opts.secret, opts.name, p.challenge, {}),
                  clock_type::now() + std::chrono::milliseconds(100));
       }
       refuse(p, check.problem, &gate_stats::refused, check.name);
       return true;
     }
-    auto verdict = make_verdict(true, opts.secret, opts.name, p.challenge, check.client_challenge);
+    auto verdict =
+        gate_wire::make_verdict(true, opts.secret, opts.name, p.challenge, check.client_challenge);
     if (!send_all(p.fd, verdict, clock_type::now() + std::chrono::seconds(1))) {
       refuse(p, check.name + " left during the handshake", &gate_stats::refused);
       return true;
@@ -534,10 +457,8 @@ gate_connection gate_connect(caf::actor_system& sys, const std::string& host, ui
   std::string why;
   std::string hello(gate_wire::kHelloBytes, '\0');
   if (!recv_exact(fd, hello, deadline, &why)) return fail(where + " " + why, true);
-  auto server_challenge = hello.substr(gate_wire::kMagicBytes);
-  if (hello.compare(0, gate_wire::kMagicBytes, gate_wire::kMagic) != 0 ||
-      !is_hex64(server_challenge))
-    return fail(where + " is not a troupe node (no gate handshake)");
+  auto server_challenge = gate_wire::check_hello(hello);
+  if (server_challenge.empty()) return fail(where + " is not a troupe node (no gate handshake)");
   auto client_challenge = make_challenge();
   if (!send_all(fd,
                 gate_wire::make_proof(opts.secret, opts.name, server_challenge, client_challenge),
@@ -545,16 +466,9 @@ gate_connection gate_connect(caf::actor_system& sys, const std::string& host, ui
     return fail(where + " closed the connection during the handshake", true);
   std::string verdict(gate_wire::kVerdictBytes, '\0');
   if (!recv_exact(fd, verdict, deadline, &why)) return fail(where + " " + why, true);
-  if (verdict.compare(0, gate_wire::kMagicBytes, gate_wire::kMagic) != 0)
-    return fail(where + " is not a troupe node (no gate handshake)");
-  if (verdict[gate_wire::kMagicBytes] != 'A')
-    return fail(where + " refused this process: wrong or missing cluster secret");
-  auto peer = read_name(
-      std::string_view(verdict).substr(gate_wire::kMagicBytes + 1, gate_wire::kNameBytes));
-  auto mac = verdict.substr(gate_wire::kMagicBytes + 1 + gate_wire::kNameBytes);
-  if (peer.empty() || !verify_challenge_response(
-                          opts.secret, server_label(server_challenge, client_challenge), peer, mac))
-    return fail(where + " did not prove it knows the cluster secret");
+  auto check = gate_wire::check_verdict(opts.secret, server_challenge, client_challenge, verdict);
+  if (!check.problem.empty()) return fail(where + " " + check.problem);
+  const auto& peer = check.name;
   // Both sides proved the secret: BASP takes the socket over.
   auto scribe = sys.middleman().backend().new_scribe(fd);
   auto basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));

@@ -123,7 +123,8 @@ caf::expected<Handle> gate_remote_actor(caf::actor_system& sys, const std::strin
   return caf::actor_cast<Handle>(std::move(c.actor));
 }
 
-// The exchange's frames, exposed for tests and the fuzz target.
+// The exchange's frames (actors/gate_wire.cpp: no sockets, no CAF), for
+// both sides, the tests and the fuzz target.
 namespace gate_wire {
 inline constexpr std::size_t kMagicBytes = 8;
 inline constexpr std::size_t kNameBytes = 64;
@@ -132,6 +133,11 @@ inline constexpr std::size_t kHelloBytes = kMagicBytes + kHexBytes;
 inline constexpr std::size_t kProofBytes = kMagicBytes + kNameBytes + 2 * kHexBytes;
 inline constexpr std::size_t kVerdictBytes = kMagicBytes + 1 + kNameBytes + kHexBytes;
 inline constexpr char kMagic[kMagicBytes + 1] = "troupeG1";
+
+// The listener's first frame, and the connector's reading of it: the
+// challenge, or empty when the frame is not a gate's hello.
+std::string make_hello(const std::string& server_challenge);
+std::string check_hello(std::string_view frame);
 
 // The connector's proof for the listener's hello `server_challenge`.
 std::string make_proof(const std::string& secret, const std::string& name,
@@ -144,6 +150,17 @@ struct proof_check {
 };
 proof_check check_proof(const std::string& secret, const std::string& server_challenge,
                         std::string_view frame);
+
+// The listener's answer: admitted (with its own proof) or refused.
+std::string make_verdict(bool admitted, const std::string& secret, const std::string& name,
+                         const std::string& server_challenge, const std::string& client_challenge);
+// The connector's check of it.
+struct verdict_check {
+  std::string name;     // the listener's task, when it proved the secret
+  std::string problem;  // empty: trusted; else what is wrong ("refused this process: ...")
+};
+verdict_check check_verdict(const std::string& secret, const std::string& server_challenge,
+                            const std::string& client_challenge, std::string_view frame);
 }  // namespace gate_wire
 
 }  // namespace troupe

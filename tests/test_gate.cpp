@@ -262,6 +262,23 @@ TEST_CASE("every corrupted byte of a proof is refused") {
     auto r = gate_wire::check_proof(kSecret, server_challenge, bad);
     CHECK_MESSAGE(!r.problem.empty(), "byte " << i << " changed and still admitted");
   }
+  // The listener's verdict, likewise, on the connector's side.
+  auto verdict =
+      gate_wire::make_verdict(true, kSecret, "chief:0", server_challenge, client_challenge);
+  REQUIRE(verdict.size() == gate_wire::kVerdictBytes);
+  auto trusted = gate_wire::check_verdict(kSecret, server_challenge, client_challenge, verdict);
+  CHECK(trusted.problem.empty());
+  CHECK(trusted.name == "chief:0");
+  for (std::size_t i = 0; i < verdict.size(); ++i) {
+    auto bad = verdict;
+    bad[i] = static_cast<char>(bad[i] ^ static_cast<char>(1 + rng() % 255));
+    CHECK_MESSAGE(
+        !gate_wire::check_verdict(kSecret, server_challenge, client_challenge, bad).problem.empty(),
+        "verdict byte " << i << " changed and still trusted");
+  }
+  CHECK(gate_wire::check_hello(gate_wire::make_hello(server_challenge)) == server_challenge);
+  CHECK(gate_wire::check_hello(gate_wire::make_hello(server_challenge).substr(1)).empty());
+  CHECK(gate_wire::check_hello(std::string(gate_wire::kMagic) + std::string(64, 'Z')).empty());
   // Truncated and extended frames.
   CHECK_FALSE(
       gate_wire::check_proof(kSecret, server_challenge, proof.substr(0, 199)).problem.empty());

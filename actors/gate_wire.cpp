@@ -1,0 +1,124 @@
+// The gate's frames (actors/gate.hpp): pure functions over bytes, no sockets
+// and no CAF, so that the fuzz target can link them alone.
+#include <algorithm>
+#include <cstring>
+
+#include "actors/gate.hpp"
+#include "config/secret.hpp"
+
+namespace troupe::gate_wire {
+
+namespace {
+
+std::string fixed_name(const std::string& name) {
+  std::string out(kNameBytes, '\0');
+  std::memcpy(out.data(), name.data(), std::min(name.size(), kNameBytes - 1));
+  return out;
+}
+
+// The name in a fixed, NUL-padded field: printable, non-empty, terminated;
+// else empty.
+std::string read_name(std::string_view field) {
+  auto end = field.find('\0');
+  if (end == std::string_view::npos || end == 0) return {};
+  for (std::size_t i = end; i < field.size(); ++i)
+    if (field[i] != '\0') return {};
+  auto name = field.substr(0, end);
+  for (char ch : name)
+    if (ch < 0x21 || ch > 0x7e) return {};
+  return std::string(name);
+}
+
+bool is_hex64(std::string_view s) {
+  return s.size() == kHexBytes && std::all_of(s.begin(), s.end(), [](char ch) {
+           return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+         });
+}
+
+bool has_magic(std::string_view frame) {
+  return frame.size() >= kMagicBytes && frame.substr(0, kMagicBytes) == kMagic;
+}
+
+// What each side's HMAC covers: both challenges, in an order and with a label
+// of its own, so a proof of one direction never answers the other.
+std::string client_label(const std::string& server_challenge, const std::string& client_challenge) {
+  return "gate-client|" + server_challenge + "|" + client_challenge;
+}
+std::string server_label(const std::string& server_challenge, const std::string& client_challenge) {
+  return "gate-server|" + client_challenge + "|" + server_challenge;
+}
+
+}  // namespace
+
+std::string make_hello(const std::string& server_challenge) {
+  return std::string(kMagic, kMagicBytes) + server_challenge;
+}
+
+std::string check_hello(std::string_view frame) {
+  if (frame.size() != kHelloBytes || !has_magic(frame)) return {};
+  auto challenge = frame.substr(kMagicBytes);
+  return is_hex64(challenge) ? std::string(challenge) : std::string{};
+}
+
+std::string make_proof(const std::string& secret, const std::string& name,
+                       const std::string& server_challenge, const std::string& client_challenge) {
+  std::string p(kMagic, kMagicBytes);
+  p += fixed_name(name);
+  p += client_challenge;
+  p += challenge_response(secret, client_label(server_challenge, client_challenge), name);
+  return p;
+}
+
+proof_check check_proof(const std::string& secret, const std::string& server_challenge,
+                        std::string_view frame) {
+  proof_check out;
+  if (frame.size() != kProofBytes || !has_magic(frame)) {
+    out.problem = "not a troupe peer (no gate handshake)";
+    return out;
+  }
+  auto name = read_name(frame.substr(kMagicBytes, kNameBytes));
+  auto challenge = frame.substr(kMagicBytes + kNameBytes, kHexBytes);
+  auto mac = frame.substr(kMagicBytes + kNameBytes + kHexBytes, kHexBytes);
+  if (name.empty() || !is_hex64(challenge) || !is_hex64(mac)) {
+    out.problem = "malformed gate handshake";
+    return out;
+  }
+  out.name = name;
+  out.client_challenge = std::string(challenge);
+  if (!verify_challenge_response(secret, client_label(server_challenge, out.client_challenge), name,
+                                 mac))
+    out.problem = "wrong or missing cluster secret";
+  return out;
+}
+
+std::string make_verdict(bool admitted, const std::string& secret, const std::string& name,
+                         const std::string& server_challenge, const std::string& client_challenge) {
+  std::string v(kMagic, kMagicBytes);
+  v += admitted ? 'A' : 'R';
+  v += fixed_name(admitted ? name : std::string{});
+  v += admitted ? challenge_response(secret, server_label(server_challenge, client_challenge), name)
+                : std::string(kHexBytes, '0');
+  return v;
+}
+
+verdict_check check_verdict(const std::string& secret, const std::string& server_challenge,
+                            const std::string& client_challenge, std::string_view frame) {
+  verdict_check out;
+  if (frame.size() != kVerdictBytes || !has_magic(frame)) {
+    out.problem = "is not a troupe node (no gate handshake)";
+    return out;
+  }
+  if (frame[kMagicBytes] != 'A') {
+    out.problem = "refused this process: wrong or missing cluster secret";
+    return out;
+  }
+  out.name = read_name(frame.substr(kMagicBytes + 1, kNameBytes));
+  auto mac = frame.substr(kMagicBytes + 1 + kNameBytes);
+  if (out.name.empty() ||
+      !verify_challenge_response(secret, server_label(server_challenge, client_challenge), out.name,
+                                 mac))
+    out.problem = "did not prove it knows the cluster secret";
+  return out;
+}
+
+}  // namespace troupe::gate_wire
