@@ -1,0 +1,100 @@
+#pragma once
+// What a peer sends over the network, as fuzz targets (see targets.hpp for
+// the convention: true when accepted, false when refused cleanly, anything
+// else escapes):
+//   - gate_frames: the gate's three frames (actors/gate_wire.cpp), the only
+//     bytes a process reads from a peer before it proved the cluster secret;
+//   - message_bytes: every troupe message type, deserialized as CAF does for
+//     an authenticated peer (the first byte picks the type).
+#include <caf/all.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "actors/gate.hpp"
+#include "messages/messages.hpp"
+#include "messages/node_messages.hpp"
+#include "messages/remote_ring_messages.hpp"
+#include "messages/rl_messages.hpp"
+
+namespace troupe::fuzz {
+
+// The input as each frame, cut or zero-padded to the frame's size (so the
+// fuzzer reaches the checks behind the size check), and as it is.
+inline bool gate_frames(std::string_view bytes) {
+  static const std::string secret = "fuzz-secret-0123456789abcdef";
+  static const std::string challenge(gate_wire::kHexBytes, 'a');
+  auto sized = [&](std::size_t n) {
+    std::string s(bytes.substr(0, n));
+    s.resize(n, '\0');
+    return s;
+  };
+  bool any = false;
+  any |= !gate_wire::check_hello(bytes).empty();
+  any |= !gate_wire::check_hello(sized(gate_wire::kHelloBytes)).empty();
+  any |= gate_wire::check_proof(secret, challenge, bytes).problem.empty();
+  any |= gate_wire::check_proof(secret, challenge, sized(gate_wire::kProofBytes)).problem.empty();
+  any |= gate_wire::check_verdict(secret, challenge, challenge, bytes).problem.empty();
+  any |= gate_wire::check_verdict(secret, challenge, challenge, sized(gate_wire::kVerdictBytes))
+             .problem.empty();
+  return any;
+}
+
+namespace detail {
+struct message_system {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  message_system() {
+    register_messages(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+  }
+};
+inline caf::actor_system& fuzz_system() {
+  static message_system s;
+  return *s.sys;
+}
+template <class T>
+bool load_as(std::string_view bytes) {
+  T x;
+  caf::binary_deserializer src{fuzz_system(), bytes.data(), bytes.size()};
+  return !src(x);
+}
+}  // namespace detail
+
+inline bool message_bytes(std::string_view bytes) {
+  if (bytes.empty()) return false;
+  auto rest = bytes.substr(1);
+  switch (static_cast<uint8_t>(bytes[0]) % 14) {
+    case 0:
+      return detail::load_as<tensor>(rest);
+    case 1:
+      return detail::load_as<named_tensor>(rest);
+    case 2:
+      return detail::load_as<batch>(rest);
+    case 3:
+      return detail::load_as<step_stats>(rest);
+    case 4:
+      return detail::load_as<model_state>(rest);
+    case 5:
+      return detail::load_as<shard_values>(rest);
+    case 6:
+      return detail::load_as<shard_state>(rest);
+    case 7:
+      return detail::load_as<shard_stats>(rest);
+    case 8:
+      return detail::load_as<policy_weights>(rest);
+    case 9:
+      return detail::load_as<episode_report>(rest);
+    case 10:
+      return detail::load_as<unroll>(rest);
+    case 11:
+      return detail::load_as<ring_chunk>(rest);
+    case 12:
+      return detail::load_as<node_build>(rest);
+    default:
+      return detail::load_as<queue_stats>(rest);
+  }
+}
+
+}  // namespace troupe::fuzz
