@@ -358,6 +358,17 @@ gate_stats gate::stats() const {
 }
 
 void gate::loop() {
+  // Nothing a peer sends can throw here; the kernel failing to supply random
+  // bytes for a challenge can. The gate then stops listening, saying why,
+  // rather than take the process down from its own thread.
+  try {
+    serve();
+  } catch (const std::exception& e) {
+    spdlog::error("{}: the gate stopped listening: {}", st_->opts.name, e.what());
+  }
+}
+
+void gate::serve() {
   auto& st = *st_;
   std::vector<pollfd> fds;
   while (!st.stopping) {

@@ -86,6 +86,7 @@ class gate {
  private:
   struct state;
   void loop();
+  void serve();
 
   std::unique_ptr<state> st_;
   uint16_t port_ = 0;
