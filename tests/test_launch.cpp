@@ -384,7 +384,7 @@ TEST_CASE("launch: a task the job cannot lose stops every task, named with why")
   test::temp_dir dir;
   pid_files pids;
   pids.files = {dir / "chief.pid"};
-  auto w = sh("worker:1", "kill -9 $$");
+  auto w = sh("worker:1", until("[ -s " + dir / "chief.pid" + " ]") + "kill -9 $$");
   w.why_fatal = "the mirrored strategy does not go on without a task";
   auto r = run_with({chief_sh("echo $$ > " + dir / "chief.pid" + "; sleep 30 & wait"),
                      sh("worker:0", "sleep 30 & wait"), w},
