@@ -1,4 +1,5 @@
 #include "actors/input_pipeline.hpp"
+#include "actors/failure.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -178,6 +179,7 @@ void serve(self_ptr self, pipeline_state& st) {
 }  // namespace
 
 input_pipeline_actor::behavior_type input_pipeline(self_ptr self, input_pipeline_config cfg) {
+  keep_exception_cause(self, "input pipeline " + std::to_string(cfg.replica));
   auto st = std::make_shared<pipeline_state>(std::move(cfg));
   return {
       [self, st](next_atom) -> caf::result<batch> {

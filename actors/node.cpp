@@ -1,4 +1,5 @@
 #include "actors/node.hpp"
+#include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -153,6 +154,7 @@ void rejoin(node_ptr self, const std::string& task, const node_actor& peer) {
 
 node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> shared,
                                     ring_node_actor ring, const job_config* config) {
+  keep_exception_cause(self, "node actor of " + shared->task);
   self->state.shared = std::move(shared);
   self->state.config = config;
   self->state.ring = std::move(ring);
