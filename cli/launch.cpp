@@ -398,10 +398,10 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
     for (auto& r : rs)
       if (r.alive && reap(r)) ended.push_back(&r);
     for (running* r : ended) {
-      if (r->spec->chief || r->spec->survivable || ok(r->status)) continue;
+      if (r->spec->chief || r->spec->survivable || ok(r->status) || stopping) continue;
       if (chief_ended) {
         say(who(*r) + " " + describe(r->status) + " after the chief ended");
-      } else if (!stopping) {
+      } else {
         failure = who(*r) + " " + describe(r->status);
         say(*failure + (r->spec->why_fatal.empty() ? "" : "; " + r->spec->why_fatal) +
             "; stopping the other tasks");
