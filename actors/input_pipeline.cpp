@@ -154,6 +154,11 @@ void produce_one(self_ptr self, pipeline_state& st) {
           return g->step(*data);
         } catch (const std::exception& e) {
           g->error = e.what();
+          if (g->error.empty())
+            g->error = "gathering a batch failed (an exception without a message)";
+          return true;
+        } catch (...) {
+          g->error = "gathering a batch failed (an exception not derived from std::exception)";
           return true;
         }
       },

@@ -75,6 +75,9 @@ class replica_host_impl final : public replica_host {
         work(*cs);
       } catch (const std::exception& e) {
         *error = e.what();
+        if (error->empty()) *error = "device work failed (an exception without a message)";
+      } catch (...) {
+        *error = "device work failed (an exception not derived from std::exception)";
       }
       caf::anon_send(handle, computed_atom::value, ticket);
     });

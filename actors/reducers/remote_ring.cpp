@@ -379,7 +379,7 @@ ring_node_actor::behavior_type ring_node_impl(Self self, ring_options opt) {
         // then keep each other alive).
         fail_all(
             self,
-            where(st) + ": lost peer rank " + std::to_string(p) + " (" + to_string(dm.reason) + ")",
+            where(st) + ": lost peer rank " + std::to_string(p) + " (" + describe(dm.reason) + ")",
             dm.reason != caf::exit_reason::user_shutdown);
         return;
       }
