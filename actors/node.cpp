@@ -8,6 +8,7 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -785,10 +786,20 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
   kernels::init_cpu_kernels();
   auto ns = std::make_unique<node_system>(std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(c.cluster->heartbeat_seconds)));
+  // Test hook (test_nodes): TROUPE_TEST_FAIL_REPLICA="K:S" makes replica K,
+  // when this process hosts it, throw in its compute at step S.
+  job_options options = o;
+  if (const char* f = std::getenv("TROUPE_TEST_FAIL_REPLICA")) {
+    long long k = -1, step = -1;
+    if (std::sscanf(f, "%lld:%lld", &k, &step) == 2) {
+      options.fail_replica = k;
+      options.fail_at_step = step;
+    }
+  }
   nlohmann::json summary;
   std::exception_ptr failure;
   try {
-    summary = run_node_on(ns->sys, c, task, o);
+    summary = run_node_on(ns->sys, c, task, options);
   } catch (...) {
     failure = std::current_exception();
   }

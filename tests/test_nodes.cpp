@@ -637,3 +637,23 @@ TEST_CASE("troupe launch: mirrored stops every task when a worker process dies, 
   CHECK(out.find("restarting") == std::string::npos);
   CHECK_FALSE(fs::exists(dir / "out/summary.json"));
 }
+
+TEST_CASE("a replica that throws in a worker process: the chief's error carries the cause") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "sgd", 2, 48);
+  c.training.epochs = 3;
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);  // chief: replica 0, worker:0: replica 1
+  job.json["cluster"]["hosts"] = {{"chief:0", {{"replicas", {0}}, {"devices", {"cpu:0"}}}},
+                                  {"worker:0", {{"replicas", {1}}, {"devices", {"cpu:1"}}}}};
+  std::ofstream(job.file) << job.json.dump(2);
+  auto procs = start_all(job, dir.str(), {}, {{"worker:0", {{"TROUPE_TEST_FAIL_REPLICA", "1:4"}}}});
+  int rc = procs["chief:0"]->wait(std::chrono::seconds(60));
+  auto out = procs["chief:0"]->output();
+  CHECK(rc == 1);
+  CHECK_MESSAGE(out.find("injected failure at step 4") != std::string::npos, out);
+  CHECK_MESSAGE(out.find("system_error(runtime_error)") == std::string::npos, out);
+  CHECK(procs["worker:0"]->wait(std::chrono::seconds(30)) != 0);
+  CHECK(procs["worker:0"]->output().find("injected failure at step 4") != std::string::npos);
+}
