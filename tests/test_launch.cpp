@@ -441,6 +441,18 @@ TEST_CASE("launch: which tasks a job survives losing follows its strategy") {
   CHECK(ps["worker:1"] == "survivable");
   CHECK(ps["ps:0"] == "fatal: the job does not go on without it: it hosts variable shards");
 
+  auto easgd = base;
+  easgd["strategy"] = {{"kind", "elastic_average"}, {"replicas", 4}};
+  auto e = roles(easgd);
+  CHECK(e["worker:1"] == "survivable");
+  CHECK(e["ps:0"] == "fatal: the job does not go on without it: it hosts variable shards");
+
+  auto rl = to_json(
+      load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala_2proc.json"));
+  auto a = roles(rl);
+  CHECK(a["chief:0"] == "chief");
+  CHECK(a["worker:0"] == "survivable");
+
   auto mirrored = base;
   mirrored["strategy"] = {{"kind", "mirrored"}, {"replicas", 4}};
   mirrored["cluster"]["tasks"].erase("ps");
