@@ -424,7 +424,11 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
       }
     }
     for (running* r : ended) {
-      if (r == chief || !r->spec->survivable || ok(r->status) || stopping || chief_ended) continue;
+      if (r == chief || !r->spec->survivable || ok(r->status) || stopping) continue;
+      if (chief_ended) {
+        say(who(*r) + " " + describe(r->status) + " after the chief ended");
+        continue;
+      }
       std::string line = who(*r) + " " + describe(r->status) + "; the job goes on without it";
       if (restarts >= opts.restart_workers) {
         if (opts.restart_workers > 0)
