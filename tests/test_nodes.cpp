@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <filesystem>
@@ -137,7 +138,11 @@ struct cluster_job {
     nlohmann::json tasks;
     auto add = [&](const std::string& job, int n) {
       for (int i = 0; i < n; ++i) {
-        auto a = "127.0.0.1:" + std::to_string(free_port());
+        // The OS may hand out a port it just gave (each is closed at once).
+        std::string a;
+        do a = "127.0.0.1:" + std::to_string(free_port());
+        while (std::any_of(address.begin(), address.end(),
+                           [&](const auto& kv) { return kv.second == a; }));
         tasks[job].push_back(a);
         address[job + ":" + std::to_string(i)] = a;
       }
