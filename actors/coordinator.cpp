@@ -1,4 +1,5 @@
 #include "actors/coordinator.hpp"
+#include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -338,6 +339,18 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
                                              std::vector<replica_actor> replicas,
                                              std::vector<std::pair<std::string, caf::actor>> others,
                                              shard_set shards) {
+  // An exception in the coordinator's own code (a strategy's driver or
+  // hooks) fails the job with its message; CAF's default would leave run's
+  // promise unanswered for ever.
+  self->set_exception_handler([self](std::exception_ptr& x) {
+    auto err = exception_exit_reason("coordinator", x);
+    auto& st = self->state;
+    if (!st.finished) {
+      st.finished = true;
+      if (st.done.pending()) st.done.deliver(err);
+    }
+    return err;
+  });
   auto& st = self->state;
   st.plan = std::move(plan);
   st.replicas = std::move(replicas);

@@ -43,6 +43,8 @@ class device_tasks {
       } catch (const std::exception& e) {
         *error = e.what();
         if (error->empty()) *error = "device task failed";
+      } catch (...) {
+        *error = "device task failed (an exception not derived from std::exception)";
       }
       caf::anon_send(handle, computed_atom::value, ticket);
     });

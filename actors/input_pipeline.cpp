@@ -1,4 +1,5 @@
 #include "actors/input_pipeline.hpp"
+#include "actors/failure.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -153,6 +154,11 @@ void produce_one(self_ptr self, pipeline_state& st) {
           return g->step(*data);
         } catch (const std::exception& e) {
           g->error = e.what();
+          if (g->error.empty())
+            g->error = "gathering a batch failed (an exception without a message)";
+          return true;
+        } catch (...) {
+          g->error = "gathering a batch failed (an exception not derived from std::exception)";
           return true;
         }
       },
@@ -178,6 +184,7 @@ void serve(self_ptr self, pipeline_state& st) {
 }  // namespace
 
 input_pipeline_actor::behavior_type input_pipeline(self_ptr self, input_pipeline_config cfg) {
+  keep_exception_cause(self, "input pipeline " + std::to_string(cfg.replica));
   auto st = std::make_shared<pipeline_state>(std::move(cfg));
   return {
       [self, st](next_atom) -> caf::result<batch> {

@@ -1,4 +1,5 @@
 #include "actors/learner.hpp"
+#include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -139,6 +140,7 @@ void maybe_compute(self_ptr self) {
 }  // namespace
 
 learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
+  keep_exception_cause(self, "learner " + std::to_string(cfg.index));
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.compute = std::make_shared<learner_compute>();

@@ -1,4 +1,5 @@
 #include "actors/node.hpp"
+#include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -7,6 +8,7 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -154,6 +156,7 @@ void rejoin(node_ptr self, const std::string& task, const node_actor& peer) {
 
 node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> shared,
                                     ring_node_actor ring, const job_config* config) {
+  keep_exception_cause(self, "node actor of " + shared->task);
   self->state.shared = std::move(shared);
   self->state.config = config;
   self->state.ring = std::move(ring);
@@ -796,10 +799,20 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
   kernels::init_cpu_kernels();
   auto ns = std::make_unique<node_system>(std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(c.cluster->heartbeat_seconds)));
+  // Test hook (test_nodes): TROUPE_TEST_FAIL_REPLICA="K:S" makes replica K,
+  // when this process hosts it, throw in its compute at step S.
+  job_options options = o;
+  if (const char* f = std::getenv("TROUPE_TEST_FAIL_REPLICA")) {
+    long long k = -1, step = -1;
+    if (std::sscanf(f, "%lld:%lld", &k, &step) == 2) {
+      options.fail_replica = k;
+      options.fail_at_step = step;
+    }
+  }
   nlohmann::json summary;
   std::exception_ptr failure;
   try {
-    summary = run_node_on(ns->sys, c, task, o);
+    summary = run_node_on(ns->sys, c, task, options);
   } catch (...) {
     failure = std::current_exception();
   }

@@ -1,4 +1,5 @@
 #include "actors/reducer.hpp"
+#include "actors/failure.hpp"
 
 #include <algorithm>
 #include <deque>
@@ -460,6 +461,7 @@ void on_peer_down(self_ptr self, const caf::down_msg& dm) {
 
 reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_config cfg,
                                         std::shared_ptr<group_shared> group) {
+  keep_exception_cause(self, "reducer rank " + std::to_string(rank));
   auto& st = self->state;
   st.rank = rank;
   st.n = n;

@@ -1,4 +1,5 @@
 #include "actors/replica.hpp"
+#include "actors/failure.hpp"
 #include "actors/visible_mailbox.hpp"
 
 #include <spdlog/spdlog.h>
@@ -74,6 +75,9 @@ class replica_host_impl final : public replica_host {
         work(*cs);
       } catch (const std::exception& e) {
         *error = e.what();
+        if (error->empty()) *error = "device work failed (an exception without a message)";
+      } catch (...) {
+        *error = "device work failed (an exception not derived from std::exception)";
       }
       caf::anon_send(handle, computed_atom::value, ticket);
     });
@@ -139,6 +143,7 @@ int64_t restore_state(compute_state& cs, const model_state& ms) {
 
 replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
   auto& st = self->state;
+  keep_exception_cause(self, "replica " + std::to_string(cfg.index));
   st.cfg = std::move(cfg);
   st.compute = std::make_shared<compute_state>();
   st.host = std::make_unique<replica_host_impl>(self);

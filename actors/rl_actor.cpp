@@ -1,4 +1,5 @@
 #include "actors/rl_actor.hpp"
+#include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -172,6 +173,7 @@ void act(self_ptr self) {
 }  // namespace
 
 rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
+  keep_exception_cause(self, "rl_actor " + std::to_string(cfg.index));
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.compute = std::make_shared<rl_actor_compute>();

@@ -1,4 +1,5 @@
 #include "actors/rl_coordinator.hpp"
+#include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -367,6 +368,17 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
 
 rl_coordinator_actor::behavior_type rl_coordinator(self_ptr self,
                                                    std::shared_ptr<const job_plan> plan) {
+  // An exception in the coordinator's own code fails the job with its
+  // message; CAF's default would leave run's promise unanswered for ever.
+  self->set_exception_handler([self](std::exception_ptr& x) {
+    auto err = exception_exit_reason("rl coordinator", x);
+    auto& st = self->state;
+    if (!st.finished) {
+      st.finished = true;
+      if (st.done.pending()) st.done.deliver(err);
+    }
+    return err;
+  });
   auto& st = self->state;
   st.plan = std::move(plan);
   st.started = clock_type::now();

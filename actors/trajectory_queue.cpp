@@ -1,4 +1,5 @@
 #include "actors/trajectory_queue.hpp"
+#include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -69,6 +70,7 @@ void settle(self_ptr self) {
 }  // namespace
 
 trajectory_queue_actor::behavior_type trajectory_queue(self_ptr self, trajectory_queue_config cfg) {
+  keep_exception_cause(self, "trajectory queue");
   self->state.cfg = cfg;
   self->state.stats.capacity = cfg.capacity;
   return {

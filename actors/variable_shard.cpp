@@ -1,4 +1,5 @@
 #include "actors/variable_shard.hpp"
+#include "actors/failure.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -206,6 +207,7 @@ caf::result<int64_t> take_update(self_ptr self, update_kind kind, int64_t worker
 }  // namespace
 
 variable_shard_actor::behavior_type variable_shard(self_ptr self, variable_shard_config cfg) {
+  keep_exception_cause(self, "variable_shard " + std::to_string(cfg.index));
   auto& st = self->state;
   std::vector<named_tensor> vars;
   for (const auto& p : cfg.pieces) vars.push_back({p.name, p.value.clone()});

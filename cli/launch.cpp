@@ -9,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -22,6 +24,7 @@
 #include "config/cluster.hpp"
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
+#include "config/strategy_rules.hpp"
 
 namespace troupe::launch {
 namespace {
@@ -29,6 +32,7 @@ namespace {
 using clock = std::chrono::steady_clock;
 
 constexpr std::size_t kMaxLine = 64 << 10;  // a longer line is relayed in pieces
+constexpr int kMaxRestarts = 1000000;       // --restart-workers at most
 
 int g_signal_pipe = -1;  // write end of the self-pipe the signal handler feeds
 
@@ -251,6 +255,13 @@ bool reap(running& r) {
   return true;
 }
 
+// 3 -> "3", 0.5 -> "0.5".
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
 std::string self_exe() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -270,15 +281,25 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
     return 1;
   }
   std::vector<running> rs(children.size());
+  running* chief = nullptr;
   for (std::size_t i = 0; i < children.size(); ++i) {
     rs[i].spec = &children[i];
     rs[i].prefix = "[" + children[i].name + "] ";
+    if (children[i].chief && !chief) chief = &rs[i];
   }
+  auto ok = [](int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; };
+  auto who = [](const running& r) {
+    return "task " + r.spec->name + " (pid " + std::to_string(r.pid) + ")";
+  };
 
   bool stopping = false, killed = false;
   clock::time_point kill_at{};
   std::optional<std::string> failure;  // the first task that failed, and how
   int interrupted_by = 0;
+  int restarts = 0;               // survivable tasks started again, in all
+  bool chief_ended = false;       // the chief is reaped
+  bool chief_on_its_own = false;  // ... and it ended before the launcher stopped anything
+  std::optional<clock::time_point> after_chief_at;  // then the others get SIGTERM
   auto stop_all = [&](int sig) {
     for (auto& r : rs)
       if (r.alive) ::kill(-r.pid, sig);
@@ -289,11 +310,18 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
                                    std::chrono::duration<double>(opts.grace_seconds));
     }
   };
-
-  for (auto& r : rs) {
+  auto start_one = [&](running& r) {
     std::string why;
     if (!start(r, opts.out_fd, opts.err_fd, why)) {
       say("cannot start task " + r.spec->name + ": " + why);
+      return false;
+    }
+    if (opts.log_starts) say(who(r) + " started");
+    return true;
+  };
+
+  for (auto& r : rs) {
+    if (!start_one(r)) {
       failure = "task " + r.spec->name + " could not be started";
       stop_all(SIGTERM);
       break;
@@ -333,6 +361,8 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
       timeout = ms_until(kill_at);
     } else if (stopping) {
       timeout = 100;  // SIGKILLed: reap soon
+    } else if (after_chief_at) {
+      timeout = ms_until(*after_chief_at);
     }
     int n = ::poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) {
@@ -360,18 +390,72 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
         }
       }
     }
-    for (auto& r : rs) {
-      if (!r.alive || !reap(r)) continue;
-      bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
-      if (!ok && !stopping) {
-        failure = "task " + r.spec->name + " " + describe(r.status);
-        say(*failure + "; stopping the other tasks");
+    // Every child that ended, then what it means, in this order: a task the
+    // job cannot lose (so that the worker whose loss made the chief fail is
+    // the one named), the chief, then survivable tasks (not started again
+    // when they followed the chief).
+    std::vector<running*> ended;
+    for (auto& r : rs)
+      if (r.alive && reap(r)) ended.push_back(&r);
+    for (running* r : ended) {
+      if (r->spec->chief || r->spec->survivable || ok(r->status) || stopping) continue;
+      if (chief_ended) {
+        say(who(*r) + " " + describe(r->status) + " after the chief ended");
+      } else {
+        failure = who(*r) + " " + describe(r->status);
+        say(*failure + (r->spec->why_fatal.empty() ? "" : "; " + r->spec->why_fatal) +
+            "; stopping the other tasks");
         stop_all(SIGTERM);
       }
     }
+    for (running* r : ended) {
+      if (r != chief) continue;
+      chief_ended = true;
+      if (stopping) continue;
+      chief_on_its_own = true;
+      if (!ok(r->status)) {
+        failure = who(*r) + " " + describe(r->status);
+        say(*failure + "; the job ends with the chief: stopping the other tasks");
+        stop_all(SIGTERM);
+      } else if (any_alive()) {
+        after_chief_at =
+            clock::now() + std::chrono::duration_cast<clock::duration>(
+                               std::chrono::duration<double>(opts.after_chief_seconds));
+      }
+    }
+    for (running* r : ended) {
+      if (r == chief || !r->spec->survivable || ok(r->status) || stopping) continue;
+      if (chief_ended) {
+        say(who(*r) + " " + describe(r->status) + " after the chief ended");
+        continue;
+      }
+      std::string line = who(*r) + " " + describe(r->status) + "; the job goes on without it";
+      if (restarts >= opts.restart_workers) {
+        if (opts.restart_workers > 0)
+          line += " (no restarts left: " + std::to_string(restarts) + " of " +
+                  std::to_string(opts.restart_workers) + " used)";
+        say(line);
+        continue;
+      }
+      say(line);
+      ++restarts;
+      say("restarting task " + r->spec->name + " (restart " + std::to_string(restarts) + " of " +
+          std::to_string(opts.restart_workers) + ")");
+      // What the old process left in its pipes comes first.
+      for (stream* s : {&r->out, &r->err})
+        if (s->fd >= 0) {
+          drain(*s, r->prefix);
+          close_stream(*s, r->prefix);
+        }
+      if (!start_one(*r)) say("the job goes on without task " + r->spec->name);
+    }
+    if (after_chief_at && !stopping && any_alive() && clock::now() >= *after_chief_at) {
+      say("tasks still running " + fmt_seconds(opts.after_chief_seconds) +
+          " s after the chief ended; stopping them");
+      stop_all(SIGTERM);
+    }
     if (stopping && !killed && any_alive() && clock::now() >= kill_at) {
-      say("tasks still running after " + std::to_string(opts.grace_seconds).substr(0, 4) +
-          " s; sending SIGKILL");
+      say("tasks still running after " + fmt_seconds(opts.grace_seconds) + " s; sending SIGKILL");
       stop_all(SIGKILL);
     }
   }
@@ -380,23 +464,56 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
     close_stream(r.err, r.prefix);
   }
 
-  if (!failure && !interrupted_by) {
-    bool all_ok = true;
+  int rc = 1;
+  if (chief) {
+    if (chief_on_its_own) rc = WIFEXITED(chief->status) ? WEXITSTATUS(chief->status) : 1;
+  } else if (!failure && !interrupted_by) {
+    rc = 0;
     for (const auto& r : rs)
-      if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) all_ok = false;
-    if (all_ok) return 0;
+      if (!ok(r.status)) rc = 1;
   }
+  if (rc == 0) return 0;
   for (const auto& r : rs) {
     if (r.pid < 0) continue;
-    std::string line = "task " + r.spec->name + " " + describe(r.status);
+    std::string line = who(r) + " " + describe(r.status);
     if (failure && *failure == line) continue;
-    if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) say("  " + line);
+    if (!ok(r.status)) say("  " + line);
   }
   if (failure)
     say(*failure);
-  else
+  else if (interrupted_by)
     say("interrupted by " + signal_name(interrupted_by) + "; stopped all tasks");
-  return 1;
+  return rc;
+}
+
+void apply_failure_policy(std::vector<child>& children, const job_config& job) {
+  auto rules = find_strategy_rules(job.strategy.kind);
+  const bool survives = rules && rules->survives_lost_workers();
+  std::vector<task_placement> placement;
+  try {
+    placement = resolve_placement(job);
+  } catch (const std::exception&) {
+    // A bad placement: every node reports it and exits 2.
+  }
+  for (auto& c : children) {
+    task_id t;
+    try {
+      t = parse_task_name(c.name);
+    } catch (const std::exception&) {
+      continue;
+    }
+    c.chief = t.job == "chief";
+    if (c.chief) continue;
+    bool shards = false;
+    for (const auto& p : placement)
+      if (p.task == t) shards = !p.shards.empty();
+    if (!survives)
+      c.why_fatal = "the " + job.strategy.kind + " strategy does not go on without a task";
+    else if (shards)
+      c.why_fatal = "the job does not go on without it: it hosts variable shards";
+    else
+      c.survivable = t.job == "worker";
+  }
 }
 
 std::vector<child> node_children(const cluster_spec& spec, const std::string& config_file,
@@ -445,6 +562,22 @@ int cmd_launch(const std::vector<std::string>& args,
     } else if (a == "--output") {
       if (i + 1 >= args.size()) return bad_usage("--output needs a directory");
       opts.output_dir = args[++i];
+    } else if (a == "--restart-workers") {
+      const std::string what = "--restart-workers needs the number of restarts (0 to " +
+                               std::to_string(kMaxRestarts) + ")";
+      if (i + 1 >= args.size()) return bad_usage(what);
+      const std::string& v = args[++i];
+      std::size_t used = 0;
+      long long n = -1;
+      try {
+        n = std::stoll(v, &used, 10);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (v.empty() || used != v.size() || !std::isdigit(static_cast<unsigned char>(v[0])) ||
+          n < 0 || n > kMaxRestarts)
+        return bad_usage(what + ", got '" + v + "'");
+      opts.restart_workers = static_cast<int>(n);
     } else if (a == "--resume") {
       opts.resume = true;
     } else if (a == "--overwrite") {
@@ -475,6 +608,16 @@ int cmd_launch(const std::vector<std::string>& args,
     return 2;
   }
   auto children = node_children(*cfg.cluster, file, opts);
+  apply_failure_policy(children, cfg);
+  bool survivable = false;
+  std::string why_not;
+  for (const auto& c : children) {
+    survivable = survivable || c.survivable;
+    if (why_not.empty()) why_not = c.why_fatal;
+  }
+  if (opts.restart_workers > 0 && !survivable)
+    std::cerr << "troupe launch: --restart-workers has no effect: the job cannot lose any task"
+              << (why_not.empty() ? "" : " (" + why_not + ")") << "\n";
   // Every task runs here, so a secret made up now serves them all; it reaches
   // them through the environment, never the command line.
   const auto& spec = *cfg.cluster;
@@ -493,7 +636,10 @@ int cmd_launch(const std::vector<std::string>& args,
   std::cerr << "troupe launch: starting " << children.size() << " tasks: " << names << "\n";
   std::cerr.flush();
   std::cout.flush();
-  return supervise(children);
+  supervise_options so;
+  so.restart_workers = opts.restart_workers;
+  so.log_starts = true;
+  return supervise(children, so);
 }
 
 }  // namespace troupe::launch

@@ -29,10 +29,15 @@ Usage:
                               run one task (chief, worker:N, ps:N) of FILE's
                               cluster spec; the secret comes from the
                               environment or a file (cluster.secret_env/_file)
-  troupe launch [--config] FILE [--output DIR] [--resume | --overwrite] [-- ARGS]
+  troupe launch [--config] FILE [--output DIR] [--resume | --overwrite]
+         [--restart-workers N] [-- ARGS]
                               start every task of FILE's cluster spec as a local
                               process (troupe node --task NAME ...), output
-                              prefixed [NAME]; if one fails, stop the others
+                              prefixed [NAME]; if one fails, stop the others,
+                              unless it is a worker the strategy goes on without
+                              (parameter_server, elastic_average, actor_learner):
+                              then restart it, N times in all; exit status: the
+                              chief's
   troupe checkpoint show DIR  list a checkpoint's variables (DIR: a checkpoint
                               or a directory of checkpoints -> the latest)
   troupe checkpoint diff A B  largest absolute and relative difference per variable

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "actors/failure.hpp"
 #include "actors/job.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "tests/fixtures.hpp"
@@ -163,4 +164,35 @@ TEST_CASE("a cuda device without a GPU is refused with a clear message") {
   auto c = env.job("cuda");
   c.devices = {"cuda:0"};
   CHECK_THROWS_WITH_AS(run_job(c), doctest::Contains("devices[0]: cuda:0 requested"), job_error);
+}
+
+namespace {
+
+caf::behavior thrower(caf::event_based_actor* self, bool std_exception) {
+  keep_exception_cause(self, "thrower");
+  return {[std_exception](int32_t) -> int32_t {
+    if (std_exception) throw std::runtime_error("the disk is on fire");
+    throw 42;
+  }};
+}
+
+}  // namespace
+
+TEST_CASE("an actor that throws ends with the exception's message as its exit reason") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  for (bool std_exception : {true, false}) {
+    const std::string expected = std_exception
+                                     ? "thrower: the disk is on fire"
+                                     : "thrower: an exception not derived from std::exception";
+    auto a = sys.spawn(thrower, std_exception);
+    caf::scoped_actor self{sys};
+    self->monitor(a);
+    std::string reply, down;
+    self->request(a, std::chrono::seconds(30), int32_t{1})
+        .receive([&](int32_t) { reply = "answered"; }, [&](caf::error& e) { reply = describe(e); });
+    self->receive([&](caf::down_msg& dm) { down = describe(dm.reason); });
+    CHECK(reply == expected);  // was "system_error(runtime_error)"
+    CHECK(down == expected);
+  }
 }

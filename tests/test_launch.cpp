@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "cli/launch.hpp"
 #include "config/cluster.hpp"
+#include "config/job_config.hpp"
 #include "fixtures.hpp"
 
 using namespace troupe;
@@ -22,8 +24,17 @@ using namespace troupe::launch;
 
 namespace {
 
+child command(const std::string& name, std::vector<std::string> argv,
+              std::vector<std::string> env = {}) {
+  child c;
+  c.name = name;
+  c.argv = std::move(argv);
+  c.env = std::move(env);
+  return c;
+}
+
 child sh(const std::string& name, const std::string& script) {
-  return {name, {"/bin/sh", "-c", script}, {"TROUPE_TASK=" + name}};
+  return command(name, {"/bin/sh", "-c", script}, {"TROUPE_TASK=" + name});
 }
 
 std::string slurp(const std::string& path) {
@@ -83,6 +94,12 @@ bool gone(pid_t pid) {
   return false;
 }
 
+// Whether `text` has a match of the regular expression `re` ($ matches at
+// every line end).
+bool has(const std::string& text, const std::string& re) {
+  return std::regex_search(text, std::regex(re, std::regex::ECMAScript | std::regex::multiline));
+}
+
 // Kills what a failed test may have left behind.
 struct pid_files {
   std::vector<std::string> files;
@@ -134,11 +151,11 @@ TEST_CASE("launch: one task fails -> the others are stopped, exit 1 naming the t
   CHECK(r.rc == 1);
   CHECK(r.seconds < 2.5);
   CHECK(r.out.find("[worker:1] failing\n") != std::string::npos);
-  CHECK(r.err.find("troupe launch: task worker:1 exited with status 3; stopping the other tasks") !=
-        std::string::npos);
-  CHECK(r.err.find("troupe launch:   task chief:0 killed by signal 15 (SIGTERM)") !=
-        std::string::npos);
-  CHECK(r.err.rfind("troupe launch: task worker:1 exited with status 3\n") != std::string::npos);
+  CHECK(has(
+      r.err,
+      R"(troupe launch: task worker:1 \(pid \d+\) exited with status 3; stopping the other tasks)"));
+  CHECK(has(r.err, R"(troupe launch:   task chief:0 \(pid \d+\) killed by signal 15 \(SIGTERM\))"));
+  CHECK(has(r.err, R"(troupe launch: task worker:1 \(pid \d+\) exited with status 3\n$)"));
   for (const auto& f : pids.files) {
     pid_t p = read_pid(f);
     REQUIRE_MESSAGE(p > 1, f);
@@ -158,8 +175,8 @@ TEST_CASE("launch: a task that ignores SIGTERM is killed after the grace period"
   CHECK(r.seconds >= 0.6);
   CHECK(r.seconds < 2.5);
   CHECK(r.err.find("sending SIGKILL") != std::string::npos);
-  CHECK(r.err.find("task worker:1 killed by signal 9 (SIGKILL)") != std::string::npos);
-  CHECK(r.err.rfind("troupe launch: task worker:0 exited with status 1\n") != std::string::npos);
+  CHECK(has(r.err, R"(task worker:1 \(pid \d+\) killed by signal 9 \(SIGKILL\))"));
+  CHECK(has(r.err, R"(troupe launch: task worker:0 \(pid \d+\) exited with status 1\n$)"));
   CHECK(gone(read_pid(dir / "stubborn.pid")));
 }
 
@@ -167,15 +184,16 @@ TEST_CASE("launch: a task killed by SIGKILL is reported as such") {
   auto r = run({sh("ps:0", "kill -9 $$"), sh("worker:0", "sleep 30")});
   CHECK(r.rc == 1);
   CHECK(r.seconds < 2.5);
-  CHECK(r.err.find("troupe launch: task ps:0 killed by signal 9 (SIGKILL)") != std::string::npos);
+  CHECK(has(r.err, R"(troupe launch: task ps:0 \(pid \d+\) killed by signal 9 \(SIGKILL\))"));
 }
 
 TEST_CASE("launch: a command that cannot run is reported cleanly") {
-  auto r = run({{"worker:0", {"/nonexistent/troupe-node", "node"}, {}}, sh("chief:0", "exit 0")});
+  auto r =
+      run({command("worker:0", {"/nonexistent/troupe-node", "node"}), sh("chief:0", "exit 0")});
   CHECK(r.rc == 1);
   CHECK(r.err.find("[worker:0] troupe launch: cannot run /nonexistent/troupe-node: No such file "
                    "or directory\n") != std::string::npos);
-  CHECK(r.err.find("troupe launch: task worker:0 exited with status 127") != std::string::npos);
+  CHECK(has(r.err, R"(troupe launch: task worker:0 \(pid \d+\) exited with status 127)"));
 }
 
 TEST_CASE("launch: SIGTERM to the launcher is forwarded to every task") {
@@ -254,4 +272,212 @@ TEST_CASE("launch: usage and config errors exit 2") {
   std::ofstream(dir / "bad.json") << R"({"cluster": {"tasks": {"chief": ["x"]}}})";
   CHECK(cmd_launch({"--config", dir / "bad.json"}, bad) == 2);
   CHECK(used.empty());
+}
+
+// The tests below order events through files, not sleeps: a chief script
+// waits for what the workers do.
+namespace {
+
+child chief_sh(const std::string& script) {
+  auto c = sh("chief:0", script);
+  c.chief = true;
+  return c;
+}
+
+child survivable_sh(const std::string& name, const std::string& script) {
+  auto c = sh(name, script);
+  c.survivable = true;
+  return c;
+}
+
+// A shell loop until `cond` holds.
+std::string until(const std::string& cond) {
+  return "until " + cond + "; do sleep 0.02; done; ";
+}
+
+supervise_options with_restarts(int n) {
+  supervise_options o;
+  o.restart_workers = n;
+  return o;
+}
+
+run_result run_with(const std::vector<child>& children, supervise_options o) {
+  test::temp_dir dir;
+  int out = ::open((dir / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int err = ::open((dir / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  REQUIRE(out >= 0);
+  REQUIRE(err >= 0);
+  o.out_fd = out;
+  o.err_fd = err;
+  run_result r;
+  r.rc = supervise(children, o);
+  ::close(out);
+  ::close(err);
+  r.out = slurp(dir / "out");
+  r.err = slurp(dir / "err");
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("launch: a survivable task that dies is reported, the job goes on, the chief's code") {
+  test::temp_dir dir;
+  pid_files pids;
+  pids.files = {dir / "w0.pid", dir / "w1.pid"};
+  // worker:0 dies of SIGKILL; the chief waits until the launcher has reaped
+  // it, then ends with 7 (the launcher's code); worker:1 follows the chief.
+  const std::string w0 = dir / "w0.pid";
+  auto r = run_with(
+      {chief_sh(until("[ -s " + w0 + " ]") + until("! kill -0 $(cat " + w0 + ") 2>/dev/null") +
+                "echo chief done; exit 7"),
+       survivable_sh("worker:0", "echo $$ > " + w0 + "; kill -9 $$"),
+       survivable_sh("worker:1", "echo $$ > " + dir / "w1.pid" + "; sleep 30 & wait")},
+      {});
+  CHECK(r.rc == 7);
+  CHECK(r.out.find("[chief:0] chief done\n") != std::string::npos);
+  CHECK_MESSAGE(has(r.err, "troupe launch: task worker:0 \\(pid " + std::to_string(read_pid(w0)) +
+                               "\\) killed by signal 9 \\(SIGKILL\\); the job goes on without it$"),
+                r.err);
+  CHECK(r.err.find("restarting") == std::string::npos);
+  // The chief's end ends the job: worker:1 is stopped, the chief named.
+  CHECK(
+      has(r.err, R"(task chief:0 \(pid \d+\) exited with status 7; the job ends with the chief)"));
+  CHECK(
+      has(r.err, R"(troupe launch:   task worker:1 \(pid \d+\) killed by signal 15 \(SIGTERM\))"));
+  CHECK(gone(read_pid(dir / "w1.pid")));
+}
+
+TEST_CASE("launch: --restart-workers starts a dead survivable task again, up to N times in all") {
+  test::temp_dir dir;
+  pid_files pids;
+  pids.files = {dir / "pid.0", dir / "pid.1", dir / "pid.2"};
+  // Every run of worker:0 dies; runs are counted in a file. The chief ends
+  // once the second run is reaped, and must not see a third.
+  const std::string count = dir / "count";
+  const std::string worker = "n=$(cat " + count + " 2>/dev/null || echo 0); echo $((n+1)) > " +
+                             count + "; echo \"run $n\"; echo $$ > " + dir.str() +
+                             "/pid.$n; kill -9 $$";
+  const std::string second = dir / "pid.1";
+  auto r = run_with({chief_sh(until("[ -s " + second + " ]") +
+                              until("! kill -0 $(cat " + second + ") 2>/dev/null") + "exit 0"),
+                     survivable_sh("worker:0", worker)},
+                    with_restarts(1));
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("[worker:0] run 0\n") != std::string::npos);
+  CHECK(r.out.find("[worker:0] run 1\n") != std::string::npos);
+  CHECK(r.out.find("run 2") == std::string::npos);
+  CHECK(slurp(count) == "2\n");
+  const auto first = std::to_string(read_pid(dir / "pid.0"));
+  const auto again = std::to_string(read_pid(second));
+  CHECK_MESSAGE(has(r.err, "task worker:0 \\(pid " + first +
+                               "\\) killed by signal 9 \\(SIGKILL\\); the job goes on without it$"),
+                r.err);
+  CHECK(r.err.find("troupe launch: restarting task worker:0 (restart 1 of 1)\n") !=
+        std::string::npos);
+  CHECK_MESSAGE(has(r.err, "task worker:0 \\(pid " + again +
+                               "\\) killed by signal 9 \\(SIGKILL\\); the job goes on without it "
+                               "\\(no restarts left: 1 of 1 used\\)$"),
+                r.err);
+}
+
+TEST_CASE("launch: a task the job cannot lose stops every task, named with why") {
+  test::temp_dir dir;
+  pid_files pids;
+  pids.files = {dir / "chief.pid"};
+  auto w = sh("worker:1", until("[ -s " + dir / "chief.pid" + " ]") + "kill -9 $$");
+  w.why_fatal = "the mirrored strategy does not go on without a task";
+  auto r = run_with({chief_sh("echo $$ > " + dir / "chief.pid" + "; sleep 30 & wait"),
+                     sh("worker:0", "sleep 30 & wait"), w},
+                    with_restarts(3));
+  CHECK(r.rc == 1);
+  CHECK_MESSAGE(
+      has(r.err,
+          R"(troupe launch: task worker:1 \(pid \d+\) killed by signal 9 \(SIGKILL\); )"
+          R"(the mirrored strategy does not go on without a task; stopping the other tasks)"),
+      r.err);
+  CHECK(r.err.find("restarting") == std::string::npos);
+  CHECK(
+      has(r.err, R"(troupe launch: task worker:1 \(pid \d+\) killed by signal 9 \(SIGKILL\)\n$)"));
+  CHECK(gone(read_pid(dir / "chief.pid")));
+}
+
+TEST_CASE("launch: after the chief exits 0, a task that does not follow is stopped; exit 0") {
+  test::temp_dir dir;
+  pid_files pids;
+  pids.files = {dir / "stuck.pid"};
+  auto o = with_restarts(1);
+  o.after_chief_seconds = 0.2;
+  auto r =
+      run_with({chief_sh(until("[ -s " + dir / "stuck.pid" + " ]") + "exit 0"),
+                survivable_sh("worker:0", "echo $$ > " + dir / "stuck.pid" + "; sleep 30 & wait")},
+               o);
+  CHECK(r.rc == 0);
+  CHECK(
+      r.err.find("troupe launch: tasks still running 0.2 s after the chief ended; stopping them") !=
+      std::string::npos);
+  CHECK(r.err.find("restarting") == std::string::npos);
+  CHECK(gone(read_pid(dir / "stuck.pid")));
+}
+
+TEST_CASE("launch: which tasks a job survives losing follows its strategy") {
+  auto base = to_json(load_job_config(std::string(TROUPE_SOURCE_DIR) +
+                                      "/examples/fashion_mnist_parameter_server.json"));
+  base["cluster"] = {{"tasks",
+                      {{"chief", {"127.0.0.1:7000"}},
+                       {"worker", {"127.0.0.1:7001", "127.0.0.1:7002"}},
+                       {"ps", {"127.0.0.1:7003"}}}}};
+  auto roles = [](const nlohmann::json& j) {
+    auto c = parse_job_config(j);
+    auto cs = node_children(*c.cluster, "job.json", {});
+    apply_failure_policy(cs, c);
+    std::map<std::string, std::string> out;
+    for (const auto& x : cs)
+      out[x.name] = x.chief ? "chief" : x.survivable ? "survivable" : "fatal: " + x.why_fatal;
+    return out;
+  };
+  auto ps = roles(base);
+  CHECK(ps["chief:0"] == "chief");
+  CHECK(ps["worker:0"] == "survivable");
+  CHECK(ps["worker:1"] == "survivable");
+  CHECK(ps["ps:0"] == "fatal: the job does not go on without it: it hosts variable shards");
+
+  auto easgd = base;
+  easgd["strategy"] = {{"kind", "elastic_average"}, {"replicas", 4}};
+  auto e = roles(easgd);
+  CHECK(e["worker:1"] == "survivable");
+  CHECK(e["ps:0"] == "fatal: the job does not go on without it: it hosts variable shards");
+
+  auto rl = to_json(
+      load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala_2proc.json"));
+  auto a = roles(rl);
+  CHECK(a["chief:0"] == "chief");
+  CHECK(a["worker:0"] == "survivable");
+
+  auto mirrored = base;
+  mirrored["strategy"] = {{"kind", "mirrored"}, {"replicas", 4}};
+  mirrored["cluster"]["tasks"].erase("ps");
+  auto m = roles(mirrored);
+  CHECK(m["chief:0"] == "chief");
+  CHECK(m["worker:0"] == "fatal: the mirrored strategy does not go on without a task");
+  CHECK(m["worker:1"] == "fatal: the mirrored strategy does not go on without a task");
+}
+
+TEST_CASE("launch: bad --restart-workers values exit 2 naming the option") {
+  std::string used;
+  auto bad = [&](const std::string& why) {
+    used = why;
+    return 2;
+  };
+  for (const char* v :
+       {"-1", "x", "", "1.5", "2x", "+1", " 1", "99999999999999999999", "1000001"}) {
+    used.clear();
+    CHECK_MESSAGE(cmd_launch({"x.json", "--restart-workers", v}, bad) == 2, v);
+    CHECK_MESSAGE(used == std::string("--restart-workers needs the number of restarts (0 to "
+                                      "1000000), got '") +
+                              v + "'",
+                  used);
+  }
+  used.clear();
+  CHECK(cmd_launch({"x.json", "--restart-workers"}, bad) == 2);
+  CHECK(used == "--restart-workers needs the number of restarts (0 to 1000000)");
 }

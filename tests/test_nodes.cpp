@@ -1,6 +1,7 @@
 // troupe node across real processes on 127.0.0.1 (ports picked free at run
 // time): mirrored, central_storage and parameter_server jobs against the same
-// job in one process, a worker killed with SIGKILL, and the shared secret.
+// job in one process, a worker killed with SIGKILL (by hand and under
+// `troupe launch`), and the shared secret.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -9,11 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -137,7 +140,11 @@ struct cluster_job {
     nlohmann::json tasks;
     auto add = [&](const std::string& job, int n) {
       for (int i = 0; i < n; ++i) {
-        auto a = "127.0.0.1:" + std::to_string(free_port());
+        // The OS may hand out a port it just gave (each is closed at once).
+        std::string a;
+        do a = "127.0.0.1:" + std::to_string(free_port());
+        while (std::any_of(address.begin(), address.end(),
+                           [&](const auto& kv) { return kv.second == a; }));
         tasks[job].push_back(a);
         address[job + ":" + std::to_string(i)] = a;
       }
@@ -611,4 +618,125 @@ TEST_CASE("troupe launch runs every task of the cluster with troupe node") {
   CHECK(out.find("[chief:0] job tiny finished: strategy mirrored") != std::string::npos);
   CHECK(out.find("[worker:1] task worker:1 finished") != std::string::npos);
   CHECK(fs::exists(dir / "out/summary.json"));
+}
+
+namespace {
+
+// The pid `troupe launch` logged for `task` ("task worker:2 (pid N) started"),
+// waiting up to 60 s for the line; -1 when it never came.
+pid_t launched_pid(node_proc& launch, const std::string& task) {
+  const std::regex started("troupe launch: task " + task + " \\(pid (\\d+)\\) started");
+  auto until = clock_type::now() + std::chrono::seconds(60);
+  do {
+    std::smatch m;
+    auto out = launch.output();
+    if (std::regex_search(out, m, started)) return static_cast<pid_t>(std::stol(m[1]));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (clock_type::now() < until);
+  return -1;
+}
+
+// A parameter_server job over chief, 3 workers and a ps task, run by
+// `troupe launch` with `extra` options; worker:2 is SIGKILLed once pushes
+// are in the metrics. Returns the launcher's exit code; its log in `out`.
+int launch_ps_and_kill_worker(const temp_dir& dir, const std::vector<std::string>& extra,
+                              std::string& out) {
+  strategy_env env(2000);
+  auto c = env.job("parameter_server", "adam", 3, 16);
+  c.strategy.shards = 1;
+  c.training.epochs = 40;  // 42 rounds of 3 pushes an epoch: time to restart the process
+  c.training.eval_every_epochs = 40;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 3, 1);
+  std::vector<std::string> args{TROUPE_BIN, "launch", job.file};
+  args.insert(args.end(), extra.begin(), extra.end());
+  node_proc launch("launch", dir / "launch.log", kSecret, args);
+  pid_t worker = launched_pid(launch, "worker:2");
+  REQUIRE_MESSAGE(worker > 0, launch.output());
+  REQUIRE(file_shows(dir / "out/metrics.jsonl", "\"push\""));
+  REQUIRE(::kill(worker, SIGKILL) == 0);
+  int rc = launch.wait(std::chrono::seconds(120));
+  out = launch.output();
+  CHECK_MESSAGE(
+      out.find("troupe launch: task worker:2 (pid " + std::to_string(worker) +
+               ") killed by signal 9 (SIGKILL); the job goes on without it") != std::string::npos,
+      out);
+  return rc;
+}
+
+}  // namespace
+
+TEST_CASE("troupe launch: parameter_server goes on when a worker process is SIGKILLed") {
+  temp_dir dir;
+  std::string out;
+  int rc = launch_ps_and_kill_worker(dir, {}, out);
+  CHECK_MESSAGE(rc == 0, out);
+  CHECK(out.find("restarting") == std::string::npos);
+  auto s = summary_in(dir / "out");
+  CHECK(s["steps"] == 40 * 42 * 3);
+  auto lost = metrics_of(s, "worker_lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["task"] == "worker:2");
+  CHECK(metrics_of(s, "worker_joined").empty());
+}
+
+TEST_CASE("troupe launch --restart-workers 1: a SIGKILLed worker process is started again") {
+  temp_dir dir;
+  std::string out;
+  int rc = launch_ps_and_kill_worker(dir, {"--restart-workers", "1"}, out);
+  CHECK_MESSAGE(rc == 0, out);
+  CHECK(out.find("troupe launch: restarting task worker:2 (restart 1 of 1)") != std::string::npos);
+  auto s = summary_in(dir / "out");
+  CHECK(s["steps"] == 40 * 42 * 3);
+  auto lost = metrics_of(s, "worker_lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["task"] == "worker:2");
+  auto back = metrics_of(s, "worker_joined");
+  REQUIRE(back.size() == 1);
+  CHECK(back[0]["worker"] == 2);
+}
+
+TEST_CASE("troupe launch: mirrored stops every task when a worker process dies, naming it") {
+  strategy_env env(2000);
+  auto c = env.job("mirrored", "adam", 3, 16);
+  c.training.epochs = 40;
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 2, 0);
+  node_proc launch("launch", dir / "launch.log", kSecret,
+                   {TROUPE_BIN, "launch", job.file, "--restart-workers", "2"});
+  pid_t worker = launched_pid(launch, "worker:1");
+  REQUIRE_MESSAGE(worker > 0, launch.output());
+  REQUIRE(file_shows(dir / "out/metrics.jsonl", "\"type\":\"step\""));
+  REQUIRE(::kill(worker, SIGKILL) == 0);
+  int rc = launch.wait(std::chrono::seconds(60));
+  auto out = launch.output();
+  CHECK_MESSAGE(rc == 1, out);
+  CHECK(out.find("--restart-workers has no effect") != std::string::npos);
+  CHECK_MESSAGE(out.find("troupe launch: task worker:1 (pid " + std::to_string(worker) +
+                         ") killed by signal 9 (SIGKILL); the mirrored strategy does not go on "
+                         "without a task; stopping the other tasks") != std::string::npos,
+                out);
+  CHECK(out.find("restarting") == std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "out/summary.json"));
+}
+
+TEST_CASE("a replica that throws in a worker process: the chief's error carries the cause") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "sgd", 2, 48);
+  c.training.epochs = 3;
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);  // chief: replica 0, worker:0: replica 1
+  job.json["cluster"]["hosts"] = {{"chief:0", {{"replicas", {0}}, {"devices", {"cpu:0"}}}},
+                                  {"worker:0", {{"replicas", {1}}, {"devices", {"cpu:1"}}}}};
+  std::ofstream(job.file) << job.json.dump(2);
+  auto procs = start_all(job, dir.str(), {}, {{"worker:0", {{"TROUPE_TEST_FAIL_REPLICA", "1:4"}}}});
+  int rc = procs["chief:0"]->wait(std::chrono::seconds(60));
+  auto out = procs["chief:0"]->output();
+  CHECK(rc == 1);
+  CHECK_MESSAGE(out.find("injected failure at step 4") != std::string::npos, out);
+  CHECK_MESSAGE(out.find("system_error(runtime_error)") == std::string::npos, out);
+  CHECK(procs["worker:0"]->wait(std::chrono::seconds(30)) != 0);
+  CHECK(procs["worker:0"]->output().find("injected failure at step 4") != std::string::npos);
 }

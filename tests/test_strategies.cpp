@@ -82,6 +82,65 @@ void register_local_sgd() {
   (void)once;
 }
 
+// A strategy whose own code throws on an actor's thread (not in device
+// work, which the hosts already catch): on the replica (its step's
+// continuation) or on the coordinator (at the end of an epoch).
+enum class explode_on { replica, coordinator };
+
+class exploding_step final : public replica_step {
+ public:
+  explicit exploding_step(bool explode) : explode_(explode) {}
+  void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
+    h.set_busy(true);
+    h.on_device<step_stats>(
+        [b = std::move(b), step](compute_state& cs) {
+          return compute_gradients(cs, b, step, -1, /*local_mean=*/true);
+        },
+        [&h, rp, step, explode = explode_](step_stats& s) mutable {
+          if (explode && step == 3 && h.index() == 1)
+            throw std::runtime_error("the custom step exploded at step 3");
+          h.count(s);
+          h.step_finished(rp, s);
+        });
+  }
+
+ private:
+  bool explode_;
+};
+
+template <explode_on where>
+class exploding final : public strategy {
+ public:
+  std::string name() const override {
+    return where == explode_on::replica ? "explode_on_replica" : "explode_on_coordinator";
+  }
+  reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
+                              const reducer_wiring& w) const override {
+    return {spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c)), {}};
+  }
+  std::unique_ptr<replica_step> make_replica_step(const job_config&,
+                                                  const replica_wiring&) const override {
+    return std::make_unique<exploding_step>(where == explode_on::replica);
+  }
+  std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
+    return std::make_unique<lockstep_driver>();
+  }
+  void on_epoch_end(coordinator_host&, int64_t epoch) const override {
+    if (where == explode_on::coordinator)
+      throw std::runtime_error("the custom epoch hook exploded after epoch " +
+                               std::to_string(epoch));
+  }
+};
+
+void register_exploding() {
+  static const bool once = [] {
+    register_strategy(std::make_shared<exploding<explode_on::replica>>());
+    register_strategy(std::make_shared<exploding<explode_on::coordinator>>());
+    return true;
+  }();
+  (void)once;
+}
+
 }  // namespace
 
 TEST_CASE("the built-in strategies are registered by name") {
@@ -183,5 +242,28 @@ TEST_CASE("fan_in: replies in request order, one continuation, the first error o
     fan_in<int> f(
         0, [&](std::vector<int>& all) { done += all.empty() ? 1 : 100; }, nullptr);
     CHECK(done == 1);
+  }
+}
+
+TEST_CASE("an exception thrown on an actor's thread ends the job with its message") {
+  // CAF's default exception handler keeps only sec::runtime_error: the job
+  // failed with "system_error(runtime_error)", or (on the coordinator) never
+  // answered at all.
+  register_exploding();
+  test::strategy_env env(480);
+  SUBCASE("on a replica") {
+    auto c = env.job("explode_on_replica", "sgd", 2, 48);
+    c.training.max_steps = 10;
+    CHECK_THROWS_WITH_AS(run_job(c),
+                         doctest::Contains("replica 1 (cpu:1) stopped: replica 1: the custom step "
+                                           "exploded at step 3"),
+                         job_error);
+  }
+  SUBCASE("on the coordinator") {
+    auto c = env.job("explode_on_coordinator", "sgd", 2, 48);
+    c.training.epochs = 2;
+    CHECK_THROWS_WITH_AS(
+        run_job(c), doctest::Contains("coordinator: the custom epoch hook exploded after epoch 0"),
+        job_error);
   }
 }

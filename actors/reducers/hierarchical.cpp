@@ -1,4 +1,5 @@
 #include "actors/reducers/hierarchical.hpp"
+#include "actors/failure.hpp"
 
 #include <deque>
 #include <optional>
@@ -288,6 +289,8 @@ caf::result<std::vector<tensor>> refuse(self_ptr self, const char* what) {
 }
 
 reducer_actor::behavior_type hier_fn(self_ptr self, hierarchical_config cfg) {
+  keep_exception_cause(self,
+                       "hierarchical reducer (local rank " + std::to_string(cfg.local_rank) + ")");
   auto& st = self->state;
   st.cfg = std::move(cfg);
   // A request pending on an actor that died is never answered (only its

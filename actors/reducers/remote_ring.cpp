@@ -1,4 +1,5 @@
 #include "actors/reducers/remote_ring.hpp"
+#include "actors/failure.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -347,6 +348,7 @@ void start_next(Self self) {
 
 template <class Self>
 ring_node_actor::behavior_type ring_node_impl(Self self, ring_options opt) {
+  keep_exception_cause(self, "ring node");
   auto& st0 = self->state;
   st0.opt = opt;
   st0.opt.window = std::max<int32_t>(1, opt.window);
@@ -377,7 +379,7 @@ ring_node_actor::behavior_type ring_node_impl(Self self, ring_options opt) {
         // then keep each other alive).
         fail_all(
             self,
-            where(st) + ": lost peer rank " + std::to_string(p) + " (" + to_string(dm.reason) + ")",
+            where(st) + ": lost peer rank " + std::to_string(p) + " (" + describe(dm.reason) + ")",
             dm.reason != caf::exit_reason::user_shutdown);
         return;
       }

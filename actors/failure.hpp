@@ -1,0 +1,28 @@
+#pragma once
+// What an actor that throws leaves behind. CAF's default exception handler
+// writes the exception to stdout and ends the actor with a bare
+// sec::runtime_error, which prints as "system_error(runtime_error)": the
+// cause reached neither the log nor the job's error. Every troupe actor
+// installs keep_exception_cause instead: the exception's what() is logged
+// and becomes the exit reason (so down messages, the replies CAF bounces and
+// the job's final error carry it).
+#include <caf/all.hpp>
+#include <exception>
+#include <string>
+#include <utility>
+
+namespace troupe {
+
+// Logs "who: what()" at error level and returns it as the exit reason
+// (caf::sec::runtime_error with that text, which describe() prints).
+caf::error exception_exit_reason(const std::string& who, const std::exception_ptr& x);
+
+// Installs the handler above on `self`; `who` names the actor in the text
+// ("replica 2", "variable_shard 0").
+template <class Self>
+void keep_exception_cause(Self* self, std::string who) {
+  self->set_exception_handler(
+      [who = std::move(who)](std::exception_ptr& x) { return exception_exit_reason(who, x); });
+}
+
+}  // namespace troupe
