@@ -257,7 +257,12 @@ void check_position(const manifest& m, const std::string& dir, const std::string
   if (m.batch_in_epoch > m.step)
     bad("batch_in_epoch", m.batch_in_epoch,
         "the step is only " + std::to_string(m.step) + " (the position lies beyond the step)");
-  if (m.epoch == 0) return;
+  if (m.epoch == 0) {
+    if (m.batch_in_epoch != m.step)
+      bad("batch_in_epoch", m.batch_in_epoch,
+          "in epoch 0 the position is the step, " + std::to_string(m.step));
+    return;
+  }
   if (m.epoch > m.step)
     bad("epoch", m.epoch,
         "the step is only " + std::to_string(m.step) + " (every epoch takes at least one step)");
@@ -609,13 +614,17 @@ snapshot load(const std::string& dir) {
       s.state.push_back(std::move(nt));
   }
   // The optimizer counts its own updates: its "optimizer/step" slot is the
-  // checkpoint's step.
+  // checkpoint's step (elastic_average saves worker 0's slots, and a worker
+  // takes only its share of the steps: at most the step).
+  const bool own_share = s.meta.strategy == "elastic_average";
   for (const auto& nt : s.slots)
-    if (nt.name == "optimizer/step" && nt.value.type() == dtype::i64 && nt.value.numel() == 1 &&
-        nt.value.data<int64_t>()[0] != s.meta.step)
-      throw checkpoint_error(where + ": manifest field \"step\" is " + std::to_string(s.meta.step) +
-                             " but the slot 'optimizer/step' is " +
-                             std::to_string(nt.value.data<int64_t>()[0]));
+    if (nt.name == "optimizer/step" && nt.value.type() == dtype::i64 && nt.value.numel() == 1) {
+      const int64_t counted = nt.value.data<int64_t>()[0];
+      if (own_share ? (counted < 0 || counted > s.meta.step) : counted != s.meta.step)
+        throw checkpoint_error(where + ": manifest field \"step\" is " +
+                               std::to_string(s.meta.step) + " but the slot 'optimizer/step' is " +
+                               std::to_string(counted));
+    }
   if (s.meta.format_version < 2)
     spdlog::warn(
         "{}: written by an older troupe (format_version {}, no manifest checksum); accepted "
