@@ -49,10 +49,11 @@ inline bool cluster_text(std::string_view text) {
   }
 }
 
-// A checkpoint manifest's text, as the manifest of ckpt-0000000100.
+// A checkpoint manifest's text (of a directory not named ckpt-<step>, so no
+// step is implied by the name).
 inline bool manifest_text(std::string_view text) {
   try {
-    (void)checkpoint::parse_manifest_text(std::string(text), "fuzz/ckpt-0000000100");
+    (void)checkpoint::parse_manifest_text(std::string(text), "fuzz/checkpoint");
     return true;
   } catch (const checkpoint::checkpoint_error&) {
     return false;
