@@ -415,6 +415,6 @@ TEST_CASE("mutated configs and cluster specs: accepted or a config_error, nothin
       CHECK_NOTHROW(ok = fuzz::cluster_text(m));
       accepted += ok;
     }
-    MESSAGE(file << ": " << accepted << " of 1500 mutants accepted");
+    MESSAGE(std::string(file) << ": " << accepted << " of 1500 mutants accepted");
   }
 }
