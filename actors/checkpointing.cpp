@@ -61,7 +61,16 @@ int64_t start_step_for(const checkpoint::snapshot& snap, int64_t steps_per_epoch
     return m.step;
   spdlog::info("the checkpoint counts {} steps per epoch, this job {}: resuming at epoch {}",
                then_per_epoch, steps_per_epoch, m.epoch);
-  return m.epoch * steps_per_epoch + m.batch_in_epoch * steps_per_epoch / then_per_epoch;
+  // Checked: an epoch no job reaches must be refused, not wrap to a step
+  // before the checkpoint's (which would retrain and overwrite it).
+  int64_t start = 0, into = 0;
+  if (__builtin_mul_overflow(m.epoch, steps_per_epoch, &start) ||
+      __builtin_mul_overflow(m.batch_in_epoch, steps_per_epoch, &into) ||
+      __builtin_add_overflow(start, into / then_per_epoch, &start))
+    throw job_error("--resume: checkpoint " + snap.dir + ": manifest field \"epoch\" is " +
+                    std::to_string(m.epoch) + " but epoch " + std::to_string(m.epoch) + " of " +
+                    std::to_string(steps_per_epoch) + " steps is beyond any step count");
+  return start;
 }
 
 }  // namespace
@@ -86,6 +95,14 @@ void prepare_checkpoints(job_plan& plan) {
   plan.start_step =
       plan.train ? start_step_for(*plan.resume_from, plan.steps_per_epoch, plan.train->size())
                  : plan.resume_from->meta.step;
+  // Never "retrain from 0 and overwrite": a position this job cannot be at is
+  // refused, naming the checkpoint.
+  const auto& m = plan.resume_from->meta;
+  if (plan.start_step < 0 || (plan.total_steps > 0 && plan.start_step > plan.total_steps))
+    throw job_error("--resume: checkpoint " + *dir + ": manifest field \"step\" is " +
+                    std::to_string(m.step) + " (epoch " + std::to_string(m.epoch) +
+                    "), which resumes at step " + std::to_string(plan.start_step) +
+                    ", outside this job's " + std::to_string(plan.total_steps) + " steps");
   spdlog::info("resuming from {} (step {}, saved under strategy {})", *dir, plan.start_step,
                plan.resume_from->meta.strategy);
 }

@@ -331,7 +331,10 @@ void restore(self_ptr self) {
         spdlog::info("resumed at update {}, {} env steps", st.updates, st.env_steps);
         start(self);
       },
-      [self](caf::error& e) { fail(self, "restoring the checkpoint: " + describe(e)); });
+      [self](caf::error& e) {
+        fail(self,
+             "restoring checkpoint " + self->state.plan->resume_from->dir + ": " + describe(e));
+      });
   for (std::size_t i = 0; i < st.learners.size(); ++i)
     self->request(st.learners[i], st.plan->request_timeout, restore_atom::value, ms)
         .then(restored.reply(i), restored.error());

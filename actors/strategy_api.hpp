@@ -112,6 +112,11 @@ class coordinator_host {
   caf::duration request_timeout() const { return plan().request_timeout; }
   // Error handler for a request to a monitored actor: when the actor died,
   // its down message names it, so "receiver down" is left to that.
+  // "checkpoint <dir>", the checkpoint this job resumes from, for messages.
+  std::string resumed_checkpoint() const {
+    const auto& from = plan().resume_from;
+    return "checkpoint " + (from && !from->dir.empty() ? from->dir : std::string("(in memory)"));
+  }
   auto failed(std::string what) {
     return [this, what = std::move(what)](caf::error& e) {
       if (e == caf::sec::request_receiver_down) return;

@@ -4,7 +4,17 @@
 // (every tensor's raw little-endian bytes, each at a 64-byte-aligned offset,
 // with a crc32 per tensor in the manifest). A checkpoint is written to
 // <root>/.ckpt-<step>.tmp-<pid>/, fsynced, and renamed into place, so a crash
-// never leaves a half-written checkpoint as the latest one.
+// never leaves a half-written checkpoint as the latest one; the next
+// successful save removes what a crashed one left (another process's .tmp-).
+//
+// Format 2 (this build writes it): the manifest carries "manifest_sha256",
+// the SHA-256 of its canonical dump without that field (manifest_checksum),
+// verified on every read. Every read also cross-checks step, epoch and
+// batch_in_epoch against each other and the ckpt-<step> directory name, each
+// shape's element count and byte size (overflow-checked) against nbytes and
+// the tensors file, and (load) "optimizer/step" against step. Format 1
+// (older troupe, no manifest checksum) is read when all of these agree.
+// Manifests nested more than kMaxJsonDepth deep are refused unparsed.
 #include <cstdint>
 #include <iostream>
 #include <optional>
@@ -53,9 +63,10 @@ struct snapshot {
   std::vector<named_tensor> variables;
   std::vector<named_tensor> slots;  // optimizer slots
   std::vector<named_tensor> state;  // anything else (e.g. RNG state, counters)
+  std::string dir;                  // where load() read it from ("" when built in memory)
 };
 
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;
 
 // "ckpt-0000000100" for step 100.
 std::string dir_name(int64_t step);
@@ -71,6 +82,14 @@ snapshot load(const std::string& dir);
 
 // Reads and validates only manifest.json (entries included, tensors unread).
 manifest read_manifest(const std::string& dir);
+
+// The same checks on a manifest's text, as if it were `dir`'s manifest.json
+// (for tests and fuzzing; reads no file).
+manifest parse_manifest_text(const std::string& text, const std::string& dir);
+
+// SHA-256 (hex) of a manifest's compact dump without its "manifest_sha256"
+// field: the value that field must hold.
+std::string manifest_checksum(const nlohmann::json& manifest);
 
 // A checkpoint directory (holds manifest.json) -> itself; a directory holding
 // ckpt-* directories -> the one with the highest step; otherwise nullopt.

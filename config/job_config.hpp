@@ -203,6 +203,10 @@ job_config parse_job_config(const nlohmann::json& j);
 // Reads the file; a missing file or bad JSON is a config_error too (path "" /
 // the message names the file and the line/column of the syntax error).
 job_config load_job_config(const std::string& file);
+// The same from the file's text (`file` only names it in messages); a text
+// nested more than kMaxJsonDepth (config/json_limits.hpp) deep is refused
+// before it is parsed.
+job_config parse_job_config_text(const std::string& text, const std::string& file);
 // The effective config with every default filled in (for summary.json and
 // checkpoint manifests).
 nlohmann::json to_json(const job_config& c);

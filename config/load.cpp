@@ -9,6 +9,7 @@
 #include <string>
 
 #include "config/job_config.hpp"
+#include "config/json_limits.hpp"
 
 namespace troupe {
 namespace {
@@ -46,8 +47,15 @@ job_config load_job_config(const std::string& file) {
   std::ostringstream buf;
   buf << in.rdbuf();
   if (in.bad()) throw config_error("", "cannot read config file '" + file + "'");
-  const std::string text = buf.str();
+  return parse_job_config_text(buf.str(), file);
+}
 
+job_config parse_job_config_text(const std::string& text, const std::string& file) {
+  // Refused before parsing: nothing recursive ever sees a deep document.
+  if (json_nesting_depth(text, /*comments=*/true) > kMaxJsonDepth)
+    throw config_error("", file + ": JSON nested too deeply (more than " +
+                               std::to_string(kMaxJsonDepth) +
+                               " levels of [ and {); a job config needs fewer than 10");
   nlohmann::json j;
   try {
     // Comments (// and /* */) are allowed in config files.

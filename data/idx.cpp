@@ -7,6 +7,8 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <system_error>
 
 namespace troupe::data {
@@ -76,6 +78,24 @@ class source {
 
   bool gzip() const noexcept { return gz_ != nullptr; }
 
+  // The file's size on disk (compressed, for gzip).
+  uint64_t file_size() const {
+    std::error_code ec;
+    uint64_t n = std::filesystem::file_size(path_, ec);
+    if (ec) fail(path_, "cannot read its size: " + ec.message());
+    return n;
+  }
+  // gzip: the ISIZE trailer (decompressed size mod 2^32 of the last member).
+  std::optional<uint32_t> gzip_trailer_size() const {
+    std::FILE* f = std::fopen(path_.c_str(), "rb");
+    if (!f) return std::nullopt;
+    uint8_t b[4];
+    bool ok = std::fseek(f, -4, SEEK_END) == 0 && std::fread(b, 1, 4, f) == 4;
+    std::fclose(f);
+    if (!ok) return std::nullopt;
+    return uint32_t{b[0]} | (uint32_t{b[1]} << 8) | (uint32_t{b[2]} << 16) | (uint32_t{b[3]} << 24);
+  }
+
   // Reads up to n bytes into dst; fewer only at the end of the data.
   std::size_t read(void* dst, std::size_t n) {
     auto* out = static_cast<unsigned char*>(dst);
@@ -116,6 +136,9 @@ class source {
 };
 
 constexpr uint64_t kMaxElements = uint64_t{1} << 40;
+// Deflate expands at most 1032:1, so a gzip file of n bytes holds at most
+// this many bytes of data.
+constexpr uint64_t kMaxDeflateRatio = 1032;
 
 }  // namespace
 
@@ -124,8 +147,38 @@ namespace {
 struct header {
   std::vector<int64_t> dims;
   uint64_t total = 1;
+  uint64_t header_bytes = 0;
   std::string data_kind;  // "file has " / "decompressed data has "
 };
+
+std::string declared(const header& h) {
+  std::string dims;
+  for (std::size_t i = 0; i < h.dims.size(); ++i)
+    dims += (i ? " x " : "") + std::to_string(h.dims[i]);
+  return "the header declares " + dims + " = " + std::to_string(h.total) + " bytes of data";
+}
+
+// The dimensions against what the file can hold, before anything is
+// allocated for them: one flipped bit in a dimension must not cost gigabytes.
+// Plain: the exact size. gzip: at most kMaxDeflateRatio times the compressed
+// size (the exact size is only known once inflated; read_idx grows its
+// buffer as data arrives).
+void check_size(const source& src, const std::string& path, const header& h) {
+  const uint64_t size = src.file_size();
+  if (!src.gzip()) {
+    const uint64_t data = size - std::min(size, h.header_bytes);
+    if (data < h.total)
+      fail(path, "truncated: " + declared(h) + ", expected " + std::to_string(h.total) +
+                     " bytes of data, file has " + std::to_string(data) + " (" +
+                     std::to_string(size) + " bytes in all)");
+    return;
+  }
+  if (size <= (std::numeric_limits<uint64_t>::max() - h.header_bytes) / kMaxDeflateRatio &&
+      h.total > size * kMaxDeflateRatio)
+    fail(path, "corrupt header: " + declared(h) + ", more than a gzip file of " +
+                   std::to_string(size) + " bytes can hold (at most " +
+                   std::to_string(size * kMaxDeflateRatio) + ")");
+}
 
 header read_header(source& src, const std::string& path) {
   header h;
@@ -158,6 +211,8 @@ header read_header(source& src, const std::string& path) {
       fail(path, "implausible IDX dimensions (more than 2^40 elements)");
     h.total *= d;
   }
+  h.header_bytes = 4 + 4 * rank;
+  check_size(src, path, h);
   return h;
 }
 
@@ -165,7 +220,26 @@ header read_header(source& src, const std::string& path) {
 
 std::vector<int64_t> read_idx_dims(const std::string& path) {
   source src(path);
-  return read_header(src, path).dims;
+  header h = read_header(src, path);
+  if (src.gzip()) {
+    // Callers allocate from these dims: check them against the data's size.
+    // The gzip trailer has it (mod 2^32) for a single-member file; when it
+    // disagrees, count the inflated bytes (without keeping them).
+    const uint64_t want = h.header_bytes + h.total;
+    auto isize = src.gzip_trailer_size();
+    if (!isize || *isize != static_cast<uint32_t>(want)) {
+      uint64_t have = 0;
+      std::vector<uint8_t> scratch(1 << 16);
+      for (std::size_t n = scratch.size(); n == scratch.size() && have <= h.total;) {
+        n = src.read(scratch.data(), scratch.size());
+        have += n;
+      }
+      if (have < h.total)
+        fail(path, "truncated: " + declared(h) + ", expected " + std::to_string(h.total) +
+                       " bytes of data, decompressed data has " + std::to_string(have));
+    }
+  }
+  return h.dims;
 }
 
 idx_array read_idx(const std::string& path) {

@@ -43,7 +43,7 @@ void restore_every_replica(coordinator_host& h, std::shared_ptr<const model_stat
   auto& replicas = h.replicas();
   fan_in<int64_t> restored(
       replicas.size(), [k](std::vector<int64_t>&) { k(); },
-      h.failed("restoring the checkpoint failed"));
+      h.failed("restoring " + h.resumed_checkpoint() + " failed"));
   for (std::size_t i = 0; i < replicas.size(); ++i)
     h.self()
         ->request(replicas[i], h.request_timeout(), restore_atom::value, *ms)

@@ -152,12 +152,12 @@ void restore_shards(coordinator_host& h, const model_state& ms, std::function<vo
     parts = split_model_state(ms, sh.place, static_cast<int64_t>(sh.actors.size()),
                               sh.slot_suffixes, h.plan().start_step);
   } catch (const std::exception& e) {
-    h.fail(std::string("the checkpoint does not fit the shards: ") + e.what());
+    h.fail(h.resumed_checkpoint() + " does not fit the shards: " + e.what());
     return;
   }
   fan_in<int64_t> restored(
       parts.size(), [k](std::vector<int64_t>&) { k(); },
-      h.failed("restoring the checkpoint failed"));
+      h.failed("restoring " + h.resumed_checkpoint() + " failed"));
   for (std::size_t i = 0; i < parts.size(); ++i)
     h.self()
         ->request(sh.actors[i], h.request_timeout(), restore_atom::value, std::move(parts[i]))

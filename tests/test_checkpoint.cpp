@@ -7,10 +7,14 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "config/json_limits.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/fuzz/mutate.hpp"
+#include "tests/fuzz/targets.hpp"
 
 namespace fs = std::filesystem;
 using namespace troupe;
@@ -25,8 +29,8 @@ ck::snapshot make_snapshot(int64_t step, float scale = 1.0f) {
   s.meta.job = "fmnist-mlp";
   s.meta.strategy = "one_device";
   s.meta.step = step;
-  s.meta.epoch = 3;
-  s.meta.batch_in_epoch = 17;
+  s.meta.epoch = step / 30;  // 30 steps per epoch
+  s.meta.batch_in_epoch = step % 30;
   s.meta.config = {{"seed", 42}, {"model", {{"hidden", {256, 128}}}}};
   s.meta.extra = {{"note", "hello"}};
   std::vector<float> k(12);
@@ -65,6 +69,13 @@ void spit(const fs::path& p, const std::string& s) {
   out << s;
 }
 
+// A manifest edited as a bug or an attacker who knows the format would: with
+// its checksum recomputed, so the checks behind the checksum are reached.
+void spit_sealed(const fs::path& p, nlohmann::json j) {
+  j["manifest_sha256"] = ck::manifest_checksum(j);
+  spit(p, j.dump(2));
+}
+
 std::string line_with(const std::string& text, const std::string& part) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);)
@@ -85,12 +96,12 @@ TEST_CASE("checkpoint round trip") {
     CHECK(e.path().filename().string().rfind(".ckpt", 0) != 0);  // no temporary left
 
   ck::snapshot r = ck::load(dir);
-  CHECK(r.meta.format_version == 1);
+  CHECK(r.meta.format_version == ck::kFormatVersion);
   CHECK(r.meta.job == "fmnist-mlp");
   CHECK(r.meta.strategy == "one_device");
   CHECK(r.meta.step == 100);
   CHECK(r.meta.epoch == 3);
-  CHECK(r.meta.batch_in_epoch == 17);
+  CHECK(r.meta.batch_in_epoch == 10);
   CHECK(r.meta.config == s.meta.config);
   CHECK(r.meta.extra == s.meta.extra);
   auto same = [](const std::vector<named_tensor>& a, const std::vector<named_tensor>& b) {
@@ -186,21 +197,21 @@ TEST_CASE("checkpoint corruption is detected with clear messages") {
     auto j = nlohmann::json::parse(slurp(man));
     auto k = j;
     k.erase("step");
-    spit(man, k.dump());
+    spit_sealed(man, k);
     CHECK(contains(error_of([&] { ck::load(dir); }), "field 'step': missing"));
     k = j;
     k["tensors"][0]["offset"] = 1u << 20;
-    spit(man, k.dump());
+    spit_sealed(man, k);
     std::string msg = error_of([&] { ck::load(dir); });
     CHECK(contains(msg, "variable 'dense_0/kernel'"));
     CHECK(contains(msg, "outside tensors.bin"));
     k = j;
     k["tensors"][0]["dtype"] = "float16";
-    spit(man, k.dump());
+    spit_sealed(man, k);
     CHECK(contains(error_of([&] { ck::load(dir); }), "unknown dtype 'float16'"));
     k = j;
     k["tensors"][0]["shape"] = {5, 5};
-    spit(man, k.dump());
+    spit_sealed(man, k);
     CHECK(contains(error_of([&] { ck::load(dir); }), "needs 100"));
   }
   SUBCASE("not a directory at all") {
@@ -334,4 +345,162 @@ TEST_CASE("diff reports per-variable differences") {
   std::ostringstream out3, err3;
   CHECK(ck::diff(da, rb.str(), out3, err3) != 0);  // the root resolves to the damaged one
   CHECK(contains(err3.str(), "manifest.json is missing"));
+}
+
+TEST_CASE("a manifest cannot lie: its checksum and cross-checks") {
+  temp_dir root;
+  ck::snapshot snap = make_snapshot(100);
+  snap.slots.push_back({"optimizer/step", tensor::from<int64_t>({1}, {100})});
+  const std::string dir = ck::save(root.str(), snap, 0);
+  const fs::path man = fs::path(dir) / "manifest.json";
+  const auto good = nlohmann::json::parse(slurp(man));
+  CHECK(good.at("format_version") == 2);
+  CHECK(good.at("manifest_sha256") == ck::manifest_checksum(good));
+
+  SUBCASE("one changed digit of step breaks the manifest checksum") {
+    std::string text = slurp(man);
+    auto at = text.find("\"step\": 100");
+    REQUIRE(at != std::string::npos);
+    text[at + 10] = '2';  // 100 -> 102
+    spit(man, text);
+    std::string msg = error_of([&] { ck::load(dir); });
+    CHECK(contains(msg, "checkpoint " + dir));
+    CHECK(contains(msg, "manifest checksum mismatch"));
+    CHECK(contains(error_of([&] { ck::read_manifest(dir); }), "manifest checksum mismatch"));
+  }
+  SUBCASE("a missing checksum in a format 2 manifest") {
+    auto j = good;
+    j.erase("manifest_sha256");
+    spit(man, j.dump());
+    CHECK(contains(error_of([&] { ck::load(dir); }), "manifest_sha256"));
+  }
+  SUBCASE("step against the directory name") {
+    auto j = good;
+    j["step"] = 101;
+    j["batch_in_epoch"] = 11;
+    spit_sealed(man, j);
+    std::string msg = error_of([&] { ck::load(dir); });
+    CHECK(contains(msg, "checkpoint " + dir));
+    CHECK(contains(msg, "manifest field \"step\" is 101 but the directory name says 100"));
+  }
+  SUBCASE("step against optimizer/step (a copy under another name)") {
+    const fs::path copy = root.path / "best";
+    fs::copy(dir, copy);
+    auto j = good;
+    j["step"] = 101;
+    j["batch_in_epoch"] = 11;
+    spit_sealed(copy / "manifest.json", j);
+    std::string msg = error_of([&] { ck::load(copy.string()); });
+    CHECK(contains(msg, "checkpoint " + copy.string()));
+    CHECK(contains(msg, "manifest field \"step\" is 101 but the slot 'optimizer/step' is 100"));
+  }
+  SUBCASE("epoch and position out of range or inconsistent") {
+    for (auto [field, value, expect] : std::vector<std::tuple<std::string, int64_t, std::string>>{
+             {"epoch", int64_t{1} << 62, "but the step is only 100"},
+             {"epoch", -1, "cannot be negative"},
+             {"epoch", 7, "not a position of any epoch length"},
+             {"batch_in_epoch", -5, "cannot be negative"},
+             {"batch_in_epoch", 101, "lies beyond the step"},
+             {"step", -100, "cannot be negative"}}) {
+      CAPTURE(field);
+      auto j = good;
+      j[field] = value;
+      spit_sealed(man, j);
+      std::string msg = error_of([&] { ck::load(dir); });
+      CHECK(contains(msg, "checkpoint " + dir));
+      CHECK(contains(msg, "manifest field \"" + field + "\" is " + std::to_string(value)));
+      CHECK(contains(msg, expect));
+    }
+  }
+  SUBCASE("shapes: overflowing element count or bytes, negative dimensions") {
+    for (auto [shape, expect] : std::vector<std::pair<nlohmann::json, std::string>>{
+             {{4294967296LL, 4294967296LL, 4}, "element count"},
+             {{uint64_t{1} << 62}, "byte size"},
+             {{3, -4}, "negative dimension -4"},
+             {{uint64_t{1} << 63}, "does not fit an int64"},
+             {{0, uint64_t{1} << 62, 8}, "needs 0"}}) {
+      auto j = good;
+      j["tensors"][0]["shape"] = shape;
+      spit_sealed(man, j);
+      std::string msg = error_of([&] { ck::read_manifest(dir); });
+      CHECK(contains(msg, "checkpoint " + dir));
+      CHECK(contains(msg, expect));
+      std::ostringstream out, err;
+      CHECK(ck::show(dir, out, err) == 1);
+      CHECK_FALSE(contains(out.str(), "verified"));
+    }
+  }
+  SUBCASE("deep nesting is refused before parsing (show, diff, load)") {
+    for (const char* field : {"config", "step"}) {
+      std::string deep = "{\"format_version\": 2, \"" + std::string(field) +
+                         "\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+      spit(man, deep);
+      std::string msg = error_of([&] { ck::load(dir); });
+      CHECK(contains(msg, "checkpoint " + dir));
+      CHECK(contains(msg, "nested too deeply"));
+      std::ostringstream out, err;
+      CHECK(ck::show(dir, out, err) == 1);
+      CHECK(contains(err.str(), "nested too deeply"));
+      CHECK(ck::diff(dir, dir, out, err) == 1);
+    }
+  }
+  SUBCASE("format 1 (older troupe): read when the cross-checks agree") {
+    auto j = good;
+    j.erase("manifest_sha256");
+    j["format_version"] = 1;
+    spit(man, j.dump());
+    CHECK(ck::load(dir).meta.step == 100);
+    j["step"] = 101;
+    j["batch_in_epoch"] = 11;
+    spit(man, j.dump());
+    CHECK(contains(error_of([&] { ck::load(dir); }), "the directory name says 100"));
+  }
+}
+
+TEST_CASE("a save removes the temporaries of crashed saves, not its own") {
+  temp_dir root;
+  const fs::path stale_tmp = root.path / ".ckpt-0000000005.tmp-999999999";
+  const fs::path stale_old = root.path / ".ckpt-0000000005.old-999999999";
+  const fs::path own = root.path / (".ckpt-0000000007.tmp-" + std::to_string(::getpid()));
+  const fs::path other = root.path / ".keep-me.tmp-1";
+  for (const auto& p : {stale_tmp, stale_old, own, other}) {
+    fs::create_directories(p);
+    spit(p / "tensors.bin", "half");
+  }
+  ck::save(root.str(), make_snapshot(10), 0);
+  CHECK_FALSE(fs::exists(stale_tmp));
+  CHECK_FALSE(fs::exists(stale_old));
+  CHECK(fs::exists(own));
+  CHECK(fs::exists(other));
+  CHECK(fs::exists(root.path / "ckpt-0000000010"));
+}
+
+TEST_CASE("mutated manifests: accepted or a checkpoint_error, nothing else") {
+  temp_dir root;
+  ck::snapshot snap = make_snapshot(100);
+  snap.slots.push_back({"optimizer/step", tensor::from<int64_t>({1}, {100})});
+  const std::string dir = ck::save(root.str(), snap, 0);
+  const std::string valid = slurp(fs::path(dir) / "manifest.json");
+  REQUIRE(fuzz::manifest_text(valid));
+  // Unsealed mutants mostly stop at the checksum; resealed ones reach every
+  // check behind it.
+  fuzz::mutator mutate(20261124);
+  int accepted = 0, refused = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string m = mutate(valid);
+    if (i % 2) {
+      auto j = nlohmann::json::parse(m, nullptr, false);
+      if (!j.is_discarded() && j.is_object() && fuzz::manifest_text(m) == false &&
+          troupe::json_nesting_depth(m, false) <= troupe::kMaxJsonDepth) {
+        j["manifest_sha256"] = ck::manifest_checksum(j);
+        m = j.dump();
+      }
+    }
+    CAPTURE(m);
+    bool ok = false;
+    CHECK_NOTHROW(ok = fuzz::manifest_text(m));
+    (ok ? accepted : refused) += 1;
+  }
+  CHECK(refused > 0);
+  MESSAGE("mutated manifests: " << accepted << " accepted, " << refused << " refused");
 }

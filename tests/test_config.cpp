@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "config/job_config.hpp"
+#include "tests/fuzz/mutate.hpp"
+#include "tests/fuzz/targets.hpp"
 
 using namespace troupe;
 using nlohmann::json;
@@ -371,4 +373,48 @@ TEST_CASE("config: sizes that allocate are bounded, odd keys and deep values are
   CHECK(error_of(R"({"name": )" + deep + "}") ==
         "name: expected a non-empty name of letters, digits, '.', '_' or '-', got an array of 1 "
         "elements");
+}
+
+TEST_CASE("deeply nested configs are refused before parsing, naming the file") {
+  for (char open : {'[', '{'}) {
+    std::string deep = "{\"name\": " + std::string(200000, open);
+    try {
+      parse_job_config_text(deep, "deep.json");
+      FAIL("accepted");
+    } catch (const config_error& e) {
+      CHECK(std::string(e.what()).find("deep.json: JSON nested too deeply (more than 64") !=
+            std::string::npos);
+    }
+  }
+  // Brackets inside strings and comments do not count.
+  std::string quoted = "// [[[[\n{\"name\": \"" + std::string(100, '[') + "\"}";
+  std::string msg;
+  try {
+    parse_job_config_text(quoted, "q.json");
+  } catch (const config_error& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find("name") != std::string::npos);
+  CHECK(msg.find("nested") == std::string::npos);
+}
+
+TEST_CASE("mutated configs and cluster specs: accepted or a config_error, nothing else") {
+  const std::string dir = TROUPE_SOURCE_DIR "/examples/";
+  for (const char* file : {"fashion_mnist_mirrored.json", "fashion_mnist_mirrored_2proc.json",
+                           "cartpole_impala.json"}) {
+    std::ifstream in(dir + file, std::ios::binary);
+    const std::string valid{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    REQUIRE(fuzz::config_text(valid));
+    REQUIRE(fuzz::cluster_text(valid));
+    fuzz::mutator mutate(42);
+    int accepted = 0;
+    for (int i = 0; i < 1500; ++i) {
+      const std::string m = mutate(valid);
+      CAPTURE(m);
+      bool ok = false;
+      CHECK_NOTHROW(ok = fuzz::cluster_text(m));
+      accepted += ok;
+    }
+    MESSAGE(std::string(file) << ": " << accepted << " of 1500 mutants accepted");
+  }
 }

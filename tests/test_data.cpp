@@ -17,6 +17,8 @@
 #include "data/dataset.hpp"
 #include "data/idx.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/fuzz/mutate.hpp"
+#include "tests/fuzz/targets.hpp"
 
 namespace fs = std::filesystem;
 using namespace troupe;
@@ -439,4 +441,61 @@ TEST_CASE("the real Fashion-MNIST") {
   // The well-known statistics of the training pixels.
   CHECK(r.mean == doctest::Approx(0.2860).epsilon(0.001));
   CHECK(r.stddev == doctest::Approx(0.3530).epsilon(0.001));
+}
+
+TEST_CASE("IDX: a corrupt dimension is refused before anything is allocated") {
+  temp_dir dir;
+  // One flipped bit in the image count: 2^23 + 2 images of 28 x 28, 6.6 GB
+  // (Fashion-MNIST's 60000 would become 8448608, 6.6 GB too).
+  std::vector<uint8_t> img(2 * 28 * 28, 7);
+  for (bool gz : {false, true}) {
+    CAPTURE(gz);
+    const std::string path = dir / (gz ? "i.idx.gz" : "i.idx");
+    write_idx(path, {2, 28, 28}, img, gz);
+    auto raw = read_raw(path);
+    if (gz) {
+      const uint8_t head[] = {0, 0, 8, 3, 0, 0x80, 0, 2, 0, 0, 0, 28, 0, 0, 0, 28};
+      std::vector<uint8_t> plain(sizeof head + img.size(), 7);
+      std::copy(std::begin(head), std::end(head), plain.begin());
+      write_gz_raw(path, plain);
+    } else {
+      raw[5] ^= 0x80;
+      write_raw(path, raw);
+    }
+    for (int which = 0; which < 2; ++which) {
+      std::string msg = error_of([&] {
+        if (which == 0)
+          read_idx_dims(path);
+        else
+          read_idx(path);
+      });
+      CAPTURE(msg);
+      CHECK(contains(msg, path));
+      CHECK(contains(msg, "the header declares 8388610 x 28 x 28 = 6576670240 bytes"));
+      CHECK((contains(msg, "file has 1568") || contains(msg, "gzip file of") ||
+             contains(msg, "decompressed data has 1568")));
+    }
+  }
+}
+
+TEST_CASE("mutated IDX files: accepted or a data_error, nothing else") {
+  temp_dir dir;
+  const std::string path = dir / "v.idx";
+  write_idx(path, {3, 4, 5}, iota_bytes(60), false);
+  auto plain = read_raw(path);
+  write_idx(path, {3, 4, 5}, iota_bytes(60), true);
+  auto gz = read_raw(path);
+  fuzz::mutator mutate(7);
+  int accepted = 0;
+  for (const auto& valid : {plain, gz}) {
+    const std::string seed(valid.begin(), valid.end());
+    REQUIRE(fuzz::idx_file(seed));
+    for (int i = 0; i < 1500; ++i) {
+      const std::string m = mutate(seed);
+      bool ok = false;
+      CHECK_NOTHROW(ok = fuzz::idx_file(m));
+      accepted += ok;
+    }
+  }
+  MESSAGE(accepted << " of 3000 IDX mutants accepted");
 }
