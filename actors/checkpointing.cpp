@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "strategies/strategy.hpp"
 
@@ -10,8 +12,28 @@ namespace troupe {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The first variable holding a NaN or an infinity, if any: such a checkpoint
+// is not written, so that the last good one stays (keep rotation would
+// otherwise push it out with diverged weights).
+std::optional<std::string> first_non_finite(const std::vector<named_tensor>& vars) {
+  for (const auto& v : vars) {
+    if (v.value.type() != dtype::f32) continue;
+    for (float x : v.value.span<float>())
+      if (!std::isfinite(x)) return v.name;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string save_job_checkpoint(const job_plan& p, int64_t step, model_state& ms,
                                 nlohmann::json extra) {
+  if (auto bad = first_non_finite(ms.variables))
+    throw job_error("training diverged: variable '" + *bad +
+                    "' holds NaN or infinite values at step " + std::to_string(step) +
+                    "; no checkpoint written, the last one in " + p.checkpoint_dir + " is kept");
   checkpoint::snapshot snap;
   snap.meta.job = p.config.name;
   snap.meta.strategy = p.config.strategy.kind;

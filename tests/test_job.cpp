@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "actors/checkpointing.hpp"
 #include "actors/failure.hpp"
 #include "actors/job.hpp"
+#include "actors/topology.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "tests/fixtures.hpp"
 
@@ -195,4 +197,24 @@ TEST_CASE("an actor that throws ends with the exception's message as its exit re
     CHECK(reply == expected);  // was "system_error(runtime_error)"
     CHECK(down == expected);
   }
+}
+
+TEST_CASE("a checkpoint of diverged weights is not written; the last good one stays") {
+  tiny_env env;
+  auto c = env.job("nan");
+  auto plan = make_plan(c, {});
+  model_state ms{{{"dense_0/kernel", tensor::from<float>({2}, {1.0f, 2.0f})}}, {}};
+  auto good = save_job_checkpoint(*plan, 10, ms);
+  model_state bad{{{"dense_0/kernel", tensor::from<float>({2}, {1.0f, std::nanf("")})}}, {}};
+  CHECK_THROWS_WITH_AS(save_job_checkpoint(*plan, 20, bad),
+                       doctest::Contains("training diverged: variable 'dense_0/kernel' holds NaN "
+                                         "or infinite values at step 20; no checkpoint written"),
+                       job_error);
+  model_state inf{{{"dense_0/kernel", tensor::from<float>({2}, {INFINITY, 0.0f})}}, {}};
+  CHECK_THROWS_AS(save_job_checkpoint(*plan, 30, inf), job_error);
+  // The latest checkpoint is still the good one, whole.
+  auto latest = checkpoint::resolve(plan->checkpoint_dir);
+  REQUIRE(latest);
+  CHECK(fs::path(*latest).filename() == fs::path(good).filename());
+  CHECK(checkpoint::load(*latest).meta.step == 10);
 }
