@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-dev
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist
   clang-format
+  clang libclang-rt-dev # libFuzzer targets (scripts/fuzz.sh, run by CI)
   openmpi-bin libopenmpi-dev  # MPI_Allreduce comparison in `troupe bench allreduce`
 )
 

@@ -5,7 +5,11 @@
 #include <cstdint>
 #include <string_view>
 
+#ifdef TROUPE_FUZZ_HEADER
+#include TROUPE_FUZZ_HEADER
+#else
 #include "tests/fuzz/targets.hpp"
+#endif
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   (void)troupe::fuzz::TROUPE_FUZZ_TARGET(
