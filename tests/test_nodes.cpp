@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -624,13 +623,19 @@ namespace {
 
 // The pid `troupe launch` logged for `task` ("task worker:2 (pid N) started"),
 // waiting up to 60 s for the line; -1 when it never came.
+// (A string search, not std::regex: GCC 12's regex trips -Wmaybe-uninitialized
+// in the sanitizer build.)
 pid_t launched_pid(node_proc& launch, const std::string& task) {
-  const std::regex started("troupe launch: task " + task + " \\(pid (\\d+)\\) started");
+  const std::string head = "troupe launch: task " + task + " (pid ";
   auto until = clock_type::now() + std::chrono::seconds(60);
   do {
-    std::smatch m;
     auto out = launch.output();
-    if (std::regex_search(out, m, started)) return static_cast<pid_t>(std::stol(m[1]));
+    for (auto at = out.find(head); at != std::string::npos; at = out.find(head, at + 1)) {
+      auto digits = at + head.size();
+      auto end = out.find_first_not_of("0123456789", digits);
+      if (end != std::string::npos && end > digits && out.compare(end, 9, ") started") == 0)
+        return static_cast<pid_t>(std::stol(out.substr(digits, end - digits)));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   } while (clock_type::now() < until);
   return -1;
