@@ -180,7 +180,12 @@ void end_epoch(self_ptr self, std::function<void()> k) {
           tm.correct += m.correct;
           tm.count += m.count;
         }
-        nlohmann::json line{{"type", "epoch"}, {"epoch", epoch}, {"step", st.completed}};
+        // Time at the epoch's last step (before its evaluation), on the same
+        // clock as the train lines, so accuracy can be plotted against time.
+        nlohmann::json line{{"type", "epoch"},
+                            {"epoch", epoch},
+                            {"step", st.completed},
+                            {"elapsed_seconds", seconds_since(st.started)}};
         if (tm.count > 0) {
           line["train_loss"] = tm.loss_sum / static_cast<double>(tm.count);
           line["train_accuracy"] = static_cast<double>(tm.correct) / static_cast<double>(tm.count);

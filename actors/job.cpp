@@ -1,5 +1,6 @@
 #include "actors/job.hpp"
 
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
@@ -20,6 +21,9 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
   auto plan = make_plan(c, o);
   spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), output {}", c.name, c.strategy.kind,
                plan->total_steps, plan->steps_per_epoch, plan->output_dir);
+  if (c.strategy.replicas_auto)
+    spdlog::info("strategy.replicas \"auto\": {} replicas on {} ({} usable cores)",
+                 c.strategy.replicas, fmt::join(c.devices, ", "), usable_cpu_cores());
 
   system_config cfg;
   caf::actor_system sys{cfg};

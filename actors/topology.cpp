@@ -170,7 +170,7 @@ bool gathers_on_device(const std::string& gather, bool lockstep,
                        const std::vector<std::string>& devices) {
   if (gather != "auto") return gather == "device";
   std::set<std::string> threads(devices.begin(), devices.end());
-  return lockstep && threads.size() >= std::max(1u, std::thread::hardware_concurrency());
+  return lockstep && static_cast<int64_t>(threads.size()) >= usable_cpu_cores();
 }
 
 worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_spec spec) {

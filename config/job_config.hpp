@@ -98,7 +98,11 @@ struct strategy_config {
   // parameter_server | elastic_average, or one a program registers.
   std::string kind = "one_device";
   // Replicas (mirrored, central_storage) or workers (parameter_server).
+  // The config may say "auto": one replica per device listed in `devices`,
+  // or, when `devices` is not given, one per CPU core this process may run on
+  // (resolved when the config is read; replicas_auto remembers it).
   int64_t replicas = 1;
+  bool replicas_auto = false;
   // Gradient accumulation: micro-batches per update (effective batch = batch_size * R).
   int64_t steps_per_update = 1;
   reducer_settings reducer;
@@ -200,6 +204,11 @@ struct job_config {
 // Parses and validates; throws config_error naming the JSON path.
 // Unknown keys are errors, with "did you mean 'x'?" when one is close.
 job_config parse_job_config(const nlohmann::json& j);
+
+// CPU cores this process may run on (its affinity mask), at least 1: what
+// "replicas": "auto" counts.
+int64_t usable_cpu_cores();
+
 // Reads the file; a missing file or bad JSON is a config_error too (path "" /
 // the message names the file and the line/column of the syntax error).
 job_config load_job_config(const std::string& file);

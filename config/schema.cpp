@@ -1,5 +1,7 @@
 // The JSON schema of a job: names, types, ranges, cross-field rules, and the
 // error messages a user reads when a config is wrong.
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -409,8 +412,12 @@ void read_strategy(const json& j, const std::string& path, strategy_config& s) {
   r.with("kind", [&](const json& v, const std::string& p) {
     s.kind = read_enum(v, p, known_strategy_names());
   });
-  r.with("replicas",
-         [&](const json& v, const std::string& p) { s.replicas = read_int_in(v, p, 1, 65536); });
+  r.with("replicas", [&](const json& v, const std::string& p) {
+    s.replicas_auto = v.is_string() && v.get_ref<const std::string&>() == "auto";
+    if (s.replicas_auto) return;
+    if (v.is_string()) expected(p, "an integer in [1, 65536] or \"auto\"", v);
+    s.replicas = read_int_in(v, p, 1, 65536);
+  });
   r.with("steps_per_update",
          [&](const json& v, const std::string& p) { s.steps_per_update = read_int(v, p, 1); });
   r.with("reducer", [&](const json& v, const std::string& p) { read_reducer(v, p, s.reducer); });
@@ -671,7 +678,38 @@ void check_cross_fields(const job_config& c) {
                                           json(s.min_lr).dump());
 }
 
+// "replicas": "auto" takes every device, as tf.distribute's MirroredStrategy
+// does by default: the listed devices, else one CPU device per usable core.
+// one_device always has one replica. The global batch caps the count (every
+// replica needs an example), and a cluster spec needs an explicit count: each
+// process would resolve "auto" on its own machine, and they must agree.
+void resolve_auto_replicas(job_config& c, bool devices_given) {
+  if (!c.strategy.replicas_auto) return;
+  if (c.cluster)
+    fail("strategy.replicas",
+         "\"auto\" is for a job in one process; a cluster spec needs an explicit count "
+         "that every process agrees on");
+  if (c.strategy.kind == "one_device") {
+    c.strategy.replicas = 1;
+    return;
+  }
+  int64_t n = devices_given ? static_cast<int64_t>(c.devices.size()) : usable_cpu_cores();
+  n = std::clamp<int64_t>(n, 1, std::min<int64_t>(65536, c.data.batch_size));
+  c.strategy.replicas = n;
+  if (!devices_given) {
+    c.devices.clear();
+    for (int64_t i = 0; i < n; ++i) c.devices.push_back("cpu:" + std::to_string(i));
+  }
+}
+
 }  // namespace
+
+int64_t usable_cpu_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 job_config parse_job_config(const nlohmann::json& j) {
   job_config c;
@@ -685,7 +723,11 @@ job_config parse_job_config(const nlohmann::json& j) {
          [&](const json& v, const std::string& p) { read_optimizer(v, p, c.optimizer); });
   r.with("data", [&](const json& v, const std::string& p) { read_data(v, p, c.data); });
   r.with("strategy", [&](const json& v, const std::string& p) { read_strategy(v, p, c.strategy); });
-  r.with("devices", [&](const json& v, const std::string& p) { c.devices = read_devices(v, p); });
+  bool devices_given = false;
+  r.with("devices", [&](const json& v, const std::string& p) {
+    c.devices = read_devices(v, p);
+    devices_given = true;
+  });
   r.with("training", [&](const json& v, const std::string& p) { read_training(v, p, c.training); });
   r.with("rl", [&](const json& v, const std::string& p) {
     c.rl_given = true;
@@ -698,6 +740,7 @@ job_config parse_job_config(const nlohmann::json& j) {
     c.cluster.emplace();
     read_cluster(v, p, *c.cluster);
   });
+  resolve_auto_replicas(c, devices_given);
   check_cross_fields(c);
   check_cluster(c);
   return c;

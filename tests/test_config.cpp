@@ -418,3 +418,43 @@ TEST_CASE("mutated configs and cluster specs: accepted or a config_error, nothin
     MESSAGE(std::string(file) << ": " << accepted << " of 1500 mutants accepted");
   }
 }
+
+TEST_CASE("config: strategy.replicas \"auto\" takes every core, or every listed device") {
+  const int64_t cores = usable_cpu_cores();
+  REQUIRE(cores >= 1);
+  auto c =
+      parse_job_config(json::parse(R"({"strategy": {"kind": "mirrored", "replicas": "auto"}})"));
+  CHECK(c.strategy.replicas_auto);
+  CHECK(c.strategy.replicas == cores);
+  REQUIRE(c.devices.size() == static_cast<std::size_t>(cores));
+  for (int64_t i = 0; i < cores; ++i) CHECK(c.devices[i] == "cpu:" + std::to_string(i));
+
+  // Listed devices: one replica each, and the list is kept as given.
+  c = parse_job_config(json::parse(
+      R"({"strategy": {"kind": "central_storage", "replicas": "auto"}, "devices": ["cpu:0", "cpu:2", "cpu:1"]})"));
+  CHECK(c.strategy.replicas == 3);
+  CHECK(c.devices == std::vector<std::string>{"cpu:0", "cpu:2", "cpu:1"});
+
+  // one_device: always one; a global batch smaller than the devices caps it.
+  CHECK(parse_job_config(json::parse(R"({"strategy": {"replicas": "auto"}})")).strategy.replicas ==
+        1);
+  c = parse_job_config(json::parse(
+      R"({"strategy": {"kind": "mirrored", "replicas": "auto"}, "data": {"batch_size": 2},
+          "devices": ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]})"));
+  CHECK(c.strategy.replicas == 2);
+
+  // The effective config holds the count that ran, and parses back to it.
+  auto again = parse_job_config(to_json(c));
+  CHECK(again.strategy.replicas == 2);
+  CHECK_FALSE(again.strategy.replicas_auto);
+
+  CHECK(error_of(R"({"strategy": {"kind": "mirrored", "replicas": "all"}})") ==
+        R"(strategy.replicas: expected an integer in [1, 65536] or "auto", got "all")");
+
+  // Every process of a cluster must agree on the count: "auto" is refused there.
+  std::ifstream in(TROUPE_SOURCE_DIR "/examples/fashion_mnist_mirrored_2proc.json");
+  json two = json::parse(in, nullptr, true, /*ignore_comments=*/true);
+  two["strategy"]["replicas"] = "auto";
+  const auto msg = error_of(two.dump());
+  CHECK(msg.find("strategy.replicas: \"auto\" is for a job in one process") == 0);
+}
