@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkgconf
+  ccache                # CI's four builds reuse each other's unchanged objects
   libcaf-dev            # CAF 0.17.6: actors, middleman (BASP), openssl
   libspdlog-dev libfmt-dev
   nlohmann-json3-dev
