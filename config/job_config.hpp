@@ -205,6 +205,12 @@ struct job_config {
 // Unknown keys are errors, with "did you mean 'x'?" when one is close.
 job_config parse_job_config(const nlohmann::json& j);
 
+// model.kind accepts "mlp", "policy_value_mlp" and the kinds registered
+// here; models/model.hpp's register_model registers its kind here, so a
+// program's own model can be named in a job config.
+void register_model_kind(const std::string& kind);
+std::vector<std::string> known_model_kinds();
+
 // CPU cores this process may run on (its affinity mask), at least 1: what
 // "replicas": "auto" counts.
 int64_t usable_cpu_cores();

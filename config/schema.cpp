@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -299,7 +300,7 @@ std::string read_name(const json& v, const std::string& path) {
 void read_model(const json& j, const std::string& path, model_config& m) {
   object_reader r(j, path, {"kind", "hidden", "activation", "init"});
   r.with("kind", [&](const json& v, const std::string& p) {
-    m.kind = read_enum(v, p, {"mlp", "policy_value_mlp"});
+    m.kind = read_enum(v, p, known_model_kinds());
   });
   r.with("hidden", [&](const json& v, const std::string& p) {
     if (!v.is_array()) expected(p, "an array of integers >= 1", v);
@@ -658,9 +659,11 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
 void check_cross_fields(const job_config& c) {
   auto rules = find_strategy_rules(c.strategy.kind);
   if (rules && rules->trains_classifier()) {
-    if (c.model.kind != "mlp")
+    // Any classifier model: "mlp" or one a program registered (register_model).
+    if (c.model.kind == "policy_value_mlp")
       fail("model.kind", "the " + c.strategy.kind +
-                             " strategy trains a classifier: expected \"mlp\", got " +
+                             " strategy trains a classifier: expected \"mlp\" or a registered "
+                             "classifier model, got " +
                              show(json(c.model.kind)));
     if (c.rl_given)
       fail("rl", "only the actor_learner strategy reads this section (strategy.kind is " +
@@ -703,6 +706,29 @@ void resolve_auto_replicas(job_config& c, bool devices_given) {
 }
 
 }  // namespace
+
+namespace {
+struct model_kinds {
+  std::mutex mu;
+  std::vector<std::string> names{"mlp", "policy_value_mlp"};
+};
+model_kinds& the_model_kinds() {
+  static model_kinds k;
+  return k;
+}
+}  // namespace
+
+void register_model_kind(const std::string& kind) {
+  auto& k = the_model_kinds();
+  std::lock_guard<std::mutex> g(k.mu);
+  if (std::find(k.names.begin(), k.names.end(), kind) == k.names.end()) k.names.push_back(kind);
+}
+
+std::vector<std::string> known_model_kinds() {
+  auto& k = the_model_kinds();
+  std::lock_guard<std::mutex> g(k.mu);
+  return k.names;
+}
 
 int64_t usable_cpu_cores() {
   cpu_set_t set;

@@ -30,6 +30,7 @@ named_registry<model_factory>& registry() {
 
 void register_model(const std::string& kind, model_factory f) {
   registry().add(kind, std::move(f));
+  register_model_kind(kind);  // a job config may now name it
 }
 
 std::vector<std::string> registered_models() {

@@ -1,0 +1,41 @@
+# `cmake --install BUILD --prefix P`: the troupe binary, the headers under
+# P/include/troupe (the source tree's layout, so they include each other as
+# in the tree; the public API is <troupe/troupe.hpp>), the static libraries,
+# and a CMake package: find_package(troupe) + troupe::troupe.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+set(TROUPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
+
+# One umbrella target for programs: everything a custom loop or a job needs.
+add_library(troupe_package INTERFACE)
+target_link_libraries(troupe_package INTERFACE troupe_api troupe_report)
+set_target_properties(troupe_package PROPERTIES EXPORT_NAME troupe)
+add_library(troupe::troupe ALIAS troupe_package)
+
+set(TROUPE_EXPORTED troupe_package troupe_flags troupe_messages troupe_kernels troupe_devices
+  troupe_models troupe_envs troupe_data troupe_config troupe_checkpoint troupe_actors
+  troupe_strategies troupe_runtime troupe_report troupe_api)
+if(TARGET troupe_kernels_cuda)
+  list(APPEND TROUPE_EXPORTED troupe_kernels_cuda)
+endif()
+install(TARGETS ${TROUPE_EXPORTED} EXPORT troupeTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${TROUPE_INSTALL_CMAKEDIR})
+
+foreach(dir actors actors/reducers checkpoint config data devices envs kernels messages models
+    report strategies api)
+  file(GLOB headers ${PROJECT_SOURCE_DIR}/${dir}/*.hpp)
+  install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/${dir})
+endforeach()
+install(FILES api/troupe.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
+
+set(TROUPE_PACKAGE_CUDA ${TROUPE_HAVE_CUDA})
+configure_package_config_file(cmake/troupeConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/troupeConfig.cmake INSTALL_DESTINATION ${TROUPE_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/troupeConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/troupeConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/troupeConfigVersion.cmake cmake/FindCAF.cmake
+  DESTINATION ${TROUPE_INSTALL_CMAKEDIR})
