@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <optional>
+#include <variant>
 
 #include "actors/input_pipeline.hpp"  // replica_slice
 #include "actors/reducer.hpp"
@@ -14,6 +16,32 @@
 #include "devices/device.hpp"
 
 namespace troupe {
+
+namespace {
+
+using collective_result = std::variant<std::vector<tensor>, std::string>;
+
+void collective_waiter(caf::event_based_actor* self, reducer_actor target, reduce_op op,
+                       std::vector<tensor> ts,
+                       std::shared_ptr<std::promise<collective_result>> out) {
+  self->monitor(target);
+  self->set_down_handler([self, out](caf::down_msg& dm) {
+    out->set_value("its reducer ended (" + to_string(dm.reason) + ")");
+    self->quit();
+  });
+  self->request(target, caf::infinite, allreduce_atom::value, op, std::move(ts))
+      .then(
+          [self, out](std::vector<tensor>& reduced) {
+            out->set_value(std::move(reduced));
+            self->quit();
+          },
+          [self, out](caf::error& e) {
+            out->set_value(to_string(e));
+            self->quit();
+          });
+}
+
+}  // namespace
 
 struct strategy::impl {
   int replicas = 1;
@@ -35,24 +63,27 @@ struct strategy::impl {
     for (auto& g : group) caf::anon_send_exit(g, caf::exit_reason::user_shutdown);
   }
 
-  // A failed replica ends the group, so that peers waiting in a collective
-  // get an error instead of waiting for ever; the next run() gets a new group.
-  void break_group() {
-    for (auto& g : group) caf::anon_send_exit(g, caf::exit_reason::user_shutdown);
+  // A failed replica's reducer exits; its peers' reducers see it go and
+  // fail the collective they are in, or their next one, with an error reply
+  // (actors/reducer.cpp), so nobody waits for ever. The next run() gets a
+  // new group.
+  void break_group(int failed_rank) {
+    caf::anon_send_exit(group[static_cast<std::size_t>(failed_rank)],
+                        caf::exit_reason::user_shutdown);
     group_broken = true;
   }
 
+  // The calling (device) thread waits for the reply of its reducer; an
+  // actor in between also watches the reducer, so a group broken by a failed
+  // replica releases the waiter (a reducer that exits never replies).
   std::vector<tensor> collective(int rank, reduce_op op, std::vector<tensor> ts) {
-    caf::scoped_actor self{sys};
-    std::vector<tensor> out;
-    std::string failure;
-    self->request(group[static_cast<std::size_t>(rank)], caf::infinite, allreduce_atom::value, op,
-                  std::move(ts))
-        .receive([&](std::vector<tensor>& r) { out = std::move(r); },
-                 [&](caf::error& e) { failure = sys.render(e); });
-    if (!failure.empty())
-      throw std::runtime_error("all_reduce failed (a peer replica failed or left): " + failure);
-    return out;
+    auto result = std::make_shared<std::promise<collective_result>>();
+    auto done = result->get_future();
+    sys.spawn(collective_waiter, group[static_cast<std::size_t>(rank)], op, std::move(ts), result);
+    auto r = done.get();
+    if (auto* failure = std::get_if<std::string>(&r))
+      throw std::runtime_error("all_reduce failed (a peer replica failed or left): " + *failure);
+    return std::move(std::get<std::vector<tensor>>(r));
   }
 };
 
@@ -101,6 +132,7 @@ double strategy::reduce(reduce_op op, const std::vector<double>& v) {
 void strategy::run_erased(const std::function<void(replica_context&)>& fn) {
   auto& im = *impl_;
   if (im.group_broken) {
+    for (auto& g : im.group) caf::anon_send_exit(g, caf::exit_reason::user_shutdown);
     im.group = spawn_reducer_group(im.sys, im.replicas, im.reducers_cfg);
     im.group_broken = false;
   }
@@ -118,7 +150,7 @@ void strategy::run_erased(const std::function<void(replica_context&)>& fn) {
         // The first failure is the cause; the peers' collective errors follow from it.
         if (!first_error) {
           first_error.emplace(r, e.what());
-          im.break_group();
+          im.break_group(r);
         }
       }
       std::lock_guard<std::mutex> g(mu);

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the build into a fresh prefix, builds examples/custom_loop against
+# that prefix alone, and runs it (it exits 1 below its accuracy target).
+#   custom_loop_install.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1 src=$2
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/troupe-install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+if grep -rqs -- "$src" "$tmp/prefix/lib/cmake/troupe"; then
+  echo "FAIL: the installed package names the source tree ($src)"; exit 1
+fi
+cmake -S "$src/examples/custom_loop" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/build" -j2 >/dev/null
+"$tmp/build/custom_loop" --replicas 2 --epochs 3 --min-accuracy 0.85
