@@ -1,0 +1,60 @@
+// What a timeline trace costs: the same job run alternately untraced and
+// traced (troupe run --trace), median samples/s of each and their ratio.
+// Evaluation and checkpoints are excluded from the timings; the trace file is
+// written after the timed part (at the job's end) and its size is reported.
+//
+//   bench_trace_overhead [strategy=mirrored] [replicas=2] [batch=128] [epochs=2] [repeats=5]
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "actors/job.hpp"
+#include "bench/bench_common.hpp"
+
+using namespace troupe;
+
+int main(int argc, char** argv) {
+  std::string strategy = argc > 1 ? argv[1] : "mirrored";
+  int64_t replicas = argc > 2 ? std::atoll(argv[2]) : 2;
+  int64_t batch = argc > 3 ? std::atoll(argv[3]) : 128;
+  int64_t epochs = argc > 4 ? std::atoll(argv[4]) : 2;
+  int repeats = argc > 5 ? std::atoi(argv[5]) : 5;
+  spdlog::set_level(spdlog::level::warn);
+
+  auto c = bench::training_only_job("bench_trace_overhead", batch, epochs);
+  c.strategy.kind = strategy;
+  if (strategy != "one_device") {
+    c.strategy.replicas = replicas;
+    c.strategy.check_replicas_every = -1;
+    c.devices.clear();
+    for (int64_t i = 0; i < replicas; ++i) c.devices.push_back("cpu:" + std::to_string(i));
+  }
+  const std::string trace_path = "/tmp/troupe-bench_trace_overhead.trace.json";
+  std::vector<double> plain, traced;
+  for (int r = 0; r < repeats; ++r) {
+    plain.push_back(run_job(c)["samples_per_second"].get<double>());
+    job_options o;
+    o.trace_path = trace_path;
+    traced.push_back(run_job(c, o)["samples_per_second"].get<double>());
+  }
+  const double p = bench::median(plain), t = bench::median(traced);
+  std::printf("%s\n", nlohmann::json{{"bench", "trace_overhead"},
+                                     {"model", "mlp 784-256-256-10"},
+                                     {"strategy", strategy},
+                                     {"replicas", strategy == "one_device" ? 1 : replicas},
+                                     {"global_batch", batch},
+                                     {"epochs", epochs},
+                                     {"repeats", repeats},
+                                     {"untraced_samples_per_second", p},
+                                     {"traced_samples_per_second", t},
+                                     {"traced_over_untraced", t / p},
+                                     {"overhead_percent", (1.0 - t / p) * 100.0},
+                                     {"trace_bytes", std::filesystem::file_size(trace_path)}}
+                          .dump()
+                          .c_str());
+  std::filesystem::remove(trace_path);
+  return 0;
+}
