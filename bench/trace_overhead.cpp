@@ -34,11 +34,22 @@ int main(int argc, char** argv) {
   }
   const std::string trace_path = "/tmp/troupe-bench_trace_overhead.trace.json";
   std::vector<double> plain, traced;
+  job_options traced_options;
+  traced_options.trace_path = trace_path;
+  auto run_plain = [&] { plain.push_back(run_job(c)["samples_per_second"].get<double>()); };
+  auto run_traced = [&] {
+    traced.push_back(run_job(c, traced_options)["samples_per_second"].get<double>());
+  };
+  // Which of the pair runs first alternates: the second run of a pair was
+  // measured faster whichever it was (a warmer machine).
   for (int r = 0; r < repeats; ++r) {
-    plain.push_back(run_job(c)["samples_per_second"].get<double>());
-    job_options o;
-    o.trace_path = trace_path;
-    traced.push_back(run_job(c, o)["samples_per_second"].get<double>());
+    if (r % 2 == 0) {
+      run_plain();
+      run_traced();
+    } else {
+      run_traced();
+      run_plain();
+    }
   }
   const double p = bench::median(plain), t = bench::median(traced);
   std::printf("%s\n", nlohmann::json{{"bench", "trace_overhead"},
@@ -52,7 +63,9 @@ int main(int argc, char** argv) {
                                      {"traced_samples_per_second", t},
                                      {"traced_over_untraced", t / p},
                                      {"overhead_percent", (1.0 - t / p) * 100.0},
-                                     {"trace_bytes", std::filesystem::file_size(trace_path)}}
+                                     {"trace_bytes", std::filesystem::file_size(trace_path)},
+                                     {"untraced_runs", plain},
+                                     {"traced_runs", traced}}
                           .dump()
                           .c_str());
   std::filesystem::remove(trace_path);
