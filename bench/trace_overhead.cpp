@@ -2,20 +2,58 @@
 // traced (troupe run --trace), median samples/s of each and the ratio.
 // Evaluation and checkpoints are excluded from the timings; the trace file is
 // written after the timed part (at the job's end) and its size is reported.
+// Beside the timings (which a shared machine makes noisy), the cost of one
+// recorded event times the events per step, as a share of a step's time.
 //
 //   bench_trace_overhead [strategy=mirrored] [replicas=2] [batch=128] [epochs=2] [repeats=5]
 #include <spdlog/spdlog.h>
 
-#include <cmath>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "actors/job.hpp"
 #include "bench/bench_common.hpp"
+#include "trace/trace.hpp"
 
 using namespace troupe;
+
+namespace {
+
+// Spans and counters in a trace file.
+int64_t recorded_events(const std::string& path) {
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  int64_t n = 0;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] != "M") ++n;
+  return n;
+}
+
+// The hot path: an actor's state_track changing state (one clock read, one
+// event appended to this thread's buffer), averaged over many.
+double ns_per_event() {
+  const std::string path = "/tmp/troupe-bench_trace_overhead.micro.json";
+  constexpr int n = 200000;
+  double ns = 0;
+  {
+    trace::session s(path, {"micro", "none", 0});
+    trace::state_track track("micro");
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) track.set(i % 2 ? "a" : "b", trace::category::compute);
+    ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
+        n;
+  }
+  std::filesystem::remove(path);
+  return ns;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string strategy = argc > 1 ? argv[1] : "mirrored";
@@ -40,28 +78,24 @@ int main(int argc, char** argv) {
     return run_job(c, o)["samples_per_second"].get<double>();
   };
   // Consecutive runs of the same job alternate between slower and faster on
-  // the development machine (whatever their options), so the order within a
-  // pair alternates too, and the ratio is the geometric mean of the median
-  // traced/untraced ratio of each order: the alternation cancels out.
-  std::vector<double> plain, traced, plain_first, traced_first;
+  // the development machine (whatever their options), so which run of a pair
+  // goes first alternates too: both medians see as many of each.
+  std::vector<double> plain, traced;
+  int64_t steps = 0;
   for (int r = 0; r < repeats; ++r) {
-    double p = 0, t = 0;
-    if (r % 2 == 0) {
-      p = samples_per_second({});
-      t = samples_per_second(traced_options);
-      plain_first.push_back(t / p);
-    } else {
-      t = samples_per_second(traced_options);
-      p = samples_per_second({});
-      traced_first.push_back(t / p);
-    }
-    plain.push_back(p);
-    traced.push_back(t);
+    if (r % 2 == 0) plain.push_back(samples_per_second({}));
+    auto s = run_job(c, traced_options);
+    traced.push_back(s["samples_per_second"].get<double>());
+    steps = s["steps"].get<int64_t>();
+    if (r % 2 == 1) plain.push_back(samples_per_second({}));
   }
-  const double ratio = traced_first.empty()
-                           ? bench::median(plain_first)
-                           : std::sqrt(bench::median(plain_first) * bench::median(traced_first));
   const double p = bench::median(plain), t = bench::median(traced);
+  // What the timings cannot resolve on a noisy machine: the cost of one
+  // recorded event times the events a step records, against a step's time.
+  const double events = static_cast<double>(recorded_events(trace_path));
+  const double per_event_ns = ns_per_event();
+  const double step_us = static_cast<double>(batch) / p * 1e6;
+  const double events_per_step = events / static_cast<double>(std::max<int64_t>(1, steps));
   std::printf("%s\n", nlohmann::json{{"bench", "trace_overhead"},
                                      {"model", "mlp 784-256-256-10"},
                                      {"strategy", strategy},
@@ -71,8 +105,13 @@ int main(int argc, char** argv) {
                                      {"repeats", repeats},
                                      {"untraced_samples_per_second", p},
                                      {"traced_samples_per_second", t},
-                                     {"traced_over_untraced", ratio},
-                                     {"overhead_percent", (1.0 - ratio) * 100.0},
+                                     {"traced_over_untraced", t / p},
+                                     {"overhead_percent", (1.0 - t / p) * 100.0},
+                                     {"events_per_step", events_per_step},
+                                     {"ns_per_event", per_event_ns},
+                                     {"step_us", step_us},
+                                     {"recording_percent_of_step",
+                                      events_per_step * per_event_ns / 1000.0 / step_us * 100.0},
                                      {"trace_bytes", std::filesystem::file_size(trace_path)},
                                      {"untraced_runs", plain},
                                      {"traced_runs", traced}}
