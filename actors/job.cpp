@@ -35,7 +35,8 @@ void finish_trace(std::optional<trace::session>& tracing, nlohmann::json& summar
   } catch (const trace::trace_error& e) {
     throw job_error(e.what());
   }
-  summary["trace"] = tracing->path();
+  // Absolute: troupe report finds the trace from the summary wherever it runs.
+  summary["trace"] = fs::absolute(tracing->path()).string();
   spdlog::info("trace: {}", tracing->path());
 }
 

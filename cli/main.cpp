@@ -14,6 +14,7 @@
 #include "bench/allreduce.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "cli/launch.hpp"
+#include "cli/report.hpp"
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
 
@@ -39,6 +40,12 @@ Usage:
                               (parameter_server, elastic_average, actor_learner):
                               then restart it, N times in all; exit status: the
                               chief's
+  troupe report RUN_DIR... [-o FILE.html] [--trace TRACE.json]...
+                              one self-contained HTML page comparing runs:
+                              loss, accuracy (or return), throughput by step
+                              and by wall time, staleness, configs (differences
+                              highlighted), summaries, trace time shares
+                              (default output: report.html)
   troupe checkpoint show DIR  list a checkpoint's variables (DIR: a checkpoint
                               or a directory of checkpoints -> the latest)
   troupe checkpoint diff A B  largest absolute and relative difference per variable
@@ -306,5 +313,6 @@ int main(int argc, char** argv) {
   if (cmd == "launch") return troupe::launch::cmd_launch(args, bad_usage);
   if (cmd == "checkpoint") return cmd_checkpoint(args);
   if (cmd == "bench") return cmd_bench(args);
+  if (cmd == "report") return troupe::report::cmd_report(args, bad_usage);
   return bad_usage("unknown command '" + cmd + "'");
 }

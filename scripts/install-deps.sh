@@ -16,6 +16,7 @@ PACKAGES=(
   clang-format
   clang libclang-rt-dev # libFuzzer targets (scripts/fuzz.sh, run by CI)
   openmpi-bin libopenmpi-dev  # MPI_Allreduce comparison in `troupe bench allreduce`
+  chromium              # the report test opens `troupe report`'s page headless
 )
 
 missing=()

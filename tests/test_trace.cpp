@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/job.hpp"
+#include "report/trace_summary.hpp"
 #include "tests/strategy_fixtures.hpp"
 #include "trace/trace.hpp"
 
@@ -116,18 +117,17 @@ checked_trace check_schema(const nlohmann::json& t) {
         (*e)["args"][series].get<double>());
   }
   // Nesting: sorted by start (longer first), each span ends inside every
-  // span still open at its start.
-  constexpr double slack_us = 0.01;  // the file's decimal rounding
+  // span still open at its start, with no tolerance (as troupe report checks).
   for (auto& [track, spans] : out.tracks) {
     std::sort(spans.begin(), spans.end(), [](const span& a, const span& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
     });
     std::vector<const span*> open;
     for (const auto& s : spans) {
-      while (!open.empty() && open.back()->end <= s.begin + slack_us) open.pop_back();
+      while (!open.empty() && open.back()->end <= s.begin) open.pop_back();
       if (!open.empty())
-        CHECK_MESSAGE(s.end <= open.back()->end + slack_us, track, ": ", s.name, " [", s.begin,
-                      ", ", s.end, "] overlaps ", open.back()->name, " [", open.back()->begin, ", ",
+        CHECK_MESSAGE(s.end <= open.back()->end, track, ": ", s.name, " [", s.begin, ", ", s.end,
+                      "] overlaps ", open.back()->name, " [", open.back()->begin, ", ",
                       open.back()->end, "] partially");
       open.push_back(&s);
     }
@@ -245,6 +245,24 @@ TEST_CASE("a 2-replica mirrored trace: valid trace-event JSON, every track, repl
   CHECK(buckets_of_step.size() == static_cast<std::size_t>(steps));
   CHECK(buckets_of_step[0].size() > 1);
   CHECK(buckets_of_step[0] == buckets_of_step[steps - 1]);
+
+  // What troupe report makes of the same file agrees: nothing to clip, each
+  // replica's four shares add up to the wall time, a real all-reduce share.
+  auto summary = report::summarize_trace(read_json(o.trace_path));
+  CHECK(summary.clipped_spans == 0);
+  CHECK(summary.wall_s == doctest::Approx(t.wall_us() / 1e6));
+  int replicas_seen = 0;
+  for (const auto& tr : summary.tracks) {
+    if (tr.track.rfind("replica:", 0) != 0) continue;
+    ++replicas_seen;
+    CAPTURE(tr.track);
+    const double covered = tr.compute_s + tr.communicate_s + tr.wait_s + tr.io_s;
+    CHECK(covered / summary.wall_s > 0.95);
+    CHECK(covered / summary.wall_s < 1.05);
+  }
+  CHECK(replicas_seen == 2);
+  CHECK(summary.allreduce_share > 0);
+  CHECK(summary.allreduce_share < 1);
 }
 
 TEST_CASE("a parameter_server trace has pull and push spans on workers and shards") {

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -107,6 +109,14 @@ int64_t steady_ns() noexcept {
       .count();
 }
 
+// Times are written in whole 1/1024 µs: such numbers are exact in a double
+// and survive the decimal round trip, so a reader's ts + dur of a span equals
+// the ts of the span that follows it, or its parent's end, exactly (a
+// nesting check with no tolerance sees no false partial overlaps).
+double quantize(double us) {
+  return std::round(us * 1024.0) / 1024.0;
+}
+
 nlohmann::json span_json(const event& e, int64_t pid) {
   nlohmann::json j{{"ph", "X"},   {"name", e.name}, {"cat", category_name(e.cat)},
                    {"ts", e.ts},  {"dur", e.dur},   {"pid", pid},
@@ -146,8 +156,8 @@ void complete(track_id t, const char* name, category c, double begin_us, double 
   e.cat = c;
   e.name = name;
   e.tid = t;
-  e.ts = begin_us;
-  e.dur = end_us > begin_us ? end_us - begin_us : 0.0;
+  e.ts = quantize(begin_us);
+  e.dur = std::max(0.0, quantize(end_us) - e.ts);
   e.args = a;
   record(e);
 }
@@ -158,7 +168,7 @@ void counter(track_id t, const char* name, double value) {
   e.ph = 'C';
   e.name = name;
   e.tid = t;
-  e.ts = now_us();
+  e.ts = quantize(now_us());
   e.value = value;
   record(e);
 }
@@ -227,7 +237,7 @@ session::~session() {
 void session::finish() {
   if (!impl_ || impl_->finished) return;
   impl_->finished = true;
-  const double end_us = now_us();
+  const double end_us = quantize(now_us());
   detail::on.store(false, std::memory_order_release);
 
   std::vector<event> events;
