@@ -172,8 +172,12 @@ void try_start(self_ptr self) {
     batch next = std::move(s.batches.front());
     s.batches.pop_front();
     s.current_step = step;
+    // Messages fetched into the actor's queue and not yet handled. Not
+    // mailbox().size(): its fetch_more() downcasts CAF 0.17's queue sentinel,
+    // which UBSan reports; what CAF has not fetched yet goes uncounted.
     if (trace::enabled())
-      trace::counter(s.track.id(), "mailbox_depth", static_cast<double>(self->mailbox().size()));
+      trace::counter(s.track.id(), "mailbox_depth",
+                     static_cast<double>(self->mailbox().queue().total_task_size()));
     s.cfg.step->run(*s.host, step, std::move(next), std::move(rp));
     request_batches(self);
   }
