@@ -20,6 +20,7 @@ double seconds_since(clock_type::time_point t) {
 }
 
 void write_metrics(self_ptr self, const nlohmann::json& j) {
+  trace::scoped_span span(self->state.track, "write_metrics", trace::category::io);
   self->state.metrics << j.dump() << '\n';
   self->state.metrics.flush();
 }
@@ -204,13 +205,18 @@ void end_epoch(self_ptr self, std::function<void()> k) {
           report(std::move(line));
           return;
         }
-        strategy_of(self).evaluate(*st.host, [self, line, report](nlohmann::json figures) mutable {
-          if (!figures.empty()) {
-            self->state.last_eval = figures;
-            line.update(figures);
-          }
-          report(std::move(line));
-        });
+        // The coordinator waits while the replicas evaluate on their devices.
+        const double eval_begin = trace::enabled() ? trace::now_us() : 0;
+        strategy_of(self).evaluate(
+            *st.host, [self, line, report, eval_begin](nlohmann::json figures) mutable {
+              trace::complete(self->state.track, "evaluate", trace::category::wait, eval_begin,
+                              trace::now_us());
+              if (!figures.empty()) {
+                self->state.last_eval = figures;
+                line.update(figures);
+              }
+              report(std::move(line));
+            });
       },
       st.host->failed("reading metrics failed"));
   for (std::size_t i = 0; i < live.size(); ++i)
@@ -221,6 +227,8 @@ void end_epoch(self_ptr self, std::function<void()> k) {
 void save_checkpoint(self_ptr self, std::function<void()> k) {
   strategy_of(self).snapshot(*self->state.host, [self, k](model_state& ms) {
     auto& st = self->state;
+    trace::scoped_span span(st.track, "checkpoint_write", trace::category::io,
+                            {st.completed, -1, -1});
     auto path = write_checkpoint(*st.host, st.completed, ms);
     if (!path) return;  // the host failed the job
     st.last_checkpoint = *path;
@@ -357,6 +365,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
     return err;
   });
   auto& st = self->state;
+  st.track = trace::track("coordinator");
   st.plan = std::move(plan);
   st.replicas = std::move(replicas);
   st.others = std::move(others);

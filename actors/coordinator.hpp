@@ -12,6 +12,7 @@
 #include "actors/job_plan.hpp"
 #include "actors/strategy_api.hpp"
 #include "messages/protocols.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 
@@ -20,6 +21,7 @@ class coordinator_host_impl;
 
 struct coordinator_state {
   std::shared_ptr<const job_plan> plan;
+  trace::track_id track = trace::no_track;  // timeline trace: evaluation, checkpoints, metrics
   std::vector<replica_actor> replicas;
   shard_set shards;
   std::unique_ptr<coordinator_host_impl> host;

@@ -15,6 +15,7 @@
 
 #include "devices/device.hpp"
 #include "messages/messages.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 
@@ -32,13 +33,21 @@ class device_tasks {
   // protocol reacts to computed_atom and calls computed()).
   template <class Self>
   void submit(Self* self, std::function<void(State&)> work, std::function<void()> then) {
+    submit(self, "device_task", std::move(work), std::move(then));
+  }
+  // The same; `span` names the work on the device's track of a timeline
+  // trace (a string literal).
+  template <class Self>
+  void submit(Self* self, const char* span, std::function<void(State&)> work,
+              std::function<void()> then) {
     auto ticket = next_++;
     auto error = std::make_shared<std::string>();
     pending_.emplace(ticket, entry{std::move(then), error});
     // A strong handle: the actor outlives the tasks it submitted.
     auto handle = caf::actor_cast<caf::actor>(self);
-    dev_->submit([st = state_, error, work = std::move(work), handle, ticket] {
+    dev_->submit([st = state_, error, work = std::move(work), handle, ticket, span] {
       try {
+        trace::scoped_span on_device(trace::this_thread_track(), span, trace::category::compute);
         work(*st);
       } catch (const std::exception& e) {
         *error = e.what();

@@ -1,5 +1,6 @@
 #include "actors/input_pipeline.hpp"
 #include "actors/failure.hpp"
+#include "trace/trace.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -129,12 +130,15 @@ batch gather(const data::dataset& d, batch_plan plan) {
 }
 
 struct pipeline_state {
-  explicit pipeline_state(input_pipeline_config c) : cfg(std::move(c)), source(cfg) {}
+  explicit pipeline_state(input_pipeline_config c)
+      : cfg(std::move(c)), source(cfg), track("input_pipeline:" + std::to_string(cfg.replica)) {}
   input_pipeline_config cfg;
   batch_source source;
   std::deque<batch> ready;
   std::deque<std::shared_ptr<gathering>> in_flight;  // in stream order
   std::deque<caf::typed_response_promise<batch>> waiting;
+  // Gathering (here or on a device) or idle, and the depth of `ready`.
+  trace::state_track track;
 };
 
 using self_ptr = input_pipeline_actor::pointer;
@@ -142,6 +146,7 @@ using self_ptr = input_pipeline_actor::pointer;
 void produce_one(self_ptr self, pipeline_state& st) {
   batch_plan plan = st.source.next();
   if (!st.cfg.gather_device) {
+    trace::scoped_span span(st.track.id(), "batch_gather", trace::category::compute);
     st.ready.push_back(gather(*st.cfg.data, std::move(plan)));
     return;
   }
@@ -151,6 +156,8 @@ void produce_one(self_ptr self, pipeline_state& st) {
   st.cfg.gather_device->submit_background(
       [g, data = st.cfg.data] {
         try {
+          trace::scoped_span span(trace::this_thread_track(), "batch_gather",
+                                  trace::category::compute);
           return g->step(*data);
         } catch (const std::exception& e) {
           g->error = e.what();
@@ -179,6 +186,13 @@ void serve(self_ptr self, pipeline_state& st) {
   const auto prefetch = static_cast<std::size_t>(std::max<int64_t>(1, st.cfg.prefetch));
   while (st.ready.size() + st.in_flight.size() < prefetch + st.waiting.size())
     produce_one(self, st);
+  if (trace::enabled()) {
+    trace::counter(st.track.id(), "queue_depth", static_cast<double>(st.ready.size()));
+    if (st.in_flight.empty())
+      st.track.set("idle", trace::category::wait);
+    else
+      st.track.set("batch_gather", trace::category::compute);
+  }
 }
 
 }  // namespace

@@ -5,20 +5,48 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "actors/coordinator.hpp"
 #include "actors/system_config.hpp"
 #include "actors/topology.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "strategies/strategy.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 
 namespace fs = std::filesystem;
 
+void start_trace(std::optional<trace::session>& tracing, const job_config& c,
+                 const job_options& o) {
+  if (o.trace_path.empty()) return;
+  try {
+    tracing.emplace(o.trace_path, trace::job_info{c.name, c.strategy.kind, c.strategy.replicas});
+  } catch (const trace::trace_error& e) {
+    throw job_error(e.what());
+  }
+}
+
+void finish_trace(std::optional<trace::session>& tracing, nlohmann::json& summary) {
+  if (!tracing) return;
+  try {
+    tracing->finish();
+  } catch (const trace::trace_error& e) {
+    throw job_error(e.what());
+  }
+  // Absolute: troupe report finds the trace from the summary wherever it runs.
+  summary["trace"] = fs::absolute(tracing->path()).string();
+  spdlog::info("trace: {}", tracing->path());
+}
+
 nlohmann::json run_job(const job_config& c, const job_options& o) {
   kernels::init_cpu_kernels();
   auto plan = make_plan(c, o);
+  // Opened before any actor runs, so an unwritable path loses no training;
+  // destroyed after the actor system, so a failing job's trace is written.
+  std::optional<trace::session> tracing;
+  start_trace(tracing, c, o);
   spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), output {}", c.name, c.strategy.kind,
                plan->total_steps, plan->steps_per_epoch, plan->output_dir);
   if (c.strategy.replicas_auto)
@@ -29,6 +57,7 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
   caf::actor_system sys{cfg};
   if (plan->strat->own_job()) {
     auto summary = plan->strat->run_own_job(sys, plan);
+    finish_trace(tracing, summary);
     std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
     return summary;
   }
@@ -70,6 +99,7 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
   sys.await_all_actors_done();
   devices.clear();  // joins device threads after their last task
   if (!error.empty()) throw job_error(error);
+  finish_trace(tracing, summary);
   std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
   return summary;
 }

@@ -52,6 +52,8 @@ struct job_options {
   // checkpoints (they would be mixed with the new run's); overwrite deletes them.
   bool overwrite = false;
   std::string output_dir;  // "" = config's logging.output_dir or runs/<name>
+  // Where to write a timeline trace (Chrome trace-event JSON); "" = none.
+  std::string trace_path;
   // Called on the coordinator's thread every logging.every_steps steps.
   std::function<void(const progress_info&)> on_progress;
   // Called once per finished epoch with its metrics line.

@@ -70,8 +70,9 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
   const bool publish = st.cfg.index == 0 && (st.version + 1) % st.cfg.weights_every == 0;
   auto weights = std::make_shared<policy_weights>();
   auto norm = std::make_shared<double>(0);
+  st.track.set("optimizer_update", trace::category::compute, st.version);
   st.tasks->submit(
-      self,
+      self, "optimizer_update",
       [clip = st.cfg.grad_clip, publish, weights, norm](learner_compute& lc) {
         *norm = clip_global_norm(lc.grads, clip);
         lc.opt->apply(lc.net->variables(), lc.grads);
@@ -87,6 +88,7 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
           self->send(st.cfg.coordinator, weights_atom::value, std::move(*weights));
         }
         st.computing = false;
+        st.track.set("wait_for_batch", trace::category::wait);
         if (halting || (st.cfg.max_updates > 0 && st.version >= st.cfg.max_updates))
           return stop(self);
         maybe_compute(self);
@@ -105,6 +107,8 @@ void reduce(self_ptr self, std::shared_ptr<impala_figures> fig) {
   st.votes.f32()[0] = st.halt_vote ? 1.0f : 0.0f;
   auto buffers = st.grad_buffers;
   buffers.push_back(st.votes);
+  st.track.set("all_reduce", trace::category::communicate, st.version);
+  trace::note_step(st.cfg.index, st.version);
   self->request(st.cfg.reducer, st.cfg.request_timeout, allreduce_atom::value, reduce_op::sum,
                 std::move(buffers))
       .then([self, fig](std::vector<tensor>&) { apply(self, fig, self->state.votes.f32()[0] > 0); },
@@ -128,8 +132,9 @@ void maybe_compute(self_ptr self) {
   st.next_batch.reset();
   request_batch(self);
   auto fig = std::make_shared<impala_figures>();
+  st.track.set("impala_gradients", trace::category::compute, st.version);
   st.tasks->submit(
-      self,
+      self, "impala_gradients",
       [batch, fig, version = st.version, s = st.cfg.impala,
        global = st.cfg.global_samples](learner_compute& lc) {
         *fig = impala_gradients(*lc.net, *batch, s, global, version, lc.grads, lc.ws);
@@ -143,6 +148,8 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
   keep_exception_cause(self, "learner " + std::to_string(cfg.index));
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.track.open("learner:" + std::to_string(st.cfg.index));
+  st.track.set("wait_for_batch", trace::category::wait);
   st.compute = std::make_shared<learner_compute>();
   st.tasks = std::make_unique<device_tasks<learner_compute>>(
       st.cfg.device, st.compute, [self](const std::string& why) { fail(self, why); });

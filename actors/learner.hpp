@@ -26,6 +26,7 @@
 #include "messages/protocols.hpp"
 #include "messages/rl_messages.hpp"
 #include "models/impala.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 
@@ -75,6 +76,9 @@ struct learner_state {
   // and who waits for that.
   bool halt_vote = false;
   bool stopped = false;
+  // Timeline trace: computing gradients, reducing them, updating, or
+  // waiting for a batch of unrolls.
+  trace::state_track track;
   tensor votes{shape_t{1}};
   std::vector<caf::typed_response_promise<int64_t>> halted;
   static inline const char* name = "learner";

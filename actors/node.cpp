@@ -22,6 +22,7 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/gate.hpp"
+#include "actors/job.hpp"
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "actors/topology.hpp"
@@ -29,6 +30,7 @@
 #include "kernels/cpu_kernels.hpp"
 #include "messages/node_messages.hpp"
 #include "strategies/strategy.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 
@@ -661,6 +663,8 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   auto placement = resolve_placement(c);
   auto mine = placement_of(placement, task);
   auto plan = make_plan(c, o, chief);
+  std::optional<trace::session> tracing;  // this task's own trace file
+  start_trace(tracing, c, o);
   if (chief)
     spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), {} tasks, output {}", c.name,
                  c.strategy.kind, plan->total_steps, plan->steps_per_epoch, placement.size(),
@@ -785,6 +789,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   own.reset();
   if (!error.empty())
     throw job_error(error.rfind(task.str(), 0) == 0 ? error : task.str() + ": " + error);
+  finish_trace(tracing, summary);
   if (chief) std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
   return summary;
 }

@@ -11,6 +11,7 @@
 #include "actors/reducers/ring_allreduce.hpp"
 #include "actors/reducers/tree_allreduce.hpp"
 #include "actors/visible_mailbox.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 
@@ -112,6 +113,10 @@ struct reducer_state {
   std::unique_ptr<collective> cur;
   std::map<uint64_t, std::vector<early_msg>> early;  // messages for collectives not begun yet
   reducer_stats stats;
+  // Timeline trace: the reducer's track, and one more per bucket in flight
+  // beyond the first (buckets in flight overlap; spans on a track may not).
+  trace::track_id track = trace::no_track;
+  std::vector<trace::track_id> lanes;
   static inline const char* name = "reducer";
 };
 
@@ -162,7 +167,62 @@ class collective final : public link {
   bool aborted = false;
   std::string reason;
   std::vector<char> abort_from;
+  // Timeline trace: when the collective and each bucket began, the step it
+  // serves, and which lane each bucket in flight occupies.
+  double trace_begin = 0;
+  int64_t trace_step = -1;
+  std::vector<double> bucket_begin;
+  std::vector<int> bucket_lane;
+  std::vector<char> lane_busy;
 };
+
+const char* span_name(collective_kind k, bool bucket) {
+  switch (k) {
+    case collective_kind::allreduce:
+      return bucket ? "all_reduce_bucket" : "all_reduce";
+    case collective_kind::broadcast:
+      return bucket ? "broadcast_bucket" : "broadcast";
+    case collective_kind::reduce_scatter:
+      return bucket ? "reduce_scatter_bucket" : "reduce_scatter";
+    case collective_kind::all_gather:
+      return bucket ? "all_gather_bucket" : "all_gather";
+  }
+  return "collective";
+}
+
+// Lane 0 is the reducer's own track (inside the collective's span); lanes
+// beyond it are tracks of their own.
+trace::track_id lane_track(self_ptr self, std::size_t lane) {
+  auto& st = self->state;
+  if (lane == 0) return st.track;
+  while (st.lanes.size() < lane)
+    st.lanes.push_back(trace::track("reducer:" + std::to_string(st.rank) +
+                                    "/lane:" + std::to_string(st.lanes.size() + 1)));
+  return st.lanes[lane - 1];
+}
+
+void trace_bucket_started(collective& c, std::size_t b) {
+  if (!trace::enabled()) return;
+  if (c.bucket_begin.size() < c.buckets.size()) {
+    c.bucket_begin.assign(c.buckets.size(), 0);
+    c.bucket_lane.assign(c.buckets.size(), -1);
+  }
+  std::size_t lane = 0;
+  while (lane < c.lane_busy.size() && c.lane_busy[lane]) ++lane;
+  if (lane == c.lane_busy.size()) c.lane_busy.push_back(0);
+  c.lane_busy[lane] = 1;
+  c.bucket_lane[b] = static_cast<int>(lane);
+  c.bucket_begin[b] = trace::now_us();
+}
+
+void trace_bucket_done(self_ptr self, collective& c, std::size_t b) {
+  if (!trace::enabled() || b >= c.bucket_lane.size() || c.bucket_lane[b] < 0) return;
+  auto lane = static_cast<std::size_t>(c.bucket_lane[b]);
+  c.lane_busy[lane] = 0;
+  c.bucket_lane[b] = -1;
+  trace::complete(lane_track(self, lane), span_name(c.kind, true), trace::category::communicate,
+                  c.bucket_begin[b], trace::now_us(), {c.trace_step, static_cast<int64_t>(b), -1});
+}
 
 void collective::fetch(int p) {
   auto& slot = self->state.group->slots[static_cast<std::size_t>(p)];
@@ -220,11 +280,13 @@ void start_buckets(self_ptr self) {
   auto& c = *self->state.cur;
   while (!c.aborted && !c.gated && c.in_flight < c.window && c.next_start < c.buckets.size()) {
     auto b = c.next_start++;
+    trace_bucket_started(c, b);
     c.buckets[b]->start();
     if (c.counted[b]) continue;  // finished before its turn (it had nothing to send)
     if (c.buckets[b]->done()) {
       c.counted[b] = 1;
       ++c.finished;
+      trace_bucket_done(self, c, b);
       continue;
     }
     ++c.in_flight;
@@ -245,6 +307,7 @@ void on_bucket_message(self_ptr self, const reduce_peer_msg& m) {
   if (!c.counted[b] && c.buckets[b]->done()) {
     c.counted[b] = 1;
     ++c.finished;
+    trace_bucket_done(self, c, b);
     if (b < c.next_start) --c.in_flight;
     start_buckets(self);
   }
@@ -301,6 +364,11 @@ void finish(self_ptr self, caf::error err) {
   auto& st = self->state;
   auto c = std::move(st.cur);
   ++st.stats.collectives;
+  if (trace::enabled())
+    trace::complete(st.track, span_name(c->kind, false), trace::category::communicate,
+                    c->trace_begin, trace::now_us(),
+                    {c->trace_step, -1,
+                     c->me ? c->me->view.numel() * static_cast<int64_t>(sizeof(float)) : -1});
   if (err) {
     ++st.stats.failed;
     c->req.rp.deliver(std::move(err));
@@ -363,6 +431,10 @@ void begin(self_ptr self) {
   st.queue.pop_front();
   auto& c = *cp;
   st.cur = std::move(cp);
+  if (trace::enabled()) {
+    c.trace_begin = trace::now_us();
+    c.trace_step = trace::step_of(st.rank);
+  }
   c.rank = st.rank;
   c.n = st.n;
   c.kind = c.req.kind;
@@ -469,6 +541,7 @@ reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_
   st.cfg = std::move(cfg);
   st.group = std::move(group);
   st.dead.assign(static_cast<std::size_t>(n), 0);
+  st.track = trace::track("reducer:" + std::to_string(rank));
   self->set_down_handler([self](caf::down_msg& dm) { on_peer_down(self, dm); });
   return {
       [self](allreduce_atom, reduce_op op,

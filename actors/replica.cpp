@@ -44,6 +44,26 @@ namespace {
 using self_ptr = replica_actor::stateful_pointer<replica_state>;
 void try_start(self_ptr self);
 void request_batches(self_ptr self);
+
+// The replica's track in a timeline trace shows, at every moment, the one
+// thing it is doing or waiting for, so that its spans cover its whole life:
+// a collective or a shard's reply; else the device task it waits for; else,
+// inside a step, a reply it waits for; else a batch for a requested step;
+// else the next step (its peers, in a synchronous strategy).
+void show_activity(self_ptr self) {
+  if (!trace::enabled()) return;
+  auto& st = self->state;
+  if (st.communicating)
+    st.track.set(st.communicating, trace::category::communicate, st.current_step);
+  else if (!st.pending_spans.empty())
+    st.track.set(st.pending_spans.begin()->second, trace::category::compute, st.current_step);
+  else if (st.busy)
+    st.track.set("wait_for_reply", trace::category::wait, st.current_step);
+  else if (!st.waiting_steps.empty())
+    st.track.set("wait_for_batch", trace::category::wait, st.waiting_steps.front().first);
+  else
+    st.track.set("wait_for_step", trace::category::wait);
+}
 }  // namespace
 
 class replica_host_impl final : public replica_host {
@@ -55,9 +75,11 @@ class replica_host_impl final : public replica_host {
   int64_t fail_at_step() const override { return self_->state.cfg.fail_at_step; }
   const std::vector<tensor>& gradient_buffers() const override { return self_->state.grad_buffers; }
 
-  void submit(std::function<void(compute_state&)> work, std::function<void()> then) override {
+  void submit(const char* span, std::function<void(compute_state&)> work,
+              std::function<void()> then) override {
     auto& st = self_->state;
     auto ticket = st.next_ticket++;
+    if (trace::enabled()) st.pending_spans.emplace(ticket, span);
     auto error = std::make_shared<std::string>();
     st.pending.emplace(ticket, [self = self_, error, then = std::move(then)] {
       if (!error->empty()) {
@@ -70,8 +92,11 @@ class replica_host_impl final : public replica_host {
       then();
     });
     auto handle = caf::actor_cast<replica_actor>(self_);
-    st.cfg.device->submit([cs = st.compute, error, work = std::move(work), handle, ticket] {
+    st.cfg.device->submit([cs = st.compute, error, work = std::move(work), handle, ticket, span,
+                           step = st.current_step] {
       try {
+        trace::scoped_span on_device(trace::this_thread_track(), span, trace::category::compute,
+                                     {step, -1, -1});
         work(*cs);
       } catch (const std::exception& e) {
         *error = e.what();
@@ -81,6 +106,7 @@ class replica_host_impl final : public replica_host {
       }
       caf::anon_send(handle, computed_atom::value, ticket);
     });
+    show_activity(self_);
   }
 
   void count(const step_stats& s) override {
@@ -89,11 +115,26 @@ class replica_host_impl final : public replica_host {
     m.correct += s.correct;
     m.count += s.count;
   }
-  void set_busy(bool busy) override { self_->state.busy = busy; }
+  // A step that sets busy goes on to submit or communicate at once, which
+  // shows; showing "wait_for_reply" in between would only add a sliver.
+  void set_busy(bool busy) override {
+    self_->state.busy = busy;
+    if (!busy) show_activity(self_);
+  }
   void resume() override {
     self_->state.busy = false;
     try_start(self_);
+    show_activity(self_);
   }
+  void communicating(const char* what) override {
+    auto& st = self_->state;
+    st.communicating = what;
+    trace::note_step(st.cfg.index, st.current_step);
+    show_activity(self_);
+  }
+  // The reply's continuation goes on to submit, communicate or finish the
+  // step, each of which shows what comes next.
+  void communicated() override { self_->state.communicating = nullptr; }
   void fail(const caf::error& e) override { self_->quit(e); }
 
  private:
@@ -117,6 +158,7 @@ void request_batches(self_ptr self) {
               --self->state.batches_requested;
               self->state.batches.push_back(std::move(b));
               try_start(self);
+              show_activity(self);
             },
             [self](caf::error& e) { self->quit(e); });
   }
@@ -129,6 +171,13 @@ void try_start(self_ptr self) {
     s.waiting_steps.pop_front();
     batch next = std::move(s.batches.front());
     s.batches.pop_front();
+    s.current_step = step;
+    // Messages fetched into the actor's queue and not yet handled. Not
+    // mailbox().size(): its fetch_more() downcasts CAF 0.17's queue sentinel,
+    // which UBSan reports; what CAF has not fetched yet goes uncounted.
+    if (trace::enabled())
+      trace::counter(s.track.id(), "mailbox_depth",
+                     static_cast<double>(self->mailbox().queue().total_task_size()));
     s.cfg.step->run(*s.host, step, std::move(next), std::move(rp));
     request_batches(self);
   }
@@ -147,8 +196,10 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
   st.cfg = std::move(cfg);
   st.compute = std::make_shared<compute_state>();
   st.host = std::make_unique<replica_host_impl>(self);
+  if (trace::enabled()) st.track.open("replica:" + std::to_string(st.cfg.index));
   // Build the model on its device thread: its memory is first touched there.
   st.host->on_device<std::vector<tensor>>(
+      "build_model",
       [c = st.cfg](compute_state& cs) {
         cs.net = create_model(c.model, c.shape, c.seed);
         cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_steps);
@@ -167,6 +218,7 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
         self->state.waiting_steps.emplace_back(step, rp);
         try_start(self);
         request_batches(self);
+        show_activity(self);
         return rp;
       },
       [self](eval_atom, tensor x, tensor y) -> caf::result<metric_sums> {
@@ -176,6 +228,7 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
             *st.host, [self, rp, x = std::move(x),
                        y = std::move(y)](std::function<void(compute_state&)> install) mutable {
               self->state.host->on_device<metric_sums>(
+                  "evaluate",
                   [x, y, install = std::move(install)](compute_state& cs) {
                     // The model under test may be another's (the shards'):
                     // this replica's own variables come back after.
@@ -200,6 +253,7 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
         auto& st = self->state;
         st.cfg.step->before_snapshot(*st.host, [self, rp]() mutable {
           self->state.host->on_device<model_state>(
+              "snapshot",
               [](compute_state& cs) {
                 model_state ms;
                 for (auto& v : cs.net->variables())
@@ -214,7 +268,7 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
       [self](restore_atom, model_state ms) -> caf::result<int64_t> {
         auto rp = self->make_response_promise<int64_t>();
         self->state.host->on_device<int64_t>(
-            [ms = std::move(ms)](compute_state& cs) { return restore_state(cs, ms); },
+            "restore", [ms = std::move(ms)](compute_state& cs) { return restore_state(cs, ms); },
             [rp](int64_t& step) mutable { rp.deliver(step); });
         return rp;
       },
@@ -224,7 +278,9 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
         if (i == p.end()) return;
         auto k = std::move(i->second);
         p.erase(i);
+        self->state.pending_spans.erase(ticket);
         k();
+        show_activity(self);
       },
   };
 }

@@ -12,6 +12,7 @@
 #include "devices/device.hpp"
 #include "messages/protocols.hpp"
 #include "models/model.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 
@@ -41,14 +42,22 @@ struct replica_state {
   std::shared_ptr<compute_state> compute;
   std::unique_ptr<replica_host_impl> host;
   uint64_t next_ticket = 0;
-  // Continuations of device tasks, run on the actor when `computed` arrives.
+  // Continuations of device tasks, run on the actor when `computed` arrives,
+  // and the tasks' names (for the trace).
   std::map<uint64_t, std::function<void()>> pending;
+  std::map<uint64_t, const char*> pending_spans;
   std::deque<batch> batches;  // prefetched from the input pipeline
   std::deque<std::pair<int64_t, step_promise>> waiting_steps;
   int64_t batches_requested = 0;
   bool busy = false;                 // the strategy's step holds the replica (see replica_host)
   std::vector<tensor> grad_buffers;  // the gradients' buffers, shared with the reducer
   metric_sums train_metrics;
+  // Timeline trace: what the replica computes or waits for (see
+  // show_activity in replica.cpp), the step it is in, the communication it
+  // waits for (null: none).
+  trace::state_track track;
+  int64_t current_step = -1;
+  const char* communicating = nullptr;
   replica_state();
   ~replica_state();
   static inline const char* name = "replica";

@@ -130,10 +130,12 @@ void act(self_ptr self);
 
 void offer(self_ptr self, std::shared_ptr<unroll> u) {
   auto& st = self->state;
+  st.track.set("enqueue", trace::category::communicate, st.unrolls);
   self->request(st.cfg.queue, st.cfg.request_timeout, enqueue_atom::value, std::move(*u))
       .then(
           [self](int64_t) {
             self->state.busy = false;
+            self->state.track.set("wait_for_weights", trace::category::wait);
             act(self);
           },
           [self](caf::error& e) { fail(self, "trajectory queue: " + describe(e)); });
@@ -153,8 +155,9 @@ void act(self_ptr self) {
   }
   auto u = std::make_shared<unroll>();
   auto report = std::make_shared<episode_report>();
+  st.track.set("act", trace::category::compute, st.unrolls);
   st.tasks->submit(
-      self,
+      self, "act",
       [w, u, report, index = st.cfg.index, version = st.acting_version,
        T = st.cfg.unroll_length](rl_actor_compute& c) {
         if (w) install(*c.net, *w);
@@ -176,6 +179,8 @@ rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
   keep_exception_cause(self, "rl_actor " + std::to_string(cfg.index));
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.track.open("rl_actor:" + std::to_string(st.cfg.index));
+  st.track.set("wait_for_weights", trace::category::wait);
   st.compute = std::make_shared<rl_actor_compute>();
   st.tasks = std::make_unique<device_tasks<rl_actor_compute>>(
       st.cfg.device, st.compute, [self](const std::string& why) { fail(self, why); });

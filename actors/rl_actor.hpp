@@ -20,6 +20,7 @@
 #include "messages/rl_messages.hpp"
 #include "models/policy_value.hpp"
 #include "models/random.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 
@@ -61,7 +62,10 @@ struct rl_actor_state {
   bool running = false;
   bool busy = false;  // an unroll is being acted or offered to the queue
   int64_t unrolls = 0;
-  static inline const char* name = "rl_actor";
+  static inline const char* name =
+      "rl_actor";  // Timeline trace: acting (stepping environments on the device), offering
+  // the unroll to the queue, or waiting for the first weights.
+  trace::state_track track;
 };
 
 rl_actor_actor::behavior_type rl_actor(rl_actor_actor::stateful_pointer<rl_actor_state> self,

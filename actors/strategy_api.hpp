@@ -50,8 +50,18 @@ class replica_host {
   // works on them in place).
   virtual const std::vector<tensor>& gradient_buffers() const = 0;
   // Runs `work` on the device thread, then `then` on the actor. An exception
-  // thrown by work ends the replica with its message.
-  virtual void submit(std::function<void(compute_state&)> work, std::function<void()> then) = 0;
+  // thrown by work ends the replica with its message. `span` names the work
+  // in a timeline trace (a string literal: "forward_backward").
+  virtual void submit(const char* span, std::function<void(compute_state&)> work,
+                      std::function<void()> then) = 0;
+  void submit(std::function<void(compute_state&)> work, std::function<void()> then) {
+    submit("device_task", std::move(work), std::move(then));
+  }
+  // Timeline trace: from communicating(what) to communicated() the replica
+  // waits for a collective or a shard ("all_reduce", "pull"); its track shows
+  // it as communication.
+  virtual void communicating(const char* what) = 0;
+  virtual void communicated() = 0;
   // The step's figures count toward the sync-on-read training metrics.
   virtual void count(const step_stats& s) = 0;
   // While busy the replica starts no step (e.g. its buffers are in a
@@ -69,10 +79,16 @@ class replica_host {
   }
 
   template <class R>
-  void on_device(std::function<R(compute_state&)> work, std::function<void(R&)> then) {
+  void on_device(const char* span, std::function<R(compute_state&)> work,
+                 std::function<void(R&)> then) {
     auto out = std::make_shared<R>();
-    submit([out, work = std::move(work)](compute_state& cs) { *out = work(cs); },
-           [out, then = std::move(then)] { then(*out); });
+    submit(
+        span, [out, work = std::move(work)](compute_state& cs) { *out = work(cs); },
+        [out, then = std::move(then)] { then(*out); });
+  }
+  template <class R>
+  void on_device(std::function<R(compute_state&)> work, std::function<void(R&)> then) {
+    on_device<R>("device_task", std::move(work), std::move(then));
   }
   // Error handler for requests that end the replica on any error.
   auto failer() {

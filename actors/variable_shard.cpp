@@ -74,6 +74,7 @@ void record_staleness(variable_shard_state& st, int64_t based_on_version) {
 // that are dropping theirs on other threads.
 // A center shard adds the (summed) exchanges instead: c += d, no optimizer.
 void apply_update(variable_shard_state& st, const std::vector<named_tensor>& grads) {
+  trace::scoped_span span(st.track, "optimizer_update", trace::category::compute);
   for (std::size_t i = 0; i < st.vars.size(); ++i)
     if (st.shared[i]) {
       st.vars[i].value = st.vars[i].value.clone();
@@ -218,9 +219,11 @@ variable_shard_actor::behavior_type variable_shard(self_ptr self, variable_shard
   init_vars(st, std::move(vars));
   st.opt->init(st.vars);
   st.stats.staleness_histogram.assign(histogram_buckets, 0);
+  st.track = trace::track("variable_shard:" + std::to_string(st.cfg.index));
   return {
       [self](pull_atom, const std::vector<std::string>& names) -> caf::result<shard_values> {
         auto& st = self->state;
+        trace::scoped_span span(st.track, "pull", trace::category::communicate);
         shard_values r{st.version, {}};
         std::vector<std::size_t> which;
         if (names.empty()) {
@@ -244,11 +247,15 @@ variable_shard_actor::behavior_type variable_shard(self_ptr self, variable_shard
       },
       [self](push_atom, int64_t worker, int64_t worker_step, int64_t based_on_version,
              const std::vector<named_tensor>& grads) -> caf::result<int64_t> {
+        trace::scoped_span span(self->state.track, "push", trace::category::communicate,
+                                {worker_step, -1, -1});
         return take_update(self, update_kind::gradients, worker, worker_step, based_on_version,
                            grads);
       },
       [self](exchange_atom, int64_t worker, int64_t round, int64_t based_on_version,
              const std::vector<named_tensor>& deltas) -> caf::result<int64_t> {
+        trace::scoped_span span(self->state.track, "exchange", trace::category::communicate,
+                                {round, -1, -1});
         return take_update(self, update_kind::exchange, worker, round, based_on_version, deltas);
       },
       [self](aggregate_atom, int64_t k) -> caf::result<int64_t> {

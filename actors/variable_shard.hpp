@@ -25,6 +25,7 @@
 #include "config/job_config.hpp"
 #include "kernels/optimizer.hpp"
 #include "messages/protocols.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 
@@ -56,6 +57,7 @@ struct shard_round {
 
 struct variable_shard_state {
   variable_shard_config cfg;
+  trace::track_id track = trace::no_track;  // timeline trace: pulls, pushes, updates
   std::vector<named_tensor> vars;
   std::map<std::string, std::size_t> index_of;  // piece name -> position in vars
   // Per piece: a puller or a snapshot may still hold the current buffer, so

@@ -23,10 +23,11 @@ namespace {
 constexpr const char* usage = R"(troupe — an actor-model runtime for distributed training
 
 Usage:
-  troupe run FILE [--output DIR] [--resume | --overwrite] [--quiet]
+  troupe run FILE [--output DIR] [--resume | --overwrite] [--trace FILE.json] [--quiet]
                               train the job described by FILE (JSON)
   troupe validate FILE        check a job config; prints the effective config
   troupe node --config FILE --task NAME [--output DIR] [--resume | --overwrite]
+         [--trace FILE.json]
                               run one task (chief, worker:N, ps:N) of FILE's
                               cluster spec; the secret comes from the
                               environment or a file (cluster.secret_env/_file)
@@ -59,6 +60,9 @@ run options:
                  (default: logging.output_dir, else runs/<name>)
   --resume       continue from the latest checkpoint in checkpoint.dir
   --overwrite    start over, deleting checkpoints an earlier run left there
+  --trace FILE   write a timeline of every actor and device thread to FILE
+                 (Chrome trace-event JSON: open it in Perfetto or
+                 chrome://tracing); a node writes its own file
   --quiet        no progress line, warnings and errors only
 Exit status: 0 on success, 1 when the job fails, 2 on bad usage or config.
 )";
@@ -154,6 +158,9 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
       opts.overwrite = true;
     } else if (a == "--quiet") {
       quiet = true;
+    } else if (a == "--trace") {
+      if (i + 1 >= args.size()) return bad_usage("--trace needs a file, e.g. trace.json");
+      opts.trace_path = args[++i];
     } else if (node && a == "--task") {
       if (i + 1 >= args.size()) return bad_usage("--task needs a task name, e.g. worker:0");
       task_name = args[++i];

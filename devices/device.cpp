@@ -6,6 +6,8 @@
 
 #include <charconv>
 
+#include "trace/trace.hpp"
+
 #ifdef TROUPE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -73,6 +75,16 @@ void check_device_available(const device_spec& d) {
       d.str() + " is visible, but troupe's replicas do not run on CUDA devices yet; use cpu:N");
 }
 
+namespace {
+// The device thread's track in a timeline trace: "troupe:cpu:1" is "device:1".
+std::string trace_track_name(const std::string& device_name) {
+  std::string n = device_name;
+  for (const char* prefix : {"troupe:", "cpu:"})
+    if (n.rfind(prefix, 0) == 0) n = n.substr(std::char_traits<char>::length(prefix));
+  return "device:" + n;
+}
+}  // namespace
+
 // A device thread's own queue; the group's mutex guards it.
 struct device_group::member {
   std::shared_ptr<device_group> group;
@@ -95,7 +107,8 @@ cpu_device::cpu_device(std::string name, std::shared_ptr<device_group> group)
     std::lock_guard<std::mutex> g(group_->mtx_);
     group_->members_.push_back(m_.get());
   }
-  thread_ = std::thread([m = m_] {
+  thread_ = std::thread([m = m_, track = trace_track_name(name_)] {
+    trace::name_this_thread(track);
     // Compute yields to the runtime's own threads: a step waits on messages
     // (the collective's, the next batch's) that a scheduler thread must
     // handle at once, and with as many device threads as cores that thread

@@ -105,10 +105,12 @@ class elastic_step final : public replica_step {
                  local_step(h, step, std::move(b), rp, std::move(p));
                });
     };
-    if (exchanges_pending_ > 0)
+    if (exchanges_pending_ > 0) {
+      h.communicating("exchange");  // the previous round's answers
       after_exchange_ = std::move(pull);
-    else
+    } else {
       pull();
+    }
   }
 
   // Evaluation reads the center.
@@ -128,6 +130,7 @@ class elastic_step final : public replica_step {
     for (const auto& v : pulled) versions.push_back(v.version);
     auto epoch = b.epoch;
     h.on_device<elastic_result>(
+        "forward_backward_update",
         [b = std::move(b), step, join, exchange, pulled = std::move(pulled), place = wiring_.place,
          es = device_, fail = h.fail_at_step(), alpha = alpha_, rho = rho_](compute_state& cs) {
           if (join) {

@@ -47,6 +47,7 @@ class mirrored_step final : public replica_step {
     h.set_busy(true);
     auto epoch = b.epoch;
     h.on_device<step_stats>(
+        "forward_backward",
         [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
           return compute_gradients(cs, b, step, fail, false);
         },
@@ -57,11 +58,16 @@ class mirrored_step final : public replica_step {
             sharded_update(h, s, rp);
             return;
           }
+          h.communicating("all_reduce");
           h.self()
               ->request(wiring_.reducer, h.request_timeout(), allreduce_atom::value, reduce_op::sum,
                         h.gradient_buffers())
-              .then([this, &h, s, rp](std::vector<tensor>&) mutable { full_update(h, s, rp); },
-                    h.failer());
+              .then(
+                  [this, &h, s, rp](std::vector<tensor>&) mutable {
+                    h.communicated();
+                    full_update(h, s, rp);
+                  },
+                  h.failer());
         });
   }
 
@@ -83,6 +89,7 @@ class mirrored_step final : public replica_step {
   // the buffers.
   void full_update(replica_host& h, step_stats s, step_promise rp) {
     h.on_device<int>(
+        "optimizer_update",
         [](compute_state& cs) {
           cs.opt->apply(cs.net->variables(), cs.grads);
           return 0;
@@ -95,22 +102,30 @@ class mirrored_step final : public replica_step {
   // segments (1/N of the optimizer's work), all-gather the variables. The
   // next step's gradients wait for the all-gather: they read the variables.
   void sharded_update(replica_host& h, step_stats s, step_promise rp) {
+    h.communicating("reduce_scatter");
     h.self()
         ->request(wiring_.reducer, h.request_timeout(), reduce_scatter_atom::value, reduce_op::sum,
                   h.gradient_buffers())
         .then(
             [this, &h, s, rp](std::vector<tensor>&) mutable {
+              h.communicated();
               h.on_device<std::vector<tensor>>(
+                  "optimizer_update",
                   [segments = segments_](compute_state& cs) {
                     cs.opt->apply_ranges(cs.net->variables(), cs.grads, *segments);
                     return variable_buffers(cs);
                   },
                   [this, &h, s, rp](std::vector<tensor>& vars) mutable {
+                    h.communicating("all_gather");
                     h.self()
                         ->request(wiring_.reducer, h.request_timeout(), all_gather_atom::value,
                                   std::move(vars))
-                        .then([&h, s, rp](std::vector<tensor>&) mutable { h.step_finished(rp, s); },
-                              h.failer());
+                        .then(
+                            [&h, s, rp](std::vector<tensor>&) mutable {
+                              h.communicated();
+                              h.step_finished(rp, s);
+                            },
+                            h.failer());
                   });
             },
             h.failer());
@@ -118,6 +133,7 @@ class mirrored_step final : public replica_step {
 
   void gather_slots(replica_host& h, std::size_t k, std::function<void()> done) {
     h.on_device<std::vector<tensor>>(
+        "snapshot",
         [k](compute_state& cs) {
           return k < cs.opt->slot_names().size() ? cs.opt->slot_tensors(k) : std::vector<tensor>{};
         },
@@ -126,11 +142,16 @@ class mirrored_step final : public replica_step {
             done();
             return;
           }
+          h.communicating("all_gather");
           h.self()
               ->request(wiring_.reducer, h.request_timeout(), all_gather_atom::value,
                         std::move(slots))
-              .then([this, &h, k, done](std::vector<tensor>&) { gather_slots(h, k + 1, done); },
-                    h.failer());
+              .then(
+                  [this, &h, k, done](std::vector<tensor>&) {
+                    h.communicated();
+                    gather_slots(h, k + 1, done);
+                  },
+                  h.failer());
         });
   }
 

@@ -15,6 +15,7 @@ class local_step final : public replica_step {
   void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
     auto epoch = b.epoch;
     h.on_device<step_stats>(
+        "forward_backward_update",
         [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
           auto s = compute_gradients(cs, b, step, fail, false);
           cs.opt->apply(cs.net->variables(), cs.grads);

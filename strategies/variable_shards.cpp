@@ -14,7 +14,14 @@ std::function<void(caf::error&)> shard_failed(replica_host& h) {
 
 void pull_all(replica_host& h, const std::vector<variable_shard_actor>& shards,
               std::function<void(std::vector<shard_values>&)> k) {
-  fan_in<shard_values> pulls(shards.size(), std::move(k), shard_failed(h));
+  h.communicating("pull");
+  fan_in<shard_values> pulls(
+      shards.size(),
+      [&h, k = std::move(k)](std::vector<shard_values>& pulled) {
+        h.communicated();
+        k(pulled);
+      },
+      shard_failed(h));
   for (std::size_t s = 0; s < shards.size(); ++s)
     h.self()
         ->request(shards[s], h.request_timeout(), pull_atom::value, std::vector<std::string>{})
@@ -96,6 +103,7 @@ void pull_compute_push_step::run(replica_host& h, int64_t step, batch b, step_pr
              for (const auto& v : pulled) versions.push_back(v.version);
              auto epoch = b.epoch;
              h.on_device<shard_push>(
+                 "forward_backward",
                  [b = std::move(b), step, pulled = std::move(pulled), place = wiring_.place,
                   fail = h.fail_at_step(), local = local_mean_](compute_state& cs) {
                    install_pulled(cs, place, pulled);
@@ -111,9 +119,11 @@ void pull_compute_push_step::run(replica_host& h, int64_t step, batch b, step_pr
                    fan_in<int64_t> pushes(
                        shards.size(),
                        [&h, rp, stats = r.stats](std::vector<int64_t>&) mutable {
+                         h.communicated();
                          h.step_finished(rp, stats);
                        },
                        shard_failed(h));
+                   h.communicating("push");
                    for (std::size_t s = 0; s < shards.size(); ++s)
                      h.self()
                          ->request(shards[s], h.request_timeout(), push_atom::value, wiring_.index,
