@@ -14,7 +14,7 @@ add_library(troupe::troupe ALIAS troupe_package)
 
 set(TROUPE_EXPORTED troupe_package troupe_flags troupe_messages troupe_kernels troupe_devices
   troupe_models troupe_envs troupe_data troupe_config troupe_checkpoint troupe_actors
-  troupe_strategies troupe_runtime troupe_report troupe_api)
+  troupe_strategies troupe_runtime troupe_report troupe_api troupe_trace)
 if(TARGET troupe_kernels_cuda)
   list(APPEND TROUPE_EXPORTED troupe_kernels_cuda)
 endif()
@@ -25,7 +25,7 @@ install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${TROUPE_INSTALL_CMAKEDIR})
 
 foreach(dir actors actors/reducers checkpoint config data devices envs kernels messages models
-    report strategies api)
+    report strategies api trace)
   file(GLOB headers ${PROJECT_SOURCE_DIR}/${dir}/*.hpp)
   install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/${dir})
 endforeach()

@@ -155,17 +155,17 @@ std::map<std::string, double> innermost_us(const std::vector<span>& spans) {
   return by_cat;
 }
 
-// A 2-replica mirrored job long enough (~0.2 s in a release build) that the
+// A 2-replica mirrored job long enough (~0.6 s in a release build) that the
 // milliseconds before its replicas start and after they stop are a small part
-// of it.
+// of it, even on a loaded machine (at ~0.2 s they were 6% under ctest -j2).
 job_config mirrored_job(env_t& env) {
   auto c = env.job("mirrored", "adam", 2, 64);
   c.model.hidden = {64};
-  c.training.epochs = 8;
-  c.training.eval_every_epochs = 4;
+  c.training.epochs = 24;
+  c.training.eval_every_epochs = 8;
   c.strategy.shard_optimizer = false;
   c.strategy.reducer.bucket_bytes = 4096;  // several buckets per collective
-  c.checkpoint.every_steps = 50;
+  c.checkpoint.every_steps = 150;
   return c;
 }
 
