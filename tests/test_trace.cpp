@@ -158,6 +158,17 @@ std::map<std::string, double> innermost_us(const std::vector<span>& spans) {
 // A 2-replica mirrored job long enough (~0.6 s in a release build) that the
 // milliseconds before its replicas start and after they stop are a small part
 // of it, even on a loaded machine (at ~0.2 s they were 6% under ctest -j2).
+// How much of the job's wall time a replica track must cover. The rest is
+// the start-up before the replicas exist and the end after they stop; the
+// sanitizers slow that part several-fold (ThreadSanitizer under CI's load
+// left 93% covered), so their builds check the looser bound, and every
+// build checks that the replica's own life is covered without gaps.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr double kMinWallCoverage = 0.85;
+#else
+constexpr double kMinWallCoverage = 0.95;
+#endif
+
 job_config mirrored_job(env_t& env) {
   auto c = env.job("mirrored", "adam", 2, 64);
   c.model.hidden = {64};
@@ -214,7 +225,13 @@ TEST_CASE("a 2-replica mirrored trace: valid trace-event JSON, every track, repl
       shares += cat + " " + std::to_string(us / t.wall_us()) + "; ";
     }
     CAPTURE(shares);
-    CHECK(covered / t.wall_us() > 0.95);
+    double first = t.tracks[r].front().begin, last = 0;
+    for (const auto& sp : t.tracks[r]) {
+      first = std::min(first, sp.begin);
+      last = std::max(last, sp.end);
+    }
+    CHECK(covered / (last - first) > 0.99);  // no gap inside the replica's life
+    CHECK(covered / t.wall_us() > kMinWallCoverage);
     CHECK(covered / t.wall_us() < 1.05);
     CHECK(by_cat["compute"] > 0);
     CHECK(by_cat["communicate"] > 0);
@@ -257,7 +274,7 @@ TEST_CASE("a 2-replica mirrored trace: valid trace-event JSON, every track, repl
     ++replicas_seen;
     CAPTURE(tr.track);
     const double covered = tr.compute_s + tr.communicate_s + tr.wait_s + tr.io_s;
-    CHECK(covered / summary.wall_s > 0.95);
+    CHECK(covered / summary.wall_s > kMinWallCoverage);
     CHECK(covered / summary.wall_s < 1.05);
   }
   CHECK(replicas_seen == 2);
