@@ -34,6 +34,47 @@ step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, in
   return s;
 }
 
+void compute_state::place_optimizer() {
+  device_slots.clear();
+  if (!discrete()) return;
+  for (std::size_t k = 0; k < opt->slot_names().size(); ++k) {
+    std::vector<device_buffer> per_var;
+    for (const auto& t : opt->slot_tensors(k)) per_var.push_back(dev->allocate(t.nbytes()));
+    device_slots.push_back(std::move(per_var));
+  }
+  slots_to_device();
+}
+
+void compute_state::slots_to_host() {
+  for (std::size_t k = 0; k < device_slots.size(); ++k) {
+    auto host = opt->slot_tensors(k);  // shared buffers: the optimizer's own
+    for (std::size_t i = 0; i < host.size(); ++i)
+      dev->copy_to_host(host[i].raw(), device_slots[k][i].data(), host[i].nbytes());
+  }
+}
+
+void compute_state::slots_to_device() {
+  for (std::size_t k = 0; k < device_slots.size(); ++k) {
+    auto host = opt->slot_tensors(k);
+    for (std::size_t i = 0; i < host.size(); ++i)
+      dev->copy_to_device(device_slots[k][i].data(), host[i].raw(), host[i].nbytes());
+  }
+}
+
+void compute_state::apply_update() {
+  if (!discrete()) {
+    opt->apply(net->variables(), grads);
+    return;
+  }
+  auto g = net->device_gradients();
+  std::vector<std::vector<float*>> slots;
+  for (auto& per_var : device_slots) {
+    slots.emplace_back();
+    for (auto& b : per_var) slots.back().push_back(b.f32());
+  }
+  opt->apply_on(dev->ops(), net->device_variables(), {g.begin(), g.end()}, slots);
+}
+
 std::vector<tensor> variable_buffers(compute_state& cs) {
   std::vector<tensor> out;
   for (auto& v : cs.net->variables()) out.push_back(v.value);
@@ -43,6 +84,7 @@ std::vector<tensor> variable_buffers(compute_state& cs) {
 namespace {
 using self_ptr = replica_actor::stateful_pointer<replica_state>;
 void try_start(self_ptr self);
+void prefetch_next(self_ptr self);
 void request_batches(self_ptr self);
 
 // The replica's track in a timeline trace shows, at every moment, the one
@@ -158,10 +200,28 @@ void request_batches(self_ptr self) {
               --self->state.batches_requested;
               self->state.batches.push_back(std::move(b));
               try_start(self);
+              prefetch_next(self);
               show_activity(self);
             },
             [self](caf::error& e) { self->quit(e); });
   }
+}
+
+// On a discrete device, the batch the next step will take starts its copy
+// to the device now, so that it overlaps the step the device runs next
+// (the model matches it to that step's batch by its buffers).
+void prefetch_next(self_ptr self) {
+  auto& s = self->state;
+  if (!s.cfg.device_kind.discrete() || s.batches.empty()) return;
+  const batch& b = s.batches.front();
+  if (b.x.empty() || b.x.front().raw() == s.prefetched) return;
+  s.prefetched = b.x.front().raw();
+  s.host->submit(
+      "prefetch_batch",
+      [x = b.x, y = b.y](compute_state& cs) {
+        for (std::size_t m = 0; m < x.size(); ++m) cs.net->prefetch(x[m], y[m]);
+      },
+      [] {});
 }
 
 void try_start(self_ptr self) {
@@ -171,6 +231,7 @@ void try_start(self_ptr self) {
     s.waiting_steps.pop_front();
     batch next = std::move(s.batches.front());
     s.batches.pop_front();
+    prefetch_next(self);
     s.current_step = step;
     // Messages fetched into the actor's queue and not yet handled. Not
     // mailbox().size(): its fetch_more() downcasts CAF 0.17's queue sentinel,
@@ -185,7 +246,10 @@ void try_start(self_ptr self) {
 
 // Replaces the model's variables and the optimizer's slots (on the device).
 int64_t restore_state(compute_state& cs, const model_state& ms) {
-  return restore_variables_and_slots(cs.net->variables(), *cs.opt, ms.variables, ms.slots);
+  auto step = restore_variables_and_slots(cs.net->variables(), *cs.opt, ms.variables, ms.slots);
+  cs.variables_to_device();
+  cs.slots_to_device();
+  return step;
 }
 
 }  // namespace
@@ -201,9 +265,11 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
   st.host->on_device<std::vector<tensor>>(
       "build_model",
       [c = st.cfg](compute_state& cs) {
-        cs.net = create_model(c.model, c.shape, c.seed);
+        cs.dev = make_device_context(c.device_kind);
+        cs.net = create_model_on(c.model, c.shape, c.seed, cs.dev);
         cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_steps);
         cs.opt->init(cs.net->variables());
+        cs.place_optimizer();
         cs.grads = cs.net->make_gradients();
         c.step->init(cs);
         std::vector<tensor> buffers;  // share the gradient buffers with the reducer
@@ -233,10 +299,15 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
                     // The model under test may be another's (the shards'):
                     // this replica's own variables come back after.
                     auto& vars = cs.net->variables();
+                    if (install) cs.variables_to_host();
                     std::vector<tensor> own = variable_buffers(cs);
-                    if (install) install(cs);
+                    if (install) {
+                      install(cs);
+                      cs.variables_to_device();
+                    }
                     auto r = cs.net->evaluate(x, y);
                     for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = own[i];
+                    if (install) cs.variables_to_device();
                     return metric_sums{r.loss_sum, r.correct, r.count};
                   },
                   [rp](metric_sums& m) mutable { rp.deliver(m); });
@@ -255,6 +326,8 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
           self->state.host->on_device<model_state>(
               "snapshot",
               [](compute_state& cs) {
+                cs.variables_to_host();
+                cs.slots_to_host();
                 model_state ms;
                 for (auto& v : cs.net->variables())
                   ms.variables.push_back({v.name, v.value.clone()});

@@ -20,7 +20,8 @@ class replica_step;
 
 struct replica_config {
   int64_t index = 0;
-  std::shared_ptr<cpu_device> device;
+  std::shared_ptr<cpu_device> device;  // the thread that runs its tasks
+  device_spec device_kind;             // what computes there (cpu:N, sim:N, cuda:N)
   model_config model;
   model_shape shape;
   optimizer_config optimizer;
@@ -46,7 +47,8 @@ struct replica_state {
   // and the tasks' names (for the trace).
   std::map<uint64_t, std::function<void()>> pending;
   std::map<uint64_t, const char*> pending_spans;
-  std::deque<batch> batches;  // prefetched from the input pipeline
+  std::deque<batch> batches;         // prefetched from the input pipeline
+  const void* prefetched = nullptr;  // the batch last copied ahead to a discrete device
   std::deque<std::pair<int64_t, step_promise>> waiting_steps;
   int64_t batches_requested = 0;
   bool busy = false;                 // the strategy's step holds the replica (see replica_host)

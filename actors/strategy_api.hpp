@@ -14,6 +14,7 @@
 
 #include "actors/fan_in.hpp"
 #include "actors/job_plan.hpp"
+#include "devices/device_context.hpp"
 #include "kernels/optimizer.hpp"
 #include "messages/protocols.hpp"
 #include "models/model.hpp"
@@ -22,10 +23,32 @@ namespace troupe {
 
 // A replica's model, optimizer and gradient buffers: touched only by tasks on
 // its device thread (one thread, tasks in order).
+//
+// On a discrete device (sim:N, cuda:N) the variables, gradients and optimizer
+// slots live in the device's memory, and net->variables(), grads and the
+// optimizer's slot_tensors() are host staging copies. A strategy moves them
+// across only where its protocol needs the host (a push, a pull, a CAF
+// collective, a snapshot) with the *_to_host / *_to_device calls, which do
+// nothing on cpu:N, where host and device memory are the same.
 struct compute_state {
   std::unique_ptr<model> net;
   std::unique_ptr<kernels::optimizer> opt;
   std::vector<named_tensor> grads;
+  std::shared_ptr<device_context> dev;  // the device's context
+  // Discrete devices: device_slots[k][i] is slot k of variable i.
+  std::vector<std::vector<device_buffer>> device_slots;
+
+  bool discrete() const { return net && net->device_resident(); }
+  void variables_to_host() { net->variables_to_host(); }
+  void variables_to_device() { net->variables_to_device(); }
+  void gradients_to_host() { net->gradients_to_host(grads); }
+  void gradients_to_device() { net->gradients_to_device(grads); }
+  void slots_to_host();
+  void slots_to_device();
+  // After opt->init(): the slots' device memory on a discrete device.
+  void place_optimizer();
+  // One optimizer update where the variables live (opt->apply on cpu:N).
+  void apply_update();
 };
 
 using step_promise = caf::typed_response_promise<step_stats>;

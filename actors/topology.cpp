@@ -47,6 +47,12 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
       throw job_error("devices[" + std::to_string(i) + "]: " + e.what());
     }
   }
+  for (const auto& d : c.devices)
+    if (parse_device(d).discrete() && !has_device_model(c.model.kind))
+      throw config_error("model.kind",
+                         "\"" + c.model.kind +
+                             "\" has no device implementation, so it cannot run on " + d +
+                             " (register one with register_device_model, or use cpu:N)");
   plan->output_dir = output_dir_for(c, o);
   plan->owner = owner;
   plan->checkpoint_dir = c.checkpoint.dir.empty()
@@ -185,6 +191,14 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
   auto reducers = strat.make_reducers(sys, c, rw);
   out.reducers = reducers.per_replica;
   out.underneath = reducers.underneath;
+  if (reducers.device_group)  // each rank blocks its device thread in a collective
+    for (std::size_t a = 0; a < spec.devices.size(); ++a)
+      for (std::size_t b = a + 1; b < spec.devices.size(); ++b)
+        if (spec.devices[a] == spec.devices[b])
+          throw config_error("strategy.reducer.algorithm",
+                             "\"nccl\" needs one device per replica, but replicas " +
+                                 std::to_string(spec.indices[a]) + " and " +
+                                 std::to_string(spec.indices[b]) + " share " + spec.devices[a]);
   const bool gather_on_device = gathers_on_device(c.data.gather, strat.lockstep(), spec.devices);
   const auto input = strat.input(c, spec.start_step, plan.steps_per_epoch);
   // The process's devices share their background work (the gathers).
@@ -211,12 +225,16 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     w.index = r;
     w.replicas = c.strategy.replicas;
     if (!out.reducers.empty()) w.reducer = out.reducers[k];
+    w.local_index = static_cast<int64_t>(k);
+    w.device_group = reducers.device_group;
+    if (w.device_group && k == 0) w.ring = spec.ring;
     w.shards = spec.shards;
     w.place = spec.place;
     w.across_processes = spec.ring_tasks.size() > 1;
     replica_config rc;
     rc.index = r;
     rc.device = device;
+    rc.device_kind = parse_device(dev);
     rc.model = c.model;
     rc.shape = {plan.train->features(), plan.train->classes};
     rc.optimizer = c.optimizer;

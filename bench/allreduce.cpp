@@ -11,6 +11,17 @@
 //                   [--op mean] [--mpi auto|off|on]
 //                   [--bucket-bytes B] [--chunk-bytes B]
 //                   [--policy sharing|stealing] [--threads T]   (experiments only)
+//   bench_allreduce --algorithm nccl [--devices cuda:0,cuda:1,...] [--sizes ...]
+//                   [--iterations K] [--op sum|mean] [--json]
+//
+// --algorithm nccl times the device collectives (devices/device_communicator.hpp)
+// instead of the reducer actors: one rank per device, each on a thread of its
+// own, all_reduce on device memory; per call, the time from a common start
+// to the result on the device (after a synchronize of the compute stream),
+// slowest rank, median over the calls, and algbw (bytes / time) and busbw
+// (algbw * 2(n-1)/n), as nccl-tests. Default devices: every visible GPU.
+// sim:N or cpu:N devices run the in-process host group that stands in for
+// NCCL in the tests: that measures the host emulation, not NCCL.
 //
 // --mpi auto (default) runs the MPI comparison when `mpirun` is on PATH and
 // bench_mpi_allreduce is next to this executable (or in bench/ below it, or
@@ -46,8 +57,15 @@ int main(int argc, char** argv) {
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "actors/system_config.hpp"
 #include "bench/bench_sizes.hpp"
+#include "devices/device_communicator.hpp"
+#include "devices/device_context.hpp"
+#include "devices/nccl_id.hpp"
 
 namespace troupe {
 
@@ -64,6 +82,10 @@ struct bench_options {
   int threads = 0;     // 0: system_config's
   bool json = false;
   std::string mpi = "auto";
+  bool replicas_given = false;
+  // --algorithm nccl: device collectives on these devices (empty: every GPU).
+  bool device_collectives = false;
+  std::vector<device_spec> devices;
 };
 
 // One row of the results, troupe's or MPI's.
@@ -173,7 +195,11 @@ int usage(std::ostream& err, const std::string& why) {
       << "usage: troupe bench allreduce [--replicas N] [--sizes 8,64K,1M,16M,64M]\n"
       << "         [--algorithm ring|tree|reduce_to_one|all] [--iterations K] [--json]\n"
       << "         [--op sum|mean|min|max] [--mpi auto|off|on] [--bucket-bytes B]\n"
-      << "         [--chunk-bytes B] [--policy sharing|stealing] [--threads T]\n";
+      << "         [--chunk-bytes B] [--policy sharing|stealing] [--threads T]\n"
+      << "       troupe bench allreduce --algorithm nccl [--devices cuda:0,cuda:1,...]\n"
+      << "         [--sizes ...] [--iterations K] [--op sum|mean] [--json]\n"
+      << "         (NCCL all-reduce on the devices' compute streams; default: every visible\n"
+      << "         GPU; sim:N or cpu:N devices time the host emulation, not NCCL)\n";
   return 2;
 }
 
@@ -256,6 +282,194 @@ int run_troupe(const bench_options& o, std::vector<measurement>& results, std::o
     for (auto& h : group) self->send_exit(h, caf::exit_reason::user_shutdown);
   }
   return status;
+}
+
+// --- --algorithm nccl: device collectives ---
+
+// A barrier for the rank threads that a failed rank breaks, so the others
+// do not wait for it.
+class rank_barrier {
+ public:
+  explicit rank_barrier(int n) : n_(n) {}
+  // False once broken.
+  bool arrive_and_wait() {
+    std::unique_lock lock(m_);
+    if (broken_) return false;
+    const uint64_t g = gen_;
+    if (++count_ == n_) {
+      count_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return true;
+    }
+    cv_.wait(lock, [&] { return gen_ != g || broken_; });
+    return gen_ != g;
+  }
+  void brk() {
+    std::lock_guard lock(m_);
+    broken_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int n_, count_ = 0;
+  uint64_t gen_ = 0;
+  bool broken_ = false;
+};
+
+std::string device_list(const std::vector<device_spec>& ds) {
+  std::string s;
+  for (const auto& d : ds) {
+    if (!s.empty()) s += ',';
+    s += d.str();
+  }
+  return s;
+}
+
+std::string device_json_line(const measurement& m, double algbw, const std::string& devices) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "{\"algorithm\":\"%s\",\"replicas\":%d,\"bytes\":%lld,\"seconds\":%.9g,"
+                "\"busbw_gbps\":%.6g,\"algbw_gbps\":%.6g,\"devices\":\"%s\"}\n",
+                m.algorithm.c_str(), m.replicas, static_cast<long long>(m.bytes), m.seconds,
+                m.busbw_gbps, algbw, devices.c_str());
+  return line;
+}
+
+// Picks the devices (default: every visible GPU) and says why it cannot
+// run: exit status 1 (nothing to run on) or 2 (bad usage), 0 when it can.
+int plan_devices(bench_options& o, std::ostream& err) {
+  const char* head = "troupe bench allreduce --algorithm nccl: ";
+  bool cuda = o.devices.empty() || o.devices[0].kind == device_spec::kind_t::cuda;
+  if (!cuda) return 0;
+  std::string why;
+  int visible = cuda_device_count(&why);
+  if (visible == 0) {
+    err << head << "no CUDA device is visible: " << why
+        << " (--devices sim:0,sim:1 times the host emulation instead)\n";
+    return 1;
+  }
+  if (!built_with_nccl()) {
+    err << head << "cuda devices need NCCL: this build has none\n";
+    return 1;
+  }
+  if (o.devices.empty()) {
+    int n = o.replicas_given ? o.replicas : visible;
+    if (n > visible) {
+      err << head << "--replicas " << n << " needs " << n << " GPUs; " << visible
+          << " are visible\n";
+      return 1;
+    }
+    for (int i = 0; i < n; ++i) o.devices.push_back({device_spec::kind_t::cuda, i});
+  }
+  try {
+    for (const auto& d : o.devices) check_device_available(d);
+  } catch (const device_error& e) {
+    err << head << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+// One rank per device, on a thread of its own (its device's thread: CUDA
+// binds the device to it); per call a common start (a barrier), then
+// all_reduce and, on a GPU, a synchronize of the compute stream.
+int run_device_bench(const bench_options& o, std::vector<measurement>& results, std::ostream& out,
+                     std::ostream& err) {
+  const int n = static_cast<int>(o.devices.size());
+  const bool cuda = o.devices[0].kind == device_spec::kind_t::cuda;
+  const std::string algo = cuda ? "nccl" : "host";
+  const std::string devices = device_list(o.devices);
+  const device_reduce op = o.op == reduce_op::sum ? device_reduce::sum : device_reduce::mean;
+  std::shared_ptr<device_collective_group> group;
+  try {
+    group = make_device_collective_group(n, o.devices[0]);
+  } catch (const device_error& e) {
+    err << "troupe bench allreduce --algorithm nccl: " << e.what() << "\n";
+    return 1;
+  }
+  struct size_plan {
+    int64_t numel, bytes, warmup, iters;
+  };
+  std::vector<size_plan> plans;
+  for (int64_t bytes : o.sizes) {
+    int64_t numel = (bytes + 3) / 4;
+    int64_t iters = iterations_for(o, numel * 4);
+    plans.push_back({numel, numel * 4, std::max<int64_t>(3, iters / 10), iters});
+  }
+  // seconds[size][rank][iteration]
+  std::vector<std::vector<std::vector<double> > > seconds(
+      plans.size(), std::vector<std::vector<double> >(static_cast<std::size_t>(n)));
+  rank_barrier barrier(n);
+  std::mutex err_mtx;
+  std::string failure;
+  auto rank_main = [&](int r) {
+    try {
+      auto ctx = make_device_context(o.devices[static_cast<std::size_t>(r)]);
+      auto comm = group->join(r, *ctx);
+      for (std::size_t s = 0; s < plans.size(); ++s) {
+        const auto& p = plans[s];
+        auto buf = ctx->allocate(static_cast<std::size_t>(p.bytes));
+        std::vector<float> host(static_cast<std::size_t>(p.numel));
+        for (int64_t i = 0; i < p.numel; ++i)
+          host[static_cast<std::size_t>(i)] = static_cast<float>((i + r) % 17) * 0.25f;
+        ctx->copy_to_device(buf.data(), host.data(), static_cast<std::size_t>(p.bytes));
+        ctx->synchronize();
+        auto& mine = seconds[s][static_cast<std::size_t>(r)];
+        for (int64_t it = 0; it < p.warmup + p.iters; ++it) {
+          if (!barrier.arrive_and_wait()) return;
+          auto t0 = std::chrono::steady_clock::now();
+          // Data stays as the all-reduces leave it (mean keeps it bounded).
+          comm->all_reduce(buf.f32(), static_cast<std::size_t>(p.numel), op);
+          if (cuda) ctx->synchronize();
+          auto t1 = std::chrono::steady_clock::now();
+          if (it >= p.warmup) mine.push_back(std::chrono::duration<double>(t1 - t0).count());
+        }
+      }
+      comm->check();
+      comm.reset();  // before its context
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard lock(err_mtx);
+        if (failure.empty())
+          failure = "rank " + std::to_string(r) + " (" +
+                    o.devices[static_cast<std::size_t>(r)].str() + "): " + e.what();
+      }
+      group->abort(e.what());
+      barrier.brk();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(rank_main, r);
+  for (auto& t : threads) t.join();
+  if (!failure.empty()) {
+    err << "troupe bench allreduce --algorithm nccl: " << failure << "\n";
+    return 1;
+  }
+  for (std::size_t s = 0; s < plans.size(); ++s) {
+    // Per call, the slowest rank.
+    std::vector<double> slowest(static_cast<std::size_t>(plans[s].iters), 0.0);
+    for (const auto& per_rank : seconds[s])
+      for (std::size_t i = 0; i < slowest.size(); ++i)
+        slowest[i] = std::max(slowest[i], per_rank[i]);
+    measurement m{algo, n, plans[s].bytes, median(slowest), 0.0};
+    const double algbw = static_cast<double>(m.bytes) / m.seconds / 1e9;
+    m.busbw_gbps = algbw * 2.0 * (n - 1) / n;
+    results.push_back(m);
+    if (o.json) {
+      out << device_json_line(m, algbw, devices);
+    } else {
+      char line[256];
+      std::snprintf(line, sizeof line, "%-13s %6s %12lld %13s %12.2f %12.2f\n", m.algorithm.c_str(),
+                    human_bytes(m.bytes).c_str(), static_cast<long long>(plans[s].iters),
+                    format_time(m.seconds).c_str(), algbw, m.busbw_gbps);
+      out << line;
+    }
+    out << std::flush;
+  }
+  return 0;
 }
 
 // Where the MPI comparison runs from; why_not says why it cannot.
@@ -397,6 +611,7 @@ int run_allreduce_bench(const std::vector<std::string>& args, std::ostream& out,
       };
       if (a == "--replicas") {
         o.replicas = std::stoi(value());
+        o.replicas_given = true;
         if (o.replicas < 1) throw std::invalid_argument("--replicas must be >= 1");
       } else if (a == "--sizes") {
         o.sizes.clear();
@@ -404,16 +619,41 @@ int run_allreduce_bench(const std::vector<std::string>& args, std::ostream& out,
         if (o.sizes.empty()) throw std::invalid_argument("--sizes needs at least one size");
       } else if (a == "--algorithm") {
         auto v = value();
+        o.device_collectives = false;
         if (v == "all") {
           o.algorithms = reducer_algorithms();
+        } else if (v == "nccl") {
+          o.device_collectives = true;
+          o.algorithms = {"nccl"};
         } else {
           o.algorithms = split_list(v);
-          for (auto& n : o.algorithms)
+          for (auto& n : o.algorithms) {
+            if (n == "nccl")
+              throw std::invalid_argument(
+                  "--algorithm nccl runs alone (its ranks are devices, not reducers)");
             if (std::find(reducer_algorithms().begin(), reducer_algorithms().end(), n) ==
                 reducer_algorithms().end())
               throw std::invalid_argument("unknown algorithm '" + n +
-                                          "' (known: ring, tree, reduce_to_one, all)");
+                                          "' (known: ring, tree, reduce_to_one, all, nccl)");
+          }
         }
+      } else if (a == "--devices") {
+        o.devices.clear();
+        for (auto& d : split_list(value())) {
+          device_spec spec;
+          try {
+            spec = parse_device(d);
+          } catch (const device_error& e) {
+            throw std::invalid_argument(std::string("--devices: ") + e.what());
+          }
+          if (std::find(o.devices.begin(), o.devices.end(), spec) != o.devices.end())
+            throw std::invalid_argument("--devices: " + spec.str() + " appears twice");
+          if (!o.devices.empty() && spec.kind != o.devices[0].kind)
+            throw std::invalid_argument("--devices: all devices must be of one kind, not " +
+                                        o.devices[0].str() + " and " + spec.str());
+          o.devices.push_back(spec);
+        }
+        if (o.devices.empty()) throw std::invalid_argument("--devices needs at least one device");
       } else if (a == "--iterations") {
         o.iterations = std::stoll(value());
         if (o.iterations < 1) throw std::invalid_argument("--iterations must be >= 1");
@@ -440,8 +680,37 @@ int run_allreduce_bench(const std::vector<std::string>& args, std::ostream& out,
         throw std::invalid_argument("unknown option '" + a + "'");
       }
     }
+    if (!o.devices.empty() && !o.device_collectives)
+      throw std::invalid_argument("--devices goes with --algorithm nccl");
+    if (o.device_collectives) {
+      if (o.op != reduce_op::sum && o.op != reduce_op::mean)
+        throw std::invalid_argument(std::string("--algorithm nccl reduces with sum or mean, not ") +
+                                    reduce_op_name(o.op));
+      if (o.mpi == "on")
+        throw std::invalid_argument(
+            "--mpi on compares MPI with the reducer actors, not with --algorithm nccl");
+      if (o.replicas_given && !o.devices.empty() &&
+          o.replicas != static_cast<int>(o.devices.size()))
+        throw std::invalid_argument("--replicas " + std::to_string(o.replicas) + " but " +
+                                    std::to_string(o.devices.size()) + " --devices");
+    }
   } catch (const std::exception& e) {
     return usage(err, e.what());
+  }
+
+  if (o.device_collectives) {
+    if (int rc = plan_devices(o, err); rc != 0) return rc;
+    const bool cuda = o.devices[0].kind == device_spec::kind_t::cuda;
+    if (!o.json) {
+      out << "all-reduce, " << o.devices.size() << " devices (" << device_list(o.devices)
+          << "), op " << reduce_op_name(o.op) << ", float32, "
+          << (cuda ? "NCCL on each device's compute stream, time to the synchronized result"
+                   : "host emulation of the device collectives (not NCCL)")
+          << "\n"
+          << "algorithm      size    iterations   median time   algbw GB/s   busbw GB/s\n";
+    }
+    std::vector<measurement> results;
+    return run_device_bench(o, results, out, err);
   }
 
   mpi_plan mpi;

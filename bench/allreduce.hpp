@@ -11,7 +11,10 @@ namespace troupe {
 // [--replicas N] [--sizes 8,64K,1M,16M,64M] [--algorithm ring|tree|reduce_to_one|all]
 // [--iterations K] [--op sum|mean|min|max] [--bucket-bytes B] [--chunk-bytes B] [--json]
 // [--mpi auto|off|on] (MPI_Allreduce on the same sizes under mpirun, where OpenMPI and
-// bench_mpi_allreduce are there). Returns the process exit status (2 on bad usage).
+// bench_mpi_allreduce are there); or --algorithm nccl [--devices cuda:0,cuda:1,...]: the
+// device collectives' all-reduce, one rank per device (default: every visible GPU; sim:N
+// or cpu:N devices time the host emulation, not NCCL). Returns the process exit status
+// (2 on bad usage, 1 when it cannot run, e.g. no GPU for --algorithm nccl).
 int run_allreduce_bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace troupe

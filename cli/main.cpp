@@ -53,6 +53,11 @@ Usage:
          [--algorithm ring|tree|reduce_to_one|all] [--iterations K] [--json]
          [--mpi auto|off|on]  time in-process all-reduce across N reducers;
                               with OpenMPI, MPI_Allreduce in N processes too
+  troupe bench allreduce --algorithm nccl [--devices cuda:0,cuda:1,...]
+         [--sizes ...] [--iterations K] [--op sum|mean] [--json]
+                              time NCCL all-reduce on the GPUs (default: every
+                              visible one; time, algbw, busbw per size); sim:N
+                              or cpu:N devices time the host emulation, not NCCL
   troupe --help | --version
 
 run options:

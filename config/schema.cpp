@@ -384,7 +384,7 @@ void read_data(const json& j, const std::string& path, data_config& d) {
 void read_reducer(const json& j, const std::string& path, reducer_settings& s) {
   object_reader r(j, path, {"algorithm", "bucket_bytes", "chunk_bytes"});
   r.with("algorithm", [&](const json& v, const std::string& p) {
-    s.algorithm = read_enum(v, p, {"ring", "tree", "reduce_to_one"});
+    s.algorithm = read_enum(v, p, {"ring", "tree", "reduce_to_one", "nccl"});
   });
   r.with("bucket_bytes",
          [&](const json& v, const std::string& p) { s.bucket_bytes = read_int(v, p, 4); });
@@ -450,6 +450,8 @@ bool valid_device(const std::string& s) {
     rest = std::string_view(s).substr(4);
   else if (s.starts_with("cuda:"))
     rest = std::string_view(s).substr(5);
+  else if (s.starts_with("sim:"))  // a CPU device standing in for an accelerator (tests)
+    rest = std::string_view(s).substr(4);
   else
     return false;
   if (rest.empty() || rest.size() > 9) return false;
@@ -655,6 +657,36 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
 }
 
 // Rules that involve more than one field; run after every field is valid.
+// What a job on a discrete device (cuda:N, sim:N: memory of its own) cannot
+// do yet, and what the device all-reduce (reducer "nccl") needs. (mirrored's
+// sharded update, strategy.shard_optimizer, is a CPU feature: on these
+// devices every replica applies the whole update, logged.)
+void check_device_rules(const job_config& c, const strategy_rules* rules) {
+  auto kind_of = [](const std::string& d) { return d.substr(0, d.find(':')); };
+  std::string discrete;
+  bool mixed = false;
+  for (const auto& d : c.devices) {
+    if (kind_of(d) != "cpu" && discrete.empty()) discrete = d;
+    if (kind_of(d) != kind_of(c.devices.front())) mixed = true;
+  }
+  if (!discrete.empty()) {
+    if (rules && !rules->trains_classifier())
+      fail("devices", "the " + c.strategy.kind + " strategy runs on cpu:N devices only, got " +
+                          show(json(discrete)));
+  }
+  if (c.strategy.reducer.algorithm != "nccl") return;
+  if (c.strategy.kind != "mirrored")
+    fail("strategy.reducer.algorithm",
+         "\"nccl\" is the mirrored strategy's device all-reduce; strategy.kind is " +
+             show(json(c.strategy.kind)));
+  if (mixed)
+    fail("devices", "the nccl all-reduce needs devices of one kind, got " + show(json(c.devices)));
+  if (!c.cluster && c.strategy.replicas > static_cast<int64_t>(c.devices.size()))
+    fail("strategy.replicas", "the nccl all-reduce needs one device per replica: " +
+                                  std::to_string(c.strategy.replicas) + " replicas on " +
+                                  std::to_string(c.devices.size()) + " devices");
+}
+
 // The strategy's own rules are its file's (strategies/<kind>.cpp).
 void check_cross_fields(const job_config& c) {
   auto rules = find_strategy_rules(c.strategy.kind);
@@ -669,6 +701,7 @@ void check_cross_fields(const job_config& c) {
       fail("rl", "only the actor_learner strategy reads this section (strategy.kind is " +
                      show(json(c.strategy.kind)) + ")");
   }
+  check_device_rules(c, rules.get());
   if (rules) rules->validate(c);
   if (c.strategy.partitioner.kind == "min_max_bytes" && c.strategy.partitioner.max_shard_bytes <= 0)
     fail("strategy.partitioner.max_shard_bytes",

@@ -15,11 +15,14 @@
 namespace troupe {
 
 std::string device_spec::str() const {
-  return (kind == kind_t::cpu ? "cpu:" : "cuda:") + std::to_string(index);
+  const char* k = kind == kind_t::cpu ? "cpu:" : kind == kind_t::cuda ? "cuda:" : "sim:";
+  return k + std::to_string(index);
 }
 
 device_spec parse_device(const std::string& s) {
-  auto bad = [&] { return device_error("expected \"cpu:N\" or \"cuda:N\", got \"" + s + "\""); };
+  auto bad = [&] {
+    return device_error("expected \"cpu:N\", \"cuda:N\" or \"sim:N\", got \"" + s + "\"");
+  };
   auto colon = s.find(':');
   if (colon == std::string::npos) throw bad();
   device_spec d;
@@ -28,6 +31,8 @@ device_spec parse_device(const std::string& s) {
     d.kind = device_spec::kind_t::cpu;
   else if (k == "cuda")
     d.kind = device_spec::kind_t::cuda;
+  else if (k == "sim")
+    d.kind = device_spec::kind_t::sim;
   else
     throw bad();
   const char* first = s.data() + colon + 1;
@@ -63,16 +68,13 @@ int cuda_device_count(std::string* why) {
 }
 
 void check_device_available(const device_spec& d) {
-  if (d.kind == device_spec::kind_t::cpu) return;
+  if (d.kind != device_spec::kind_t::cuda) return;
   std::string why;
   int n = cuda_device_count(&why);
   if (n == 0) throw device_error(d.str() + " requested, but no CUDA device is available: " + why);
   if (d.index >= n)
     throw device_error(d.str() + " requested, but only " + std::to_string(n) +
                        " CUDA device(s) are visible");
-  // The CUDA training path (cuBLAS dense layers) is not wired into replicas yet.
-  throw device_error(
-      d.str() + " is visible, but troupe's replicas do not run on CUDA devices yet; use cpu:N");
 }
 
 namespace {

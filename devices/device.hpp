@@ -1,8 +1,11 @@
 #pragma once
 // Devices: where compute runs. A cpu_device is one dedicated thread with a FIFO
 // of tasks, never a CAF scheduler thread, so a replica's forward/backward never
-// blocks message handling. `cuda:N` is recognised in configs; it is accepted
-// only when this build has the CUDA path and the GPU is visible.
+// blocks message handling. What computes on a device, and where its memory
+// is, is the device's context (devices/device_context.hpp): `cpu:N` (host
+// memory), `sim:N` (a CPU device with memory of its own, standing in for an
+// accelerator in tests) and `cuda:N` (accepted only when this build has the
+// CUDA path and the GPU is visible).
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -22,14 +25,18 @@ class device_error : public std::runtime_error {
 };
 
 struct device_spec {
-  enum class kind_t { cpu, cuda };
+  enum class kind_t { cpu, cuda, sim };
   kind_t kind = kind_t::cpu;
   int index = 0;
   std::string str() const;
+  // Memory of its own (cuda, sim): variables and gradients need copies to
+  // and from the host.
+  bool discrete() const noexcept { return kind != kind_t::cpu; }
   friend bool operator==(const device_spec&, const device_spec&) = default;
 };
 
-// Parses "cpu:N" / "cuda:N"; throws device_error ("expected \"cpu:N\" or \"cuda:N\", got ...").
+// Parses "cpu:N" / "cuda:N" / "sim:N"; throws device_error ("expected
+// \"cpu:N\", \"cuda:N\" or \"sim:N\", got ...").
 device_spec parse_device(const std::string& s);
 
 // Number of visible CUDA devices; 0 without a CUDA build or GPU. When 0,

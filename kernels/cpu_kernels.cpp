@@ -137,15 +137,14 @@ double softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t
     }
     if (arg == lab) ++hits;
     double sum = 0.0;
-    for (std::size_t j = 0; j < c; ++j) sum += static_cast<double>(std::exp(lr[j] - mx));
+    for (std::size_t j = 0; j < c; ++j) sum += static_cast<double>(ew::exp_f(lr[j] - mx));
     // loss = log(sum_j exp(l_j)) - l_label = mx + log(sum) - l_label
-    const double label_logit = static_cast<double>(lr[lab]);
-    loss += static_cast<double>(mx) + std::log(sum) - label_logit;
+    loss += ew::ce_row_loss(mx, sum, lr[lab]);
     if (dlogits) {
       float* dr = dlogits + static_cast<std::size_t>(r) * c;
       const float inv = static_cast<float>(1.0 / sum);
       // Reads lr[j] before writing dr[j]: safe when dlogits aliases logits.
-      for (std::size_t j = 0; j < c; ++j) dr[j] = std::exp(lr[j] - mx) * inv * grad_scale;
+      for (std::size_t j = 0; j < c; ++j) dr[j] = ew::ce_dlogit(lr[j], mx, inv, grad_scale);
       dr[lab] -= grad_scale;
     }
   }

@@ -48,6 +48,134 @@ __global__ void tanh_backward_kernel(const float* y, const float* dy, float* dx,
   TROUPE_GRID_LOOP(i, n) dx[i] = ew::tanh_grad(y[i], dy[i]);
 }
 
+__global__ void fill_kernel(float* x, float v, std::size_t n) {
+  TROUPE_GRID_LOOP(i, n) x[i] = v;
+}
+
+__global__ void broadcast_rows_kernel(const float* b, float* y, std::size_t total,
+                                      std::size_t cols) {
+  TROUPE_GRID_LOOP(i, total) y[i] = b[i % cols];
+}
+
+// Column sums of dy[rows, cols]: a block of 32 x 8 threads owns 32 adjacent
+// columns (coalesced reads); thread (x, y) sums rows y, y + 8, ... of its
+// column, then the 8 partial sums are added in a fixed order (deterministic).
+constexpr unsigned colsum_cols = 32, colsum_rows = 8;
+
+__global__ void column_sums_kernel(const float* dy, float* db, int64_t rows, int64_t cols,
+                                   bool accumulate) {
+  __shared__ float part[colsum_rows][colsum_cols + 1];
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * colsum_cols + threadIdx.x;
+  float s = 0.0f;
+  if (j < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += colsum_rows) s += dy[r * cols + j];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    float t = accumulate ? db[j] : 0.0f;
+    for (unsigned k = 0; k < colsum_rows; ++k) t += part[k][threadIdx.x];
+    db[j] = t;
+  }
+}
+
+// ---- softmax cross-entropy: one warp per row --------------------------------
+
+constexpr unsigned ce_warps = 8;  // rows per block (256 threads)
+constexpr unsigned full_warp = 0xffffffffu;
+
+__device__ inline bool is_nan(float v) {
+  return v != v;
+}
+
+// Does candidate a (value va at index ia) replace b as the row's argmax? The
+// CPU scans best = l[0] and takes l[j] only when l[j] > best: its answer is 0
+// when l[0] is NaN, else the first maximum of the non-NaN values. As a choice
+// between two candidates that is a total order on every candidate that can
+// win, so a warp reduces it in any order to the CPU's answer. An empty
+// candidate (NaN at a large index) loses to every element.
+__device__ inline bool argmax_beats(float va, int ia, float vb, int ib) {
+  const bool na = is_nan(va), nb = is_nan(vb);
+  if (na && ia == 0) return true;
+  if (nb && ib == 0) return false;
+  if (na) return false;
+  if (nb) return true;
+  if (va != vb) return va > vb;
+  return ia < ib;
+}
+
+__global__ void softmax_ce_kernel(const float* logits, const int32_t* labels, int64_t batch,
+                                  int classes, float grad_scale, float* dlogits, double* loss_sum,
+                                  int64_t* correct) {
+  const unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u;
+  const int first = static_cast<int>(lane);
+  double loss = 0.0;            // this warp's rows (lane 0's copy counts)
+  unsigned long long hits = 0;  // likewise
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * ce_warps + warp; r < batch;
+       r += static_cast<int64_t>(gridDim.x) * ce_warps) {
+    const std::size_t row = static_cast<std::size_t>(r) * static_cast<std::size_t>(classes);
+    const float* lr = logits + row;
+    const int lab = labels[r];
+    const bool lab_ok = lab >= 0 && lab < classes;
+    // Row max (for stability) and argmax, as the CPU picks it.
+    float mx = __int_as_float(0x7fc00000);
+    int arg = 0x7fffffff;
+    for (int j = first; j < classes; j += 32) {
+      const float v = lr[j];
+      if (argmax_beats(v, j, mx, arg)) {
+        mx = v;
+        arg = j;
+      }
+    }
+    for (int off = 16; off > 0; off /= 2) {
+      const float ov = __shfl_xor_sync(full_warp, mx, off);
+      const int oi = __shfl_xor_sync(full_warp, arg, off);
+      if (argmax_beats(ov, oi, mx, arg)) {
+        mx = ov;
+        arg = oi;
+      }
+    }
+    double sum = 0.0;
+    for (int j = first; j < classes; j += 32) sum += static_cast<double>(ew::exp_f(lr[j] - mx));
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(full_warp, sum, off);
+    const float label_logit = lab_ok ? lr[lab] : 0.0f;
+    if (lane == 0) {
+      loss += lab_ok ? ew::ce_row_loss(mx, sum, label_logit)
+                     : __longlong_as_double(0x7ff8000000000000LL);
+      if (arg == lab) ++hits;
+    }
+    // Every lane has read the row (label_logit included) before any writes
+    // it: dlogits may alias logits.
+    __syncwarp();
+    if (dlogits && lab_ok) {
+      float* dr = dlogits + row;
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int j = first; j < classes; j += 32) {
+        float d = ew::ce_dlogit(lr[j], mx, inv, grad_scale);
+        if (j == lab) d -= grad_scale;
+        dr[j] = d;
+      }
+    }
+    __syncwarp();
+  }
+  __shared__ double warp_loss[ce_warps];
+  __shared__ unsigned long long warp_hits[ce_warps];
+  if (lane == 0) {
+    warp_loss[warp] = loss;
+    warp_hits[warp] = hits;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double l = 0.0;
+    unsigned long long h = 0;
+    for (unsigned w = 0; w < ce_warps; ++w) {
+      l += warp_loss[w];
+      h += warp_hits[w];
+    }
+    if (loss_sum) atomicAdd(loss_sum, l);
+    if (correct && h) atomicAdd(reinterpret_cast<unsigned long long*>(correct), h);
+  }
+}
+
 __global__ void add_kernel(float* acc, const float* x, std::size_t n) {
   TROUPE_GRID_LOOP(i, n) acc[i] += x[i];
 }
@@ -107,6 +235,46 @@ void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n, cu
   if (n == 0) return;
   tanh_backward_kernel<<<blocks_for(n), threads_per_block, 0, stream>>>(y, dy, dx, n);
   check_launch("tanh_backward");
+}
+
+void fill(float* x, float v, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_kernel<<<blocks_for(n), threads_per_block, 0, stream>>>(x, v, n);
+  check_launch("fill");
+}
+
+void broadcast_rows(const float* b, float* y, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const std::size_t total = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+  broadcast_rows_kernel<<<blocks_for(total), threads_per_block, 0, stream>>>(
+      b, y, total, static_cast<std::size_t>(cols));
+  check_launch("broadcast_rows");
+}
+
+void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate,
+                 cudaStream_t stream) {
+  if (cols <= 0) return;
+  if (rows < 0) throw std::invalid_argument("cuda column_sums: rows " + std::to_string(rows));
+  const int64_t tiles = (cols + colsum_cols - 1) / colsum_cols;
+  if (tiles > 0x7fffffff)
+    throw std::invalid_argument("cuda column_sums: " + std::to_string(cols) + " columns");
+  column_sums_kernel<<<static_cast<unsigned>(tiles), dim3(colsum_cols, colsum_rows), 0, stream>>>(
+      dy, db, rows, cols, accumulate);
+  check_launch("column_sums");
+}
+
+void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t batch,
+                           int64_t classes, float grad_scale, float* dlogits, double* loss_sum,
+                           int64_t* correct, cudaStream_t stream) {
+  if (batch < 0 || classes <= 0 || classes > 0x7fffffff)
+    throw std::invalid_argument("cuda softmax_cross_entropy: batch " + std::to_string(batch) +
+                                ", classes " + std::to_string(classes));
+  if (batch == 0) return;
+  const std::size_t blocks = (static_cast<std::size_t>(batch) + ce_warps - 1) / ce_warps;
+  softmax_ce_kernel<<<static_cast<unsigned>(blocks < max_blocks ? blocks : max_blocks),
+                      ce_warps * 32, 0, stream>>>(logits, labels, batch, static_cast<int>(classes),
+                                                  grad_scale, dlogits, loss_sum, correct);
+  check_launch("softmax_cross_entropy");
 }
 
 void add_inplace(float* acc, const float* x, std::size_t n, cudaStream_t stream) {

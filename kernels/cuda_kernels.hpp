@@ -15,8 +15,28 @@ void relu_backward(const float* y, const float* dy, float* dx, std::size_t n, cu
 void tanh_forward(const float* x, float* y, std::size_t n, cudaStream_t stream);
 void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n, cudaStream_t stream);
 
+void fill(float* x, float v, std::size_t n, cudaStream_t stream);                  // x[i] = v
 void add_inplace(float* acc, const float* x, std::size_t n, cudaStream_t stream);  // acc += x
 void scale_inplace(float* x, float s, std::size_t n, cudaStream_t stream);         // x *= s
+
+// Row-major helpers of the dense layers (the products are cuBLAS's):
+// y[r,j] = b[j] for every row r < rows (the bias a GEMM then adds to);
+void broadcast_rows(const float* b, float* y, int64_t rows, int64_t cols, cudaStream_t stream);
+// db[j] = sum over r of dy[r,j], added to db when accumulate (rows may be 0).
+void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate,
+                 cudaStream_t stream);
+
+// Fused softmax + cross-entropy, kernels/cpu_kernels.hpp's semantics on
+// device memory, one warp per row: dlogits (may alias logits, or be null) =
+// (softmax - onehot) * grad_scale; ADDS the rows' loss sum to *loss_sum and
+// the number of rows whose argmax (first maximum, as on the CPU) is the label
+// to *correct (either may be null). Labels must be in [0, classes) (checked
+// by the caller: a row with a label outside adds NaN to the loss and writes
+// no gradient). The loss is added with one atomic per block, so its last bits
+// may vary from run to run; the count and dlogits do not.
+void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t batch,
+                           int64_t classes, float grad_scale, float* dlogits, double* loss_sum,
+                           int64_t* correct, cudaStream_t stream);
 
 // Same semantics as the CPU versions in kernels/cpu_kernels.hpp.
 void sgd_step(float* w, const float* g, std::size_t n, float lr, float weight_decay,

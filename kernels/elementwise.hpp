@@ -20,6 +20,9 @@ TROUPE_HD inline float sqrt_f(float x) {
 TROUPE_HD inline float tanh_f(float x) {
   return ::tanhf(x);
 }
+TROUPE_HD inline float exp_f(float x) {
+  return ::expf(x);
+}
 TROUPE_HD inline float min_f(float a, float b) {
   return b < a ? b : a;
 }
@@ -43,6 +46,19 @@ TROUPE_HD inline float tanh_act(float x) {
 // y is the forward output: d tanh(x)/dx = 1 - tanh(x)^2.
 TROUPE_HD inline float tanh_grad(float y, float dy) {
   return dy * (1.0f - y * y);
+}
+
+// ---- softmax cross-entropy (one row: max mx, sum_exp = sum_j exp(l_j - mx)) ----
+
+// The row's term of the loss sum: log(sum_j exp(l_j)) - l_label
+// = mx + log(sum_exp) - l_label, in double.
+TROUPE_HD inline double ce_row_loss(float mx, double sum_exp, float label_logit) {
+  return static_cast<double>(mx) + ::log(sum_exp) - static_cast<double>(label_logit);
+}
+// softmax_j * grad_scale with inv_sum = 1 / sum_exp; the label's entry then
+// has grad_scale subtracted.
+TROUPE_HD inline float ce_dlogit(float logit, float mx, float inv_sum, float grad_scale) {
+  return exp_f(logit - mx) * inv_sum * grad_scale;
 }
 
 // ---- optimizer updates (one element) ----------------------------------------

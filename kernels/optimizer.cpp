@@ -5,7 +5,6 @@
 #include <stdexcept>
 #include <utility>
 
-#include "kernels/cpu_kernels.hpp"
 #include "kernels/lr_schedule.hpp"
 
 namespace troupe::kernels {
@@ -95,36 +94,66 @@ void optimizer::apply_ranges(std::vector<troupe::named_tensor>& vars,
                                   std::to_string(b) + ") outside the variables' " +
                                   std::to_string(offsets.back()) + " elements");
 
+  const int64_t t = step_ + 1;  // 1-based update count
+  std::vector<float*> slot(slots_.size());
+  for (auto [a, b] : ranges)
+    for (std::size_t i = 0; i < vars.size() && a < b; ++i) {
+      int64_t lo = std::max(a, offsets[i]), hi = std::min(b, offsets[i + 1]);
+      if (lo >= hi) continue;
+      const int64_t off = lo - offsets[i];
+      for (std::size_t k = 0; k < slots_.size(); ++k) slot[k] = slots_[k][i].f32() + off;
+      update_elements(cpu_backend(), vars[i].value.f32() + off, grads[i].value.f32() + off, slot,
+                      static_cast<std::size_t>(hi - lo), t);
+    }
+  step_ = t;
+}
+
+void optimizer::update_elements(backend& ops, float* w, const float* g,
+                                const std::vector<float*>& slot, std::size_t n, int64_t t) const {
   const float lr = static_cast<float>(current_lr());
   const float wd = static_cast<float>(cfg_.weight_decay);
   const bool decoupled = cfg_.decoupled_weight_decay && cfg_.weight_decay != 0.0;
   // L2 decay goes into the gradient; decoupled decay is a separate shrink.
   const float l2 = decoupled ? 0.0f : wd;
-  const int64_t t = step_ + 1;  // 1-based update count
-  auto update = [&](std::size_t i, int64_t off, std::size_t n) {
-    float* w = vars[i].value.f32() + off;
-    const float* g = grads[i].value.f32() + off;
-    auto slot = [&](std::size_t k) { return slots_[k][i].f32() + off; };
-    if (cfg_.kind == "sgd") {
-      if (decoupled) decoupled_decay_step(w, n, lr, wd);
-      sgd_step(w, g, n, lr, l2);
-    } else if (cfg_.kind == "momentum") {
-      if (decoupled) decoupled_decay_step(w, n, lr, wd);
-      momentum_step(w, slot(0), g, n, lr, static_cast<float>(cfg_.momentum), cfg_.nesterov, l2);
-    } else if (cfg_.kind == "adam") {
-      adam_step(w, slot(0), slot(1), g, n, lr, static_cast<float>(cfg_.beta1),
-                static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.epsilon), t, wd, decoupled);
-    } else {  // rmsprop
-      if (decoupled) decoupled_decay_step(w, n, lr, wd);
-      rmsprop_step(w, slot(0), g, n, lr, static_cast<float>(cfg_.rho),
-                   static_cast<float>(cfg_.epsilon), l2);
-    }
-  };
-  for (auto [a, b] : ranges)
-    for (std::size_t i = 0; i < vars.size() && a < b; ++i) {
-      int64_t lo = std::max(a, offsets[i]), hi = std::min(b, offsets[i + 1]);
-      if (lo < hi) update(i, lo - offsets[i], static_cast<std::size_t>(hi - lo));
-    }
+  if (cfg_.kind == "sgd") {
+    if (decoupled) ops.decoupled_decay_step(w, n, lr, wd);
+    ops.sgd_step(w, g, n, lr, l2);
+  } else if (cfg_.kind == "momentum") {
+    if (decoupled) ops.decoupled_decay_step(w, n, lr, wd);
+    ops.momentum_step(w, slot[0], g, n, lr, static_cast<float>(cfg_.momentum), cfg_.nesterov, l2);
+  } else if (cfg_.kind == "adam") {
+    ops.adam_step(w, slot[0], slot[1], g, n, lr, static_cast<float>(cfg_.beta1),
+                  static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.epsilon), t, wd,
+                  decoupled);
+  } else {  // rmsprop
+    if (decoupled) ops.decoupled_decay_step(w, n, lr, wd);
+    ops.rmsprop_step(w, slot[0], g, n, lr, static_cast<float>(cfg_.rho),
+                     static_cast<float>(cfg_.epsilon), l2);
+  }
+}
+
+void optimizer::apply_on(backend& ops, const std::vector<float*>& w,
+                         const std::vector<const float*>& g,
+                         const std::vector<std::vector<float*>>& slots) {
+  if (!initialized_)
+    throw std::logic_error("optimizer::apply_on: call init() with the variables first");
+  if (w.size() != names_.size() || g.size() != names_.size() || slots.size() != slots_.size())
+    throw std::invalid_argument("optimizer::apply_on: " + std::to_string(w.size()) +
+                                " variables, " + std::to_string(g.size()) + " gradients and " +
+                                std::to_string(slots.size()) + " slot kinds for " +
+                                std::to_string(names_.size()) + " variables and " +
+                                std::to_string(slots_.size()) + " slot kinds");
+  for (const auto& per_var : slots)
+    if (per_var.size() != names_.size())
+      throw std::invalid_argument("optimizer::apply_on: a slot kind with " +
+                                  std::to_string(per_var.size()) + " variables");
+  const int64_t t = step_ + 1;
+  std::vector<float*> slot(slots.size());
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    for (std::size_t k = 0; k < slots.size(); ++k) slot[k] = slots[k][i];
+    update_elements(ops, w[i], g[i], slot,
+                    static_cast<std::size_t>(troupe::shape_numel(shapes_[i])), t);
+  }
   step_ = t;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/job_config.hpp"
+#include "kernels/backend.hpp"
 #include "messages/tensor.hpp"
 
 namespace troupe::kernels {
@@ -38,6 +39,16 @@ class optimizer {
                     const std::vector<troupe::named_tensor>& grads,
                     const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
+  // One update of every variable where it lives: w[i], g[i] and slots[k][i]
+  // (slot k of variable i) are pointers in one device's memory, in variable
+  // order with the shapes of init(), and `ops` is that device's backend.
+  // The schedule and step() advance as for apply(). On a discrete device the
+  // slots live there too; slot_tensors() / state() are the host copies the
+  // caller keeps current (compute_state's slots_to_host).
+  void apply_on(backend& ops, const std::vector<float*>& w, const std::vector<const float*>& g,
+                const std::vector<std::vector<float*>>& slots);
+  const std::vector<troupe::shape_t>& shapes() const { return shapes_; }
+
   double current_lr() const;  // lr that the next apply() will use
   int64_t step() const;       // updates done
 
@@ -61,6 +72,9 @@ class optimizer {
 
  private:
   troupe::optimizer_config cfg_;
+  // Updates elements [off, off + n) of one variable with the kind's rule.
+  void update_elements(backend& ops, float* w, const float* g, const std::vector<float*>& slot,
+                       std::size_t n, int64_t t) const;
   int64_t total_steps_;
   int64_t step_ = 0;
   bool initialized_ = false;

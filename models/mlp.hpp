@@ -11,5 +11,8 @@ namespace troupe {
 // Kernels are initialised seeded: He normal (ReLU) or Glorot uniform (tanh);
 // biases start at zero.
 std::unique_ptr<model> make_mlp(const model_config& c, const model_shape& s, uint64_t seed);
+// The same model computing on `ctx`'s device (null: the host).
+std::unique_ptr<model> make_mlp_on(const model_config& c, const model_shape& s, uint64_t seed,
+                                   std::shared_ptr<device_context> ctx);
 
 }  // namespace troupe

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "devices/device_context.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/mlp.hpp"
 #include "models/registry.hpp"
@@ -44,6 +45,36 @@ std::unique_ptr<model> create_model(const model_config& c, const model_shape& s,
                                 "' (registered: " + registry().known() + ")");
   check_model_size(c, s.features, s.classes);
   return f(c, s, seed);
+}
+
+namespace {
+named_registry<device_model_factory>& device_registry() {
+  static named_registry<device_model_factory> r{"device model kind", {{"mlp", &make_mlp_on}}};
+  return r;
+}
+}  // namespace
+
+void register_device_model(const std::string& kind, device_model_factory f) {
+  device_registry().add(kind, std::move(f));
+}
+
+bool has_device_model(const std::string& kind) {
+  return static_cast<bool>(device_registry().find(kind));
+}
+
+std::unique_ptr<model> create_model_on(const model_config& c, const model_shape& s, uint64_t seed,
+                                       std::shared_ptr<device_context> ctx) {
+  auto f = device_registry().find(c.kind);
+  if (!ctx || (ctx->shares_host_memory() && !f)) return create_model(c, s, seed);
+  if (!f)
+    throw std::invalid_argument(
+        "model.kind: '" + c.kind + "' has no device implementation, so it cannot run on " +
+        ctx->spec().str() + " (models that can: " + device_registry().known() + ")");
+  if (!registry().find(c.kind))
+    throw std::invalid_argument("model.kind: unknown model '" + c.kind +
+                                "' (registered: " + registry().known() + ")");
+  check_model_size(c, s.features, s.classes);
+  return f(c, s, seed, std::move(ctx));
 }
 
 int64_t dense_parameter_count(const model_config& c, int64_t inputs, int64_t outputs) {

@@ -15,6 +15,8 @@ class optimizer;
 
 namespace troupe {
 
+class device_context;
+
 struct batch_stats {
   double loss_sum = 0;  // sum of per-example losses
   int64_t correct = 0;
@@ -37,6 +39,29 @@ class model {
   virtual batch_stats evaluate(const tensor& x, const tensor& y) = 0;
   // Zeroed gradient buffers shaped and named like variables().
   std::vector<named_tensor> make_gradients();
+
+  // Device residency. A model built on a discrete device (sim:N, cuda:N:
+  // create_model_on) keeps its variables and gradients in that device's
+  // memory. Then train_batch leaves the gradients there and does not write
+  // `grads`, and variables() is a host staging copy: current after
+  // variables_to_host(), taken by the device at variables_to_device().
+  // Models on the host (the default) need none of this: the calls do nothing.
+  virtual bool device_resident() const { return false; }
+  virtual device_context* device() { return nullptr; }
+  virtual void variables_to_host() {}
+  virtual void variables_to_device() {}
+  virtual void gradients_to_host(std::vector<named_tensor>& /*grads*/) {}
+  virtual void gradients_to_device(const std::vector<named_tensor>& /*grads*/) {}
+  // Device pointers of the variables and of their gradients, in variables()
+  // order (resident models), and the gradients as one contiguous block (for
+  // fused collectives; null when they are not contiguous).
+  // Starts copying a batch that a later train_batch will get (the same
+  // tensors) to the device, overlapping the work issued after it. Nothing
+  // to do on the host.
+  virtual void prefetch(const tensor& /*x*/, const tensor& /*y*/) {}
+  virtual std::vector<float*> device_variables() { return {}; }
+  virtual std::vector<float*> device_gradients() { return {}; }
+  virtual float* device_gradient_block() { return nullptr; }
 };
 
 // Zeroed buffers shaped and named like `vars` (gradients of any model).
@@ -63,6 +88,18 @@ void register_model(const std::string& kind, model_factory f);
 // Throws std::invalid_argument naming the known kinds for an unknown one,
 // or when check_model_size refuses the model.
 std::unique_ptr<model> create_model(const model_config& c, const model_shape& s, uint64_t seed);
+
+// A model computing on the device of `ctx` (null or cpu:N: as create_model).
+// Kinds with a device implementation are registered with
+// register_device_model (the built-in mlp is); any other kind on a discrete
+// device throws std::invalid_argument naming it and the device.
+using device_model_factory = std::function<std::unique_ptr<model>(
+    const model_config&, const model_shape&, uint64_t seed, std::shared_ptr<device_context>)>;
+void register_device_model(const std::string& kind, device_model_factory f);
+std::unique_ptr<model> create_model_on(const model_config& c, const model_shape& s, uint64_t seed,
+                                       std::shared_ptr<device_context> ctx);
+// Whether a kind can compute on a discrete device.
+bool has_device_model(const std::string& kind);
 
 // The most parameters a dense stack (inputs -> model.hidden... -> outputs)
 // may have: 2^28 (1 GiB of float32; its gradients and optimizer slots take

@@ -133,21 +133,30 @@ class elastic_step final : public replica_step {
         "forward_backward_update",
         [b = std::move(b), step, join, exchange, pulled = std::move(pulled), place = wiring_.place,
          es = device_, fail = h.fail_at_step(), alpha = alpha_, rho = rho_](compute_state& cs) {
+          // The elastic terms are computed on the host copies (on a
+          // discrete device: staged across; the update stays on the device).
           if (join) {
             es->center = pulled_variables(cs, place, pulled);
             auto& vars = cs.net->variables();
             for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = es->center[i].clone();
+            cs.variables_to_device();
+          } else if (exchange || rho != 0) {
+            cs.variables_to_host();
           }
           elastic_result out;
           out.stats = compute_gradients(cs, b, step, fail, true);
+          cs.gradients_to_host();
           add_elastic_force(cs, *es, rho);
           if (exchange) {
             es->center = pulled_variables(cs, place, pulled);
             elastic_delta(cs, *es, alpha);
           }
-          cs.opt->apply(cs.net->variables(), cs.grads);
+          cs.gradients_to_device();
+          cs.apply_update();
           if (!exchange) return out;
+          cs.variables_to_host();
           subtract_delta(cs, *es);
+          cs.variables_to_device();
           // The delta buffers are not touched again before the shards reply.
           out.deltas = split_for_shard_pieces(es->delta, place, pulled.size());
           return out;

@@ -14,6 +14,15 @@
 // Across processes, the sharded update (ZeRO stage 1: strategy.shard_optimizer)
 // is not used: reduce-scatter and all-gather are in-process collectives, so
 // every replica applies the whole update there (logged when it applies).
+//
+// With strategy.reducer.algorithm "nccl" the all-reduce is a device
+// collective (devices/device_communicator.hpp: NCCL on cuda:N, an in-process
+// equivalent on cpu:N and sim:N): the whole step is one device task, and the
+// gradients never leave the device:
+//   coordinator --train(s)--> replica --(device: gradients, all-reduce per
+//     bucket of the fused gradient block, update)--> reply
+// On a discrete device with a reducer actor, the gradients are staged to the
+// host for the collective and back for the update.
 #include <spdlog/spdlog.h>
 
 #include "actors/reducers/hierarchical.hpp"
@@ -32,7 +41,16 @@ class mirrored_step final : public replica_step {
         reducer_cfg_(rc),
         segments_(std::make_shared<std::vector<std::pair<int64_t, int64_t>>>()) {}
 
+  // Leaving a device collective group ends its collectives on every rank: a
+  // replica that fails or stops must not leave its peers blocked in one.
+  ~mirrored_step() override {
+    if (wiring_.device_group)
+      wiring_.device_group->abort("replica " + std::to_string(wiring_.index) + " stopped");
+  }
+
   void init(compute_state& cs) override {
+    if (wiring_.device_group)
+      *comm_ = wiring_.device_group->join(static_cast<int>(wiring_.local_index), *cs.dev);
     if (!sharded_) return;
     int64_t numel = 0;
     for (auto& g : cs.grads) numel += g.value.numel();
@@ -44,12 +62,18 @@ class mirrored_step final : public replica_step {
   // gradients by 1/global_size, so the sum is the mean over the global
   // batch), then the update.
   void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
+    if (wiring_.device_group) {
+      device_collective_step(h, step, std::move(b), std::move(rp));
+      return;
+    }
     h.set_busy(true);
     auto epoch = b.epoch;
     h.on_device<step_stats>(
         "forward_backward",
         [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
-          return compute_gradients(cs, b, step, fail, false);
+          auto s = compute_gradients(cs, b, step, fail, false);
+          cs.gradients_to_host();  // for the reducer (nothing to do on cpu:N)
+          return s;
         },
         [this, &h, rp, epoch](step_stats& s) mutable {
           s.epoch = epoch;
@@ -91,7 +115,8 @@ class mirrored_step final : public replica_step {
     h.on_device<int>(
         "optimizer_update",
         [](compute_state& cs) {
-          cs.opt->apply(cs.net->variables(), cs.grads);
+          cs.gradients_to_device();
+          cs.apply_update();
           return 0;
         },
         [s, rp](int&) mutable { rp.deliver(s); });
@@ -155,9 +180,131 @@ class mirrored_step final : public replica_step {
         });
   }
 
+  // Device work that aborts the group when it throws (then rethrows: the
+  // replica ends with the error), so that the peers are not left waiting.
+  template <class F>
+  auto guarded(F f) {
+    return [f = std::move(f), group = wiring_.device_group,
+            index = wiring_.index](compute_state& cs) mutable {
+      try {
+        return f(cs);
+      } catch (const std::exception& e) {
+        group->abort("replica " + std::to_string(index) + ": " + e.what());
+        throw;
+      }
+    };
+  }
+
+  // Gradients, their all-reduce on the device (in buckets of the fused
+  // gradient block, so a large model's collective starts pipelining inside
+  // NCCL as the reducer actors do with theirs), the update: one device task.
+  // A failure anywhere aborts the group, so the peers fail too instead of
+  // waiting in the collective.
+  //
+  // Across processes (hierarchical): the device all-reduce in the process,
+  // then the process's first replica takes the sum through the CAF ring of
+  // processes (host staging), then a second device all-reduce in which the
+  // other replicas contribute zeros spreads the global sum to them.
+  void device_collective_step(replica_host& h, int64_t step, batch b, step_promise rp) {
+    auto epoch = b.epoch;
+    const bool across = wiring_.across_processes;
+    h.set_busy(across);
+    h.on_device<step_stats>(
+        across ? "forward_backward_allreduce" : "forward_backward_allreduce_update",
+        guarded([b = std::move(b), step, fail = h.fail_at_step(), comm = comm_, across,
+                 bucket = bucket_floats(),
+                 ring = static_cast<bool>(wiring_.ring)](compute_state& cs) {
+          auto s = compute_gradients(cs, b, step, fail, false);
+          all_reduce_gradients(cs, **comm, bucket);
+          if (!across) cs.apply_update();
+          if (ring) cs.gradients_to_host();
+          return s;
+        }),
+        [this, &h, rp, epoch, across](step_stats& s) mutable {
+          s.epoch = epoch;
+          h.count(s);
+          if (!across) {
+            rp.deliver(s);
+            return;
+          }
+          if (!wiring_.ring) {
+            spread_and_update(h, s, rp);
+            return;
+          }
+          h.communicating("ring_allreduce");
+          h.self()
+              ->request(wiring_.ring, h.request_timeout(), allreduce_atom::value, reduce_op::sum,
+                        h.gradient_buffers())
+              .then(
+                  [this, &h, s, rp](std::vector<tensor>&) mutable {
+                    h.communicated();
+                    spread_and_update(h, s, rp);
+                  },
+                  [this, &h](caf::error& e) {
+                    wiring_.device_group->abort(
+                        "replica " + std::to_string(wiring_.index) +
+                        ": the ring across processes failed: " + describe(e));
+                    h.fail(e);
+                  });
+        });
+  }
+
+  // The second in-process all-reduce of a step across processes.
+  void spread_and_update(replica_host& h, step_stats s, step_promise rp) {
+    h.on_device<int>("allreduce_update",
+                     guarded([comm = comm_, bucket = bucket_floats(),
+                              ring = static_cast<bool>(wiring_.ring)](compute_state& cs) {
+                       if (ring)
+                         cs.gradients_to_device();
+                       else
+                         zero_gradients(cs);
+                       all_reduce_gradients(cs, **comm, bucket);
+                       cs.apply_update();
+                       return 0;
+                     }),
+                     [&h, s, rp](int&) mutable { h.step_finished(rp, s); });
+  }
+
+  static void zero_gradients(compute_state& cs) {
+    if (!cs.discrete()) {
+      for (auto& g : cs.grads) g.value.fill(0.0f);
+      return;
+    }
+    auto ptrs = cs.net->device_gradients();
+    for (std::size_t i = 0; i < ptrs.size(); ++i)
+      cs.dev->ops().fill(ptrs[i], 0.0f, static_cast<std::size_t>(cs.grads[i].value.numel()));
+  }
+
+  static void all_reduce_gradients(compute_state& cs, device_communicator& comm,
+                                   std::size_t bucket) {
+    auto reduce = [&](float* p, std::size_t n) {
+      for (std::size_t at = 0; at < n; at += bucket)
+        comm.all_reduce(p + at, std::min(bucket, n - at), device_reduce::sum);
+    };
+    if (float* block = cs.net->device_gradient_block()) {
+      std::size_t total = 0;
+      for (const auto& g : cs.grads) total += static_cast<std::size_t>(g.value.numel());
+      reduce(block, total);
+    } else if (cs.discrete()) {
+      auto ptrs = cs.net->device_gradients();
+      for (std::size_t i = 0; i < ptrs.size(); ++i)
+        reduce(ptrs[i], static_cast<std::size_t>(cs.grads[i].value.numel()));
+    } else {
+      for (auto& g : cs.grads) reduce(g.value.f32(), static_cast<std::size_t>(g.value.numel()));
+    }
+    comm.check();
+  }
+
+  std::size_t bucket_floats() const {
+    return std::max<std::size_t>(1, static_cast<std::size_t>(reducer_cfg_.bucket_bytes) / 4);
+  }
+
   replica_wiring wiring_;
   bool sharded_;
   reducer_config reducer_cfg_;
+  // The device communicator (device collectives), made on the device by init().
+  std::shared_ptr<std::unique_ptr<device_communicator>> comm_ =
+      std::make_shared<std::unique_ptr<device_communicator>>();
   // This replica's reduce-scatter segments; written and read on the device.
   std::shared_ptr<std::vector<std::pair<int64_t, int64_t>>> segments_;
 };
@@ -172,6 +319,11 @@ class mirrored final : public strategy {
   reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
                               const reducer_wiring& w) const override {
     reducer_parts out;
+    if (c.strategy.reducer.algorithm == "nccl") {
+      out.device_group =
+          make_device_collective_group(w.local_replicas, parse_device(c.devices.front()));
+      return out;
+    }
     auto local = spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c));
     if (w.ring_tasks.size() < 2) {
       out.per_replica = std::move(local);
@@ -196,7 +348,14 @@ class mirrored final : public strategy {
 
   std::unique_ptr<replica_step> make_replica_step(const job_config& c,
                                                   const replica_wiring& w) const override {
-    const bool sharded = c.strategy.shard_optimizer && !w.across_processes;
+    const bool discrete = parse_device(c.devices.front()).discrete();
+    const bool sharded =
+        c.strategy.shard_optimizer && !w.across_processes && !discrete && !w.device_group;
+    if (c.strategy.shard_optimizer && !sharded && w.index == 0 && (discrete || w.device_group))
+      spdlog::info(
+          "mirrored on {}: every replica applies the whole update (strategy.shard_optimizer "
+          "shards it on cpu devices with a reducer actor only)",
+          c.devices.front());
     return std::make_unique<mirrored_step>(w, sharded, reducer_config_of(c));
   }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {

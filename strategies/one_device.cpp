@@ -18,7 +18,7 @@ class local_step final : public replica_step {
         "forward_backward_update",
         [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
           auto s = compute_gradients(cs, b, step, fail, false);
-          cs.opt->apply(cs.net->variables(), cs.grads);
+          cs.apply_update();
           return s;
         },
         [&h, rp, epoch](step_stats& s) mutable {

@@ -30,6 +30,7 @@
 #include "actors/topology.hpp"
 #include "actors/variable_shard.hpp"
 #include "config/strategy_rules.hpp"
+#include "devices/device_communicator.hpp"
 
 namespace troupe {
 
@@ -76,10 +77,17 @@ class job_driver {
 struct replica_wiring {
   int64_t index = 0;
   int64_t replicas = 1;                      // in the whole job
+  int64_t local_index = 0;                   // among this process's replicas
   reducer_actor reducer;                     // from make_reducers, or null
   std::vector<variable_shard_actor> shards;  // every shard by index (shard strategies)
   placement place;
   bool across_processes = false;  // the reducer spans a ring of processes
+  // strategy.reducer.algorithm "nccl": the collectives run on the devices
+  // (devices/device_communicator.hpp) instead of through a reducer actor.
+  std::shared_ptr<device_collective_group> device_group;
+  // With device collectives across processes: the process's ring node, given
+  // to its first replica only (it takes the process's sum around the ring).
+  ring_node_actor ring;
 };
 
 // What make_reducers builds on.
@@ -92,8 +100,9 @@ struct reducer_wiring {
 };
 
 struct reducer_parts {
-  std::vector<reducer_actor> per_replica;  // one per local replica, or empty
-  std::vector<reducer_actor> underneath;   // further actors to stop with them
+  std::vector<reducer_actor> per_replica;                 // one per local replica, or empty
+  std::vector<reducer_actor> underneath;                  // further actors to stop with them
+  std::shared_ptr<device_collective_group> device_group;  // or this, shared by the replicas
 };
 
 // Where a replica's input pipeline starts and what it reads.

@@ -107,8 +107,10 @@ void pull_compute_push_step::run(replica_host& h, int64_t step, batch b, step_pr
                  [b = std::move(b), step, pulled = std::move(pulled), place = wiring_.place,
                   fail = h.fail_at_step(), local = local_mean_](compute_state& cs) {
                    install_pulled(cs, place, pulled);
+                   cs.variables_to_device();
                    shard_push out;
                    out.stats = compute_gradients(cs, b, step, fail, local);
+                   cs.gradients_to_host();
                    out.grads = split_for_shard_pieces(cs.grads, place, pulled.size());
                    return out;
                  },

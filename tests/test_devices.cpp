@@ -15,7 +15,8 @@ TEST_CASE("parse_device") {
   CHECK(parse_device("cuda:3").kind == device_spec::kind_t::cuda);
   CHECK(parse_device("cuda:3").index == 3);
   for (auto bad : {"gpu:0", "cpu", "cpu:", "cpu:-1", "cpu:1x", "cuda:a", ""})
-    CHECK_THROWS_WITH_AS(parse_device(bad), doctest::Contains("expected \"cpu:N\" or \"cuda:N\""),
+    CHECK_THROWS_WITH_AS(parse_device(bad),
+                         doctest::Contains("expected \"cpu:N\", \"cuda:N\" or \"sim:N\""),
                          device_error);
 }
 

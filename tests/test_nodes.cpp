@@ -227,6 +227,24 @@ TEST_CASE("mirrored over 3 processes equals the same job in one process") {
   CHECK(d < 2e-5);
 }
 
+TEST_CASE(
+    "mirrored's device all-reduce over 3 processes (hierarchical, on sim devices) equals one "
+    "process") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 3, 48);
+  c.checkpoint.every_steps = 0;
+  auto one = run_job(c);
+  c.strategy.reducer.algorithm = "nccl";
+  c.devices = {"sim:0", "sim:1", "sim:2"};
+  temp_dir dir;
+  // chief, worker:0 (replicas 0, 1: a device group of 2), worker:1 (replica 2)
+  auto many = run_in_processes(c, dir, 2, 0);
+  CHECK(many["steps"] == one["steps"]);
+  double d = max_abs_diff(variables_of(one), variables_of(many));
+  MESSAGE("mirrored nccl, 3 processes vs ring in 1: max |diff| " << d);
+  CHECK(d < 2e-5);
+}
+
 TEST_CASE("mirrored with replicas on the chief too (explicit hosts) equals one process") {
   strategy_env env(480);
   auto c = env.job("mirrored", "adam", 3, 48);

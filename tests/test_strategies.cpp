@@ -63,7 +63,9 @@ class local_sgd final : public strategy {
   }
   reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
                               const reducer_wiring& w) const override {
-    return {spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c)), {}};
+    reducer_parts out;
+    out.per_replica = spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c));
+    return out;
   }
   std::unique_ptr<replica_step> make_replica_step(const job_config& c,
                                                   const replica_wiring& w) const override {
@@ -116,7 +118,9 @@ class exploding final : public strategy {
   }
   reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
                               const reducer_wiring& w) const override {
-    return {spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c)), {}};
+    reducer_parts out;
+    out.per_replica = spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c));
+    return out;
   }
   std::unique_ptr<replica_step> make_replica_step(const job_config&,
                                                   const replica_wiring&) const override {

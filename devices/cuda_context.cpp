@@ -1,0 +1,349 @@
+// The cuda:N device context: a compute and a copy stream, the CUDA backend
+// (cuBLAS + kernels/cuda_kernels.cu) on the compute stream, a caching
+// allocator over cudaMalloc, and pinned staging buffers (a caching allocator
+// over cudaHostAlloc) for every transfer between host and device.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "devices/cuda_context.hpp"
+#include "kernels/cuda_backend.hpp"
+
+namespace troupe {
+namespace {
+
+std::string cuda_message(const device_spec& d, const char* what, cudaError_t e) {
+  return d.str() + ": " + what + ": " + cudaGetErrorString(e);
+}
+
+void check(cudaError_t e, const device_spec& d, const char* what) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();  // a non-sticky error must not be reported again by a later launch
+  throw device_error(cuda_message(d, what, e));
+}
+
+// For teardown paths, which must not throw: the error is dropped (a sticky
+// error has already been, or will be, reported by synchronize).
+void ignore(cudaError_t e) {
+  if (e != cudaSuccess) (void)cudaGetLastError();
+}
+
+// Makes `device` current for a scope and restores the thread's device after:
+// destructors and deleters may run on another device's thread (whoever drops
+// the last reference), which must keep its own device current.
+class device_guard {
+ public:
+  explicit device_guard(int device) : device_(device) {
+    if (cudaGetDevice(&prev_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      prev_ = -1;
+    }
+    if (prev_ != device_) ignore(cudaSetDevice(device_));
+  }
+  ~device_guard() {
+    if (prev_ >= 0 && prev_ != device_) ignore(cudaSetDevice(prev_));
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+
+ private:
+  int device_;
+  int prev_ = -1;
+};
+
+// For the allocators' raw functions: true on success, false when out of
+// memory (the caching allocator then frees its cache and retries, or reports
+// it), and any other error (a sticky one from an earlier fault) thrown as
+// itself rather than reported as "out of memory".
+bool raw_result(cudaError_t e, const device_spec& d, const char* what) {
+  if (e == cudaSuccess) return true;
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky
+    return false;
+  }
+  check(e, d, what);
+  return false;
+}
+
+// An event recorded on a stream after a copy from a pinned staging block;
+// the block goes back to its allocator only once the copy is complete.
+class cuda_event final : public device_event {
+ public:
+  // Records the event on `stream` and owns `staging` (may be null) from here,
+  // even when this throws. `keep` holds the context alive for events handed
+  // out (null for the context's own).
+  cuda_event(std::shared_ptr<const void> keep, const device_spec& d, cudaStream_t stream,
+             caching_allocator* pinned, void* staging)
+      : keep_(std::move(keep)), spec_(d), pinned_(pinned), staging_(staging) {
+    const char* what = "cudaEventCreateWithFlags";
+    cudaError_t e = cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+      what = "cudaEventRecord";
+      e = cudaEventRecord(ev_, stream);
+      if (e != cudaSuccess) ignore(cudaEventDestroy(ev_));
+    }
+    if (e != cudaSuccess) {
+      ev_ = nullptr;
+      ignore(cudaStreamSynchronize(stream));  // then the copy no longer reads the block
+      give_back_staging();
+      check(e, spec_, what);
+    }
+  }
+  ~cuda_event() override {
+    device_guard g(spec_.index);
+    ignore(cudaEventSynchronize(ev_));  // the copy may still read the staging block
+    give_back_staging();
+    ignore(cudaEventDestroy(ev_));
+  }
+  cuda_event(const cuda_event&) = delete;
+  cuda_event& operator=(const cuda_event&) = delete;
+
+  bool done() const override {
+    const cudaError_t e = cudaEventQuery(ev_);
+    if (e == cudaSuccess) return true;
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // not an error; must not surface at a later launch check
+      return false;
+    }
+    check(e, spec_, "cudaEventQuery");
+    return false;
+  }
+  cudaEvent_t get() const noexcept { return ev_; }
+
+ private:
+  void give_back_staging() noexcept {
+    if (!staging_) return;
+    try {
+      pinned_->deallocate(staging_);
+    } catch (...) {  // not ours: cannot happen
+    }
+    staging_ = nullptr;
+  }
+  std::shared_ptr<const void> keep_;
+  device_spec spec_;
+  caching_allocator* pinned_;
+  void* staging_;
+  cudaEvent_t ev_ = nullptr;
+};
+
+// A pinned block for a synchronous transfer, returned at scope exit.
+class staging_block {
+ public:
+  staging_block(caching_allocator& a, std::size_t bytes) : a_(a), p_(a.allocate(bytes)) {}
+  ~staging_block() {
+    if (p_) a_.deallocate(p_);
+  }
+  staging_block(const staging_block&) = delete;
+  staging_block& operator=(const staging_block&) = delete;
+  void* get() const noexcept { return p_; }
+  void* release() noexcept { return std::exchange(p_, nullptr); }
+
+ private:
+  caching_allocator& a_;
+  void* p_;
+};
+
+class cuda_context final : public device_context,
+                           public std::enable_shared_from_this<cuda_context> {
+ public:
+  explicit cuda_context(const device_spec& d)
+      : spec_(d),
+        device_alloc_(
+            d.str(),
+            [d](std::size_t n) -> void* {
+              device_guard g(d.index);
+              void* p = nullptr;
+              return raw_result(cudaMalloc(&p, n), d, "cudaMalloc") ? p : nullptr;
+            },
+            [i = d.index](void* p) {
+              device_guard g(i);
+              ignore(cudaFree(p));
+            }),
+        pinned_alloc_(
+            d.str() + " pinned staging",
+            [d](std::size_t n) -> void* {
+              device_guard g(d.index);
+              void* p = nullptr;
+              return raw_result(cudaHostAlloc(&p, n, cudaHostAllocDefault), d, "cudaHostAlloc")
+                         ? p
+                         : nullptr;
+            },
+            [i = d.index](void* p) {
+              device_guard g(i);
+              ignore(cudaFreeHost(p));
+            }) {
+    if (d.kind != device_spec::kind_t::cuda) throw device_error(d.str() + ": not a CUDA device");
+    // The calling thread is the device's thread: the device stays current on it.
+    check(cudaSetDevice(d.index), d, "cudaSetDevice");
+    try {
+      check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), d,
+            "cudaStreamCreateWithFlags (compute)");
+      check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), d,
+            "cudaStreamCreateWithFlags (copy)");
+      try {
+        ops_ = kernels::make_cuda_backend(compute_);
+      } catch (const std::exception& e) {
+        throw device_error(d.str() + ": " + e.what());
+      }
+    } catch (...) {
+      destroy_streams();
+      throw;
+    }
+  }
+
+  ~cuda_context() override {
+    device_guard g(spec_.index);
+    ignore(cudaStreamSynchronize(compute_));
+    ignore(cudaStreamSynchronize(copy_));
+    pending_.clear();  // every copy is done: staging blocks back to the cache
+    ops_.reset();      // cublasDestroy
+    device_alloc_.release_cached();
+    pinned_alloc_.release_cached();
+    destroy_streams();
+  }
+  cuda_context(const cuda_context&) = delete;
+  cuda_context& operator=(const cuda_context&) = delete;
+
+  const device_spec& spec() const override { return spec_; }
+  bool shares_host_memory() const override { return false; }
+
+  device_buffer allocate(std::size_t bytes) override {
+    void* p = device_alloc_.allocate(bytes);
+    // The deleter holds the context (and so the allocator) alive: buffers
+    // may outlive every other reference to it, and be dropped on any thread.
+    return device_buffer(
+        std::shared_ptr<void>(
+            p, [self = shared_from_this()](void* q) { self->device_alloc_.deallocate(q); }),
+        bytes);
+  }
+
+  // Staged into pinned memory, then copied on the compute stream (ordered
+  // before the compute issued after it). The staging block is kept, with an
+  // event recorded after the copy, until the event is reached: synchronizing
+  // here instead would be simpler but would stall the device thread behind
+  // all the compute queued before (the host would wait for the GPU on every
+  // upload); with the event the call returns at once, and the blocks come
+  // back to the cache on later calls (reap) or at synchronize().
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    count_up(bytes);
+    reap();
+    staging_block stage(pinned_alloc_, bytes);
+    std::memcpy(stage.get(), src, bytes);
+    check(cudaMemcpyAsync(dst, stage.get(), bytes, cudaMemcpyHostToDevice, compute_), spec_,
+          "copy_to_device: cudaMemcpyAsync");
+    pending_.push_back(
+        std::make_unique<cuda_event>(nullptr, spec_, compute_, &pinned_alloc_, stage.release()));
+  }
+
+  // After the compute issued before it: copied into pinned memory on the
+  // compute stream, which is synchronized, then out to `dst`.
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    {
+      std::lock_guard lock(stats_mtx_);
+      ++transfers_.downloads;
+      transfers_.bytes_down += bytes;
+    }
+    staging_block stage(pinned_alloc_, bytes);
+    check(cudaMemcpyAsync(stage.get(), src, bytes, cudaMemcpyDeviceToHost, compute_), spec_,
+          "copy_to_host: cudaMemcpyAsync");
+    check(cudaStreamSynchronize(compute_), spec_, "copy_to_host: cudaStreamSynchronize");
+    std::memcpy(dst, stage.get(), bytes);
+  }
+
+  // Staged now (the caller may reuse src), copied on the copy stream; the
+  // event owns the staging block until the copy is complete.
+  std::shared_ptr<device_event> upload_async(void* dst, const void* src,
+                                             std::size_t bytes) override {
+    count_up(bytes);
+    reap();
+    void* staged = nullptr;
+    if (bytes > 0) {
+      staging_block stage(pinned_alloc_, bytes);
+      std::memcpy(stage.get(), src, bytes);
+      // dst may be a block the caching allocator took back while compute
+      // already issued still reads it (the allocator orders reuse on the
+      // compute stream only): the copy stream waits for that compute first.
+      // Issued ahead of the step that overlaps it, this costs no overlap.
+      cudaEvent_t issued = nullptr;
+      check(cudaEventCreateWithFlags(&issued, cudaEventDisableTiming), spec_,
+            "upload_async: cudaEventCreateWithFlags");
+      cudaError_t ordered = cudaEventRecord(issued, compute_);
+      if (ordered == cudaSuccess) ordered = cudaStreamWaitEvent(copy_, issued, 0);
+      cudaEventDestroy(issued);  // released once the wait has passed
+      check(ordered, spec_, "upload_async: ordering after the compute stream");
+      check(cudaMemcpyAsync(dst, stage.get(), bytes, cudaMemcpyHostToDevice, copy_), spec_,
+            "upload_async: cudaMemcpyAsync");
+      staged = stage.release();
+    }
+    return std::make_shared<cuda_event>(std::shared_ptr<const void>(shared_from_this()), spec_,
+                                        copy_, &pinned_alloc_, staged);
+  }
+
+  void wait(const std::shared_ptr<device_event>& e) override {
+    if (!e) return;
+    const auto* ce = dynamic_cast<const cuda_event*>(e.get());
+    if (!ce) throw device_error(spec_.str() + ": wait: the event is not a CUDA device's");
+    check(cudaStreamWaitEvent(compute_, ce->get(), 0), spec_, "wait: cudaStreamWaitEvent");
+  }
+
+  void synchronize() override {
+    check(cudaStreamSynchronize(compute_), spec_, "synchronize (compute stream)");
+    check(cudaStreamSynchronize(copy_), spec_, "synchronize (copy stream)");
+    pending_.clear();  // all reached
+  }
+
+  kernels::backend& ops() override { return *ops_; }
+  caching_allocator::stats memory_stats() const override { return device_alloc_.statistics(); }
+  transfer_stats transfers() const override {
+    std::lock_guard lock(stats_mtx_);
+    return transfers_;
+  }
+
+  cudaStream_t compute_stream() const noexcept { return compute_; }
+
+ private:
+  void count_up(std::size_t bytes) {
+    std::lock_guard lock(stats_mtx_);
+    ++transfers_.uploads;
+    transfers_.bytes_up += bytes;
+  }
+  // Returns the staging blocks of completed copy_to_device calls to the
+  // cache. Their events are on one stream, so they complete in order.
+  void reap() {
+    while (!pending_.empty() && pending_.front()->done()) pending_.pop_front();
+  }
+  void destroy_streams() noexcept {
+    if (compute_) ignore(cudaStreamDestroy(compute_));
+    if (copy_) ignore(cudaStreamDestroy(copy_));
+    compute_ = copy_ = nullptr;
+  }
+
+  device_spec spec_;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t copy_ = nullptr;
+  std::unique_ptr<kernels::backend> ops_;
+  caching_allocator device_alloc_;
+  caching_allocator pinned_alloc_;
+  std::deque<std::unique_ptr<cuda_event>> pending_;  // copy_to_device staging in flight
+  mutable std::mutex stats_mtx_;
+  transfer_stats transfers_;
+};
+
+}  // namespace
+
+std::shared_ptr<device_context> make_cuda_context(const device_spec& d) {
+  return std::make_shared<cuda_context>(d);
+}
+
+void* cuda_compute_stream(device_context& ctx) {
+  auto* c = dynamic_cast<cuda_context*>(&ctx);
+  if (!c) throw device_error(ctx.spec().str() + " is not a CUDA device context");
+  return c->compute_stream();
+}
+
+}  // namespace troupe

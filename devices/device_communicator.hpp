@@ -1,0 +1,68 @@
+#pragma once
+// device_communicator: one rank's collectives on device memory, enqueued on
+// its device's compute stream (after the gradients that feed them, before
+// the update that reads them), so a step's all-reduce needs no round trip
+// through the actors. Used by mirrored when strategy.reducer.algorithm is
+// "nccl":
+//   cuda:N        NCCL (devices/nccl_communicator.cpp): one communicator per
+//                 rank, initialised from the group's ncclUniqueId;
+//   cpu:N, sim:N  an in-process group in host memory with the same contract
+//                 (devices/host_communicator.cpp), so the strategy's use of
+//                 device collectives is tested on the CPU.
+// A failure (a peer's error, an abort) throws device_error naming the
+// collective and the cause on every rank; abort() ends the group's pending
+// and future collectives on every rank (a lost peer must not leave the others
+// blocked forever).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "devices/device_context.hpp"
+
+namespace troupe {
+
+enum class device_reduce : uint8_t { sum = 0, mean = 1 };
+
+class device_communicator {
+ public:
+  virtual ~device_communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // In place over n floats of this rank's device memory.
+  virtual void all_reduce(float* data, std::size_t n, device_reduce op) = 0;
+  // data holds size() * chunk floats; rank r ends with the reduction of
+  // chunk r in data[r*chunk, (r+1)*chunk) (the rest is undefined).
+  virtual void reduce_scatter(float* data, std::size_t chunk, device_reduce op) = 0;
+  // data holds size() * chunk floats; rank r's chunk r goes to every rank.
+  virtual void all_gather(float* data, std::size_t chunk) = 0;
+  // Throws device_error if a collective of this group failed asynchronously
+  // (ncclCommGetAsyncError) or the group was aborted.
+  virtual void check() = 0;
+  // Ends the group: collectives in flight or issued later throw on every rank.
+  virtual void abort(const std::string& why) = 0;
+};
+
+// What the ranks of one group share before they have communicators: the
+// group's identity (NCCL: the ncclUniqueId, 128 bytes, made by rank 0 and
+// carried to the others; across processes as a CAF message). Thread-safe.
+class device_collective_group {
+ public:
+  virtual ~device_collective_group() = default;
+  virtual int size() const = 0;
+  // Called once per rank, on that rank's device thread, with its context;
+  // may block until every rank has joined (NCCL's ncclCommInitRank).
+  // Throws device_error naming the rank and the cause.
+  virtual std::unique_ptr<device_communicator> join(int rank, device_context& ctx) = 0;
+  // Aborts every joined rank's communicator (a replica failed).
+  virtual void abort(const std::string& why) = 0;
+};
+
+// A group of `size` ranks in this process whose devices are all of the
+// kind of `spec` (cuda: NCCL; cpu/sim: host memory). Throws device_error for
+// a mix of kinds or a build without NCCL when cuda is asked for.
+std::shared_ptr<device_collective_group> make_device_collective_group(int size,
+                                                                      const device_spec& spec);
+
+}  // namespace troupe

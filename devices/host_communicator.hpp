@@ -1,0 +1,24 @@
+#pragma once
+// The in-process device collective group for cpu:N and sim:N devices
+// (devices/host_communicator.cpp): the contract of
+// devices/device_communicator.hpp in host memory, so that what a strategy
+// does with device collectives runs in the CPU test suite. Each collective
+// is a rendezvous of the group's ranks (device threads): every rank posts
+// its buffer; once all have, each rank reduces its share of the elements
+// across all ranks' buffers (in rank order 0..n-1, so every rank gets
+// bit-identical results; mean is the sum times 1/n as a float) and writes
+// the result to every rank; no rank returns before all have finished
+// reading and writing. Plain loops over the buffers: a host context's device
+// memory is host-addressable.
+#include <memory>
+
+#include "devices/device_communicator.hpp"
+
+namespace troupe {
+
+// `size` ranks whose contexts are all of `kind` (cpu or sim; join() refuses
+// other contexts). Throws device_error for size < 1 or a cuda kind.
+std::shared_ptr<device_collective_group> make_host_collective_group(int size,
+                                                                    device_spec::kind_t kind);
+
+}  // namespace troupe

@@ -1,0 +1,188 @@
+// The backend interface on a CUDA stream: cuBLAS for the dense layers, the
+// kernels of kernels/cuda_kernels.cu for everything else.
+#include "kernels/cuda_backend.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda_kernels.hpp"
+
+namespace troupe::kernels {
+namespace {
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::runtime_error(std::string("cuda ") + op + ": " + what);
+}
+
+void check_cuda(cudaError_t e, const char* op, const char* call) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();  // a later launch check must not report it again
+  fail(op, std::string(call) + ": " + cudaGetErrorString(e));
+}
+
+void check_cublas(cublasStatus_t s, const char* op, const char* call) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  (void)cudaGetLastError();
+  fail(op, std::string(call) + ": " + cublasGetStatusString(s) + " (cublasStatus_t " +
+               std::to_string(static_cast<int>(s)) + ")");
+}
+
+// cuBLAS takes int dimensions; refuse what does not fit instead of truncating.
+int gemm_dim(int64_t v, const char* op, const char* what) {
+  if (v < 0 || v > static_cast<int64_t>(std::numeric_limits<int>::max()))
+    fail(op, std::string("dimension ") + what + " = " + std::to_string(v) + " out of range");
+  return static_cast<int>(v);
+}
+
+std::size_t elems(int64_t a, int64_t b) {
+  return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
+}
+
+class cuda_backend_impl final : public backend {
+ public:
+  explicit cuda_backend_impl(cudaStream_t stream) : stream_(stream) {
+    check_cublas(cublasCreate(&handle_), "backend", "cublasCreate");
+    try {
+      check_cublas(cublasSetStream(handle_, stream_), "backend", "cublasSetStream");
+      // Plain FP32 (no TF32 tensor cores): within ~1e-6 relative of the CPU.
+      check_cublas(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "backend", "cublasSetMathMode");
+      check_cublas(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST), "backend",
+                   "cublasSetPointerMode");
+    } catch (...) {
+      cublasDestroy(handle_);
+      throw;
+    }
+  }
+  ~cuda_backend_impl() override {
+    if (cublasDestroy(handle_) != CUBLAS_STATUS_SUCCESS) (void)cudaGetLastError();
+  }
+  cuda_backend_impl(const cuda_backend_impl&) = delete;
+  cuda_backend_impl& operator=(const cuda_backend_impl&) = delete;
+
+  const char* name() const override { return "cuda"; }
+
+  // Row-major y[b,out] is column-major Y^T[out,b], so y = x w is
+  // Y^T = W^T X^T: gemm(N, N, m=out, n=b, k=in, A=w lda=out, B=x ldb=in).
+  void dense_forward(const float* x, const float* w, const float* b, float* y, int64_t batch,
+                     int64_t in, int64_t out) override {
+    const char* op = "dense_forward";
+    const int m = gemm_dim(out, op, "out"), n = gemm_dim(batch, op, "batch"),
+              k = gemm_dim(in, op, "in");
+    if (m == 0 || n == 0) return;
+    if (b) cuda::broadcast_rows(b, y, batch, out, stream_);  // the GEMM adds to the bias
+    if (k == 0) {
+      if (!b) cuda::fill(y, 0.0f, elems(batch, out), stream_);
+      return;
+    }
+    const float one = 1.0f, beta = b ? 1.0f : 0.0f;
+    check_cublas(
+        cublasSgemm(handle_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, w, m, x, k, &beta, y, m), op,
+        "cublasSgemm");
+  }
+
+  void dense_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                      float* db, int64_t batch, int64_t in, int64_t out, bool accumulate) override {
+    const char* op = "dense_backward";
+    const int nb = gemm_dim(batch, op, "batch"), ni = gemm_dim(in, op, "in"),
+              no = gemm_dim(out, op, "out");
+    const float one = 1.0f, zero = 0.0f;
+    // dw[in,out] = x^T dy: column-major dW^T[out,in] = dY^T X,
+    // gemm(N, T, m=out, n=in, k=b, A=dy lda=out, B=x ldb=in, C=dw ldc=out).
+    if (dw && ni > 0 && no > 0) {
+      if (nb > 0) {
+        check_cublas(cublasSgemm(handle_, CUBLAS_OP_N, CUBLAS_OP_T, no, ni, nb, &one, dy, no, x, ni,
+                                 accumulate ? &one : &zero, dw, no),
+                     op, "cublasSgemm (dw)");
+      } else if (!accumulate) {
+        cuda::fill(dw, 0.0f, elems(in, out), stream_);
+      }
+    }
+    // db[out] = column sums of dy (added to db when accumulating).
+    if (db) cuda::column_sums(dy, db, batch, out, accumulate, stream_);
+    // dx[b,in] = dy w^T: column-major dX^T[in,b] = W dY^T,
+    // gemm(T, N, m=in, n=b, k=out, A=w lda=out, B=dy ldb=out, C=dx ldc=in).
+    if (dx && nb > 0 && ni > 0) {
+      if (no > 0) {
+        check_cublas(cublasSgemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, ni, nb, no, &one, w, no, dy, no,
+                                 &zero, dx, ni),
+                     op, "cublasSgemm (dx)");
+      } else {
+        cuda::fill(dx, 0.0f, elems(batch, in), stream_);
+      }
+    }
+  }
+
+  void relu_forward(const float* x, float* y, std::size_t n) override {
+    cuda::relu_forward(x, y, n, stream_);
+  }
+  void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) override {
+    cuda::relu_backward(y, dy, dx, n, stream_);
+  }
+  void tanh_forward(const float* x, float* y, std::size_t n) override {
+    cuda::tanh_forward(x, y, n, stream_);
+  }
+  void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n) override {
+    cuda::tanh_backward(y, dy, dx, n, stream_);
+  }
+  void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t batch,
+                             int64_t classes, float grad_scale, float* dlogits, double* loss_sum,
+                             int64_t* correct) override {
+    cuda::softmax_cross_entropy(logits, labels, batch, classes, grad_scale, dlogits, loss_sum,
+                                correct, stream_);
+  }
+
+  void fill(float* x, float v, std::size_t n) override { cuda::fill(x, v, n, stream_); }
+  void fill_stats(double* loss_sum, int64_t* correct) override {
+    // 0.0 and 0 are all-zero bytes.
+    check_cuda(cudaMemsetAsync(loss_sum, 0, sizeof(double), stream_), "fill_stats",
+               "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(correct, 0, sizeof(int64_t), stream_), "fill_stats",
+               "cudaMemsetAsync");
+  }
+  void copy(float* dst, const float* src, std::size_t n) override {
+    if (dst == src || n == 0) return;
+    check_cuda(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+               "copy", "cudaMemcpyAsync");
+  }
+  void add_inplace(float* acc, const float* x, std::size_t n) override {
+    cuda::add_inplace(acc, x, n, stream_);
+  }
+  void scale_inplace(float* x, float s, std::size_t n) override {
+    cuda::scale_inplace(x, s, n, stream_);
+  }
+
+  void sgd_step(float* w, const float* g, std::size_t n, float lr, float wd) override {
+    cuda::sgd_step(w, g, n, lr, wd, stream_);
+  }
+  void momentum_step(float* w, float* v, const float* g, std::size_t n, float lr, float mu,
+                     bool nesterov, float wd) override {
+    cuda::momentum_step(w, v, g, n, lr, mu, nesterov, wd, stream_);
+  }
+  void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, float lr, float b1,
+                 float b2, float eps, int64_t step, float wd, bool decoupled) override {
+    cuda::adam_step(w, m, v, g, n, lr, b1, b2, eps, step, wd, decoupled, stream_);
+  }
+  void rmsprop_step(float* w, float* ms, const float* g, std::size_t n, float lr, float rho,
+                    float eps, float wd) override {
+    cuda::rmsprop_step(w, ms, g, n, lr, rho, eps, wd, stream_);
+  }
+  void decoupled_decay_step(float* w, std::size_t n, float lr, float wd) override {
+    cuda::decoupled_decay_step(w, n, lr, wd, stream_);
+  }
+
+ private:
+  cudaStream_t stream_;
+  cublasHandle_t handle_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<backend> make_cuda_backend(cudaStream_t stream) {
+  return std::make_unique<cuda_backend_impl>(stream);
+}
+
+}  // namespace troupe::kernels

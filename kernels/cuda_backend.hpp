@@ -1,0 +1,23 @@
+#pragma once
+// The CUDA backend (built only when TROUPE_HAVE_CUDA): every operation of
+// kernels/backend.hpp enqueued on one stream of the current device, with
+// pointers in that device's memory. Dense layers are cuBLAS SGEMMs on the
+// row-major data (default math mode: no TF32, so results stay close to the
+// CPU's); the rest are the kernels of kernels/cuda_kernels.cu. Calls return
+// once the work is enqueued; a CUDA or cuBLAS error at enqueue time throws
+// std::runtime_error naming the operation ("cuda dense_forward: cublasSgemm:
+// ..."), while an error of the work itself surfaces at the next synchronizing
+// call (the device context's synchronize or copy_to_host).
+#include <memory>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/backend.hpp"
+
+namespace troupe::kernels {
+
+// Creates a cuBLAS handle on the calling thread's current device, bound to
+// `stream`; the backend owns the handle (destroyed with it), not the stream.
+std::unique_ptr<backend> make_cuda_backend(cudaStream_t stream);
+
+}  // namespace troupe::kernels

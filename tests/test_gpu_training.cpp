@@ -1,0 +1,142 @@
+// Training on cuda:N (label gpu): one training step of the MLP on the GPU
+// against the CPU, every classifier strategy's job on cuda devices against
+// the same job on cpu devices, and the Fashion-MNIST example to >= 0.89.
+// Without a GPU it prints why and exits 77 (ctest: skipped).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+
+#include "actors/job.hpp"
+#include "devices/device_context.hpp"
+#include "kernels/optimizer.hpp"
+#include "models/model.hpp"
+#include "models/random.hpp"
+#include "tests/strategy_fixtures.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+
+namespace {
+
+// GEMMs on the GPU sum in another order than OpenBLAS: float rounding, not
+// bit-identity, amplified a little over a few Adam steps.
+constexpr double kStepTolerance = 1e-4;
+constexpr double kJobTolerance = 2e-3;
+
+int gpus() {
+  return cuda_device_count();
+}
+
+double max_diff(const std::vector<named_tensor>& a, const std::vector<named_tensor>& b) {
+  return max_abs_diff(a, b);
+}
+
+}  // namespace
+
+TEST_CASE("one training step of the MLP on cuda:0 equals the CPU's") {
+  model_config mc;
+  mc.kind = "mlp";
+  mc.hidden = {256, 256};
+  auto host = create_model(mc, {784, 10}, 7);
+  auto ctx = make_device_context(parse_device("cuda:0"));
+  auto gpu = create_model_on(mc, {784, 10}, 7, ctx);
+  REQUIRE(gpu->device_resident());
+  splitmix64 g(5);
+  tensor x({128, 784}), y({128}, dtype::i32);
+  for (auto& v : x.span<float>()) v = static_cast<float>(g.uniform());
+  for (auto& v : y.span<int32_t>()) v = static_cast<int32_t>(g.next() % 10);
+  auto hg = host->make_gradients();
+  auto gg = gpu->make_gradients();
+  auto a = host->train_batch(x, y, 1.0f / 128, hg, false);
+  gpu->prefetch(x, y);
+  auto b = gpu->train_batch(x, y, 1.0f / 128, gg, false);
+  CHECK(b.loss_sum == doctest::Approx(a.loss_sum).epsilon(1e-5));
+  CHECK(b.correct == a.correct);
+  gpu->gradients_to_host(gg);
+  CHECK(max_diff(hg, gg) < kStepTolerance);
+
+  optimizer_config oc;
+  oc.kind = "adam";
+  oc.learning_rate = 0.001;
+  kernels::optimizer ho(oc, 10), go(oc, 10);
+  ho.init(host->variables());
+  go.init(gpu->variables());
+  std::vector<std::vector<device_buffer>> slots(2);
+  std::vector<std::vector<float*>> ptrs(2);
+  for (std::size_t k = 0; k < 2; ++k)
+    for (auto& v : gpu->variables()) {
+      slots[k].push_back(ctx->allocate(v.value.nbytes()));
+      ctx->ops().fill(slots[k].back().f32(), 0.0f, static_cast<std::size_t>(v.value.numel()));
+      ptrs[k].push_back(slots[k].back().f32());
+    }
+  auto dg = gpu->device_gradients();
+  ho.apply(host->variables(), hg);
+  go.apply_on(ctx->ops(), gpu->device_variables(), {dg.begin(), dg.end()}, ptrs);
+  gpu->variables_to_host();
+  CHECK(max_diff(host->variables(), gpu->variables()) < kStepTolerance);
+  ctx->synchronize();
+  auto m = ctx->memory_stats();
+  MESSAGE("cuda:0 memory: " << m.bytes_in_use << " B in use, " << m.raw_allocations
+                            << " cudaMalloc calls for " << m.requests << " requests");
+}
+
+TEST_CASE("every classifier strategy on cuda devices trains what it trains on cpu devices") {
+  strategy_env env(600);
+  const int n = gpus() >= 2 ? 2 : 1;
+  struct variant {
+    std::string kind, optimizer, algorithm;
+    int64_t replicas;
+  };
+  for (const variant& v : std::vector<variant>{{"", "adam", "", 1},
+                                               {"mirrored", "adam", "ring", n},
+                                               {"mirrored", "adam", "nccl", n},
+                                               {"central_storage", "adam", "", n},
+                                               {"parameter_server", "sgd", "", 1},
+                                               {"elastic_average", "adam", "", n}}) {
+    CAPTURE(v.kind);
+    CAPTURE(v.algorithm);
+    auto c = env.job(v.kind, v.optimizer, v.replicas, 48);
+    c.training.max_steps = 10;
+    if (!v.algorithm.empty()) c.strategy.reducer.algorithm = v.algorithm;
+    if (v.kind == "elastic_average") c.strategy.synchronous = true;
+    auto on_cpu = variables_of(run_job(c));
+    for (auto& d : c.devices) d = "cuda" + d.substr(d.find(':'));
+    c.logging.output_dir += "-cuda";
+    auto on_gpu = variables_of(run_job(c));
+    double d = max_diff(on_cpu, on_gpu);
+    MESSAGE("max |cpu - cuda| = " << d);
+    CHECK(d < kJobTolerance);
+  }
+}
+
+TEST_CASE("Fashion-MNIST on cuda:0 (one_device) reaches 0.89, and mirrored nccl on every GPU") {
+  for (std::string kind : {"one_device", "mirrored"}) {
+    CAPTURE(kind);
+    temp_dir tmp;
+    auto c = fashion_mnist_job("gpu_" + kind, tmp / kind, 12);
+    if (!c) return;
+    c->devices.clear();
+    const int n = kind == "one_device" ? 1 : gpus();
+    for (int i = 0; i < n; ++i) c->devices.push_back("cuda:" + std::to_string(i));
+    c->strategy.kind = kind;
+    c->strategy.replicas = n;
+    c->data.batch_size = 128;
+    if (kind == "mirrored") c->strategy.reducer.algorithm = "nccl";
+    auto s = run_job(*c);
+    MESSAGE(kind << " on " << n << " GPU(s): test accuracy " << s["test_accuracy"] << ", "
+                 << s["samples_per_second"] << " samples/s");
+    CHECK(s["test_accuracy"].get<double>() >= 0.89);
+  }
+}
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) {
+    std::printf("SKIPPED: no CUDA device: %s\n", why.c_str());
+    return 77;
+  }
+  doctest::Context ctx;
+  ctx.applyCommandLine(argc, argv);
+  return ctx.run();
+}
