@@ -14,6 +14,7 @@
 
 #include "actors/fan_in.hpp"
 #include "actors/job_plan.hpp"
+#include "devices/device_communicator.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/optimizer.hpp"
 #include "messages/protocols.hpp"
@@ -37,6 +38,9 @@ struct compute_state {
   std::shared_ptr<device_context> dev;  // the device's context
   // Discrete devices: device_slots[k][i] is slot k of variable i.
   std::vector<std::vector<device_buffer>> device_slots;
+  // This replica's device collectives (mirrored, reducer "nccl"); declared
+  // after dev, so it goes first: a communicator uses the context's stream.
+  std::unique_ptr<device_communicator> collectives;
 
   bool discrete() const { return net && net->device_resident(); }
   void variables_to_host() { net->variables_to_host(); }

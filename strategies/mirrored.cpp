@@ -50,7 +50,7 @@ class mirrored_step final : public replica_step {
 
   void init(compute_state& cs) override {
     if (wiring_.device_group)
-      *comm_ = wiring_.device_group->join(static_cast<int>(wiring_.local_index), *cs.dev);
+      cs.collectives = wiring_.device_group->join(static_cast<int>(wiring_.local_index), *cs.dev);
     if (!sharded_) return;
     int64_t numel = 0;
     for (auto& g : cs.grads) numel += g.value.numel();
@@ -211,11 +211,10 @@ class mirrored_step final : public replica_step {
     h.set_busy(across);
     h.on_device<step_stats>(
         across ? "forward_backward_allreduce" : "forward_backward_allreduce_update",
-        guarded([b = std::move(b), step, fail = h.fail_at_step(), comm = comm_, across,
-                 bucket = bucket_floats(),
+        guarded([b = std::move(b), step, fail = h.fail_at_step(), across, bucket = bucket_floats(),
                  ring = static_cast<bool>(wiring_.ring)](compute_state& cs) {
           auto s = compute_gradients(cs, b, step, fail, false);
-          all_reduce_gradients(cs, **comm, bucket);
+          all_reduce_gradients(cs, *cs.collectives, bucket);
           if (!across) cs.apply_update();
           if (ring) cs.gradients_to_host();
           return s;
@@ -252,13 +251,13 @@ class mirrored_step final : public replica_step {
   // The second in-process all-reduce of a step across processes.
   void spread_and_update(replica_host& h, step_stats s, step_promise rp) {
     h.on_device<int>("allreduce_update",
-                     guarded([comm = comm_, bucket = bucket_floats(),
+                     guarded([bucket = bucket_floats(),
                               ring = static_cast<bool>(wiring_.ring)](compute_state& cs) {
                        if (ring)
                          cs.gradients_to_device();
                        else
                          zero_gradients(cs);
-                       all_reduce_gradients(cs, **comm, bucket);
+                       all_reduce_gradients(cs, *cs.collectives, bucket);
                        cs.apply_update();
                        return 0;
                      }),
@@ -302,9 +301,7 @@ class mirrored_step final : public replica_step {
   replica_wiring wiring_;
   bool sharded_;
   reducer_config reducer_cfg_;
-  // The device communicator (device collectives), made on the device by init().
-  std::shared_ptr<std::unique_ptr<device_communicator>> comm_ =
-      std::make_shared<std::unique_ptr<device_communicator>>();
+
   // This replica's reduce-scatter segments; written and read on the device.
   std::shared_ptr<std::vector<std::pair<int64_t, int64_t>>> segments_;
 };
