@@ -432,6 +432,7 @@ struct node_process {
       ws.ring = ring;
       ws.ring_tasks = order.ring_tasks;
     }
+    ws.device_group_id = order.device_group_id;
     return spawn_workers(sys, *plan, std::move(ws));
   }
 
@@ -554,6 +555,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
     if (!p.replicas.empty()) order.ring_tasks.push_back(p.task.str());
   if (!np.plan->strat->reduces_across_processes() || order.ring_tasks.size() < 2)
     order.ring_tasks.clear();
+  order.device_group_id = np.plan->strat->device_group_id(c, order.ring_tasks.size());
 
   // Builds run everywhere at once (the ring joins need every member).
   caf::scoped_actor self{sys};

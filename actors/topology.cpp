@@ -188,6 +188,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
   rw.local_replicas = static_cast<int>(spec.indices.size());
   rw.ring = spec.ring;
   rw.ring_tasks = spec.ring_tasks;
+  rw.device_group_id = spec.device_group_id;
   auto reducers = strat.make_reducers(sys, c, rw);
   out.reducers = reducers.per_replica;
   out.underneath = reducers.underneath;
@@ -227,7 +228,8 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     if (!out.reducers.empty()) w.reducer = out.reducers[k];
     w.local_index = static_cast<int64_t>(k);
     w.device_group = reducers.device_group;
-    if (w.device_group && k == 0) w.ring = spec.ring;
+    w.device_group_global = reducers.device_group_global;
+    if (w.device_group && !w.device_group_global && k == 0) w.ring = spec.ring;
     w.shards = spec.shards;
     w.place = spec.place;
     w.across_processes = spec.ring_tasks.size() > 1;

@@ -80,6 +80,11 @@ struct reducer_settings {
   std::string algorithm = "ring";  // ring | tree | reduce_to_one
   int64_t bucket_bytes = 4 << 20;  // gradients fused into buckets of about this size
   int64_t chunk_bytes = 1 << 20;   // ring pipelining granularity
+  // "nccl" across processes: false = one NCCL communicator over every
+  // replica of the job (its ncclUniqueId sent by the chief); true = NCCL in
+  // each process and the CAF ring across them. cpu/sim devices are always
+  // hierarchical (their group is in-process).
+  bool hierarchical = false;
 };
 
 // How variables are spread over variable shards (actors/partitioner.hpp).

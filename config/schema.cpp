@@ -382,7 +382,7 @@ void read_data(const json& j, const std::string& path, data_config& d) {
 }
 
 void read_reducer(const json& j, const std::string& path, reducer_settings& s) {
-  object_reader r(j, path, {"algorithm", "bucket_bytes", "chunk_bytes"});
+  object_reader r(j, path, {"algorithm", "bucket_bytes", "chunk_bytes", "hierarchical"});
   r.with("algorithm", [&](const json& v, const std::string& p) {
     s.algorithm = read_enum(v, p, {"ring", "tree", "reduce_to_one", "nccl"});
   });
@@ -390,6 +390,8 @@ void read_reducer(const json& j, const std::string& path, reducer_settings& s) {
          [&](const json& v, const std::string& p) { s.bucket_bytes = read_int(v, p, 4); });
   r.with("chunk_bytes",
          [&](const json& v, const std::string& p) { s.chunk_bytes = read_int(v, p, 4); });
+  r.with("hierarchical",
+         [&](const json& v, const std::string& p) { s.hierarchical = read_bool(v, p); });
 }
 
 void read_partitioner(const json& j, const std::string& path, partitioner_config& c) {
@@ -843,7 +845,8 @@ nlohmann::json to_json(const job_config& c) {
                    {"reducer",
                     {{"algorithm", c.strategy.reducer.algorithm},
                      {"bucket_bytes", c.strategy.reducer.bucket_bytes},
-                     {"chunk_bytes", c.strategy.reducer.chunk_bytes}}},
+                     {"chunk_bytes", c.strategy.reducer.chunk_bytes},
+                     {"hierarchical", c.strategy.reducer.hierarchical}}},
                    {"shard_optimizer", c.strategy.shard_optimizer},
                    {"shards", c.strategy.shards},
                    {"partitioner",

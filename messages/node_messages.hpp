@@ -50,6 +50,10 @@ struct node_build {
   // actors are wired to (actor_learner: the trajectory queue, the
   // coordinator).
   std::vector<caf::actor> hub;
+  // mirrored with the "nccl" all-reduce across processes, not hierarchical:
+  // the ncclUniqueId (128 bytes) of the job's one NCCL group, made by the
+  // chief; empty = none.
+  std::vector<char> device_group_id;
 };
 
 template <class Inspector>
@@ -59,7 +63,8 @@ typename Inspector::result_type inspect(Inspector& f, node_parts& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_build& x) {
-  return f(caf::meta::type_name("node_build"), x.start_step, x.shards, x.ring_tasks, x.hub);
+  return f(caf::meta::type_name("node_build"), x.start_step, x.shards, x.ring_tasks, x.hub,
+           x.device_group_id);
 }
 
 // A task's node actor. Only `challenge` and `hello` answer a peer that has

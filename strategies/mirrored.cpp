@@ -27,6 +27,7 @@
 
 #include "actors/reducers/hierarchical.hpp"
 #include "actors/topology.hpp"
+#include "devices/nccl_id.hpp"
 #include "strategies/lockstep_driver.hpp"
 #include "strategies/strategy.hpp"
 
@@ -50,7 +51,9 @@ class mirrored_step final : public replica_step {
 
   void init(compute_state& cs) override {
     if (wiring_.device_group)
-      cs.collectives = wiring_.device_group->join(static_cast<int>(wiring_.local_index), *cs.dev);
+      cs.collectives = wiring_.device_group->join(
+          static_cast<int>(wiring_.device_group_global ? wiring_.index : wiring_.local_index),
+          *cs.dev);
     if (!sharded_) return;
     int64_t numel = 0;
     for (auto& g : cs.grads) numel += g.value.numel();
@@ -207,7 +210,8 @@ class mirrored_step final : public replica_step {
   // other replicas contribute zeros spreads the global sum to them.
   void device_collective_step(replica_host& h, int64_t step, batch b, step_promise rp) {
     auto epoch = b.epoch;
-    const bool across = wiring_.across_processes;
+    // A global group (NCCL over every replica of the job) needs no ring.
+    const bool across = wiring_.across_processes && !wiring_.device_group_global;
     h.set_busy(across);
     h.on_device<step_stats>(
         across ? "forward_backward_allreduce" : "forward_backward_allreduce_update",
@@ -316,6 +320,17 @@ class mirrored final : public strategy {
   reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
                               const reducer_wiring& w) const override {
     reducer_parts out;
+    if (c.strategy.reducer.algorithm == "nccl" && !w.device_group_id.empty()) {
+      nccl_unique_id id{};
+      if (w.device_group_id.size() != id.size())
+        throw job_error("the build order's NCCL group id has " +
+                        std::to_string(w.device_group_id.size()) + " bytes, expected " +
+                        std::to_string(id.size()));
+      std::copy(w.device_group_id.begin(), w.device_group_id.end(), id.begin());
+      out.device_group = make_nccl_group(static_cast<int>(c.strategy.replicas), id);
+      out.device_group_global = true;
+      return out;
+    }
     if (c.strategy.reducer.algorithm == "nccl") {
       out.device_group =
           make_device_collective_group(w.local_replicas, parse_device(c.devices.front()));
@@ -341,6 +356,19 @@ class mirrored final : public strategy {
     }
     out.underneath = std::move(local);
     return out;
+  }
+
+  // NCCL across processes: one communicator over every replica, its id made
+  // here on the chief (ncclGetUniqueId starts NCCL's bootstrap root in this
+  // process, which lives as long as the job). Hierarchical, or on cpu/sim
+  // devices (an in-process group): none.
+  std::vector<char> device_group_id(const job_config& c, std::size_t processes) const override {
+    if (c.strategy.reducer.algorithm != "nccl" || processes < 2 ||
+        c.strategy.reducer.hierarchical ||
+        parse_device(c.devices.front()).kind != device_spec::kind_t::cuda)
+      return {};
+    auto id = nccl_group_id(*make_nccl_group(static_cast<int>(c.strategy.replicas)));
+    return {id.begin(), id.end()};
   }
 
   std::unique_ptr<replica_step> make_replica_step(const job_config& c,

@@ -88,6 +88,9 @@ struct replica_wiring {
   // With device collectives across processes: the process's ring node, given
   // to its first replica only (it takes the process's sum around the ring).
   ring_node_actor ring;
+  // The device group spans every replica of the job (NCCL across
+  // processes): ranks are global replica indices, no ring is involved.
+  bool device_group_global = false;
 };
 
 // What make_reducers builds on.
@@ -97,12 +100,14 @@ struct reducer_wiring {
   // one process): this process's ring node and the ring of tasks; else empty.
   ring_node_actor ring;
   std::vector<std::string> ring_tasks;
+  std::vector<char> device_group_id;  // the job's NCCL group id (see node_build), or empty
 };
 
 struct reducer_parts {
   std::vector<reducer_actor> per_replica;                 // one per local replica, or empty
   std::vector<reducer_actor> underneath;                  // further actors to stop with them
   std::shared_ptr<device_collective_group> device_group;  // or this, shared by the replicas
+  bool device_group_global = false;                       // see replica_wiring
 };
 
 // Where a replica's input pipeline starts and what it reads.
@@ -130,6 +135,12 @@ class strategy : public strategy_rules {
   // Whether replicas in several processes reduce through a ring of the
   // processes (troupe node then wires it before make_reducers).
   virtual bool reduces_across_processes() const { return false; }
+  // On the chief of a job over `processes` processes with replicas: the id
+  // of a device collective group spanning all of them, sent to every task
+  // in the build order (mirrored: NCCL's ncclUniqueId), or empty.
+  virtual std::vector<char> device_group_id(const job_config&, std::size_t /*processes*/) const {
+    return {};
+  }
   virtual reducer_parts make_reducers(caf::actor_system&, const job_config&,
                                       const reducer_wiring&) const {
     return {};

@@ -15,9 +15,11 @@
 #include "config/job_config.hpp"
 #include "devices/caching_allocator.hpp"
 #include "devices/device_context.hpp"
+#include "devices/nccl_id.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
 #include "models/random.hpp"
+#include "strategies/strategy.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
@@ -333,4 +335,34 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
           "devices");
   refused({{"devices", {"sim:0", "cpu:1"}}, {"strategy", {{"reducer", {{"algorithm", "nccl"}}}}}},
           "devices: the nccl all-reduce needs devices of one kind");
+}
+
+TEST_CASE(
+    "NCCL across processes: the chief makes one group id for the build order, unless "
+    "hierarchical") {
+  if (!built_with_nccl()) {
+    MESSAGE("skipped: this build has no NCCL");
+    return;
+  }
+  auto mirrored = find_strategy("mirrored");
+  REQUIRE(mirrored);
+  job_config c;
+  c.strategy.kind = "mirrored";
+  c.strategy.replicas = 4;
+  c.strategy.reducer.algorithm = "nccl";
+  c.devices = {"cuda:0", "cuda:1"};
+  auto id = mirrored->device_group_id(c, 2);
+  REQUIRE(id.size() == 128);                       // ncclGetUniqueId needs no GPU
+  CHECK(mirrored->device_group_id(c, 1).empty());  // one process: an in-process group
+  auto other = mirrored->device_group_id(c, 2);
+  CHECK(other != id);  // a fresh id per job
+  // What a worker makes of the bytes it receives is the same group.
+  nccl_unique_id raw{};
+  std::copy(id.begin(), id.end(), raw.begin());
+  CHECK(nccl_group_id(*make_nccl_group(4, raw)) == raw);
+  c.strategy.reducer.hierarchical = true;
+  CHECK(mirrored->device_group_id(c, 2).empty());
+  c.strategy.reducer.hierarchical = false;
+  c.devices = {"sim:0", "sim:1"};
+  CHECK(mirrored->device_group_id(c, 2).empty());  // host groups are in-process: hierarchical
 }

@@ -270,5 +270,6 @@ TEST_CASE("serialization: mutated bytes of every message type give an error or a
   node_build nb;
   nb.start_step = 3;
   nb.ring_tasks = {"worker:0", "worker:1"};
+  nb.device_group_id.assign(128, 7);
   survives_mutations(sys, nb, "node_build", n);
 }
