@@ -266,7 +266,9 @@ void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, bool ac
 void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t batch,
                            int64_t classes, float grad_scale, float* dlogits, double* loss_sum,
                            int64_t* correct, cudaStream_t stream) {
-  if (batch < 0 || classes <= 0 || classes > 0x7fffffff)
+  // The kernel's int column index steps by 32 past the last column, and
+  // 0x7fffffff marks "no candidate": classes must leave room for both.
+  if (batch < 0 || classes <= 0 || classes > 0x7fffffff - 32)
     throw std::invalid_argument("cuda softmax_cross_entropy: batch " + std::to_string(batch) +
                                 ", classes " + std::to_string(classes));
   if (batch == 0) return;

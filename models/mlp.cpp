@@ -223,7 +223,9 @@ class mlp final : public model {
     }
     if (dx_.bytes() < x.nbytes()) dx_ = ctx_->allocate(x.nbytes());
     if (dy_.bytes() < y.nbytes()) dy_ = ctx_->allocate(y.nbytes());
-    ctx_->wait(ctx_->upload_async(dx_.data(), x.raw(), x.nbytes()));
+    // Not prefetched: on the compute stream, behind the work before it (an
+    // upload on the copy stream would wait for that work and block here).
+    ctx_->copy_to_device(dx_.data(), x.raw(), x.nbytes());
     ctx_->copy_to_device(dy_.data(), y.raw(), y.nbytes());
     return dx_.f32();
   }
