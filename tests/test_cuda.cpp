@@ -23,6 +23,7 @@
 #include "devices/cuda_context.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/backend.hpp"
+#include "tests/device_fixtures.hpp"
 
 extern char** environ;
 
@@ -603,12 +604,5 @@ TEST_CASE("cuda context: synchronize surfaces an asynchronous kernel fault as de
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], sync_error_flag) == 0) return sync_error_child();
-  std::string why;
-  if (cuda_device_count(&why) == 0) {
-    std::printf("SKIPPED: no CUDA device: %s\n", why.c_str());
-    return 77;
-  }
-  doctest::Context ctx;
-  ctx.applyCommandLine(argc, argv);
-  return ctx.run();
+  return troupe::test::gpu_test_main(argc, argv);
 }

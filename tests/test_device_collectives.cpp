@@ -16,8 +16,10 @@
 #include "devices/device_communicator.hpp"
 #include "devices/device_context.hpp"
 #include "devices/nccl_id.hpp"
+#include "tests/device_fixtures.hpp"
 
 using namespace troupe;
+using troupe::test::on_ranks;
 
 namespace {
 
@@ -26,22 +28,6 @@ device_spec sim(int i) {
 }
 device_spec cpu(int i) {
   return device_spec{device_spec::kind_t::cpu, i};
-}
-
-// Runs f(rank) on n threads; returns each rank's exception message ("" if none).
-std::vector<std::string> on_ranks(int n, const std::function<void(int)>& f) {
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        f(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
 }
 
 // Values whose sums round differently in different orders.

@@ -20,6 +20,7 @@
 #include "models/model.hpp"
 #include "models/random.hpp"
 #include "strategies/strategy.hpp"
+#include "tests/device_fixtures.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
@@ -178,18 +179,11 @@ TEST_CASE(
     kernels::optimizer ho(oc, 10), dopt(oc, 10);
     ho.init(host->variables());
     dopt.init(dev->variables());
-    std::vector<std::vector<device_buffer>> slots(2);
-    std::vector<std::vector<float*>> slot_ptrs(2);
-    for (std::size_t k = 0; k < 2; ++k)
-      for (auto& v : dev->variables()) {
-        slots[k].push_back(sim->allocate(v.value.nbytes()));
-        sim->ops().fill(slots[k].back().f32(), 0.0f, static_cast<std::size_t>(v.value.numel()));
-        slot_ptrs[k].push_back(slots[k].back().f32());
-      }
+    device_slots slots(*sim, *dev, 2);
     auto g = dev->device_gradients();
     for (int step = 0; step < 2; ++step) {
       ho.apply(host->variables(), hg);
-      dopt.apply_on(sim->ops(), dev->device_variables(), {g.begin(), g.end()}, slot_ptrs);
+      dopt.apply_on(sim->ops(), dev->device_variables(), {g.begin(), g.end()}, slots.ptrs);
     }
     CHECK(dopt.step() == 2);
     CHECK_FALSE(host->variables()[0].value == dev->variables()[0].value);  // staging is stale

@@ -12,6 +12,7 @@
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
 #include "models/random.hpp"
+#include "tests/device_fixtures.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
@@ -62,17 +63,10 @@ TEST_CASE("one training step of the MLP on cuda:0 equals the CPU's") {
   kernels::optimizer ho(oc, 10), go(oc, 10);
   ho.init(host->variables());
   go.init(gpu->variables());
-  std::vector<std::vector<device_buffer>> slots(2);
-  std::vector<std::vector<float*>> ptrs(2);
-  for (std::size_t k = 0; k < 2; ++k)
-    for (auto& v : gpu->variables()) {
-      slots[k].push_back(ctx->allocate(v.value.nbytes()));
-      ctx->ops().fill(slots[k].back().f32(), 0.0f, static_cast<std::size_t>(v.value.numel()));
-      ptrs[k].push_back(slots[k].back().f32());
-    }
+  device_slots slots(*ctx, *gpu, 2);
   auto dg = gpu->device_gradients();
   ho.apply(host->variables(), hg);
-  go.apply_on(ctx->ops(), gpu->device_variables(), {dg.begin(), dg.end()}, ptrs);
+  go.apply_on(ctx->ops(), gpu->device_variables(), {dg.begin(), dg.end()}, slots.ptrs);
   gpu->variables_to_host();
   CHECK(max_diff(host->variables(), gpu->variables()) < kStepTolerance);
   ctx->synchronize();
@@ -131,12 +125,5 @@ TEST_CASE("Fashion-MNIST on cuda:0 (one_device) reaches 0.89, and mirrored nccl 
 }
 
 int main(int argc, char** argv) {
-  std::string why;
-  if (cuda_device_count(&why) == 0) {
-    std::printf("SKIPPED: no CUDA device: %s\n", why.c_str());
-    return 77;
-  }
-  doctest::Context ctx;
-  ctx.applyCommandLine(argc, argv);
-  return ctx.run();
+  return troupe::test::gpu_test_main(argc, argv);
 }

@@ -19,8 +19,10 @@
 #include "devices/device_communicator.hpp"
 #include "devices/device_context.hpp"
 #include "devices/nccl_id.hpp"
+#include "tests/device_fixtures.hpp"
 
 using namespace troupe;
+using troupe::test::on_ranks;
 
 namespace {
 
@@ -29,21 +31,6 @@ int gpus() {
 }
 device_spec cuda(int i) {
   return device_spec{device_spec::kind_t::cuda, i};
-}
-
-std::vector<std::string> on_ranks(int n, const std::function<void(int)>& f) {
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        f(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
 }
 
 // Small integers, so that sums are exact in any order.
@@ -219,11 +206,5 @@ TEST_CASE("nccl abort releases a rank whose all_reduce waits for a peer") {
 }
 
 int main(int argc, char** argv) {
-  std::string why;
-  if (cuda_device_count(&why) == 0) {
-    std::printf("SKIPPED: no CUDA device: %s\n", why.c_str());
-    return 77;
-  }
-  doctest::Context context(argc, argv);
-  return context.run();
+  return troupe::test::gpu_test_main(argc, argv);
 }
