@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -359,4 +360,14 @@ TEST_CASE(
   c.strategy.reducer.hierarchical = false;
   c.devices = {"sim:0", "sim:1"};
   CHECK(mirrored->device_group_id(c, 2).empty());  // host groups are in-process: hierarchical
+}
+
+TEST_CASE("actor_learner on a discrete device is refused at validation, naming the device") {
+  std::ifstream in(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
+  auto j = nlohmann::json::parse(in);
+  j["devices"] = {"cpu:0", "sim:1"};
+  CHECK_THROWS_WITH_AS(
+      parse_job_config(j),
+      "devices: the actor_learner strategy runs on cpu:N devices only, got \"sim:1\"",
+      config_error);
 }
