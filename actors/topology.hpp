@@ -48,7 +48,7 @@ struct worker_spec {
   caf::duration request_timeout = caf::infinite;  // see replica_config
   ring_node_actor ring;                           // this process's ring node, or null
   std::vector<std::string> ring_tasks;            // the ring of processes, or empty
-  std::vector<char> device_group_id;              // see node_build
+  std::string device_group_id;                    // see node_build
 };
 
 // The actors of a process's replicas: devices, input pipelines, replicas,

@@ -51,9 +51,11 @@ struct node_build {
   // coordinator).
   std::vector<caf::actor> hub;
   // mirrored with the "nccl" all-reduce across processes, not hierarchical:
-  // the ncclUniqueId (128 bytes) of the job's one NCCL group, made by the
-  // chief; empty = none.
-  std::vector<char> device_group_id;
+  // the ncclUniqueId (128 raw bytes) of the job's one NCCL group, made by the
+  // chief; empty = none. A string, not a byte vector: CAF checks a string's
+  // length against the bytes received before allocating, but resizes a byte
+  // vector to whatever length the message claims (the fuzzer's OOM).
+  std::string device_group_id;
 };
 
 template <class Inspector>

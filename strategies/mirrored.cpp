@@ -362,7 +362,7 @@ class mirrored final : public strategy {
   // here on the chief (ncclGetUniqueId starts NCCL's bootstrap root in this
   // process, which lives as long as the job). Hierarchical, or on cpu/sim
   // devices (an in-process group): none.
-  std::vector<char> device_group_id(const job_config& c, std::size_t processes) const override {
+  std::string device_group_id(const job_config& c, std::size_t processes) const override {
     if (c.strategy.reducer.algorithm != "nccl" || processes < 2 ||
         c.strategy.reducer.hierarchical ||
         parse_device(c.devices.front()).kind != device_spec::kind_t::cuda)

@@ -100,7 +100,7 @@ struct reducer_wiring {
   // one process): this process's ring node and the ring of tasks; else empty.
   ring_node_actor ring;
   std::vector<std::string> ring_tasks;
-  std::vector<char> device_group_id;  // the job's NCCL group id (see node_build), or empty
+  std::string device_group_id;  // the job's NCCL group id (see node_build), or empty
 };
 
 struct reducer_parts {
@@ -138,7 +138,7 @@ class strategy : public strategy_rules {
   // On the chief of a job over `processes` processes with replicas: the id
   // of a device collective group spanning all of them, sent to every task
   // in the build order (mirrored: NCCL's ncclUniqueId), or empty.
-  virtual std::vector<char> device_group_id(const job_config&, std::size_t /*processes*/) const {
+  virtual std::string device_group_id(const job_config&, std::size_t /*processes*/) const {
     return {};
   }
   virtual reducer_parts make_reducers(caf::actor_system&, const job_config&,
