@@ -42,7 +42,8 @@ class host_event final : public device_event {
 
 // What both host contexts share: memory from a caching allocator over
 // aligned host memory, the CPU backend, transfer counts.
-class host_context_base : public device_context {
+class host_context_base : public device_context,
+                          public std::enable_shared_from_this<host_context_base> {
  public:
   explicit host_context_base(device_spec d)
       : spec_(d), alloc_(d.str(), aligned_host_alloc, [](void* p) { std::free(p); }) {}
@@ -80,14 +81,12 @@ class host_context_base : public device_context {
     ++transfers_.uploads;
     transfers_.bytes_up += bytes;
   }
-  // A non-owning handle that keeps the allocator reachable from deleters:
-  // the allocator is a member, and buffers must not outlive the context, so
-  // contexts are only ever held by shared_ptr together with their buffers
-  // (compute_state). Deleters hold the context alive instead.
+  // The allocator, for buffers' deleters: an aliasing handle that keeps the
+  // whole context (the allocator is a member) alive until the last buffer
+  // is returned. Contexts are always held by shared_ptr.
   std::shared_ptr<caching_allocator> alloc_keeper() {
-    return std::shared_ptr<caching_allocator>(shared_from_base(), &alloc_);
+    return std::shared_ptr<caching_allocator>(shared_from_this(), &alloc_);
   }
-  virtual std::shared_ptr<device_context> shared_from_base() = 0;
 
  private:
   device_spec spec_;
@@ -96,8 +95,7 @@ class host_context_base : public device_context {
   transfer_stats transfers_;
 };
 
-class cpu_context final : public host_context_base,
-                          public std::enable_shared_from_this<cpu_context> {
+class cpu_context final : public host_context_base {
  public:
   using host_context_base::host_context_base;
   bool shares_host_memory() const override { return true; }
@@ -110,17 +108,13 @@ class cpu_context final : public host_context_base,
   }
   void wait(const std::shared_ptr<device_event>&) override {}
   void synchronize() override {}
-
- private:
-  std::shared_ptr<device_context> shared_from_base() override { return shared_from_this(); }
 };
 
 // sim:N: a discrete device made of host memory. New blocks are filled with
 // NaN bit patterns, so a model that reads memory it never wrote (a missed
 // upload) produces NaN, not a plausible number; uploads on the copy thread
 // land only when their event says so.
-class sim_context final : public host_context_base,
-                          public std::enable_shared_from_this<sim_context> {
+class sim_context final : public host_context_base {
  public:
   explicit sim_context(device_spec d) : host_context_base(d), copier_([this] { copy_loop(); }) {}
   ~sim_context() override {
@@ -164,7 +158,6 @@ class sim_context final : public host_context_base,
   }
 
  private:
-  std::shared_ptr<device_context> shared_from_base() override { return shared_from_this(); }
   void on_allocate(void* p, std::size_t bytes) override { std::memset(p, 0xff, bytes); }
   void copy_loop() {
     std::unique_lock lock(q_mtx_);

@@ -119,7 +119,7 @@ class mlp final : public model {
     if (b == 0) {
       if (!accumulate)
         for (std::size_t i = 0; i < vars_.size(); ++i)
-          ops_.fill(grad(i), 0.0f, static_cast<std::size_t>(vars_[i].value.numel()));
+          ops_.fill(dgrad(i), 0.0f, static_cast<std::size_t>(vars_[i].value.numel()));
       return st;
     }
     const float* xin = stage_batch(x, y);
@@ -131,7 +131,7 @@ class mlp final : public model {
     for (std::size_t l = L; l-- > 0;) {
       const float* in = l == 0 ? xin : acts_[l - 1].f32();
       float* din = l == 0 ? nullptr : dacts_[l - 1].f32();
-      ops_.dense_backward(in, var(2 * l), dacts_[l].f32(), din, grad(2 * l), grad(2 * l + 1), b,
+      ops_.dense_backward(in, var(2 * l), dacts_[l].f32(), din, dgrad(2 * l), dgrad(2 * l + 1), b,
                           widths_[l], widths_[l + 1], accumulate);
       if (l > 0) {
         auto n = static_cast<std::size_t>(b * widths_[l]);
@@ -205,7 +205,6 @@ class mlp final : public model {
     if (!host_grads_) throw std::logic_error("mlp: no gradients before the first train_batch");
     return (*host_grads_)[i].value.f32();
   }
-  float* grad(std::size_t i) { return dgrad(i); }
 
   // The batch where the device reads it: the caller's tensors on cpu:N;
   // else an upload (labels checked on the host first: a device cannot throw).
