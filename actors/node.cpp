@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <caf/io/all.hpp>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -484,6 +485,29 @@ void wait_for_tasks(node_process& np, std::map<std::string, node_event>& joined,
   spdlog::info("chief: all {} tasks joined", expected.size() + 1);
 }
 
+// A failed job names the processes lost around its failure first: when a
+// process dies, a peer's collective often fails (and reaches the
+// coordinator) a moment before the chief's own connection to it drops, and
+// "ring stage failed" alone hides the cause.
+// "worker:1" in `text`, not as the start of "worker:10".
+bool names_task(const std::string& text, const std::string& task) {
+  for (auto at = text.find(task); at != std::string::npos; at = text.find(task, at + 1)) {
+    const auto end = at + task.size();
+    if (end == text.size() || !std::isdigit(static_cast<unsigned char>(text[end]))) return true;
+  }
+  return false;
+}
+
+std::string with_lost_tasks(node_process& np, const std::string& failure) {
+  const auto until = clock_type::now() + std::chrono::milliseconds(300);
+  while (auto ev = np.shared->events.pop_until(until))
+    if (ev->kind == node_event::lost)
+      return names_task(failure, ev->task)
+                 ? failure
+                 : "lost " + ev->task + " (" + ev->reason + "); then " + failure;
+  return failure;
+}
+
 // The chief of a strategy with a job of its own (strategy::own_job): the
 // hub of actors here, every task builds its actors wired to it, then the
 // strategy runs the job. `job` outlives the actor system's last actor.
@@ -523,7 +547,11 @@ nlohmann::json run_own_chief(node_process& np, worker_parts& workers,
   spdlog::info("chief: {} {}s on {} tasks; starting", parts.size(), plan->strat->replica_unit(),
                np.placement.size());
   self->send(np.node, running_atom::value, job->coordinator(), order);
-  return job->run(parts);
+  try {
+    return job->run(parts);
+  } catch (const std::exception& e) {
+    throw job_error(with_lost_tasks(np, e.what()));
+  }
 }
 
 // The chief: waits for every task, orders the builds, runs the coordinator
@@ -615,7 +643,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
       .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
                [&](caf::error& e) { failure = describe(e); });
   self->send_exit(coord, caf::exit_reason::user_shutdown);
-  if (!failure.empty()) throw job_error(failure);
+  if (!failure.empty()) throw job_error(with_lost_tasks(np, failure));
   return summary;
 }
 
