@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "devices/cuda_context.hpp"
@@ -70,14 +71,34 @@ bool raw_result(cudaError_t e, const device_spec& d, const char* what) {
 
 // An event recorded on a stream after a copy from a pinned staging block;
 // the block goes back to its allocator only once the copy is complete.
+// A pinned block, returned at scope exit unless an event took it over.
+class staging_block {
+ public:
+  staging_block(caching_allocator& a, std::size_t bytes) : a_(a), p_(a.allocate(bytes)) {}
+  ~staging_block() {
+    if (p_) a_.deallocate(p_);
+  }
+  staging_block(const staging_block&) = delete;
+  staging_block& operator=(const staging_block&) = delete;
+  void* get() const noexcept { return p_; }
+  void* release() noexcept { return std::exchange(p_, nullptr); }
+  caching_allocator& allocator() const noexcept { return a_; }
+
+ private:
+  caching_allocator& a_;
+  void* p_;
+};
+
 class cuda_event final : public device_event {
  public:
-  // Records the event on `stream` and owns `staging` (may be null) from here,
-  // even when this throws. `keep` holds the context alive for events handed
-  // out (null for the context's own).
+  // Records the event on `stream` and takes `staging` over (may be null):
+  // once constructed, the event gives the block back when it is reached; a
+  // constructor that throws leaves it with `staging`, which gives it back.
+  // `keep` holds the context alive for events handed out (null for the
+  // context's own).
   cuda_event(std::shared_ptr<const void> keep, const device_spec& d, cudaStream_t stream,
-             caching_allocator* pinned, void* staging)
-      : keep_(std::move(keep)), spec_(d), pinned_(pinned), staging_(staging) {
+             staging_block* staging)
+      : keep_(std::move(keep)), spec_(d) {
     const char* what = "cudaEventCreateWithFlags";
     cudaError_t e = cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming);
     if (e == cudaSuccess) {
@@ -88,8 +109,11 @@ class cuda_event final : public device_event {
     if (e != cudaSuccess) {
       ev_ = nullptr;
       ignore(cudaStreamSynchronize(stream));  // then the copy no longer reads the block
-      give_back_staging();
       check(e, spec_, what);
+    }
+    if (staging) {
+      pinned_ = &staging->allocator();
+      staging_ = staging->release();
     }
   }
   ~cuda_event() override {
@@ -124,26 +148,9 @@ class cuda_event final : public device_event {
   }
   std::shared_ptr<const void> keep_;
   device_spec spec_;
-  caching_allocator* pinned_;
-  void* staging_;
+  caching_allocator* pinned_ = nullptr;
+  void* staging_ = nullptr;
   cudaEvent_t ev_ = nullptr;
-};
-
-// A pinned block for a synchronous transfer, returned at scope exit.
-class staging_block {
- public:
-  staging_block(caching_allocator& a, std::size_t bytes) : a_(a), p_(a.allocate(bytes)) {}
-  ~staging_block() {
-    if (p_) a_.deallocate(p_);
-  }
-  staging_block(const staging_block&) = delete;
-  staging_block& operator=(const staging_block&) = delete;
-  void* get() const noexcept { return p_; }
-  void* release() noexcept { return std::exchange(p_, nullptr); }
-
- private:
-  caching_allocator& a_;
-  void* p_;
 };
 
 class cuda_context final : public device_context,
@@ -235,8 +242,12 @@ class cuda_context final : public device_context,
     std::memcpy(stage.get(), src, bytes);
     check(cudaMemcpyAsync(dst, stage.get(), bytes, cudaMemcpyHostToDevice, compute_), spec_,
           "copy_to_device: cudaMemcpyAsync");
-    pending_.push_back(
-        std::make_unique<cuda_event>(nullptr, spec_, compute_, &pinned_alloc_, stage.release()));
+    try {
+      pending_.push_back(std::make_unique<cuda_event>(nullptr, spec_, compute_, &stage));
+    } catch (...) {
+      ignore(cudaStreamSynchronize(compute_));  // before `stage` gives the block back
+      throw;
+    }
   }
 
   // After the compute issued before it: copied into pinned memory on the
@@ -261,10 +272,10 @@ class cuda_context final : public device_context,
                                              std::size_t bytes) override {
     count_up(bytes);
     reap();
-    void* staged = nullptr;
+    std::optional<staging_block> stage;
     if (bytes > 0) {
-      staging_block stage(pinned_alloc_, bytes);
-      std::memcpy(stage.get(), src, bytes);
+      stage.emplace(pinned_alloc_, bytes);
+      std::memcpy(stage->get(), src, bytes);
       // dst may be a block the caching allocator took back while compute
       // already issued still reads it (the allocator orders reuse on the
       // compute stream only): the copy stream waits for that compute first.
@@ -276,12 +287,16 @@ class cuda_context final : public device_context,
       if (ordered == cudaSuccess) ordered = cudaStreamWaitEvent(copy_, issued, 0);
       cudaEventDestroy(issued);  // released once the wait has passed
       check(ordered, spec_, "upload_async: ordering after the compute stream");
-      check(cudaMemcpyAsync(dst, stage.get(), bytes, cudaMemcpyHostToDevice, copy_), spec_,
+      check(cudaMemcpyAsync(dst, stage->get(), bytes, cudaMemcpyHostToDevice, copy_), spec_,
             "upload_async: cudaMemcpyAsync");
-      staged = stage.release();
     }
-    return std::make_shared<cuda_event>(std::shared_ptr<const void>(shared_from_this()), spec_,
-                                        copy_, &pinned_alloc_, staged);
+    try {
+      return std::make_shared<cuda_event>(std::shared_ptr<const void>(shared_from_this()), spec_,
+                                          copy_, stage ? &*stage : nullptr);
+    } catch (...) {
+      ignore(cudaStreamSynchronize(copy_));  // before `stage` gives the block back
+      throw;
+    }
   }
 
   void wait(const std::shared_ptr<device_event>& e) override {

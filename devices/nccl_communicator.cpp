@@ -151,11 +151,17 @@ class nccl_communicator final : public device_communicator {
   // abort), ncclCommAbort. Destroy it before its device context (whose
   // stream it uses).
   ~nccl_communicator() override {
-    std::unique_lock lock(s_->m);
-    if (s_->gone) return;
-    ncclComm_t c = s_->comm;
-    s_->gone = true;
-    s_->comm = nullptr;
+    // Out of the group's reach first (abort() skips a gone slot), then the
+    // polling without the lock: a peer's abort meanwhile must not wait on it.
+    ncclComm_t c = nullptr;
+    {
+      std::lock_guard lock(s_->m);
+      if (s_->gone) return;
+      c = s_->comm;
+      s_->gone = true;
+      s_->comm = nullptr;
+    }
+    if (!c) return;
     ncclResult_t state = ncclSuccess;
     ncclResult_t r = ncclCommFinalize(c);
     if (r == ncclSuccess || r == ncclInProgress) {

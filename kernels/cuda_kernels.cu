@@ -21,10 +21,18 @@ unsigned blocks_for(std::size_t n) {
   return static_cast<unsigned>(b);
 }
 
+// cudaGetLastError also returns a sticky fault of earlier asynchronous work
+// (an illegal address in some kernel before), which this launch did not
+// cause; unlike a launch error it is not cleared by reading it, and the
+// message says so.
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("cuda ") + what + ": " + cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  const bool earlier = cudaPeekAtLastError() == e;
+  throw std::runtime_error(std::string("cuda ") + what + ": " + cudaGetErrorString(e) +
+                           (earlier ? " (an earlier asynchronous fault on this device, not "
+                                      "necessarily this kernel)"
+                                    : ""));
 }
 
 // Grid-stride loop: each thread handles i, i + stride, ...

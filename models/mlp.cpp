@@ -215,6 +215,9 @@ class mlp final : public model {
       if (!i->x.shares_buffer_with(x) || !i->y.shares_buffer_with(y)) continue;
       ctx_->wait(i->x_done);
       ctx_->wait(i->y_done);
+      // Kept until the next batch: dropping an event whose copy is still on
+      // its way blocks this thread until it lands (it owns a staging block).
+      waited_ = {std::move(i->x_done), std::move(i->y_done)};
       dx_ = std::move(i->dx);
       dy_ = std::move(i->dy);
       staged_.erase(i);
@@ -302,6 +305,7 @@ class mlp final : public model {
   };
   static constexpr std::size_t kMaxStaged = 8;
   std::deque<staged_batch> staged_;
+  std::pair<std::shared_ptr<device_event>, std::shared_ptr<device_event>> waited_;
 };
 
 }  // namespace

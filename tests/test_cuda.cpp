@@ -585,6 +585,36 @@ TEST_CASE("cuda context: upload_async, then compute that waits for it sees the d
   CHECK(f.ctx->transfers().uploads >= 4);
 }
 
+TEST_CASE("cuda context: an upload into a block just given back waits for the compute reading it") {
+  // The caching allocator hands a freed block out again at once (reuse is
+  // ordered on the compute stream); an upload runs on the copy stream, so it
+  // must wait for the compute queued before it or it overwrites what that
+  // compute still reads.
+  gpu_fixture f;
+  const int64_t dim = 4096;
+  const std::size_t n = sz(dim, dim);
+  auto y = f.ctx->allocate(n * sizeof(float));
+  void* recycled = nullptr;
+  {
+    auto a = f.ctx->allocate(n * sizeof(float));
+    recycled = a.data();
+    f.gpu.fill(a.f32(), 1.0f, n);
+    // y = a * a, 16 times over (~45 ms of FP32 GEMM on an H100): every
+    // element is exactly 4096 if `a` stays all ones while they run.
+    for (int i = 0; i < 16; ++i)
+      f.gpu.dense_forward(a.f32(), a.f32(), nullptr, y.f32(), dim, dim, dim);
+  }
+  auto b = f.ctx->allocate(n * sizeof(float));
+  REQUIRE(b.data() == recycled);  // the premise: the same block, still read by the GEMMs
+  const std::vector<float> twos(n, 2.0f);
+  auto e = f.ctx->upload_async(b.data(), twos.data(), n * sizeof(float));
+  f.ctx->wait(e);
+  const auto got = f.download(y, n);
+  const auto wrong = std::count_if(got.begin(), got.end(), [](float v) { return v != 4096.0f; });
+  CHECK_MESSAGE(wrong == 0, wrong << " elements of the GEMM saw the upload");
+  CHECK(f.download(b, n) == twos);
+}
+
 TEST_CASE("cuda context: synchronize surfaces an asynchronous kernel fault as device_error") {
   // In a child process: the fault ruins this process's CUDA context.
   char self[4096];
@@ -594,6 +624,9 @@ TEST_CASE("cuda context: synchronize surfaces an asynchronous kernel fault as de
   char flag[64];
   std::snprintf(flag, sizeof flag, "%s", sync_error_flag);
   char* argv[] = {self, flag, nullptr};
+  // The fault must come asynchronously: with launches made blocking (a common
+  // debugging setting) it would surface at the launch instead.
+  unsetenv("CUDA_LAUNCH_BLOCKING");
   pid_t pid = 0;
   REQUIRE(posix_spawn(&pid, self, nullptr, nullptr, argv, environ) == 0);
   int status = 0;
