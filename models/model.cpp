@@ -38,13 +38,21 @@ std::vector<std::string> registered_models() {
   return registry().names();
 }
 
-std::unique_ptr<model> create_model(const model_config& c, const model_shape& s, uint64_t seed) {
+namespace {
+// The host factory of c.kind, after the checks every model passes, on a
+// device or not.
+model_factory checked_factory(const model_config& c, const model_shape& s) {
   auto f = registry().find(c.kind);
   if (!f)
     throw std::invalid_argument("model.kind: unknown model '" + c.kind +
                                 "' (registered: " + registry().known() + ")");
   check_model_size(c, s.features, s.classes);
-  return f(c, s, seed);
+  return f;
+}
+}  // namespace
+
+std::unique_ptr<model> create_model(const model_config& c, const model_shape& s, uint64_t seed) {
+  return checked_factory(c, s)(c, s, seed);
 }
 
 namespace {
@@ -70,10 +78,7 @@ std::unique_ptr<model> create_model_on(const model_config& c, const model_shape&
     throw std::invalid_argument(
         "model.kind: '" + c.kind + "' has no device implementation, so it cannot run on " +
         ctx->spec().str() + " (models that can: " + device_registry().known() + ")");
-  if (!registry().find(c.kind))
-    throw std::invalid_argument("model.kind: unknown model '" + c.kind +
-                                "' (registered: " + registry().known() + ")");
-  check_model_size(c, s.features, s.classes);
+  checked_factory(c, s);
   return f(c, s, seed, std::move(ctx));
 }
 

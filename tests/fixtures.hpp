@@ -1,9 +1,12 @@
 #pragma once
-// Test fixtures: temporary directories and a tiny, learnable IDX dataset.
+// Test fixtures: temporary directories, a tiny, learnable IDX dataset, and
+// reproducible random inputs.
 #include <unistd.h>
 #include <atomic>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "config/job_config.hpp"
 #include "data/idx.hpp"
@@ -69,6 +72,16 @@ inline job_config tiny_job(const std::string& data_dir, const std::string& out_d
   c.logging.output_dir = out_dir;
   c.logging.level = "warn";
   return c;
+}
+
+// n floats uniform in [lo, hi), the same for the same seed.
+inline std::vector<float> random_floats(std::size_t n, unsigned seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
 }
 
 }  // namespace troupe::test

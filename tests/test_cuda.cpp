@@ -24,23 +24,17 @@
 #include "devices/device_context.hpp"
 #include "kernels/backend.hpp"
 #include "tests/device_fixtures.hpp"
+#include "tests/fixtures.hpp"
 
 extern char** environ;
 
 using namespace troupe;
+using troupe::test::random_floats;
 
 namespace {
 
 device_spec cuda0() {
   return device_spec{device_spec::kind_t::cuda, 0};
-}
-
-std::vector<float> random_floats(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
 }
 
 // A context on cuda:0, made on this thread (the test's thread is the device's).

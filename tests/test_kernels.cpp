@@ -4,25 +4,18 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/elementwise.hpp"
+#include "tests/fixtures.hpp"
 
 using namespace troupe::kernels;
+using troupe::test::random_floats;
 
 namespace {
-
-std::vector<float> random_vec(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // Naive y = x w + b in double.
 std::vector<double> naive_dense(const std::vector<float>& x, const std::vector<float>& w,
@@ -75,9 +68,9 @@ TEST_CASE("dense_forward matches a naive triple loop, with and without bias") {
   init_cpu_kernels();
   init_cpu_kernels();  // idempotent
   const int64_t batch = 5, in = 7, out = 4;
-  auto x = random_vec(batch * in, 1);
-  auto w = random_vec(in * out, 2);
-  auto b = random_vec(out, 3);
+  auto x = random_floats(batch * in, 1);
+  auto w = random_floats(in * out, 2);
+  auto b = random_floats(out, 3);
   std::vector<float> y(batch * out, 123.0f);
 
   dense_forward(x.data(), w.data(), b.data(), y.data(), batch, in, out);
@@ -99,10 +92,10 @@ TEST_CASE("dense_forward matches a naive triple loop, with and without bias") {
 
 TEST_CASE("dense_backward matches central differences of sum(y*r)") {
   const int64_t batch = 4, in = 5, out = 3;
-  auto x = random_vec(batch * in, 11);
-  auto w = random_vec(in * out, 12);
-  auto b = random_vec(out, 13);
-  auto r = random_vec(batch * out, 14);  // dL/dy = r
+  auto x = random_floats(batch * in, 11);
+  auto w = random_floats(in * out, 12);
+  auto b = random_floats(out, 13);
+  auto r = random_floats(batch * out, 14);  // dL/dy = r
 
   std::vector<float> dx(batch * in), dw(in * out), db(out);
   dense_backward(x.data(), w.data(), r.data(), dx.data(), dw.data(), db.data(), batch, in, out);
@@ -136,9 +129,9 @@ TEST_CASE("dense_backward matches central differences of sum(y*r)") {
 
 TEST_CASE("dense_backward: accumulate adds to dw/db; dx and db may be null") {
   const int64_t batch = 3, in = 4, out = 2;
-  auto x = random_vec(batch * in, 21);
-  auto w = random_vec(in * out, 22);
-  auto dy = random_vec(batch * out, 23);
+  auto x = random_floats(batch * in, 21);
+  auto w = random_floats(in * out, 22);
+  auto dy = random_floats(batch * out, 23);
 
   std::vector<float> dw1(in * out, 99.0f), db1(out, 99.0f), dx1(batch * in, 99.0f);
   dense_backward(x.data(), w.data(), dy.data(), dx1.data(), dw1.data(), db1.data(), batch, in,
@@ -169,10 +162,10 @@ TEST_CASE("relu forward/backward") {
   CHECK(y[3] == 3.0f);
 
   // Numerical check on sum(relu(x) * r), away from the kink.
-  auto xv = random_vec(50, 31);
+  auto xv = random_floats(50, 31);
   for (auto& v : xv)
     if (std::fabs(v) < 0.1f) v = v < 0 ? -0.5f : 0.5f;
-  auto r = random_vec(50, 32);
+  auto r = random_floats(50, 32);
   std::vector<float> yv(50), dx(50);
   relu_forward(xv.data(), yv.data(), 50);
   relu_backward(yv.data(), r.data(), dx.data(), 50);
@@ -193,8 +186,8 @@ TEST_CASE("relu forward/backward") {
 }
 
 TEST_CASE("tanh forward/backward") {
-  auto x = random_vec(40, 41, -3.0f, 3.0f);
-  auto r = random_vec(40, 42);
+  auto x = random_floats(40, 41, -3.0f, 3.0f);
+  auto r = random_floats(40, 42);
   std::vector<float> y(40), dx(40);
   tanh_forward(x.data(), y.data(), 40);
   for (std::size_t i = 0; i < 40; ++i) CHECK(y[i] == doctest::Approx(std::tanh(double(x[i]))));
@@ -242,7 +235,7 @@ TEST_CASE("softmax_cross_entropy: hand-computed 2x3 loss and gradient") {
 
 TEST_CASE("softmax_cross_entropy: gradient matches numerical differentiation") {
   const int64_t batch = 4, classes = 5;
-  auto logits = random_vec(batch * classes, 51, -2.0f, 2.0f);
+  auto logits = random_floats(batch * classes, 51, -2.0f, 2.0f);
   const std::vector<int32_t> labels = {0, 4, 2, 2};
   std::vector<float> d(batch * classes);
   softmax_cross_entropy(logits.data(), labels.data(), batch, classes, 1.0f, d.data(), nullptr);
@@ -341,7 +334,7 @@ TEST_CASE("reductions") {
   CHECK(std::fabs(reduce_sum(tenth.data(), n) - exact) < 1e-2);  // float: ~8.8e4 off
   CHECK(std::fabs(reduce_mean(tenth.data(), n) - double(0.1f)) < 1e-10);
   // Max/min found anywhere in a long vector.
-  auto big = random_vec(1001, 61);
+  auto big = random_floats(1001, 61);
   big[777] = 5.0f;
   big[3] = -5.0f;
   CHECK(reduce_max(big.data(), big.size()) == 5.0f);
