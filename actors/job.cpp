@@ -42,6 +42,8 @@ void finish_trace(std::optional<trace::session>& tracing, nlohmann::json& summar
 
 nlohmann::json run_job(const job_config& c, const job_options& o) {
   kernels::init_cpu_kernels();
+  // Which kernels run, measured here, so a slow machine's log says why.
+  spdlog::info("kernels: {}", kernels::describe_cpu_kernels(true));
   auto plan = make_plan(c, o);
   // Opened before any actor runs, so an unwritable path loses no training;
   // destroyed after the actor system, so a failing job's trace is written.

@@ -832,6 +832,8 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
   if (!has_task(*c.cluster, task))
     throw config_error("cluster.tasks", "this cluster has no task " + task.str());
   kernels::init_cpu_kernels();
+  // Which kernels run, measured here, so a slow machine's log says why.
+  spdlog::info("kernels: {}", kernels::describe_cpu_kernels(true));
   auto ns = std::make_unique<node_system>(std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(c.cluster->heartbeat_seconds)));
   // Test hook (test_nodes): TROUPE_TEST_FAIL_REPLICA="K:S" makes replica K,

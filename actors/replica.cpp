@@ -13,7 +13,7 @@
 namespace troupe {
 
 step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, int64_t fail_at_step,
-                             bool local_mean) {
+                             bool local_mean, model::gradients_ready_fn on_ready) {
   if (step == fail_at_step)
     throw std::runtime_error("injected failure at step " + std::to_string(step));
   int64_t n = b.global_size;
@@ -25,7 +25,14 @@ step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, in
   step_stats s;
   s.step = step;
   s.lr = cs.opt->current_lr();
+  // The hook only while the last micro-batch runs: before it, no gradient
+  // is final. Cleared however train_batch ends.
+  struct hook_guard {
+    model& net;
+    ~hook_guard() { net.set_gradients_ready({}); }
+  } guard{*cs.net};
   for (std::size_t m = 0; m < b.x.size(); ++m) {
+    if (on_ready && m + 1 == b.x.size()) cs.net->set_gradients_ready(on_ready);
     auto r = cs.net->train_batch(b.x[m], b.y[m], scale, cs.grads, m > 0);
     s.loss_sum += r.loss_sum;
     s.correct += r.correct;

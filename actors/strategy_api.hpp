@@ -59,9 +59,11 @@ using step_promise = caf::typed_response_promise<step_stats>;
 
 // Gradients of a step's micro-batches into cs.grads (accumulated), scaled so
 // that they are the mean over the global batch, or over this replica's own
-// batch with local_mean. Throws at `fail_at_step` (a test hook).
+// batch with local_mean. Throws at `fail_at_step` (a test hook). on_ready,
+// when given, hears of each range of variables whose gradients are final
+// during the last micro-batch's backward (model::set_gradients_ready).
 step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, int64_t fail_at_step,
-                             bool local_mean);
+                             bool local_mean, model::gradients_ready_fn on_ready = {});
 // The model's variable buffers (shared, not copied).
 std::vector<tensor> variable_buffers(compute_state& cs);
 

@@ -12,6 +12,7 @@
 #include "actors/job.hpp"
 #include "actors/node.hpp"
 #include "bench/allreduce.hpp"
+#include "bench/kernels.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "cli/launch.hpp"
 #include "cli/report.hpp"
@@ -53,6 +54,11 @@ Usage:
          [--algorithm ring|tree|reduce_to_one|all] [--iterations K] [--json]
          [--mpi auto|off|on]  time in-process all-reduce across N reducers;
                               with OpenMPI, MPI_Allreduce in N processes too
+  troupe bench kernels [--seconds S] [--json]
+                              the CPU kernels' rates on one thread: oneDNN's
+                              dense products in GFLOP/s against the core's
+                              estimated peak, troupe's loops in GB/s at every
+                              instruction-set level the CPU has
   troupe bench allreduce --algorithm nccl [--devices cuda:0,cuda:1,...]
          [--sizes ...] [--iterations K] [--op sum|mean] [--json]
                               time NCCL all-reduce on the GPUs (default: every
@@ -280,7 +286,10 @@ int cmd_checkpoint(const std::vector<std::string>& args) {
 }
 
 int cmd_bench(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] != "allreduce") return bad_usage("bench needs 'allreduce'");
+  if (!args.empty() && args[0] == "kernels")
+    return troupe::run_kernels_bench({args.begin() + 1, args.end()}, std::cout, std::cerr);
+  if (args.empty() || args[0] != "allreduce")
+    return bad_usage("bench needs 'allreduce' or 'kernels'");
   return troupe::run_allreduce_bench({args.begin() + 1, args.end()}, std::cout, std::cerr);
 }
 

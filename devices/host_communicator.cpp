@@ -22,11 +22,16 @@
 #include "devices/host_communicator.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "kernels/cpu_kernels.hpp"
 
 namespace troupe {
 namespace {
@@ -86,25 +91,19 @@ bool same_call(const post& a, const post& b) {
 }
 
 // dst[d][a, b) = (src[0] + src[1] + ... + src[m-1])[a, b) (* scale for
-// mean), summed in rank order for every element, a block at a time so the
-// sum stays in L1 while the sources stream by. Every source block is read
-// before any destination block is written, so a destination may be a source.
+// mean), summed in rank order for every element by the dispatched vector
+// loop (kernels::sum_sources, which reads every source block before it
+// writes that block, so a destination may be a source), then copied to the
+// other destinations.
 void reduce_range(const std::vector<const float*>& src, const std::vector<float*>& dst,
                   std::size_t a, std::size_t b, device_reduce op, float scale) {
-  constexpr std::size_t block = 1024;
-  float acc[block];
-  for (std::size_t i = a; i < b; i += block) {
-    const std::size_t m = std::min(block, b - i);
-    const float* s0 = src[0] + i;
-    for (std::size_t j = 0; j < m; ++j) acc[j] = s0[j];
-    for (std::size_t k = 1; k < src.size(); ++k) {
-      const float* sk = src[k] + i;
-      for (std::size_t j = 0; j < m; ++j) acc[j] += sk[j];
-    }
-    if (op == device_reduce::mean)
-      for (std::size_t j = 0; j < m; ++j) acc[j] *= scale;
-    for (float* d : dst) std::memcpy(d + i, acc, m * sizeof(float));
-  }
+  if (b <= a) return;
+  std::vector<const float*> from(src.size());
+  for (std::size_t k = 0; k < src.size(); ++k) from[k] = src[k] + a;
+  kernels::sum_sources(dst[0] + a, from.data(), from.size(), b - a,
+                       op == device_reduce::mean ? scale : 1.0f);
+  for (std::size_t d = 1; d < dst.size(); ++d)
+    std::memcpy(dst[d] + a, dst[0] + a, (b - a) * sizeof(float));
 }
 
 class host_group final : public device_collective_group,
@@ -158,12 +157,35 @@ class host_group final : public device_collective_group,
   const device_spec::kind_t kind_;
   std::mutex mtx_;
   std::condition_variable cv_;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
   std::string why_;
   std::vector<post> posts_;   // written in B1 under mtx_, read by the shares
   std::vector<bool> joined_;  // under mtx_
   int arrived_ = 0, finished_ = 0;
-  uint64_t gen_arrive_ = 0, gen_finish_ = 0;  // completed B1s, B2s
+  // Completed B1s and B2s. Written under mtx_; read without it while a rank
+  // spins (await).
+  std::atomic<uint64_t> gen_arrive_{0}, gen_finish_{0};
+
+  // Waits until done() holds, with mtx_ held on entry and on return. Spins a
+  // short while before it sleeps: the ranks are device threads on cores of
+  // their own that reach a collective within microseconds of each other,
+  // while a futex sleep and wake-up costs tens of microseconds (more on a
+  // VM), several times per step when a step's gradients are reduced layer by
+  // layer.
+  template <class Done>
+  void await(std::unique_lock<std::mutex>& lock, Done done) {
+    lock.unlock();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    while (!done() && std::chrono::steady_clock::now() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#else
+      std::this_thread::yield();
+#endif
+    }
+    lock.lock();
+    cv_.wait(lock, done);
+  }
   std::string mismatch_;  // the latest B1's comparison; read before the next B1 opens
 };
 
@@ -216,7 +238,7 @@ void host_group::run(int rank, const post& p) {
       mismatch_ = compare_posts();
       cv_.notify_all();
     } else {
-      cv_.wait(lock, [&] { return gen_arrive_ != g || aborted_; });
+      await(lock, [&] { return gen_arrive_ != g || aborted_; });
       if (gen_arrive_ == g) {  // aborted before every rank came
         --arrived_;
         throw aborted_error(what);
@@ -234,7 +256,7 @@ void host_group::run(int rank, const post& p) {
     ++gen_finish_;
     cv_.notify_all();
   } else {
-    cv_.wait(lock, [&] { return gen_finish_ != g; });
+    await(lock, [&] { return gen_finish_ != g; });
   }
 }
 

@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/activation.hpp"
+
 namespace troupe::kernels {
 
 class backend {
@@ -22,14 +24,22 @@ class backend {
   virtual ~backend() = default;
   virtual const char* name() const = 0;
 
-  // y[batch,out] = x[batch,in] * w[in,out] + b[out] (b may be null); row-major.
+  // y[batch,out] = act(x[batch,in] * w[in,out] + b[out]) (b may be null);
+  // row-major. The bias and activation are the product's epilogue where the
+  // device's library allows it.
   virtual void dense_forward(const float* x, const float* w, const float* b, float* y,
-                             int64_t batch, int64_t in, int64_t out) = 0;
+                             int64_t batch, int64_t in, int64_t out, activation act) = 0;
   // dw = x^T dy, db = column sums of dy, dx = dy w^T (dx, db may be null);
   // accumulate adds to dw/db instead of overwriting.
   virtual void dense_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                               float* db, int64_t batch, int64_t in, int64_t out,
                               bool accumulate) = 0;
+
+  // The backward of an activation and the bias gradient of the layer that
+  // produced it: dx[rows,cols] = act'(y) * dy (y: the activation's output;
+  // dx may alias dy) and db (+)= column sums of dx (db may be null).
+  virtual void activation_backward_bias(activation act, const float* y, const float* dy, float* dx,
+                                        float* db, int64_t rows, int64_t cols, bool accumulate) = 0;
 
   virtual void relu_forward(const float* x, float* y, std::size_t n) = 0;
   virtual void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) = 0;

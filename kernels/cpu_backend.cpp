@@ -1,5 +1,7 @@
 // The backend interface over the CPU kernels: every call runs to completion
 // on the calling thread (a device thread), so ordering is program order.
+#include <cstring>
+
 #include "kernels/backend.hpp"
 #include "kernels/cpu_kernels.hpp"
 
@@ -10,8 +12,12 @@ class cpu_backend_impl final : public backend {
  public:
   const char* name() const override { return "cpu"; }
   void dense_forward(const float* x, const float* w, const float* b, float* y, int64_t batch,
-                     int64_t in, int64_t out) override {
-    kernels::dense_forward(x, w, b, y, batch, in, out);
+                     int64_t in, int64_t out, activation act) override {
+    kernels::dense_forward(x, w, b, y, batch, in, out, act);
+  }
+  void activation_backward_bias(activation act, const float* y, const float* dy, float* dx,
+                                float* db, int64_t rows, int64_t cols, bool accumulate) override {
+    kernels::activation_backward_bias(act, y, dy, dx, db, rows, cols, accumulate);
   }
   void dense_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                       float* db, int64_t batch, int64_t in, int64_t out, bool accumulate) override {
@@ -35,16 +41,13 @@ class cpu_backend_impl final : public backend {
     *loss_sum += kernels::softmax_cross_entropy(logits, labels, batch, classes, grad_scale, dlogits,
                                                 correct);
   }
-  void fill(float* x, float v, std::size_t n) override {
-    for (std::size_t i = 0; i < n; ++i) x[i] = v;
-  }
+  void fill(float* x, float v, std::size_t n) override { kernels::fill(x, v, n); }
   void fill_stats(double* loss_sum, int64_t* correct) override {
     *loss_sum = 0;
     *correct = 0;
   }
   void copy(float* dst, const float* src, std::size_t n) override {
-    if (dst != src)
-      for (std::size_t i = 0; i < n; ++i) dst[i] = src[i];
+    if (dst != src) std::memcpy(dst, src, n * sizeof(float));
   }
   void add_inplace(float* acc, const float* x, std::size_t n) override {
     kernels::add_inplace(acc, x, n);

@@ -1,111 +1,138 @@
 #include "kernels/cpu_kernels.hpp"
 
-#include <cblas.h>
-
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
-#include "kernels/elementwise.hpp"
+#include "kernels/onednn.hpp"
+#include "kernels/vector_kernels.hpp"
 
 namespace troupe::kernels {
 
 namespace {
 
-std::once_flag blas_once;
+const vector_kernels& vk() {
+  return active_vector_kernels();
+}
 
-// BLAS takes (32-bit, unless OpenBLAS was built with INTERFACE64) blasint
-// sizes; refuse anything that does not fit instead of silently truncating.
-blasint blas_dim(int64_t v, const char* what) {
-  if (v < 0 || v > static_cast<int64_t>(std::numeric_limits<blasint>::max()))
+void check_dim(int64_t v, const char* what) {
+  if (v < 0)
     throw std::invalid_argument(std::string("dense: dimension ") + what + " = " +
                                 std::to_string(v) + " out of range");
-  return static_cast<blasint>(v);
 }
 
 }  // namespace
 
 void init_cpu_kernels() {
-  std::call_once(blas_once, [] { openblas_set_num_threads(1); });
+  (void)active_vector_kernels();
+  (void)onednn::effective_isa();
+}
+
+double measure_sgemm_gflops(double seconds) {
+  constexpr int64_t m = 128, k = 784, n = 256;
+  std::vector<float> x(m * k, 0.5f), w(k * n, 0.01f), b(n, 0.0f), y(m * n);
+  dense_forward(x.data(), w.data(), b.data(), y.data(), m, k, n);  // makes the primitive
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  int64_t runs = 0;
+  double elapsed = 0;
+  do {
+    for (int i = 0; i < 8; ++i) dense_forward(x.data(), w.data(), b.data(), y.data(), m, k, n);
+    runs += 8;
+    elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+  } while (elapsed < seconds);
+  return 2.0 * m * k * n * static_cast<double>(runs) / elapsed / 1e9;
+}
+
+std::string describe_cpu_kernels(bool measure) {
+  std::string s = "oneDNN " + onednn::version() + " " + onednn::effective_isa() + ", loops " +
+                  isa_name(active_isa());
+  if (active_isa() != detected_isa())
+    s += std::string(" (forced by TROUPE_CPU_ISA; the CPU supports ") + isa_name(detected_isa()) +
+         ")";
+  if (measure) {
+    char rate[64];
+    std::snprintf(rate, sizeof rate, ", sgemm %.0f GFLOP/s on 1 thread",
+                  measure_sgemm_gflops(0.01));
+    s += rate;
+  }
+  return s;
 }
 
 void dense_forward(const float* x, const float* w, const float* b, float* y, int64_t batch,
-                   int64_t in, int64_t out) {
-  init_cpu_kernels();
-  const blasint m = blas_dim(batch, "batch");
-  const blasint k = blas_dim(in, "in");
-  const blasint n = blas_dim(out, "out");
-  if (m == 0 || n == 0) return;
-  const std::size_t cols = static_cast<std::size_t>(n);
-  for (blasint r = 0; r < m; ++r) {
-    float* yr = y + static_cast<std::size_t>(r) * cols;
-    if (b) {
-      for (std::size_t j = 0; j < cols; ++j) yr[j] = b[j];
-    } else {
-      for (std::size_t j = 0; j < cols; ++j) yr[j] = 0.0f;
+                   int64_t in, int64_t out, activation act) {
+  check_dim(batch, "batch");
+  check_dim(in, "in");
+  check_dim(out, "out");
+  if (batch == 0 || out == 0) return;
+  const std::size_t total = static_cast<std::size_t>(batch) * static_cast<std::size_t>(out);
+  if (in == 0) {  // no product: the bias (or zeros) through the activation
+    for (int64_t r = 0; r < batch; ++r) {
+      float* yr = y + static_cast<std::size_t>(r) * static_cast<std::size_t>(out);
+      if (b)
+        for (int64_t j = 0; j < out; ++j) yr[j] = b[j];
+      else
+        vk().fill(yr, 0.0f, static_cast<std::size_t>(out));
     }
+    if (act == activation::relu) vk().relu_forward(y, y, total);
+    if (act == activation::tanh) vk().tanh_forward(y, y, total);
+    return;
   }
-  if (k == 0) return;
-  // y = 1 * x[m,k] * w[k,n] + 1 * y   (y already holds the bias or zeros)
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x, k, w, n, 1.0f, y, n);
+  onednn::dense_forward(x, w, b, y, batch, in, out, act);
+  if (act == activation::tanh) vk().tanh_forward(y, y, total);
 }
 
 void dense_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                     float* db, int64_t batch, int64_t in, int64_t out, bool accumulate) {
-  init_cpu_kernels();
-  const blasint m = blas_dim(batch, "batch");
-  const blasint k = blas_dim(in, "in");
-  const blasint n = blas_dim(out, "out");
-  const std::size_t cols = static_cast<std::size_t>(n);
-
-  // dw[k,n] = x^T[k,m] dy[m,n]  (+ dw when accumulating)
-  if (dw && k > 0 && n > 0) {
-    if (m > 0) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, m, 1.0f, x, k, dy, n,
-                  accumulate ? 1.0f : 0.0f, dw, n);
-    } else if (!accumulate) {
-      const std::size_t total = static_cast<std::size_t>(k) * cols;
-      for (std::size_t i = 0; i < total; ++i) dw[i] = 0.0f;
-    }
+  check_dim(batch, "batch");
+  check_dim(in, "in");
+  check_dim(out, "out");
+  // dw[in,out] = x^T dy  (+ dw when accumulating)
+  if (dw && in > 0 && out > 0) {
+    if (batch > 0)
+      onednn::weight_gradient(x, dy, dw, batch, in, out, accumulate);
+    else if (!accumulate)
+      vk().fill(dw, 0.0f, static_cast<std::size_t>(in) * static_cast<std::size_t>(out));
   }
-
-  // db[n] = sum over rows of dy
-  if (db) {
-    if (!accumulate)
-      for (std::size_t j = 0; j < cols; ++j) db[j] = 0.0f;
-    for (blasint r = 0; r < m; ++r) {
-      const float* dyr = dy + static_cast<std::size_t>(r) * cols;
-      for (std::size_t j = 0; j < cols; ++j) db[j] += dyr[j];
-    }
+  if (db) vk().column_sums(dy, db, batch, out, accumulate);
+  // dx[batch,in] = dy w^T
+  if (dx && batch > 0 && in > 0) {
+    if (out > 0)
+      onednn::input_gradient(dy, w, dx, batch, in, out);
+    else
+      vk().fill(dx, 0.0f, static_cast<std::size_t>(batch) * static_cast<std::size_t>(in));
   }
+}
 
-  // dx[m,k] = dy[m,n] w^T[n,k]
-  if (dx && m > 0 && k > 0) {
-    if (n > 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, n, 1.0f, dy, n, w, n, 0.0f, dx, k);
-    } else {
-      const std::size_t total = static_cast<std::size_t>(m) * static_cast<std::size_t>(k);
-      for (std::size_t i = 0; i < total; ++i) dx[i] = 0.0f;
-    }
-  }
+void activation_backward_bias(activation act, const float* y, const float* dy, float* dx, float* db,
+                              int64_t rows, int64_t cols, bool accumulate) {
+  check_dim(rows, "rows");
+  check_dim(cols, "cols");
+  vk().activation_backward_bias(act, y, dy, dx, db, rows, cols, accumulate);
+}
+
+void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate) {
+  check_dim(rows, "rows");
+  check_dim(cols, "cols");
+  vk().column_sums(dy, db, rows, cols, accumulate);
 }
 
 void relu_forward(const float* x, float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) y[i] = ew::relu(x[i]);
+  vk().relu_forward(x, y, n);
 }
-
 void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dx[i] = ew::relu_grad(y[i], dy[i]);
+  vk().relu_backward(y, dy, dx, n);
 }
-
 void tanh_forward(const float* x, float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) y[i] = ew::tanh_act(x[i]);
+  vk().tanh_forward(x, y, n);
 }
-
 void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dx[i] = ew::tanh_grad(y[i], dy[i]);
+  vk().tanh_backward(y, dy, dx, n);
 }
 
 double softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t batch,
@@ -120,43 +147,15 @@ double softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t
       throw std::out_of_range("softmax_cross_entropy: label " + std::to_string(lab) + " at row " +
                               std::to_string(r) + " outside [0, " + std::to_string(classes) + ")");
   }
-  const std::size_t c = static_cast<std::size_t>(classes);
-  double loss = 0.0;
   int64_t hits = 0;
-  for (int64_t r = 0; r < batch; ++r) {
-    const float* lr = logits + static_cast<std::size_t>(r) * c;
-    const std::size_t lab = static_cast<std::size_t>(labels[r]);
-    // Row max (for stability) and argmax (first maximum wins ties).
-    float mx = lr[0];
-    std::size_t arg = 0;
-    for (std::size_t j = 1; j < c; ++j) {
-      if (lr[j] > mx) {
-        mx = lr[j];
-        arg = j;
-      }
-    }
-    if (arg == lab) ++hits;
-    double sum = 0.0;
-    for (std::size_t j = 0; j < c; ++j) sum += static_cast<double>(ew::exp_f(lr[j] - mx));
-    // loss = log(sum_j exp(l_j)) - l_label = mx + log(sum) - l_label
-    loss += ew::ce_row_loss(mx, sum, lr[lab]);
-    if (dlogits) {
-      float* dr = dlogits + static_cast<std::size_t>(r) * c;
-      const float inv = static_cast<float>(1.0 / sum);
-      // Reads lr[j] before writing dr[j]: safe when dlogits aliases logits.
-      for (std::size_t j = 0; j < c; ++j) dr[j] = ew::ce_dlogit(lr[j], mx, inv, grad_scale);
-      dr[lab] -= grad_scale;
-    }
-  }
+  const double loss =
+      vk().softmax_cross_entropy(logits, labels, batch, classes, grad_scale, dlogits, &hits);
   if (correct) *correct += hits;
   return loss;
 }
 
 double reduce_sum(const float* x, std::size_t n) {
-  double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
-  return s;
+  return vk().reduce_sum(x, n);
 }
 
 double reduce_mean(const float* x, std::size_t n) {
@@ -166,44 +165,41 @@ double reduce_mean(const float* x, std::size_t n) {
 
 float reduce_min(const float* x, std::size_t n) {
   if (n == 0) throw std::invalid_argument("reduce_min: empty input");
-  float m = x[0];
-#pragma omp simd reduction(min : m)
-  for (std::size_t i = 1; i < n; ++i) m = ew::min_f(m, x[i]);
-  return m;
+  return vk().reduce_min(x, n);
 }
 
 float reduce_max(const float* x, std::size_t n) {
   if (n == 0) throw std::invalid_argument("reduce_max: empty input");
-  float m = x[0];
-#pragma omp simd reduction(max : m)
-  for (std::size_t i = 1; i < n; ++i) m = ew::max_f(m, x[i]);
-  return m;
+  return vk().reduce_max(x, n);
 }
 
 void add_inplace(float* acc, const float* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
+  vk().add_inplace(acc, x, n);
 }
-
 void scale_inplace(float* x, float s, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) x[i] *= s;
+  vk().scale_inplace(x, s, n);
 }
-
 void min_inplace(float* acc, const float* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) acc[i] = ew::min_f(acc[i], x[i]);
+  vk().min_inplace(acc, x, n);
 }
-
 void max_inplace(float* acc, const float* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) acc[i] = ew::max_f(acc[i], x[i]);
+  vk().max_inplace(acc, x, n);
+}
+void fill(float* x, float v, std::size_t n) {
+  vk().fill(x, v, n);
+}
+void sum_sources(float* dst, const float* const* src, std::size_t m, std::size_t n, float scale) {
+  if (m == 0) throw std::invalid_argument("sum_sources: no sources");
+  vk().sum_sources(dst, src, m, n, scale);
 }
 
 void sgd_step(float* w, const float* g, std::size_t n, float lr, float weight_decay) {
-  for (std::size_t i = 0; i < n; ++i) ew::sgd_update(w[i], g[i], lr, weight_decay);
+  vk().sgd_step(w, g, n, lr, weight_decay);
 }
 
 void momentum_step(float* w, float* v, const float* g, std::size_t n, float lr, float mu,
                    bool nesterov, float weight_decay) {
-  for (std::size_t i = 0; i < n; ++i)
-    ew::momentum_update(w[i], v[i], g[i], lr, mu, nesterov, weight_decay);
+  vk().momentum_step(w, v, g, n, lr, mu, nesterov, weight_decay);
 }
 
 void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, float lr, float b1,
@@ -214,18 +210,16 @@ void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, floa
   const double t = static_cast<double>(step);
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
   const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), t));
-  for (std::size_t i = 0; i < n; ++i)
-    ew::adam_update(w[i], m[i], v[i], g[i], lr, b1, b2, eps, bc1, bc2, weight_decay, decoupled);
+  vk().adam_step(w, m, v, g, n, lr, b1, b2, eps, bc1, bc2, weight_decay, decoupled);
 }
 
 void rmsprop_step(float* w, float* ms, const float* g, std::size_t n, float lr, float rho,
                   float eps, float weight_decay) {
-  for (std::size_t i = 0; i < n; ++i)
-    ew::rmsprop_update(w[i], ms[i], g[i], lr, rho, eps, weight_decay);
+  vk().rmsprop_step(w, ms, g, n, lr, rho, eps, weight_decay);
 }
 
 void decoupled_decay_step(float* w, std::size_t n, float lr, float weight_decay) {
-  for (std::size_t i = 0; i < n; ++i) ew::decoupled_decay(w[i], lr, weight_decay);
+  vk().decoupled_decay_step(w, n, lr, weight_decay);
 }
 
 }  // namespace troupe::kernels

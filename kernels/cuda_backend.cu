@@ -68,7 +68,7 @@ class cuda_backend_impl final : public backend {
   // Row-major y[b,out] is column-major Y^T[out,b], so y = x w is
   // Y^T = W^T X^T: gemm(N, N, m=out, n=b, k=in, A=w lda=out, B=x ldb=in).
   void dense_forward(const float* x, const float* w, const float* b, float* y, int64_t batch,
-                     int64_t in, int64_t out) override {
+                     int64_t in, int64_t out, activation act) override {
     const char* op = "dense_forward";
     const int m = gemm_dim(out, op, "out"), n = gemm_dim(batch, op, "batch"),
               k = gemm_dim(in, op, "in");
@@ -76,12 +76,25 @@ class cuda_backend_impl final : public backend {
     if (b) cuda::broadcast_rows(b, y, batch, out, stream_);  // the GEMM adds to the bias
     if (k == 0) {
       if (!b) cuda::fill(y, 0.0f, elems(batch, out), stream_);
-      return;
+    } else {
+      const float one = 1.0f, beta = b ? 1.0f : 0.0f;
+      check_cublas(
+          cublasSgemm(handle_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, w, m, x, k, &beta, y, m),
+          op, "cublasSgemm");
     }
-    const float one = 1.0f, beta = b ? 1.0f : 0.0f;
-    check_cublas(
-        cublasSgemm(handle_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, w, m, x, k, &beta, y, m), op,
-        "cublasSgemm");
+    if (act == activation::relu) cuda::relu_forward(y, y, elems(batch, out), stream_);
+    if (act == activation::tanh) cuda::tanh_forward(y, y, elems(batch, out), stream_);
+  }
+
+  void activation_backward_bias(activation act, const float* y, const float* dy, float* dx,
+                                float* db, int64_t rows, int64_t cols, bool accumulate) override {
+    const std::size_t n = elems(rows, cols);
+    if (act == activation::relu) cuda::relu_backward(y, dy, dx, n, stream_);
+    if (act == activation::tanh) cuda::tanh_backward(y, dy, dx, n, stream_);
+    if (act == activation::none && dx != dy)
+      check_cuda(cudaMemcpyAsync(dx, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+                 "activation_backward_bias", "cudaMemcpyAsync");
+    if (db) cuda::column_sums(dx, db, rows, cols, accumulate, stream_);
   }
 
   void dense_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,

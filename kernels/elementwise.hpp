@@ -4,6 +4,9 @@
 // (kernels/cuda_kernels.cu calls the same functions per thread). Everything
 // here must stay usable in nvcc device code: no std:: calls, no exceptions,
 // only the C math functions (::sqrtf, ::tanhf) that CUDA also provides.
+// Internal linkage (static): the per-ISA loop files (vector_kernels.inc) are
+// compiled with different -m flags, and an inline function shared by name
+// could be merged into a single AVX-512 copy that a baseline CPU then runs.
 #include <math.h>
 
 #if defined(__CUDACC__)
@@ -14,37 +17,37 @@
 
 namespace troupe::kernels::ew {
 
-TROUPE_HD inline float sqrt_f(float x) {
+TROUPE_HD static inline float sqrt_f(float x) {
   return ::sqrtf(x);
 }
-TROUPE_HD inline float tanh_f(float x) {
+TROUPE_HD static inline float tanh_f(float x) {
   return ::tanhf(x);
 }
-TROUPE_HD inline float exp_f(float x) {
+TROUPE_HD static inline float exp_f(float x) {
   return ::expf(x);
 }
-TROUPE_HD inline float min_f(float a, float b) {
+TROUPE_HD static inline float min_f(float a, float b) {
   return b < a ? b : a;
 }
-TROUPE_HD inline float max_f(float a, float b) {
+TROUPE_HD static inline float max_f(float a, float b) {
   return b > a ? b : a;
 }
 
 // ---- activations ---------------------------------------------------------
 
-TROUPE_HD inline float relu(float x) {
+TROUPE_HD static inline float relu(float x) {
   return x > 0.0f ? x : 0.0f;
 }
 // y is the forward output; the gradient passes where the unit was active.
-TROUPE_HD inline float relu_grad(float y, float dy) {
+TROUPE_HD static inline float relu_grad(float y, float dy) {
   return y > 0.0f ? dy : 0.0f;
 }
 
-TROUPE_HD inline float tanh_act(float x) {
+TROUPE_HD static inline float tanh_act(float x) {
   return tanh_f(x);
 }
 // y is the forward output: d tanh(x)/dx = 1 - tanh(x)^2.
-TROUPE_HD inline float tanh_grad(float y, float dy) {
+TROUPE_HD static inline float tanh_grad(float y, float dy) {
   return dy * (1.0f - y * y);
 }
 
@@ -52,36 +55,36 @@ TROUPE_HD inline float tanh_grad(float y, float dy) {
 
 // The row's term of the loss sum: log(sum_j exp(l_j)) - l_label
 // = mx + log(sum_exp) - l_label, in double.
-TROUPE_HD inline double ce_row_loss(float mx, double sum_exp, float label_logit) {
+TROUPE_HD static inline double ce_row_loss(float mx, double sum_exp, float label_logit) {
   return static_cast<double>(mx) + ::log(sum_exp) - static_cast<double>(label_logit);
 }
 // softmax_j * grad_scale with inv_sum = 1 / sum_exp; the label's entry then
 // has grad_scale subtracted.
-TROUPE_HD inline float ce_dlogit(float logit, float mx, float inv_sum, float grad_scale) {
+TROUPE_HD static inline float ce_dlogit(float logit, float mx, float inv_sum, float grad_scale) {
   return exp_f(logit - mx) * inv_sum * grad_scale;
 }
 
 // ---- optimizer updates (one element) ----------------------------------------
 
 // L2 weight decay: added to the gradient.
-TROUPE_HD inline float l2_grad(float g, float w, float weight_decay) {
+TROUPE_HD static inline float l2_grad(float g, float w, float weight_decay) {
   return g + weight_decay * w;
 }
 
 // Decoupled weight decay (AdamW): w -= lr * wd * w, independent of the gradient.
-TROUPE_HD inline void decoupled_decay(float& w, float lr, float weight_decay) {
+TROUPE_HD static inline void decoupled_decay(float& w, float lr, float weight_decay) {
   w -= lr * weight_decay * w;
 }
 
 // g' = g + wd*w; w -= lr*g'
-TROUPE_HD inline void sgd_update(float& w, float g, float lr, float weight_decay) {
+TROUPE_HD static inline void sgd_update(float& w, float g, float lr, float weight_decay) {
   const float gd = l2_grad(g, w, weight_decay);
   w -= lr * gd;
 }
 
 // g' = g + wd*w; v = mu*v + g'; w -= lr*v   (nesterov: w -= lr*(g' + mu*v))
-TROUPE_HD inline void momentum_update(float& w, float& v, float g, float lr, float mu,
-                                      bool nesterov, float weight_decay) {
+TROUPE_HD static inline void momentum_update(float& w, float& v, float g, float lr, float mu,
+                                             bool nesterov, float weight_decay) {
   const float gd = l2_grad(g, w, weight_decay);
   v = mu * v + gd;
   const float step = nesterov ? gd + mu * v : v;
@@ -93,9 +96,9 @@ TROUPE_HD inline void momentum_update(float& w, float& v, float g, float lr, flo
 // the bias-correction factors for the 1-based step t, computed once by the
 // caller. Weight decay: L2 on the gradient, or decoupled (AdamW: w -= lr*wd*w
 // with the weight before this update).
-TROUPE_HD inline void adam_update(float& w, float& m, float& v, float g, float lr, float b1,
-                                  float b2, float eps, float bc1, float bc2, float weight_decay,
-                                  bool decoupled) {
+TROUPE_HD static inline void adam_update(float& w, float& m, float& v, float g, float lr, float b1,
+                                         float b2, float eps, float bc1, float bc2,
+                                         float weight_decay, bool decoupled) {
   const float w0 = w;
   const float gd = decoupled ? g : l2_grad(g, w0, weight_decay);
   m = b1 * m + (1.0f - b1) * gd;
@@ -108,8 +111,8 @@ TROUPE_HD inline void adam_update(float& w, float& m, float& v, float g, float l
 }
 
 // g' = g + wd*w; ms = rho*ms + (1-rho)g'^2; w -= lr * g' / (sqrt(ms) + eps)
-TROUPE_HD inline void rmsprop_update(float& w, float& ms, float g, float lr, float rho, float eps,
-                                     float weight_decay) {
+TROUPE_HD static inline void rmsprop_update(float& w, float& ms, float g, float lr, float rho,
+                                            float eps, float weight_decay) {
   const float gd = l2_grad(g, w, weight_decay);
   ms = rho * ms + (1.0f - rho) * gd * gd;
   w -= lr * gd / (sqrt_f(ms) + eps);

@@ -23,6 +23,7 @@ class mlp final : public model {
   mlp(const model_config& c, const model_shape& s, uint64_t seed,
       std::shared_ptr<device_context> ctx)
       : tanh_(c.activation == "tanh"),
+        act_(tanh_ ? kernels::activation::tanh : kernels::activation::relu),
         ctx_(ctx ? std::move(ctx) : make_device_context(device_spec{})),
         ops_(ctx_->ops()),
         resident_(!ctx_->shares_host_memory()) {
@@ -128,18 +129,20 @@ class mlp final : public model {
     stats_begin();
     ops_.softmax_cross_entropy(acts_[L - 1].f32(), labels(y), b, widths_[L], grad_scale,
                                dacts_[L - 1].f32(), loss_ptr(), correct_ptr());
+    // Each bias gradient comes out of the pass that makes its layer's output
+    // gradient (the top one's: the logits' gradient, no activation), so no
+    // layer reads its gradient a second time for it.
+    ops_.activation_backward_bias(kernels::activation::none, nullptr, dacts_[L - 1].f32(),
+                                  dacts_[L - 1].f32(), dgrad(2 * L - 1), b, widths_[L], accumulate);
     for (std::size_t l = L; l-- > 0;) {
       const float* in = l == 0 ? xin : acts_[l - 1].f32();
       float* din = l == 0 ? nullptr : dacts_[l - 1].f32();
-      ops_.dense_backward(in, var(2 * l), dacts_[l].f32(), din, dgrad(2 * l), dgrad(2 * l + 1), b,
+      ops_.dense_backward(in, var(2 * l), dacts_[l].f32(), din, dgrad(2 * l), nullptr, b,
                           widths_[l], widths_[l + 1], accumulate);
-      if (l > 0) {
-        auto n = static_cast<std::size_t>(b * widths_[l]);
-        if (tanh_)
-          ops_.tanh_backward(acts_[l - 1].f32(), din, din, n);
-        else
-          ops_.relu_backward(acts_[l - 1].f32(), din, din, n);
-      }
+      if (l > 0)
+        ops_.activation_backward_bias(act_, acts_[l - 1].f32(), din, din, dgrad(2 * l - 1), b,
+                                      widths_[l], accumulate);
+      gradients_ready(2 * l, 2 * l + 2);  // this layer's kernel and bias
     }
     stats_end(st);
     return st;
@@ -270,18 +273,12 @@ class mlp final : public model {
       }
       const float* in = l == 0 ? x : acts_[l - 1].f32();
       ops_.dense_forward(in, var(2 * l), var(2 * l + 1), acts_[l].f32(), b, widths_[l],
-                         widths_[l + 1]);
-      if (l + 1 < layers()) {
-        auto n = static_cast<std::size_t>(b * widths_[l + 1]);
-        if (tanh_)
-          ops_.tanh_forward(acts_[l].f32(), acts_[l].f32(), n);
-        else
-          ops_.relu_forward(acts_[l].f32(), acts_[l].f32(), n);
-      }
+                         widths_[l + 1], l + 1 < layers() ? act_ : kernels::activation::none);
     }
   }
 
   bool tanh_;
+  kernels::activation act_;
   std::shared_ptr<device_context> ctx_;
   kernels::backend& ops_;
   bool resident_;

@@ -1,6 +1,7 @@
 #pragma once
 // A model: named variables and one forward/backward over a batch. Models are
 // registered by name (model.kind in the config) so users can add their own.
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,8 +61,25 @@ class model {
   // to do on the host.
   virtual void prefetch(const tensor& /*x*/, const tensor& /*y*/) {}
   virtual std::vector<float*> device_variables() { return {}; }
+
+  // Called by train_batch as soon as the gradients of variables [first,
+  // last) are final for the batch. Backward runs from the top layer down, so
+  // ranges come top first and end where the previous began; a data-parallel
+  // strategy reduces each while the layers below are still in backward (as
+  // PyTorch DDP does with its buckets). A model that never calls it leaves
+  // everything to be reduced after train_batch (strategies must handle both).
+  using gradients_ready_fn = std::function<void(std::size_t first, std::size_t last)>;
+  void set_gradients_ready(gradients_ready_fn f) { gradients_ready_ = std::move(f); }
   virtual std::vector<float*> device_gradients() { return {}; }
   virtual float* device_gradient_block() { return nullptr; }
+
+ protected:
+  void gradients_ready(std::size_t first, std::size_t last) {
+    if (gradients_ready_) gradients_ready_(first, last);
+  }
+
+ private:
+  gradients_ready_fn gradients_ready_;
 };
 
 // Zeroed buffers shaped and named like `vars` (gradients of any model).

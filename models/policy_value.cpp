@@ -69,12 +69,8 @@ class policy_value_mlp final : public policy_value_model {
       if (acts_[l].shape() != s) acts_[l] = tensor(s);
       const float* in = l == 0 ? obs : acts_[l - 1].f32();
       k::dense_forward(in, vars_[2 * l].value.f32(), vars_[2 * l + 1].value.f32(), acts_[l].f32(),
-                       b, widths_[l], widths_[l + 1]);
-      auto n = static_cast<std::size_t>(acts_[l].numel());
-      if (tanh_)
-        k::tanh_forward(acts_[l].f32(), acts_[l].f32(), n);
-      else
-        k::relu_forward(acts_[l].f32(), acts_[l].f32(), n);
+                       b, widths_[l], widths_[l + 1],
+                       tanh_ ? k::activation::tanh : k::activation::relu);
     }
     const float* top = acts_[L - 1].f32();
     const int64_t h = widths_.back();

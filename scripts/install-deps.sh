@@ -11,7 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev
   doctest-dev
   zlib1g-dev
-  libopenblas-dev
+  libdnnl-dev           # oneDNN: the CPU matrix products, dispatched on CPUID features
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist
   clang-format
   clang libclang-rt-dev # libFuzzer targets (scripts/fuzz.sh, run by CI)

@@ -217,8 +217,19 @@ class mirrored_step final : public replica_step {
         across ? "forward_backward_allreduce" : "forward_backward_allreduce_update",
         guarded([b = std::move(b), step, fail = h.fail_at_step(), across, bucket = bucket_floats(),
                  ring = static_cast<bool>(wiring_.ring)](compute_state& cs) {
-          auto s = compute_gradients(cs, b, step, fail, false);
-          all_reduce_gradients(cs, *cs.collectives, bucket);
+          // Each layer's gradients are reduced as soon as backward has made
+          // them, while the layers below are still to come: the collective
+          // reads them hot from the cache, and on NCCL it is queued right
+          // behind them. What the model did not report is reduced after.
+          std::size_t unreduced = cs.grads.size();
+          auto s =
+              compute_gradients(cs, b, step, fail, false, [&](std::size_t first, std::size_t last) {
+                if (last != unreduced) return;  // out of order: later
+                all_reduce_gradients(cs, *cs.collectives, bucket, first, last);
+                unreduced = first;
+              });
+          all_reduce_gradients(cs, *cs.collectives, bucket, 0, unreduced);
+          cs.collectives->check();
           if (!across) cs.apply_update();
           if (ring) cs.gradients_to_host();
           return s;
@@ -261,7 +272,8 @@ class mirrored_step final : public replica_step {
                          cs.gradients_to_device();
                        else
                          zero_gradients(cs);
-                       all_reduce_gradients(cs, *cs.collectives, bucket);
+                       all_reduce_gradients(cs, *cs.collectives, bucket, 0, cs.grads.size());
+                       cs.collectives->check();
                        cs.apply_update();
                        return 0;
                      }),
@@ -278,24 +290,29 @@ class mirrored_step final : public replica_step {
       cs.dev->ops().fill(ptrs[i], 0.0f, static_cast<std::size_t>(cs.grads[i].value.numel()));
   }
 
-  static void all_reduce_gradients(compute_state& cs, device_communicator& comm,
-                                   std::size_t bucket) {
+  // The gradients of variables [first, last), in buckets of at most
+  // `bucket` floats: one collective over the fused block where the model
+  // keeps one (a discrete device), else one per variable.
+  static void all_reduce_gradients(compute_state& cs, device_communicator& comm, std::size_t bucket,
+                                   std::size_t first, std::size_t last) {
+    if (first >= last) return;
     auto reduce = [&](float* p, std::size_t n) {
       for (std::size_t at = 0; at < n; at += bucket)
         comm.all_reduce(p + at, std::min(bucket, n - at), device_reduce::sum);
     };
-    if (float* block = cs.net->device_gradient_block()) {
-      std::size_t total = 0;
-      for (const auto& g : cs.grads) total += static_cast<std::size_t>(g.value.numel());
-      reduce(block, total);
-    } else if (cs.discrete()) {
+    auto numel = [&](std::size_t i) { return static_cast<std::size_t>(cs.grads[i].value.numel()); };
+    if (cs.discrete()) {
       auto ptrs = cs.net->device_gradients();
-      for (std::size_t i = 0; i < ptrs.size(); ++i)
-        reduce(ptrs[i], static_cast<std::size_t>(cs.grads[i].value.numel()));
-    } else {
-      for (auto& g : cs.grads) reduce(g.value.f32(), static_cast<std::size_t>(g.value.numel()));
+      if (cs.net->device_gradient_block()) {  // [first, last) is one run of the block
+        std::size_t total = 0;
+        for (std::size_t i = first; i < last; ++i) total += numel(i);
+        reduce(ptrs[first], total);
+        return;
+      }
+      for (std::size_t i = first; i < last; ++i) reduce(ptrs[i], numel(i));
+      return;
     }
-    comm.check();
+    for (std::size_t i = first; i < last; ++i) reduce(cs.grads[i].value.f32(), numel(i));
   }
 
   std::size_t bucket_floats() const {

@@ -161,24 +161,51 @@ TEST_CASE("cuda context: identity, streams, refusals") {
                        doctest::Contains(("cuda:" + std::to_string(n)).c_str()), device_error);
 }
 
-TEST_CASE("dense_forward matches the CPU") {
+TEST_CASE("dense_forward matches the CPU, with each fused activation") {
   gpu_fixture f;
   unsigned seed = 1;
+  using troupe::kernels::activation;
   for (const auto& s : dense_shapes)
-    for (bool bias : {true, false}) {
-      INFO(shape_str(s) << (bias ? " with bias" : " without bias"));
-      auto x = random_floats(sz(s.batch, s.in), seed++);
-      auto w = random_floats(sz(s.in, s.out), seed++);
-      auto b = random_floats(static_cast<std::size_t>(s.out), seed++);
-      std::vector<float> y_cpu(sz(s.batch, s.out), 777.0f);
-      f.cpu.dense_forward(x.data(), w.data(), bias ? b.data() : nullptr, y_cpu.data(), s.batch,
-                          s.in, s.out);
-      auto dx = f.upload(x), dw = f.upload(w), db = f.upload(b);
-      auto dy = f.upload(std::vector<float>(y_cpu.size(), std::nanf("")));  // must not be read
-      f.gpu.dense_forward(dx.f32(), dw.f32(), bias ? db.f32() : nullptr, dy.f32(), s.batch, s.in,
-                          s.out);
-      CHECK_CLOSE(f.download(dy, y_cpu.size()), y_cpu, gemm_tol);
-    }
+    for (bool bias : {true, false})
+      for (auto act : {activation::none, activation::relu, activation::tanh}) {
+        INFO(shape_str(s) << (bias ? " with bias" : " without bias") << " activation "
+                          << static_cast<int>(act));
+        auto x = random_floats(sz(s.batch, s.in), seed++);
+        auto w = random_floats(sz(s.in, s.out), seed++);
+        auto b = random_floats(static_cast<std::size_t>(s.out), seed++);
+        std::vector<float> y_cpu(sz(s.batch, s.out), 777.0f);
+        f.cpu.dense_forward(x.data(), w.data(), bias ? b.data() : nullptr, y_cpu.data(), s.batch,
+                            s.in, s.out, act);
+        auto dx = f.upload(x), dw = f.upload(w), db = f.upload(b);
+        auto dy = f.upload(std::vector<float>(y_cpu.size(), std::nanf("")));  // must not be read
+        f.gpu.dense_forward(dx.f32(), dw.f32(), bias ? db.f32() : nullptr, dy.f32(), s.batch, s.in,
+                            s.out, act);
+        CHECK_CLOSE(f.download(dy, y_cpu.size()), y_cpu, gemm_tol);
+      }
+  f.ctx->synchronize();
+}
+
+TEST_CASE("activation_backward_bias matches the CPU") {
+  gpu_fixture f;
+  using troupe::kernels::activation;
+  for (const auto& s : dense_shapes)
+    for (auto act : {activation::none, activation::relu, activation::tanh})
+      for (bool accumulate : {false, true}) {
+        INFO(shape_str(s) << " activation " << static_cast<int>(act) << " accumulate "
+                          << accumulate);
+        auto y = random_floats(sz(s.batch, s.out), 90);
+        auto dy = random_floats(sz(s.batch, s.out), 91);
+        auto db0 = random_floats(static_cast<std::size_t>(s.out), 92);
+        std::vector<float> dx_cpu(dy.size()), db_cpu = db0;
+        f.cpu.activation_backward_bias(act, y.data(), dy.data(), dx_cpu.data(), db_cpu.data(),
+                                       s.batch, s.out, accumulate);
+        auto gy = f.upload(y), gdy = f.upload(dy), gdb = f.upload(db0);
+        auto gdx = f.upload(std::vector<float>(dy.size(), std::nanf("")));
+        f.gpu.activation_backward_bias(act, gy.f32(), gdy.f32(), gdx.f32(), gdb.f32(), s.batch,
+                                       s.out, accumulate);
+        CHECK_CLOSE(f.download(gdx, dx_cpu.size()), dx_cpu, ew_tol);
+        CHECK_CLOSE(f.download(gdb, db_cpu.size()), db_cpu, gemm_tol);
+      }
   f.ctx->synchronize();
 }
 
@@ -534,7 +561,8 @@ TEST_CASE("cuda context: copies to the device and back, staged so the source is 
   auto y = f.ctx->allocate(sz(dim, dim) * sizeof(float));
   f.gpu.fill(x.f32(), 0.001f, sz(dim, dim));
   for (int i = 0; i < 4; ++i)
-    f.gpu.dense_forward(x.f32(), x.f32(), nullptr, y.f32(), dim, dim, dim);
+    f.gpu.dense_forward(x.f32(), x.f32(), nullptr, y.f32(), dim, dim, dim,
+                        troupe::kernels::activation::none);
   std::vector<device_buffer> dst;
   std::vector<float> src(n);
   for (int k = 0; k < 32; ++k) {
@@ -596,7 +624,8 @@ TEST_CASE("cuda context: an upload into a block just given back waits for the co
     // y = a * a, 16 times over (~45 ms of FP32 GEMM on an H100): every
     // element is exactly 4096 if `a` stays all ones while they run.
     for (int i = 0; i < 16; ++i)
-      f.gpu.dense_forward(a.f32(), a.f32(), nullptr, y.f32(), dim, dim, dim);
+      f.gpu.dense_forward(a.f32(), a.f32(), nullptr, y.f32(), dim, dim, dim,
+                          troupe::kernels::activation::none);
   }
   auto b = f.ctx->allocate(n * sizeof(float));
   REQUIRE(b.data() == recycled);  // the premise: the same block, still read by the GEMMs

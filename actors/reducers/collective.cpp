@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu_kernels.hpp"
+
 namespace troupe::reducers {
 
 flat_view::flat_view(std::vector<tensor> ts) : tensors(std::move(ts)) {
@@ -61,48 +63,27 @@ std::string compare_posted(int rank_a, const posted& a, int rank_b, const posted
   return {};
 }
 
-// --- kernels ---
-
-namespace {
-
-inline void add_n(float* __restrict acc, const float* __restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
-}
-inline void min_n(float* __restrict acc, const float* __restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] = x[i] < acc[i] ? x[i] : acc[i];
-}
-inline void max_n(float* __restrict acc, const float* __restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] = x[i] > acc[i] ? x[i] : acc[i];
-}
-inline void add_scale_n(float* __restrict acc, const float* __restrict x, int64_t n, float s) {
-  for (int64_t i = 0; i < n; ++i) acc[i] = (acc[i] + x[i]) * s;
-}
-inline void scale_n(float* __restrict x, int64_t n, float s) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
-}
-
-}  // namespace
+// --- kernels (the dispatched vector loops of kernels/cpu_kernels.hpp) ---
 
 void combine(float* acc, const float* x, int64_t n, reduce_op op) {
   switch (op) {
     case reduce_op::sum:
     case reduce_op::mean:
-      add_n(acc, x, n);
+      kernels::add_inplace(acc, x, static_cast<std::size_t>(n));
       break;
     case reduce_op::min:
-      min_n(acc, x, n);
+      kernels::min_inplace(acc, x, static_cast<std::size_t>(n));
       break;
     case reduce_op::max:
-      max_n(acc, x, n);
+      kernels::max_inplace(acc, x, static_cast<std::size_t>(n));
       break;
   }
 }
 
 void combine_final(float* acc, const float* x, int64_t n, reduce_op op, float scale) {
-  if (op == reduce_op::mean)
-    add_scale_n(acc, x, n, scale);
-  else
-    combine(acc, x, n, op);
+  // (acc + x) * scale: the sum rounded, then the product, as one loop would.
+  combine(acc, x, n, op);
+  if (op == reduce_op::mean) kernels::scale_inplace(acc, scale, static_cast<std::size_t>(n));
 }
 
 void combine_many(float* acc, const float* const* xs, int m, int64_t n, reduce_op op, float scale) {
@@ -110,7 +91,8 @@ void combine_many(float* acc, const float* const* xs, int m, int64_t n, reduce_o
   for (int64_t b = 0; b < n; b += block) {
     int64_t len = std::min(block, n - b);
     for (int k = 0; k < m; ++k) combine(acc + b, xs[k] + b, len, op);
-    if (op == reduce_op::mean) scale_n(acc + b, len, scale);
+    if (op == reduce_op::mean)
+      kernels::scale_inplace(acc + b, scale, static_cast<std::size_t>(len));
   }
 }
 

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# troupe against PyTorch on the CPU: the same MLP (784-256-256-10, He init),
+# Adam 1e-3 with the cosine schedule to 5e-5, Fashion-MNIST normalised the
+# same way, the same global batch and epochs, every setup once per round,
+# rounds alternating (round 1: every setup, round 2: every setup, ...).
+#
+#   bench/compare_pytorch.sh [--rounds N (3)] [--batch B (128)] [--epochs E (12)]
+#                            [--target 0.89] [--troupe PATH (build/release/troupe)]
+#                            [--raw FILE]
+#
+# troupe setups: one_device (examples/fashion_mnist_one_device.json) and
+# mirrored 2 (examples/fashion_mnist_mirrored.json, strategy.replicas = 2),
+# each with data.batch_size = B and training.epochs = E.
+# PyTorch setups (bench/pytorch_cpu_mlp.py): 1 thread; 2 threads; 2 threads +
+# fused Adam; DDP 2 processes (gloo, 1 thread each). PyTorch runs in a private
+# venv, ${TROUPE_BENCH_VENV:-$HOME/.cache/troupe-bench-venv}, created and
+# filled (pip install torch numpy) on first use; if that fails the PyTorch
+# rows are skipped ("compare_pytorch: skipped: <reason>").
+#
+# Prints a markdown table (samples/s of the training steps; training seconds,
+# evaluation excluded, to the end of the first epoch whose test accuracy
+# >= target; final test accuracy) and two ratios; the raw per-run JSON lines
+# go to a file whose path is printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=3 batch=128 epochs=12 target=0.89 troupe=build/release/troupe raw=""
+usage() {
+  echo "usage: bench/compare_pytorch.sh [--rounds N (3)] [--batch B (128)] [--epochs E (12)]" >&2
+  echo "         [--target 0.89] [--troupe PATH (build/release/troupe)] [--raw FILE (runs/compare_pytorch-DATE.jsonl)]" >&2
+  exit 2
+}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=${2:?}; shift 2 ;;
+    --batch) batch=${2:?}; shift 2 ;;
+    --epochs) epochs=${2:?}; shift 2 ;;
+    --target) target=${2:?}; shift 2 ;;
+    --troupe) troupe=${2:?}; shift 2 ;;
+    --raw) raw=${2:?}; shift 2 ;;
+    -h|--help) usage ;;
+    *) echo "compare_pytorch: unknown argument: $1" >&2; usage ;;
+  esac
+done
+for v in "$rounds" "$batch" "$epochs"; do
+  [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "compare_pytorch: --rounds, --batch and --epochs take positive integers (got '$v')" >&2; exit 2; }
+done
+python3 -c "import sys; t = float(sys.argv[1]); sys.exit(0 if 0 < t <= 1 else 1)" "$target" 2>/dev/null ||
+  { echo "compare_pytorch: --target takes a number in (0, 1] (got '$target')" >&2; exit 2; }
+if [ ! -x "$troupe" ]; then
+  echo "compare_pytorch: troupe binary not found or not executable: $troupe (build it: cmake --preset release && cmake --build --preset release, or pass --troupe PATH)" >&2
+  exit 1
+fi
+for f in examples/fashion_mnist_one_device.json examples/fashion_mnist_mirrored.json bench/pytorch_cpu_mlp.py; do
+  [ -f "$f" ] || { echo "compare_pytorch: missing $f" >&2; exit 1; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/troupe-compare-pytorch.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+stamp=$(date +%Y%m%d-%H%M%S)
+if [ -z "$raw" ]; then
+  mkdir -p runs
+  raw="runs/compare_pytorch-$stamp.jsonl"
+fi
+mkdir -p "$(dirname "$raw")"
+: > "$raw"
+
+# --- PyTorch: a private venv, never the system python ----------------------
+venv=${TROUPE_BENCH_VENV:-$HOME/.cache/troupe-bench-venv}
+torch_ok=0 skip_reason=""
+# numpy and torch without the OpenBLAS tuning the environment sets for troupe.
+pyenv() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
+setup_venv() {
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "compare_pytorch: creating the venv $venv" >&2
+    if ! python3 -m venv "$venv" > "$work/venv.log" 2>&1; then
+      skip_reason="python3 -m venv $venv failed: $(tail -n 1 "$work/venv.log")"
+      return 1
+    fi
+  fi
+  if ! pyenv "$venv/bin/python" -c "import torch, numpy" > /dev/null 2>&1; then
+    echo "compare_pytorch: pip install torch numpy into $venv (large download, once)" >&2
+    if ! pyenv "$venv/bin/python" -m pip install torch numpy > "$work/pip.log" 2>&1; then
+      skip_reason="pip install torch numpy into $venv failed: $(grep -m1 -E '^ERROR' "$work/pip.log" || tail -n 1 "$work/pip.log")"
+      return 1
+    fi
+    if ! pyenv "$venv/bin/python" -c "import torch, numpy" > "$work/import.log" 2>&1; then
+      skip_reason="torch does not import after the install: $(tail -n 1 "$work/import.log")"
+      return 1
+    fi
+  fi
+}
+if setup_venv; then
+  torch_ok=1
+else
+  echo "compare_pytorch: skipped: $skip_reason"
+fi
+
+# --- troupe configs ----------------------------------------------------------
+python3 - "$work" "$batch" "$epochs" <<'PY'
+import json, sys
+work, batch, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for name, src, replicas in (("one_device", "examples/fashion_mnist_one_device.json", None),
+                            ("mirrored2", "examples/fashion_mnist_mirrored.json", 2)):
+    j = json.load(open(src))
+    j["data"]["batch_size"] = batch
+    j["training"]["epochs"] = epochs
+    if replicas is not None:
+        # One device (one thread, one core) per replica: two replicas on one
+        # device would share its thread.
+        j["strategy"]["replicas"] = replicas
+        j["devices"] = [f"cpu:{i}" for i in range(replicas)]
+    json.dump(j, open(f"{work}/{name}.json", "w"), indent=1)
+PY
+
+failures=0
+run_troupe() {  # setup-label config-name round
+  local out="$work/run-$2" log="$work/troupe-$2.log"
+  rm -rf "$out"
+  if ! "$troupe" run "$work/$2.json" --output "$out" --overwrite --quiet > "$log" 2>&1; then
+    echo "compare_pytorch: troupe run failed ($1, round $3):" >&2
+    tail -n 5 "$log" >&2
+    failures=$((failures + 1))
+    return 0
+  fi
+  python3 - "$out" "$1" "$batch" "$epochs" "$target" "$3" <<'PY' >> "$raw"
+import json, sys
+out, setup, batch, epochs, target, rnd = sys.argv[1:]
+s = json.load(open(f"{out}/summary.json"))
+accs, stt, eat = [], None, None
+for line in open(f"{out}/metrics.jsonl"):
+    line = line.strip()
+    if not line:
+        continue
+    m = json.loads(line)
+    if m.get("type") != "epoch" or m.get("test_accuracy") is None:
+        continue
+    accs.append(round(m["test_accuracy"], 4))
+    if stt is None and m["test_accuracy"] >= float(target):
+        stt, eat = round(m["elapsed_seconds"], 3), len(accs)
+print(json.dumps({"system": "troupe", "setup": setup, "round": int(rnd), "batch": int(batch),
+                  "epochs": int(epochs), "target": float(target),
+                  "samples_per_second": round(s["samples_per_second"]),
+                  "seconds_to_target": stt, "epoch_at_target": eat,
+                  "final_test_accuracy": round(s["test_accuracy"], 4),
+                  "train_seconds": s.get("train_seconds"), "wall_seconds": s.get("wall_seconds"),
+                  "test_accuracy_by_epoch": accs}))
+PY
+  rm -rf "$out"
+}
+
+run_pytorch() {  # round, then the arguments of pytorch_cpu_mlp.py
+  local rnd=$1; shift
+  local log="$work/pytorch.log" line
+  if ! pyenv "$venv/bin/python" bench/pytorch_cpu_mlp.py --batch "$batch" --epochs "$epochs" \
+       --target "$target" "$@" > "$log" 2>&1; then
+    echo "compare_pytorch: PyTorch run failed ($*, round $rnd):" >&2
+    tail -n 5 "$log" >&2
+    failures=$((failures + 1))
+    return 0
+  fi
+  line=$(grep '^{' "$log" | tail -n 1)
+  python3 -c 'import json, sys; j = json.loads(sys.argv[1]); j["round"] = int(sys.argv[2]); print(json.dumps(j))' \
+    "$line" "$rnd" >> "$raw"
+}
+
+setups=("troupe one_device" "troupe mirrored 2")
+if [ "$torch_ok" = 1 ]; then
+  setups+=("pytorch 1" "pytorch 2" "pytorch 2 fused" "pytorch ddp 2")
+fi
+for ((r = 1; r <= rounds; r++)); do
+  for s in "${setups[@]}"; do
+    echo "compare_pytorch: round $r/$rounds: $s" >&2
+    case "$s" in
+      "troupe one_device") run_troupe one_device one_device "$r" ;;
+      "troupe mirrored 2") run_troupe "mirrored 2" mirrored2 "$r" ;;
+      "pytorch 1") run_pytorch "$r" --threads 1 ;;
+      "pytorch 2") run_pytorch "$r" --threads 2 ;;
+      "pytorch 2 fused") run_pytorch "$r" --threads 2 --fused ;;
+      "pytorch ddp 2") run_pytorch "$r" --ddp 2 ;;
+    esac
+  done
+done
+
+# --- the table -----------------------------------------------------------------
+cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
+python3 - "$raw" "${cpu:-unknown CPU}" "$(nproc)" "$(date '+%Y-%m-%d %H:%M')" "$rounds" "$batch" "$epochs" "$target" "$skip_reason" <<'PY'
+import json, statistics, sys
+raw, cpu, cores, date, rounds, batch, epochs, target, skipped = sys.argv[1:]
+runs = [json.loads(l) for l in open(raw) if l.strip()]
+order = []
+for r in runs:
+    key = (r["system"], r["setup"])
+    if key not in order:
+        order.append(key)
+
+def rng(xs, fmt):
+    if not xs:
+        return "–"
+    return f"{fmt(statistics.median(xs))} ({fmt(min(xs))}–{fmt(max(xs))})"
+
+k = lambda v: f"{v / 1000:.1f}k"
+s2 = lambda v: f"{v:.2f}"
+print(f"### {cpu}, {cores} cores, {date}")
+print()
+print(f"`bench/compare_pytorch.sh --rounds {rounds} --batch {batch} --epochs {epochs} --target {target}`"
+      f" (batch {batch}, {epochs} epochs, {rounds} round{'s' if rounds != '1' else ''}, setups alternated)")
+print()
+print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | final test accuracy (median) |")
+print("| --- | --- | --- | --- |")
+stats = {}
+for system, setup in order:
+    rs = [r for r in runs if (r["system"], r["setup"]) == (system, setup)]
+    sps = [r["samples_per_second"] for r in rs]
+    tt = [r["seconds_to_target"] for r in rs if r["seconds_to_target"] is not None]
+    acc = [r["final_test_accuracy"] for r in rs]
+    t_cell = rng(tt, s2) if tt else "not reached"
+    if tt and len(tt) < len(rs):
+        t_cell += f"; not reached in {len(rs) - len(tt)} of {len(rs)}"
+    stats[(system, setup)] = (statistics.median(sps), statistics.median(tt) if tt else None)
+    print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {statistics.median(acc):.4f} |")
+print()
+if skipped:
+    print(f"PyTorch skipped: {skipped}")
+
+def best(system, pred):
+    c = [(t, setup) for (sy, setup), (_, t) in stats.items() if sy == system and pred(setup) and t is not None]
+    return min(c) if c else None
+
+# Every troupe setup runs on the machine's cores; PyTorch's 1-thread setup is left out.
+tb = best("troupe", lambda s: True)
+pb = best("pytorch", lambda s: not s.startswith("1 thread"))
+if tb and pb:
+    print(f"troupe best 2-core time to target / PyTorch best 2-core time to target = {tb[0] / pb[0]:.2f}"
+          f" (troupe {tb[1]} {tb[0]:.2f} s / PyTorch {pb[1]} {pb[0]:.2f} s)")
+else:
+    print("troupe best 2-core time to target / PyTorch best 2-core time to target = n/a"
+          f" ({'no troupe setup' if not tb else 'no PyTorch 2-core setup'} reached {target})")
+od, m2 = stats.get(("troupe", "one_device")), stats.get(("troupe", "mirrored 2"))
+if od and m2:
+    print(f"mirrored 2 / one_device samples/s = {m2[0] / od[0]:.2f}")
+else:
+    print("mirrored 2 / one_device samples/s = n/a")
+PY
+echo
+echo "raw per-run JSON lines: $raw"
+if [ "$failures" -gt 0 ]; then
+  echo "compare_pytorch: $failures run(s) failed (see above)" >&2
+  exit 1
+fi

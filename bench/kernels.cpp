@@ -1,0 +1,226 @@
+// `troupe bench kernels`: what the CPU kernels reach on this machine, one
+// thread, the sizes of the examples' MLP (784-256-256-10, batch 128 and the
+// 64 of each of two mirrored replicas).
+#include "bench/kernels.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu_kernels.hpp"
+#include "kernels/onednn.hpp"
+#include "kernels/vector_kernels.hpp"
+
+namespace troupe {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Seconds per call of f, over about `seconds` (after one warm-up call).
+double time_per_call(const std::function<void()>& f, double seconds) {
+  f();
+  const auto t0 = clock_type::now();
+  int64_t calls = 0;
+  double elapsed = 0;
+  do {
+    for (int i = 0; i < 4; ++i) f();
+    calls += 4;
+    elapsed = std::chrono::duration<double>(clock_type::now() - t0).count();
+  } while (elapsed < seconds);
+  return elapsed / static_cast<double>(calls);
+}
+
+// The core's clock from /proc/cpuinfo (a VM reports its nominal one), GHz.
+double cpu_ghz() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("cpu MHz", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return std::stod(line.substr(colon + 1)) / 1000.0;
+    }
+  return 0;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  return "unknown CPU";
+}
+
+// FP32 FLOP per cycle of one core: two FMA pipes of the level's width.
+double flops_per_cycle(kernels::cpu_isa isa) {
+  switch (isa) {
+    case kernels::cpu_isa::baseline:
+      return 2 * 2 * 4;
+    case kernels::cpu_isa::avx2:
+      return 2 * 2 * 8;
+    case kernels::cpu_isa::avx512:
+      break;
+  }
+  return 2 * 2 * 16;
+}
+
+struct product_case {
+  const char* name;
+  int64_t m, k, n;
+  int kind;  // 0 forward (bias + relu), 1 weight gradient, 2 input gradient
+};
+
+}  // namespace
+
+int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  double seconds = 0.2;
+  bool json = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--json") {
+      json = true;
+    } else if (args[i] == "--seconds" && i + 1 < args.size()) {
+      try {
+        seconds = std::stod(args[++i]);
+      } catch (const std::exception&) {
+        seconds = -1;
+      }
+      if (!(seconds > 0 && seconds <= 60)) {
+        err << "troupe bench kernels: --seconds: expected a number in (0, 60], got " << args[i]
+            << "\n";
+        return 2;
+      }
+    } else {
+      err << "troupe bench kernels: unknown argument '" << args[i]
+          << "' (usage: troupe bench kernels [--seconds S] [--json])\n";
+      return 2;
+    }
+  }
+  kernels::init_cpu_kernels();
+  const double ghz = cpu_ghz();
+  const double peak = ghz * flops_per_cycle(kernels::active_isa());
+  nlohmann::json report = {{"cpu", cpu_model()},
+                           {"ghz", ghz},
+                           {"kernels", kernels::describe_cpu_kernels(false)},
+                           {"peak_gflops_per_core", peak},
+                           {"products", nlohmann::json::array()},
+                           {"loops", nlohmann::json::array()}};
+  if (!json) {
+    out << "CPU: " << cpu_model() << " (" << ghz << " GHz reported)\n"
+        << "kernels: " << report["kernels"].get<std::string>() << "\n"
+        << "peak (estimated: 2 FMA pipes of the level's width x clock): " << peak
+        << " GFLOP/s per core\n\n";
+    char head[128];
+    std::snprintf(head, sizeof head, "%-44s %10s %10s %8s\n", "dense product (oneDNN, 1 thread)",
+                  "us/call", "GFLOP/s", "of peak");
+    out << head;
+  }
+  const product_case products[] = {
+      {"forward 128x784 . 784x256 +bias relu", 128, 784, 256, 0},
+      {"forward 64x784 . 784x256 +bias relu", 64, 784, 256, 0},
+      {"forward 128x256 . 256x256 +bias relu", 128, 256, 256, 0},
+      {"forward 128x256 . 256x10 +bias", 128, 256, 10, 0},
+      {"weight grad 784x128 . 128x256", 128, 784, 256, 1},
+      {"weight grad 784x64 . 64x256", 64, 784, 256, 1},
+      {"weight grad 256x128 . 128x256", 128, 256, 256, 1},
+      {"input grad 128x256 . 256x256", 128, 256, 256, 2},
+      {"input grad 128x10 . 10x256", 128, 256, 10, 2},
+  };
+  for (const auto& p : products) {
+    std::vector<float> a(static_cast<std::size_t>(p.m * std::max(p.k, p.n)), 0.5f);
+    std::vector<float> w(static_cast<std::size_t>(p.k * p.n), 0.01f);
+    std::vector<float> bias(static_cast<std::size_t>(p.n), 0.1f);
+    std::vector<float> y(static_cast<std::size_t>(std::max(p.m, p.k) * std::max(p.k, p.n)));
+    std::function<void()> f;
+    if (p.kind == 0)
+      f = [&] {
+        kernels::dense_forward(a.data(), w.data(), bias.data(), y.data(), p.m, p.k, p.n,
+                               p.n > 16 ? kernels::activation::relu : kernels::activation::none);
+      };
+    else if (p.kind == 1)
+      f = [&] {
+        kernels::onednn::weight_gradient(a.data(), a.data(), y.data(), p.m, p.k, p.n, false);
+      };
+    else
+      f = [&] { kernels::onednn::input_gradient(a.data(), w.data(), y.data(), p.m, p.k, p.n); };
+    const double t = time_per_call(f, seconds);
+    const double gflops = 2.0 * static_cast<double>(p.m * p.k * p.n) / t / 1e9;
+    report["products"].push_back(
+        {{"name", p.name}, {"us", t * 1e6}, {"gflops", gflops}, {"of_peak", gflops / peak}});
+    if (!json) {
+      char line[160];
+      std::snprintf(line, sizeof line, "%-44s %10.1f %10.1f %7.0f%%\n", p.name, t * 1e6, gflops,
+                    100.0 * gflops / peak);
+      out << line;
+    }
+  }
+
+  // The loops, at every level the CPU has: bytes each call reads and writes.
+  constexpr std::size_t params = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10;
+  std::vector<float> w(params, 0.1f), g(params, 0.01f), m(params, 0.0f), v(params, 0.0f);
+  std::vector<float> act(128 * 256, 0.5f), dact(128 * 256, 0.1f), db(256), logits(128 * 10, 0.3f);
+  std::vector<int32_t> labels(128, 3);
+  struct loop_case {
+    const char* name;
+    double bytes;
+    std::function<void(const kernels::vector_kernels&)> run;
+  };
+  const std::vector<loop_case> loops = {
+      {"adam_step (the MLP's 269k parameters)", 28.0 * params,
+       [&](const kernels::vector_kernels& k) {
+         k.adam_step(w.data(), m.data(), v.data(), g.data(), params, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                     0.1f, 0.001f, 0.0f, false);
+       }},
+      {"sgd_step (269k)", 12.0 * params,
+       [&](const kernels::vector_kernels& k) {
+         k.sgd_step(w.data(), g.data(), params, 1e-3f, 0.0f);
+       }},
+      {"add_inplace (reducer sum, 269k)", 12.0 * params,
+       [&](const kernels::vector_kernels& k) { k.add_inplace(m.data(), g.data(), params); }},
+      {"relu backward + bias grad 128x256", 12.0 * 128 * 256,
+       [&](const kernels::vector_kernels& k) {
+         k.activation_backward_bias(kernels::activation::relu, act.data(), dact.data(), dact.data(),
+                                    db.data(), 128, 256, false);
+       }},
+      {"softmax-CE 128x10", 8.0 * 128 * 10,
+       [&](const kernels::vector_kernels& k) {
+         int64_t hits = 0;
+         (void)k.softmax_cross_entropy(logits.data(), labels.data(), 128, 10, 1.0f / 128,
+                                       logits.data() + 0, &hits);
+       }},
+      {"reduce_sum (269k)", 4.0 * params,
+       [&](const kernels::vector_kernels& k) { (void)k.reduce_sum(g.data(), params); }},
+  };
+  if (!json) {
+    char head[160];
+    std::snprintf(head, sizeof head, "\n%-44s %-9s %10s %10s\n", "troupe's loops (1 thread)",
+                  "level", "us/call", "GB/s");
+    out << head;
+  }
+  for (const auto& l : loops) {
+    for (int level = static_cast<int>(kernels::detected_isa()); level >= 0; --level) {
+      const auto isa = static_cast<kernels::cpu_isa>(level);
+      const auto* table = kernels::vector_kernels_for(isa);
+      if (!table) continue;
+      const double t = time_per_call([&] { l.run(*table); }, seconds / 2);
+      const double gbs = l.bytes / t / 1e9;
+      report["loops"].push_back(
+          {{"name", l.name}, {"isa", kernels::isa_name(isa)}, {"us", t * 1e6}, {"gb_per_s", gbs}});
+      if (!json) {
+        char line[160];
+        std::snprintf(line, sizeof line, "%-44s %-9s %10.2f %10.1f\n", l.name,
+                      kernels::isa_name(isa), t * 1e6, gbs);
+        out << line;
+      }
+    }
+  }
+  if (json) out << report.dump() << "\n";
+  return 0;
+}
+
+}  // namespace troupe

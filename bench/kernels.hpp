@@ -1,0 +1,17 @@
+#pragma once
+// `troupe bench kernels` (bench/kernels.cpp): the CPU kernels' rates.
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+// [--seconds S] [--json]: every dense product of the examples' MLP (oneDNN,
+// at the active level) in GFLOP/s against the core's estimated peak, then
+// troupe's own loops (Adam, the fused activation backward + bias gradient,
+// softmax-CE, the reducers' sums, ...) in GB/s at every instruction-set level
+// this CPU supports. One thread. Returns the process exit status (2 on bad
+// usage).
+int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace troupe
