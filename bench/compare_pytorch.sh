@@ -8,9 +8,13 @@
 #                            [--target 0.89] [--troupe PATH (build/release/troupe)]
 #                            [--raw FILE]
 #
-# troupe setups: one_device (examples/fashion_mnist_one_device.json) and
-# mirrored 2 (examples/fashion_mnist_mirrored.json, strategy.replicas = 2),
-# each with data.batch_size = B and training.epochs = E.
+# troupe setups: one_device (examples/fashion_mnist_one_device.json);
+# mirrored 2 (examples/fashion_mnist_mirrored.json, strategy.replicas = 2 on
+# cpu:0 and cpu:1: the reducer actors' ring); mirrored 2 device collectives
+# (the same with strategy.reducer.algorithm "nccl", which on cpu devices is
+# the in-process shared-memory group inside each replica's step, and
+# data.gather "pipeline"); each with data.batch_size = B and
+# training.epochs = E.
 # PyTorch setups (bench/pytorch_cpu_mlp.py): 1 thread; 2 threads; 2 threads +
 # fused Adam; DDP 2 processes (gloo, 1 thread each). PyTorch runs in a private
 # venv, ${TROUPE_BENCH_VENV:-$HOME/.cache/troupe-bench-venv}, created and
@@ -101,7 +105,8 @@ python3 - "$work" "$batch" "$epochs" <<'PY'
 import json, sys
 work, batch, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 for name, src, replicas in (("one_device", "examples/fashion_mnist_one_device.json", None),
-                            ("mirrored2", "examples/fashion_mnist_mirrored.json", 2)):
+                            ("mirrored2", "examples/fashion_mnist_mirrored.json", 2),
+                            ("mirrored2dc", "examples/fashion_mnist_mirrored.json", 2)):
     j = json.load(open(src))
     j["data"]["batch_size"] = batch
     j["training"]["epochs"] = epochs
@@ -110,6 +115,9 @@ for name, src, replicas in (("one_device", "examples/fashion_mnist_one_device.js
         # device would share its thread.
         j["strategy"]["replicas"] = replicas
         j["devices"] = [f"cpu:{i}" for i in range(replicas)]
+    if name == "mirrored2dc":
+        j["strategy"]["reducer"] = {"algorithm": "nccl"}
+        j["data"]["gather"] = "pipeline"
     json.dump(j, open(f"{work}/{name}.json", "w"), indent=1)
 PY
 
@@ -164,7 +172,7 @@ run_pytorch() {  # round, then the arguments of pytorch_cpu_mlp.py
     "$line" "$rnd" >> "$raw"
 }
 
-setups=("troupe one_device" "troupe mirrored 2")
+setups=("troupe one_device" "troupe mirrored 2" "troupe mirrored 2 device collectives")
 if [ "$torch_ok" = 1 ]; then
   setups+=("pytorch 1" "pytorch 2" "pytorch 2 fused" "pytorch ddp 2")
 fi
@@ -174,6 +182,8 @@ for ((r = 1; r <= rounds; r++)); do
     case "$s" in
       "troupe one_device") run_troupe one_device one_device "$r" ;;
       "troupe mirrored 2") run_troupe "mirrored 2" mirrored2 "$r" ;;
+      "troupe mirrored 2 device collectives")
+        run_troupe "mirrored 2 device collectives" mirrored2dc "$r" ;;
       "pytorch 1") run_pytorch "$r" --threads 1 ;;
       "pytorch 2") run_pytorch "$r" --threads 2 ;;
       "pytorch 2 fused") run_pytorch "$r" --threads 2 --fused ;;
@@ -236,11 +246,11 @@ if tb and pb:
 else:
     print("troupe best 2-core time to target / PyTorch best 2-core time to target = n/a"
           f" ({'no troupe setup' if not tb else 'no PyTorch 2-core setup'} reached {target})")
-od, m2 = stats.get(("troupe", "one_device")), stats.get(("troupe", "mirrored 2"))
-if od and m2:
-    print(f"mirrored 2 / one_device samples/s = {m2[0] / od[0]:.2f}")
-else:
-    print("mirrored 2 / one_device samples/s = n/a")
+od = stats.get(("troupe", "one_device"))
+for name in ("mirrored 2", "mirrored 2 device collectives"):
+    m = stats.get(("troupe", name))
+    if od and m:
+        print(f"{name} / one_device samples/s = {m[0] / od[0]:.2f}")
 PY
 echo
 echo "raw per-run JSON lines: $raw"

@@ -3,7 +3,10 @@
 // Evaluation and checkpoints are excluded from the timings.
 //
 //   bench_mirrored_scaling [replicas=2] [epochs=1] [repeats=3] [batches=128,256,512]
-//                          [shard_optimizer=1]
+//                          [shard_optimizer=1] [algorithm=ring] [gather=auto]
+//
+// algorithm: strategy.reducer.algorithm (ring, tree, reduce_to_one, or nccl:
+// the in-process device collectives on cpu devices); gather: data.gather.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -27,6 +30,8 @@ int main(int argc, char** argv) {
     for (std::string item; std::getline(ss, item, ',');) batches.push_back(std::stoll(item));
   }
   bool shard = argc > 5 ? std::atoi(argv[5]) != 0 : true;
+  const std::string algorithm = argc > 6 ? argv[6] : "ring";
+  const std::string gather = argc > 7 ? argv[7] : "auto";
   spdlog::set_level(spdlog::level::warn);
   for (int64_t batch : batches) {
     std::vector<double> one, mir;
@@ -38,6 +43,8 @@ int main(int argc, char** argv) {
       cm.strategy.replicas = replicas;
       cm.strategy.check_replicas_every = -1;
       cm.strategy.shard_optimizer = shard;
+      cm.strategy.reducer.algorithm = algorithm;
+      cm.data.gather = gather;
       cm.devices.clear();
       for (int64_t i = 0; i < replicas; ++i) cm.devices.push_back("cpu:" + std::to_string(i));
       mir.push_back(run_job(cm)["samples_per_second"].get<double>());
@@ -49,6 +56,8 @@ int main(int argc, char** argv) {
                                        {"global_batch", batch},
                                        {"replicas", replicas},
                                        {"shard_optimizer", shard},
+                                       {"algorithm", algorithm},
+                                       {"gather", gather},
                                        {"one_device_samples_per_second", o},
                                        {"mirrored_samples_per_second", m},
                                        {"speedup", m / o}}

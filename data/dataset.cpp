@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <future>
 
+#include "kernels/cpu_kernels.hpp"
+
 namespace troupe::data {
 
 namespace {
@@ -86,7 +88,7 @@ void convert(const raw_split& s, const std::array<float, 256>& lut, int64_t clas
   float* x = d.images.f32();
   const uint8_t* src = s.images.bytes.data();
   const std::size_t count = static_cast<std::size_t>(s.n * s.features);
-  for (std::size_t i = 0; i < count; ++i) x[i] = lut[src[i]];
+  kernels::decode_bytes(src, lut.data(), x, count);
   d.codes.assign(src, src + count);
   d.decode = lut;
   int32_t* y = d.labels.data<int32_t>();
@@ -260,7 +262,7 @@ void gather_rows(const dataset& d, std::span<const int64_t> idx, int64_t begin, 
       }
       const uint8_t* src = codes + row(r) * uf;
       float* out = xd + static_cast<std::size_t>(r) * uf;
-      for (std::size_t j = 0; j < uf; ++j) out[j] = decode[src[j]];
+      kernels::decode_bytes(src, decode, out, uf);
       yd[r] = labels[row(r)];
     }
     return;

@@ -166,22 +166,28 @@ class host_group final : public device_collective_group,
   // spins (await).
   std::atomic<uint64_t> gen_arrive_{0}, gen_finish_{0};
 
-  // Waits until done() holds, with mtx_ held on entry and on return. Spins a
-  // short while before it sleeps: the ranks are device threads on cores of
-  // their own that reach a collective within microseconds of each other,
-  // while a futex sleep and wake-up costs tens of microseconds (more on a
-  // VM), several times per step when a step's gradients are reduced layer by
-  // layer.
+  // Waits until done() holds, with mtx_ held on entry and on return. The
+  // ranks are device threads on cores of their own that reach a collective
+  // within microseconds of each other, while a futex sleep and wake-up costs
+  // tens of microseconds (more on a VM), several times per step when a
+  // step's gradients are reduced layer by layer. So: spin a few
+  // microseconds; then yield the core for a while (a peer that lost its
+  // core to another thread gets it back sooner); then sleep.
   template <class Done>
   void await(std::unique_lock<std::mutex>& lock, Done done) {
     lock.unlock();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-    while (!done() && std::chrono::steady_clock::now() < until) {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    const auto spin_until = start + std::chrono::microseconds(30);
+    const auto yield_until = start + std::chrono::microseconds(300);
+    for (auto now = start; !done() && now < yield_until; now = clock::now()) {
+      if (now < spin_until) {
 #if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#else
-      std::this_thread::yield();
+        __builtin_ia32_pause();
 #endif
+      } else {
+        std::this_thread::yield();
+      }
     }
     lock.lock();
     cv_.wait(lock, done);

@@ -188,6 +188,9 @@ void max_inplace(float* acc, const float* x, std::size_t n) {
 void fill(float* x, float v, std::size_t n) {
   vk().fill(x, v, n);
 }
+void decode_bytes(const uint8_t* src, const float* table, float* out, std::size_t n) {
+  vk().decode_bytes(src, table, out, n);
+}
 void sum_sources(float* dst, const float* const* src, std::size_t m, std::size_t n, float scale) {
   if (m == 0) throw std::invalid_argument("sum_sources: no sources");
   vk().sum_sources(dst, src, m, n, scale);

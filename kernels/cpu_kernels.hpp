@@ -69,6 +69,8 @@ void max_inplace(float* acc, const float* x, std::size_t n);  // acc = max(acc, 
 void fill(float* x, float v, std::size_t n);
 // dst = (src[0] + ... + src[m-1]) * scale, in source order per element; dst
 // may be one of the sources (the in-process collectives' reduction).
+// out[i] = table[src[i]] for n bytes (table: 256 floats).
+void decode_bytes(const uint8_t* src, const float* table, float* out, std::size_t n);
 void sum_sources(float* dst, const float* const* src, std::size_t m, std::size_t n, float scale);
 
 // Optimizer steps on one variable of n elements, in place. `step` is the

@@ -46,6 +46,8 @@ struct vector_kernels {
   // source order per element; dst may be one of the sources.
   void (*sum_sources)(float* dst, const float* const* src, std::size_t m, std::size_t n,
                       float scale);
+  // out[i] = table[src[i]]: a batch's pixels from the dataset's bytes.
+  void (*decode_bytes)(const uint8_t* src, const float* table, float* out, std::size_t n);
   void (*sgd_step)(float* w, const float* g, std::size_t n, float lr, float wd);
   void (*momentum_step)(float* w, float* v, const float* g, std::size_t n, float lr, float mu,
                         bool nesterov, float wd);

@@ -126,6 +126,12 @@ class mlp final : public model {
     const float* xin = stage_batch(x, y);
     forward(xin, b);
     const std::size_t L = layers();
+    // Gradient buffers for training batches only: evaluation's larger
+    // chunks need none.
+    for (std::size_t l = 0; l < L; ++l) {
+      const auto bytes = static_cast<std::size_t>(b * widths_[l + 1]) * sizeof(float);
+      if (dacts_[l].bytes() < bytes) dacts_[l] = ctx_->allocate(bytes);
+    }
     stats_begin();
     ops_.softmax_cross_entropy(acts_[L - 1].f32(), labels(y), b, widths_[L], grad_scale,
                                dacts_[L - 1].f32(), loss_ptr(), correct_ptr());
@@ -267,10 +273,7 @@ class mlp final : public model {
   void forward(const float* x, int64_t b) {
     for (std::size_t l = 0; l < layers(); ++l) {
       const auto bytes = static_cast<std::size_t>(b * widths_[l + 1]) * sizeof(float);
-      if (acts_[l].bytes() < bytes) {
-        acts_[l] = ctx_->allocate(bytes);
-        dacts_[l] = ctx_->allocate(bytes);
-      }
+      if (acts_[l].bytes() < bytes) acts_[l] = ctx_->allocate(bytes);
       const float* in = l == 0 ? x : acts_[l - 1].f32();
       ops_.dense_forward(in, var(2 * l), var(2 * l + 1), acts_[l].f32(), b, widths_[l],
                          widths_[l + 1], l + 1 < layers() ? act_ : kernels::activation::none);

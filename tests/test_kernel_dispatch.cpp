@@ -135,6 +135,14 @@ TEST_CASE("element-wise loops equal the scalar code bit for bit at every level")
       for (std::size_t i = 0; i < n; ++i) ref[i] = x[i] > y0[i] ? x[i] : y0[i];
       CHECK(bit_equal(mx.get(n), ref));
 
+      // Bytes from an odd offset, decoded through a 256-entry table.
+      std::vector<uint8_t> bytes(n + 1);
+      for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 11);
+      const auto table = random_floats(256, 5);
+      k->decode_bytes(bytes.data() + 1, table.data(), out.p, n);
+      for (std::size_t i = 0; i < n; ++i) ref[i] = table[bytes[i + 1]];
+      CHECK(bit_equal(out.get(n), ref));
+
       unaligned f(x);
       k->fill(f.p, 2.5f, n);
       CHECK(bit_equal(f.get(n), std::vector<float>(n, 2.5f)));

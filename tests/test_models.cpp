@@ -142,3 +142,31 @@ TEST_CASE(
   c.hidden = {1024};
   CHECK(create_model(c, {784, 10}, 1) != nullptr);
 }
+
+TEST_CASE("mlp: reports each layer's gradients as soon as they are final, top layer first") {
+  for (std::string act : {"relu", "tanh"}) {
+    CAPTURE(act);
+    auto m = create_model(cfg(act), {6, 3}, 5);
+    tiny_batch b(7, 6, 9);
+    auto grads = m->make_gradients();
+    // What each range held when reported: it must not change afterwards.
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    std::vector<std::vector<tensor>> seen;
+    m->set_gradients_ready([&](std::size_t first, std::size_t last) {
+      ranges.emplace_back(first, last);
+      std::vector<tensor> copy;
+      for (std::size_t i = first; i < last; ++i) copy.push_back(grads[i].value.clone());
+      seen.push_back(std::move(copy));
+    });
+    m->train_batch(b.x, b.y, 1.0f / 7, grads);
+    const std::vector<std::pair<std::size_t, std::size_t>> want{{4, 6}, {2, 4}, {0, 2}};
+    CHECK(ranges == want);
+    for (std::size_t k = 0; k < ranges.size(); ++k)
+      for (std::size_t i = ranges[k].first; i < ranges[k].second; ++i)
+        CHECK(seen[k][i - ranges[k].first] == grads[i].value);
+    // Cleared: no call without a hook.
+    m->set_gradients_ready({});
+    m->train_batch(b.x, b.y, 1.0f / 7, grads);
+    CHECK(ranges.size() == 3);
+  }
+}
