@@ -24,9 +24,6 @@
 // On a discrete device with a reducer actor, the gradients are staged to the
 // host for the collective and back for the update.
 #include <spdlog/spdlog.h>
-#include <chrono>
-#include <cstdio>
-namespace { struct prof_t { double fb=0, ar=0, up=0; long n=0; ~prof_t(){ if(n) std::fprintf(stderr,"PROF n=%ld fb(excl ar)=%.1f ar=%.1f up=%.1f us\n", n, fb/n*1e6, ar/n*1e6, up/n*1e6);} }; thread_local prof_t prof; double nowd(){return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();} }
 
 #include "actors/reducers/hierarchical.hpp"
 #include "actors/topology.hpp"
@@ -225,21 +222,15 @@ class mirrored_step final : public replica_step {
           // reads them hot from the cache, and on NCCL it is queued right
           // behind them. What the model did not report is reduced after.
           std::size_t unreduced = cs.grads.size();
-          double t0=nowd(), ar=0;
           auto s =
               compute_gradients(cs, b, step, fail, false, [&](std::size_t first, std::size_t last) {
                 if (last != unreduced) return;  // out of order: later
-                double a=nowd();
                 all_reduce_gradients(cs, *cs.collectives, bucket, first, last);
-                ar+=nowd()-a;
                 unreduced = first;
               });
-          double a=nowd();
           all_reduce_gradients(cs, *cs.collectives, bucket, 0, unreduced);
           cs.collectives->check();
-          ar+=nowd()-a; double t1=nowd(); prof.fb += t1-t0-ar; prof.ar+=ar; prof.n++;
           if (!across) cs.apply_update();
-          prof.up += nowd()-t1;
           if (ring) cs.gradients_to_host();
           return s;
         }),
