@@ -173,8 +173,9 @@ reducer_config reducer_config_of(const job_config& c) {
 }
 
 bool gathers_on_device(const std::string& gather, bool lockstep,
-                       const std::vector<std::string>& devices) {
+                       const std::vector<std::string>& devices, bool device_collectives) {
   if (gather != "auto") return gather == "device";
+  if (device_collectives) return false;
   std::set<std::string> threads(devices.begin(), devices.end());
   return lockstep && static_cast<int64_t>(threads.size()) >= usable_cpu_cores();
 }
@@ -200,7 +201,8 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
                              "\"nccl\" needs one device per replica, but replicas " +
                                  std::to_string(spec.indices[a]) + " and " +
                                  std::to_string(spec.indices[b]) + " share " + spec.devices[a]);
-  const bool gather_on_device = gathers_on_device(c.data.gather, strat.lockstep(), spec.devices);
+  const bool gather_on_device = gathers_on_device(c.data.gather, strat.lockstep(), spec.devices,
+                                                  static_cast<bool>(reducers.device_group));
   const auto input = strat.input(c, spec.start_step, plan.steps_per_epoch);
   // The process's devices share their background work (the gathers).
   auto group = std::make_shared<device_group>();

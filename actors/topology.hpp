@@ -74,9 +74,11 @@ reducer_config reducer_config_of(const job_config& c);
 
 // data.gather: whether a process with these devices gathers batches on them
 // (auto: for lockstep strategies, whose devices wait for each other every
-// step, when the device threads take every core).
+// step, when the device threads take every core, unless the step is one
+// device task with its collectives inside (device_collectives): a device
+// that never idles between steps would gather only when starved of batches).
 bool gathers_on_device(const std::string& gather, bool lockstep,
-                       const std::vector<std::string>& devices);
+                       const std::vector<std::string>& devices, bool device_collectives = false);
 
 // Spawns the replicas of `spec` with their devices, input pipelines and the
 // strategy's reducers; each pipeline reads only its replica's slice of every

@@ -69,8 +69,10 @@ struct data_config {
   // whichever is idle: in a synchronous step, the replica that finished
   // first), or "auto": "device" for synchronous strategies (mirrored,
   // central_storage) when a process runs as many device threads as it has
-  // cores (a separate gather would take a core from a computing replica),
-  // else "pipeline".
+  // cores (a separate gather would take a core from a computing replica)
+  // and the replicas reduce through reducer actors (a step with device
+  // collectives keeps its device busy from one step to the next, so a gather
+  // left for its idle moments would wait), else "pipeline".
   std::string gather = "auto";
   int64_t train_limit = 0;  // 0 = all; else use only the first N training examples
   int64_t test_limit = 0;   // 0 = all

@@ -55,6 +55,10 @@ class mirrored_step final : public replica_step {
           static_cast<int>(wiring_.device_group_global ? wiring_.index : wiring_.local_index),
           *cs.dev);
     if (!sharded_) return;
+    if (wiring_.device_group) {
+      *segments_ = device_shard_ranges(cs, *cs.collectives);
+      return;
+    }
     int64_t numel = 0;
     for (auto& g : cs.grads) numel += g.value.numel();
     *segments_ = reduce_scatter_segments(numel, reducer_cfg_, static_cast<int>(wiring_.replicas),
@@ -107,7 +111,10 @@ class mirrored_step final : public replica_step {
       k();
       return;
     }
-    gather_slots(h, 0, std::move(k));
+    if (wiring_.device_group)
+      gather_device_slots(h, std::move(k));
+    else
+      gather_slots(h, 0, std::move(k));
   }
 
  private:
@@ -198,6 +205,22 @@ class mirrored_step final : public replica_step {
     };
   }
 
+  // The device collectives' sharded slots, gathered on the devices.
+  void gather_device_slots(replica_host& h, std::function<void()> k) {
+    h.on_device<int>("snapshot_gather_slots", guarded([](compute_state& cs) {
+                       for (std::size_t kind = 0; kind < cs.opt->slot_names().size(); ++kind) {
+                         auto slots = cs.opt->slot_tensors(kind);
+                         for (std::size_t i = 0; i < slots.size(); ++i)
+                           if (splits(cs, *cs.collectives, i))
+                             cs.collectives->all_gather(slots[i].f32(),
+                                                        chunk_of(cs, *cs.collectives, i));
+                       }
+                       cs.collectives->check();
+                       return 0;
+                     }),
+                     [k = std::move(k)](int&) { k(); });
+  }
+
   // Gradients, their all-reduce on the device (in buckets of the fused
   // gradient block, so a large model's collective starts pipelining inside
   // NCCL as the reducer actors do with theirs), the update: one device task.
@@ -216,21 +239,34 @@ class mirrored_step final : public replica_step {
     h.on_device<step_stats>(
         across ? "forward_backward_allreduce" : "forward_backward_allreduce_update",
         guarded([b = std::move(b), step, fail = h.fail_at_step(), across, bucket = bucket_floats(),
-                 ring = static_cast<bool>(wiring_.ring)](compute_state& cs) {
+                 ring = static_cast<bool>(wiring_.ring), sharded = sharded_,
+                 segments = segments_](compute_state& cs) {
+          auto& comm = *cs.collectives;
           // Each layer's gradients are reduced as soon as backward has made
           // them, while the layers below are still to come: the collective
           // reads them hot from the cache, and on NCCL it is queued right
           // behind them. What the model did not report is reduced after.
+          auto reduce = [&](std::size_t first, std::size_t last) {
+            if (sharded)
+              reduce_scatter_gradients(cs, comm, first, last);
+            else
+              all_reduce_gradients(cs, comm, bucket, first, last);
+          };
           std::size_t unreduced = cs.grads.size();
           auto s =
               compute_gradients(cs, b, step, fail, false, [&](std::size_t first, std::size_t last) {
                 if (last != unreduced) return;  // out of order: later
-                all_reduce_gradients(cs, *cs.collectives, bucket, first, last);
+                reduce(first, last);
                 unreduced = first;
               });
-          all_reduce_gradients(cs, *cs.collectives, bucket, 0, unreduced);
-          cs.collectives->check();
-          if (!across) cs.apply_update();
+          reduce(0, unreduced);
+          comm.check();
+          if (sharded) {
+            cs.opt->apply_ranges(cs.net->variables(), cs.grads, *segments);
+            gather_variables(cs, comm);
+          } else if (!across) {
+            cs.apply_update();
+          }
           if (ring) cs.gradients_to_host();
           return s;
         }),
@@ -315,6 +351,51 @@ class mirrored_step final : public replica_step {
     for (std::size_t i = first; i < last; ++i) reduce(cs.grads[i].value.f32(), numel(i));
   }
 
+  // ZeRO stage 1 on the device collectives (cpu devices, one process): a
+  // variable whose size the replicas divide is reduce-scattered, updated in
+  // this replica's chunk only and all-gathered; any other is all-reduced and
+  // updated whole by every replica. Chunks follow the collectives' layout.
+  static bool splits(compute_state& cs, device_communicator& comm, std::size_t i) {
+    const auto n = cs.grads[i].value.numel();
+    return comm.size() > 1 && n >= comm.size() && n % comm.size() == 0;
+  }
+  static std::size_t chunk_of(compute_state& cs, device_communicator& comm, std::size_t i) {
+    return static_cast<std::size_t>(cs.grads[i].value.numel() / comm.size());
+  }
+  // The elements this replica updates, over the variables concatenated.
+  static std::vector<std::pair<int64_t, int64_t>> device_shard_ranges(compute_state& cs,
+                                                                      device_communicator& comm) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    int64_t at = 0;
+    for (std::size_t i = 0; i < cs.grads.size(); ++i) {
+      const int64_t n = cs.grads[i].value.numel();
+      if (splits(cs, comm, i)) {
+        const auto c = static_cast<int64_t>(chunk_of(cs, comm, i));
+        out.emplace_back(at + comm.rank() * c, at + (comm.rank() + 1) * c);
+      } else if (n > 0) {
+        out.emplace_back(at, at + n);
+      }
+      at += n;
+    }
+    return out;
+  }
+  static void reduce_scatter_gradients(compute_state& cs, device_communicator& comm,
+                                       std::size_t first, std::size_t last) {
+    for (std::size_t i = first; i < last; ++i) {
+      float* g = cs.grads[i].value.f32();
+      if (splits(cs, comm, i))
+        comm.reduce_scatter(g, chunk_of(cs, comm, i), device_reduce::sum);
+      else
+        comm.all_reduce(g, static_cast<std::size_t>(cs.grads[i].value.numel()), device_reduce::sum);
+    }
+  }
+  static void gather_variables(compute_state& cs, device_communicator& comm) {
+    auto& vars = cs.net->variables();
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      if (splits(cs, comm, i)) comm.all_gather(vars[i].value.f32(), chunk_of(cs, comm, i));
+    comm.check();
+  }
+
   std::size_t bucket_floats() const {
     return std::max<std::size_t>(1, static_cast<std::size_t>(reducer_cfg_.bucket_bytes) / 4);
   }
@@ -391,12 +472,11 @@ class mirrored final : public strategy {
   std::unique_ptr<replica_step> make_replica_step(const job_config& c,
                                                   const replica_wiring& w) const override {
     const bool discrete = parse_device(c.devices.front()).discrete();
-    const bool sharded =
-        c.strategy.shard_optimizer && !w.across_processes && !discrete && !w.device_group;
-    if (c.strategy.shard_optimizer && !sharded && w.index == 0 && (discrete || w.device_group))
+    const bool sharded = c.strategy.shard_optimizer && !w.across_processes && !discrete;
+    if (c.strategy.shard_optimizer && !sharded && w.index == 0 && discrete)
       spdlog::info(
           "mirrored on {}: every replica applies the whole update (strategy.shard_optimizer "
-          "shards it on cpu devices with a reducer actor only)",
+          "shards it on cpu devices only)",
           c.devices.front());
     return std::make_unique<mirrored_step>(w, sharded, reducer_config_of(c));
   }

@@ -107,6 +107,9 @@ TEST_CASE("data.gather auto: on the devices when a synchronous job's devices tak
   CHECK(gathers_on_device("auto", true, one_twice) == (cores == 1));  // one thread
   CHECK(gathers_on_device("device", false, one));
   CHECK_FALSE(gathers_on_device("pipeline", true, every_core));
+  // A step with its collectives inside never leaves the device idle.
+  CHECK_FALSE(gathers_on_device("auto", true, every_core, true));
+  CHECK(gathers_on_device("device", true, every_core, true));
 }
 
 TEST_CASE("gradient accumulation: N replicas x batch B x R steps equals one replica at B*R") {
@@ -145,25 +148,33 @@ TEST_CASE("checkpoints move between mirrored and one_device") {
   auto full = job(env, "adam", 0, 32);
   auto ref = variables_of(run_job(full));
 
-  // The mirrored side updates sharded (ZeRO-1): its Adam slots are gathered
-  // for the checkpoint, and a resume that lost half of them would not match.
-  for (bool mirrored_first : {true, false}) {
-    CAPTURE(mirrored_first);
-    auto first = job(env, "adam", mirrored_first ? 3 : 0, 32);
-    auto second = job(env, "adam", mirrored_first ? 0 : 3, 32);
-    second.logging.output_dir = first.logging.output_dir;
-    first.checkpoint.every_steps = 20;
-    job_options die;
-    die.fail_replica = 0;
-    die.fail_at_step = 25;
-    CHECK_THROWS_AS(run_job(first, die), job_error);
-    job_options resume;
-    resume.resume = true;
-    auto s = run_job(second, resume);
-    CHECK(s["strategy"] == (mirrored_first ? "one_device" : "mirrored"));
-    CHECK(s["steps_this_run"] == 48 - 20);
-    CHECK(max_abs_diff(ref, variables_of(s)) < kTolerance);
-  }
+  // The mirrored side updates sharded (ZeRO-1), through the reducer actors
+  // (ring, 3 replicas) or inside its device collectives (nccl, 2 replicas:
+  // on cpu devices, variables the replicas divide): its Adam slots are
+  // gathered for the checkpoint, and a resume that lost part of them would
+  // not match.
+  for (const std::string algorithm : {"ring", "nccl"})
+    for (bool mirrored_first : {true, false}) {
+      CAPTURE(algorithm);
+      CAPTURE(mirrored_first);
+      const int64_t n = algorithm == "nccl" ? 2 : 3;
+      auto first = job(env, "adam", mirrored_first ? n : 0, 32);
+      auto second = job(env, "adam", mirrored_first ? 0 : n, 32);
+      first.strategy.reducer.algorithm = second.strategy.reducer.algorithm = algorithm;
+      first.logging.output_dir += "-" + algorithm;
+      second.logging.output_dir = first.logging.output_dir;
+      first.checkpoint.every_steps = 20;
+      job_options die;
+      die.fail_replica = 0;
+      die.fail_at_step = 25;
+      CHECK_THROWS_AS(run_job(first, die), job_error);
+      job_options resume;
+      resume.resume = true;
+      auto s = run_job(second, resume);
+      CHECK(s["strategy"] == (mirrored_first ? "one_device" : "mirrored"));
+      CHECK(s["steps_this_run"] == 48 - 20);
+      CHECK(max_abs_diff(ref, variables_of(s)) < kTolerance);
+    }
 }
 
 TEST_CASE("a failing mirrored replica ends the job within 1 s, naming it") {
