@@ -21,18 +21,12 @@ Prints ONE JSON line: {"system": "pytorch", "setup", "batch", "epochs",
 seconds, evaluation excluded, to the end of the first epoch whose test
 accuracy >= target; null if never), "epoch_at_target",
 "final_test_accuracy", "torch", ...}."""
-import argparse, gzip, json, math, os, socket, struct, sys, time
+import argparse, json, math, os, socket, sys, time
 
-import numpy as np
 import torch
 
-
-def idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic, = struct.unpack(">I", data[:4])
-    dims = [struct.unpack(">I", data[4 + 4 * i:8 + 4 * i])[0] for i in range(magic & 0xFF)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * len(dims)).reshape(dims)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_mlp import idx  # the IDX reader the GPU reference uses
 
 
 def load_data(root):

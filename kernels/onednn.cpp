@@ -1,6 +1,6 @@
 #include "kernels/onednn.hpp"
 
-#include <omp.h>
+#include <dlfcn.h>
 
 #include <dnnl.hpp>
 #include <map>
@@ -48,6 +48,10 @@ const dnnl::engine& engine() {
     // Fails only when oneDNN already generated kernels (another user of the
     // library in this process); the cap it has then stays.
     (void)dnnl::set_max_cpu_isa(max_isa_for(active_isa()));
+    // Each device thread keeps its own primitives (thread_state): oneDNN's
+    // process-wide cache would only repeat that, behind a lock shared by
+    // every device thread.
+    dnnl::set_primitive_cache_capacity(0);
     return dnnl::engine(dnnl::engine::kind::cpu, 0);
   }();
   return eng;
@@ -108,12 +112,25 @@ struct cached_product {
   }
 };
 
-// Per device thread: its stream, its primitives, and an OpenMP team of one
-// (the ICV is per thread, so this thread's products run on it alone).
+// oneDNN's products run on the OpenMP runtime its library was built with
+// (Debian's: libgomp, loaded with libdnnl). troupe sets that runtime's team
+// size for the calling thread through its C API, found by name in the
+// process rather than linked: a clang build (the fuzz targets) would
+// otherwise link LLVM's libomp beside libdnnl's libgomp. A oneDNN built on
+// another runtime (sequential, TBB) has no such symbol and nothing to set.
+void limit_openmp_team_to_this_thread() {
+  using set_threads_fn = void (*)(int);
+  static const auto set_threads =
+      reinterpret_cast<set_threads_fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  if (set_threads) set_threads(1);  // the ICV is per thread
+}
+
+// Per device thread: its stream, its primitives, and an OpenMP team of one,
+// so this thread's products run on it alone.
 struct thread_state {
   dnnl::stream stream;
   std::map<key, cached_product> products;
-  thread_state() : stream(engine()) { omp_set_num_threads(1); }
+  thread_state() : stream(engine()) { limit_openmp_team_to_this_thread(); }
 };
 
 thread_state& local() {

@@ -3,6 +3,7 @@
 // against each other, oneDNN's products against a double-precision loop, and
 // the choice of level (TROUPE_CPU_ISA; ctest also runs this file and
 // test_kernels with the level forced down: tests/CMakeLists.txt).
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu_kernels.hpp"
@@ -329,4 +331,22 @@ TEST_CASE("oneDNN products on odd shapes and unaligned pointers match double pre
   dense_forward(x.data(), w.data(), nullptr, y.data(), 7, 33, 1);
   CHECK(onednn::cached_primitives() <= before + 1);
   CHECK(y[3] == 33.0f);
+}
+
+TEST_CASE("a thread's products run on that thread alone: oneDNN's OpenMP team is one") {
+  using get_threads_fn = int (*)();
+  const auto get_threads =
+      reinterpret_cast<get_threads_fn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  if (!get_threads) {
+    MESSAGE("this oneDNN runs on no OpenMP runtime: nothing to limit");
+    return;
+  }
+  int seen = -1;
+  std::thread t([&] {
+    std::vector<float> x(64 * 32, 1.0f), w(32 * 16, 0.5f), y(64 * 16);
+    dense_forward(x.data(), w.data(), nullptr, y.data(), 64, 32, 16);
+    seen = get_threads();
+  });
+  t.join();
+  CHECK(seen == 1);
 }
