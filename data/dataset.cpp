@@ -77,8 +77,11 @@ raw_split read_split(const split_paths& paths, int64_t limit, int64_t classes) {
 }
 
 // Converts into d, reusing d's tensors when they already have the right shape
-// (allocated ahead of time on another thread).
-void convert(const raw_split& s, const std::array<float, 256>& lut, int64_t classes, dataset& d) {
+// (allocated ahead of time on another thread). keep_codes: whether d keeps
+// the bytes for gather_batch; the test split is evaluated whole from its
+// floats, so its bytes would only take memory.
+void convert(const raw_split& s, const std::array<float, 256>& lut, int64_t classes, dataset& d,
+             bool keep_codes) {
   d.classes = classes;
   if (d.images.type() != dtype::f32 || d.images.shape() != shape_t{s.n, s.features})
     d.images = tensor({s.n, s.features}, dtype::f32);
@@ -89,8 +92,10 @@ void convert(const raw_split& s, const std::array<float, 256>& lut, int64_t clas
   const uint8_t* src = s.images.bytes.data();
   const std::size_t count = static_cast<std::size_t>(s.n * s.features);
   kernels::decode_bytes(src, lut.data(), x, count);
-  d.codes.assign(src, src + count);
-  d.decode = lut;
+  if (keep_codes) {
+    d.codes.assign(src, src + count);
+    d.decode = lut;
+  }
   int32_t* y = d.labels.data<int32_t>();
   for (int64_t i = 0; i < s.n; ++i) y[i] = s.labels.bytes[static_cast<std::size_t>(i)];
 }
@@ -202,8 +207,8 @@ train_test load_fashion_mnist(const troupe::data_config& cfg) {
   for (std::size_t v = 0; v < 256; ++v)
     lut[v] = static_cast<float>((static_cast<double>(v) / 255.0 - mean) / sd);
   r.train = std::move(side.train);
-  convert(train, lut, classes, r.train);
-  convert(test, lut, classes, r.test);
+  convert(train, lut, classes, r.train, true);
+  convert(test, lut, classes, r.test, false);
   return r;
 }
 
