@@ -18,6 +18,7 @@
 #include "cli/report.hpp"
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
+#include "kernels/cpu_isa.hpp"
 
 namespace {
 
@@ -205,6 +206,12 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     cfg = troupe::load_job_config(file);
   } catch (const troupe::config_error& e) {
     std::cerr << "troupe: " << (e.path().empty() ? "" : file + ": ") << e.what() << "\n";
+    return 2;
+  }
+  try {
+    (void)troupe::kernels::requested_isa();  // a bad TROUPE_CPU_ISA is a usage error
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "troupe: " << e.what() << "\n";
     return 2;
   }
   spdlog::set_level(quiet ? spdlog::level::warn : level_from(cfg.logging.level));
