@@ -35,6 +35,10 @@ cpu_isa detected_isa() {
   return cpu_isa::baseline;
 }
 
+bool cpu_supports(cpu_isa isa) {
+  return static_cast<int>(isa) <= static_cast<int>(detected_isa());
+}
+
 std::optional<cpu_isa> requested_isa() {
   const char* env = std::getenv("TROUPE_CPU_ISA");
   if (!env || !*env) return std::nullopt;
@@ -43,7 +47,7 @@ std::optional<cpu_isa> requested_isa() {
     throw std::invalid_argument(std::string("TROUPE_CPU_ISA: expected \"baseline\", \"avx2\" or "
                                             "\"avx512\", got \"") +
                                 env + "\"");
-  if (static_cast<int>(*isa) > static_cast<int>(detected_isa()))
+  if (!cpu_supports(*isa))
     throw std::invalid_argument(std::string("TROUPE_CPU_ISA: this CPU does not support ") + env +
                                 " (its widest level is " + isa_name(detected_isa()) + ")");
   return isa;

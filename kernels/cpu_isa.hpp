@@ -26,6 +26,8 @@ std::optional<cpu_isa> parse_isa(std::string_view s);
 
 // The widest level this CPU (and its OS: XSAVE state enabled) supports.
 cpu_isa detected_isa();
+// Whether this CPU can run `isa` (every level up to detected_isa()).
+bool cpu_supports(cpu_isa isa);
 
 // The level in use: TROUPE_CPU_ISA when set (an unknown value or a level
 // above detected_isa() throws std::invalid_argument naming it), else

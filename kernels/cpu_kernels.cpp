@@ -3,8 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <limits>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>

@@ -4,7 +4,6 @@
 
 #include <dnnl.hpp>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>

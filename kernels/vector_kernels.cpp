@@ -13,7 +13,7 @@ const vector_kernels& table();
 }
 
 const vector_kernels* vector_kernels_for(cpu_isa isa) {
-  if (static_cast<int>(isa) > static_cast<int>(detected_isa())) return nullptr;
+  if (!cpu_supports(isa)) return nullptr;
   switch (isa) {
     case cpu_isa::baseline:
       return &vk_baseline::table();

@@ -22,8 +22,7 @@ class mlp final : public model {
  public:
   mlp(const model_config& c, const model_shape& s, uint64_t seed,
       std::shared_ptr<device_context> ctx)
-      : tanh_(c.activation == "tanh"),
-        act_(tanh_ ? kernels::activation::tanh : kernels::activation::relu),
+      : act_(c.activation == "tanh" ? kernels::activation::tanh : kernels::activation::relu),
         ctx_(ctx ? std::move(ctx) : make_device_context(device_spec{})),
         ops_(ctx_->ops()),
         resident_(!ctx_->shares_host_memory()) {
@@ -32,7 +31,8 @@ class mlp final : public model {
                                   c.activation + "\"");
     if (s.features <= 0 || s.classes <= 0)
       throw std::invalid_argument("mlp: features and classes must be positive");
-    std::string init = c.init == "auto" ? (tanh_ ? "glorot" : "he") : c.init;
+    std::string init =
+        c.init == "auto" ? (act_ == kernels::activation::tanh ? "glorot" : "he") : c.init;
     widths_.push_back(s.features);
     for (auto h : c.hidden) widths_.push_back(h);
     widths_.push_back(s.classes);
@@ -280,7 +280,6 @@ class mlp final : public model {
     }
   }
 
-  bool tanh_;
   kernels::activation act_;
   std::shared_ptr<device_context> ctx_;
   kernels::backend& ops_;
