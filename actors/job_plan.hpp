@@ -2,7 +2,7 @@
 // What a job is before any actor runs: the options it was started with, the
 // plan resolved from its config (data, step counts, where to resume), and the
 // errors and progress reports it gives. Below the topology builder
-// (actors/topology.hpp), the coordinator and the strategies, so none of them
+// (runtime/topology.hpp), the coordinator and the strategies, so none of them
 // includes another upwards.
 #include <caf/all.hpp>
 #include <functional>

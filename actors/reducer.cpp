@@ -11,6 +11,7 @@
 #include "actors/reducers/ring_allreduce.hpp"
 #include "actors/reducers/tree_allreduce.hpp"
 #include "actors/visible_mailbox.hpp"
+#include "config/job_config.hpp"
 #include "trace/trace.hpp"
 
 namespace troupe {
@@ -627,6 +628,14 @@ std::vector<reducer_actor> spawn_reducer_group(caf::actor_system& sys, int n,
   std::lock_guard<std::mutex> guard{group->wiring_mtx};
   for (auto& h : handles) group->addrs.push_back(h.address());
   return handles;
+}
+
+reducer_config reducer_config_of(const job_config& c) {
+  reducer_config r;
+  r.algorithm = c.strategy.reducer.algorithm;
+  r.bucket_bytes = c.strategy.reducer.bucket_bytes;
+  r.chunk_bytes = c.strategy.reducer.chunk_bytes;
+  return r;
 }
 
 }  // namespace troupe

@@ -21,6 +21,8 @@
 
 namespace troupe {
 
+struct job_config;
+
 // reduce_op and reduce_op_name() live in messages/messages.hpp (the protocol
 // needs them).
 
@@ -47,6 +49,9 @@ const std::vector<std::string>& reducer_algorithms();
 // Spawns n reducers wired to each other (rank i = element i). Throws
 // std::invalid_argument for an unknown algorithm (naming the known ones),
 // n < 1, or non-positive bucket/chunk sizes.
+// The reducer settings of a job's config (strategy.reducer).
+reducer_config reducer_config_of(const job_config& c);
+
 std::vector<reducer_actor> spawn_reducer_group(caf::actor_system& sys, int n,
                                                const reducer_config& cfg);
 

@@ -14,6 +14,9 @@
 
 #include "actors/fan_in.hpp"
 #include "actors/job_plan.hpp"
+#include "actors/reducer.hpp"
+#include "actors/reducers/remote_ring.hpp"
+#include "actors/variable_shard.hpp"
 #include "devices/device_communicator.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/optimizer.hpp"
@@ -173,5 +176,88 @@ class coordinator_host {
 // Asks every replica for its state at once (a snapshot each) and hands all
 // states, by replica index, to k.
 void collect_replica_states(coordinator_host& h, std::function<void(std::vector<model_state>&)> k);
+
+// The replica side of a strategy: one object per replica, owned by the
+// replica actor, called on the actor's thread.
+class replica_step {
+ public:
+  virtual ~replica_step() = default;
+  // On the device thread, once the model, optimizer and gradients exist.
+  virtual void init(compute_state&) {}
+  // Runs training step `step` on batch `b` and delivers `rp` with its
+  // figures. The replica starts no other step while it is busy (set_busy).
+  virtual void run(replica_host& h, int64_t step, batch b, step_promise rp) = 0;
+  // The variables an evaluation reads: calls k with a device task that
+  // installs them (null: the replica's own variables).
+  virtual void eval_variables(replica_host&,
+                              std::function<void(std::function<void(compute_state&)>)> k) {
+    k(nullptr);
+  }
+  // Before a snapshot of the replica's state (e.g. gather sharded slots).
+  virtual void before_snapshot(replica_host&, std::function<void()> k) { k(); }
+};
+
+// The coordinator side: which replica takes which step when.
+class job_driver {
+ public:
+  virtual ~job_driver() = default;
+  // Once, before the first pump (after a restore).
+  virtual void start(coordinator_host&) {}
+  // Issues steps up to the boundary as the protocol allows.
+  virtual void pump(coordinator_host& h) = 0;
+  // Replica i is gone. True: the driver dropped it and the job goes on;
+  // false: the job ends naming it.
+  virtual bool replica_lost(coordinator_host&, std::size_t /*i*/, const std::string& /*cause*/) {
+    return false;
+  }
+  // Replica i is back with a new handle (ignored unless it was lost).
+  virtual void rejoin(coordinator_host&, std::size_t /*i*/, replica_actor /*r*/) {}
+  // The replicas that can still answer.
+  virtual std::vector<replica_actor> live(const coordinator_host& h) const = 0;
+};
+
+// What a replica's step is wired to.
+struct replica_wiring {
+  int64_t index = 0;
+  int64_t replicas = 1;                      // in the whole job
+  int64_t local_index = 0;                   // among this process's replicas
+  reducer_actor reducer;                     // from make_reducers, or null
+  std::vector<variable_shard_actor> shards;  // every shard by index (shard strategies)
+  placement place;
+  bool across_processes = false;  // the reducer spans a ring of processes
+  // strategy.reducer.algorithm "nccl": the collectives run on the devices
+  // (devices/device_communicator.hpp) instead of through a reducer actor.
+  std::shared_ptr<device_collective_group> device_group;
+  // With device collectives across processes: the process's ring node, given
+  // to its first replica only (it takes the process's sum around the ring).
+  ring_node_actor ring;
+  // The device group spans every replica of the job (NCCL across
+  // processes): ranks are global replica indices, no ring is involved.
+  bool device_group_global = false;
+};
+
+// What make_reducers builds on.
+struct reducer_wiring {
+  int local_replicas = 0;  // replicas in this process
+  // Across processes (reduces_across_processes() with replicas in more than
+  // one process): this process's ring node and the ring of tasks; else empty.
+  ring_node_actor ring;
+  std::vector<std::string> ring_tasks;
+  std::string device_group_id;  // the job's NCCL group id (see node_build), or empty
+};
+
+struct reducer_parts {
+  std::vector<reducer_actor> per_replica;                 // one per local replica, or empty
+  std::vector<reducer_actor> underneath;                  // further actors to stop with them
+  std::shared_ptr<device_collective_group> device_group;  // or this, shared by the replicas
+  bool device_group_global = false;                       // see replica_wiring
+};
+
+// Where a replica's input pipeline starts and what it reads.
+struct input_plan {
+  int64_t global_batch = 0;  // examples per micro-batch over all replicas
+  int64_t start_epoch = 0;
+  int64_t start_index = 0;
+};
 
 }  // namespace troupe

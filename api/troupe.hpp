@@ -24,7 +24,6 @@
 #include <utility>
 #include <vector>
 
-#include "actors/job.hpp"         // run_job, job_options, progress_info
 #include "config/job_config.hpp"  // job_config, load_job_config, parse_job_config
 #include "data/dataset.hpp"       // data::dataset, load_fashion_mnist
 #include "envs/env.hpp"           // register_env
@@ -32,6 +31,7 @@
 #include "messages/messages.hpp"  // reduce_op
 #include "messages/tensor.hpp"    // tensor, named_tensor
 #include "models/model.hpp"       // model, register_model, create_model
+#include "runtime/job.hpp"        // run_job, job_options, progress_info
 
 namespace troupe {
 

@@ -12,12 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/input_pipeline.hpp"
-#include "actors/job.hpp"
 #include "bench/bench_common.hpp"
 #include "data/dataset.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
+#include "runtime/job.hpp"
 
 using namespace troupe;
 

@@ -17,7 +17,7 @@
 // default: 200 ms, connection timeout 2 s), --mm-thread=0 runs the ring
 // nodes as plain actors instead of on the middleman's thread
 // (ring_options::on_middleman_thread), --gate=1 connects the ranks through
-// troupe node's gate (actors/gate.hpp) instead of CAF's publish/remote_actor
+// troupe node's gate (runtime/gate.hpp) instead of CAF's publish/remote_actor
 // (the cost of authenticating: the data path after it is the same BASP). Rank 1 stays until rank 0
 // closes its stdin (rank 0's last collective waits for rank 1's last acknowledgement).
 #include <signal.h>
@@ -33,10 +33,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/gate.hpp"
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "config/secret.hpp"
+#include "runtime/gate.hpp"
 
 extern char** environ;
 

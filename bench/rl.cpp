@@ -19,12 +19,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/job.hpp"
 #include "actors/rl_actor.hpp"
 #include "bench/bench_sizes.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/impala.hpp"
+#include "runtime/job.hpp"
 
 using namespace troupe;
 using clock_type = std::chrono::steady_clock;

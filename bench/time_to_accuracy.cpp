@@ -14,8 +14,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "actors/job.hpp"
 #include "bench/bench_common.hpp"
+#include "runtime/job.hpp"
 
 using namespace troupe;
 

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "actors/job.hpp"
 #include "bench/bench_common.hpp"
+#include "runtime/job.hpp"
 #include "trace/trace.hpp"
 
 using namespace troupe;

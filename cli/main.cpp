@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "actors/job.hpp"
-#include "actors/node.hpp"
 #include "bench/allreduce.hpp"
 #include "bench/kernels.hpp"
 #include "checkpoint/checkpoint.hpp"
@@ -19,6 +17,8 @@
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
 #include "kernels/cpu_isa.hpp"
+#include "runtime/job.hpp"
+#include "runtime/node.hpp"
 
 namespace {
 

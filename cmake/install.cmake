@@ -25,7 +25,7 @@ install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${TROUPE_INSTALL_CMAKEDIR})
 
 foreach(dir actors actors/reducers checkpoint config data devices envs kernels messages models
-    report strategies api trace)
+    report strategies runtime api trace)
   file(GLOB headers ${PROJECT_SOURCE_DIR}/${dir}/*.hpp)
   install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/${dir})
 endforeach()

@@ -1,6 +1,6 @@
 #pragma once
 // The protocol between the processes of one job (`troupe node`, one per task
-// of the cluster spec; actors/node.hpp). Each task publishes one node actor
+// of the cluster spec; runtime/node.hpp). Each task publishes one node actor
 // at its address, and it is the only actor a peer can reach before it has
 // proved it knows the cluster's secret.
 #include <cstdint>

@@ -162,7 +162,7 @@ using learner_actor = caf::typed_actor<
     // Internal: a device task finished (actors/device_tasks.hpp).
     caf::reacts_to<computed_atom, uint64_t>>;
 
-// The coordinator of an actor/learner job (actors/rl_coordinator.hpp).
+// The coordinator of an actor/learner job (runtime/rl_coordinator.hpp).
 using rl_coordinator_actor = caf::typed_actor<
     // Runs the job with these learners, actors (by index; more may join) and
     // queue; answered with the summary (JSON text) when it stops.

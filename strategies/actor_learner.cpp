@@ -19,10 +19,10 @@
 
 #include "actors/learner.hpp"
 #include "actors/rl_actor.hpp"
-#include "actors/rl_coordinator.hpp"
-#include "actors/topology.hpp"
 #include "actors/trajectory_queue.hpp"
 #include "envs/env.hpp"
+#include "runtime/rl_coordinator.hpp"
+#include "runtime/topology.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe {

@@ -26,8 +26,8 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/reducers/hierarchical.hpp"
-#include "actors/topology.hpp"
 #include "devices/nccl_id.hpp"
+#include "runtime/topology.hpp"
 #include "strategies/lockstep_driver.hpp"
 #include "strategies/strategy.hpp"
 

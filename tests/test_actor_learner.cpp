@@ -11,7 +11,6 @@
 #include <fstream>
 #include <thread>
 
-#include "actors/job.hpp"
 #include "actors/learner.hpp"
 #include "actors/reducer.hpp"
 #include "actors/rl_actor.hpp"
@@ -23,6 +22,7 @@
 #include "kernels/cpu_kernels.hpp"
 #include "models/impala.hpp"
 #include "models/random.hpp"
+#include "runtime/job.hpp"
 
 using namespace troupe;
 

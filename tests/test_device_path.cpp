@@ -12,7 +12,6 @@
 #include <map>
 #include <thread>
 
-#include "actors/job.hpp"
 #include "config/job_config.hpp"
 #include "devices/caching_allocator.hpp"
 #include "devices/device_context.hpp"
@@ -20,6 +19,7 @@
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
 #include "models/random.hpp"
+#include "runtime/job.hpp"
 #include "strategies/strategy.hpp"
 #include "tests/device_fixtures.hpp"
 #include "tests/strategy_fixtures.hpp"

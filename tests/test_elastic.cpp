@@ -11,11 +11,11 @@
 #include <map>
 
 #include "actors/input_pipeline.hpp"
-#include "actors/job.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "data/dataset.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
+#include "runtime/job.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;

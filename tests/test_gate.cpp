@@ -1,4 +1,4 @@
-// The gate in front of BASP (actors/gate.hpp): who gets in, what an
+// The gate in front of BASP (runtime/gate.hpp): who gets in, what an
 // attacker gets, and that attacks cost the listener bounded memory.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "actors/gate.hpp"
 #include "actors/net_system_config.hpp"
 #include "config/secret.hpp"
+#include "runtime/gate.hpp"
 #include "tests/attack.hpp"
 
 using namespace troupe;

@@ -7,11 +7,11 @@
 
 #include <cstdio>
 
-#include "actors/job.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
 #include "models/random.hpp"
+#include "runtime/job.hpp"
 #include "tests/device_fixtures.hpp"
 #include "tests/strategy_fixtures.hpp"
 

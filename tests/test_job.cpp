@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "actors/checkpointing.hpp"
 #include "actors/failure.hpp"
-#include "actors/job.hpp"
-#include "actors/topology.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "runtime/checkpointing.hpp"
+#include "runtime/job.hpp"
+#include "runtime/topology.hpp"
 #include "tests/fixtures.hpp"
 
 using namespace troupe;

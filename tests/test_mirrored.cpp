@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "actors/job.hpp"
-#include "actors/topology.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "runtime/job.hpp"
+#include "runtime/topology.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;

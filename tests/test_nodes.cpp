@@ -19,11 +19,11 @@
 #include <sstream>
 #include <thread>
 
-#include "actors/gate.hpp"
-#include "actors/job.hpp"
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "messages/node_messages.hpp"
+#include "runtime/gate.hpp"
+#include "runtime/job.hpp"
 #include "tests/attack.hpp"
 #include "tests/strategy_fixtures.hpp"
 
@@ -514,7 +514,7 @@ TEST_CASE("a node with a wrong or missing secret is refused") {
     auto out = none.output();
     CHECK_MESSAGE(out.find("TROUPE_SECRET is not set") != std::string::npos, out);
   }
-  {  // A plain CAF client never reaches BASP (the gate, actors/gate.hpp).
+  {  // A plain CAF client never reaches BASP (the gate, runtime/gate.hpp).
     net_system_config cfg;
     caf::actor_system sys{cfg};
     auto hp = parse_host_port(job.address.at("chief:0"));

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <map>
 
-#include "actors/job.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "runtime/job.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;

@@ -5,8 +5,8 @@
 // `troupe run`, touching no other file.
 #include <doctest/doctest.h>
 
-#include "actors/job.hpp"
-#include "actors/topology.hpp"
+#include "runtime/job.hpp"
+#include "runtime/topology.hpp"
 #include "strategies/lockstep_driver.hpp"
 #include "strategies/strategy.hpp"
 #include "tests/strategy_fixtures.hpp"

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/job.hpp"
 #include "report/trace_summary.hpp"
+#include "runtime/job.hpp"
 #include "tests/strategy_fixtures.hpp"
 #include "trace/trace.hpp"
 

@@ -2,7 +2,7 @@
 // What a peer sends over the network, as fuzz targets (see targets.hpp for
 // the convention: true when accepted, false when refused cleanly, anything
 // else escapes):
-//   - gate_frames: the gate's three frames (actors/gate_wire.cpp), the only
+//   - gate_frames: the gate's three frames (runtime/gate_wire.cpp), the only
 //     bytes a process reads from a peer before it proved the cluster secret;
 //   - message_bytes: every troupe message type, deserialized as CAF does for
 //     an authenticated peer (the first byte picks the type).
@@ -12,11 +12,11 @@
 #include <string>
 #include <string_view>
 
-#include "actors/gate.hpp"
 #include "messages/messages.hpp"
 #include "messages/node_messages.hpp"
 #include "messages/remote_ring_messages.hpp"
 #include "messages/rl_messages.hpp"
+#include "runtime/gate.hpp"
 
 namespace troupe::fuzz {
 

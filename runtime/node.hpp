@@ -1,7 +1,7 @@
 #pragma once
 // `troupe node`: one process of a job whose config has a cluster spec
 // (config/cluster.hpp). Every process reads the same config and builds the
-// actors its task hosts (actors/topology.hpp); the chief runs the
+// actors its task hosts (runtime/topology.hpp); the chief runs the
 // coordinator, which drives remote replicas and shards exactly as local ones.
 //
 // Joining (every connection is opened by one side only: a pair of processes
@@ -26,9 +26,9 @@
 // elastic_average go on without a lost worker task.
 #include <nlohmann/json.hpp>
 
-#include "actors/job.hpp"
 #include "config/cluster.hpp"
 #include "config/job_config.hpp"
+#include "runtime/job.hpp"
 
 namespace troupe {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Running a job in one process: builds the actor topology for the config's
-// strategy (actors/topology.hpp), drives it with the coordinator, and returns
+// strategy (runtime/topology.hpp), drives it with the coordinator, and returns
 // the summary.
 #include <optional>
 

@@ -1,4 +1,4 @@
-#include "actors/topology.hpp"
+#include "runtime/topology.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -8,13 +8,13 @@
 #include <set>
 #include <thread>
 
-#include "actors/checkpointing.hpp"
 #include "actors/input_pipeline.hpp"
 #include "actors/partitioner.hpp"
 #include "actors/replica.hpp"
 #include "actors/variable_shard.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
+#include "runtime/checkpointing.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe {
@@ -143,33 +143,6 @@ void spawn_shards(caf::actor_system& sys, const job_plan& plan, const std::vecto
       return names;
     }());
   }
-}
-
-std::vector<std::pair<std::string, caf::actor>> worker_parts::named() const {
-  std::vector<std::pair<std::string, caf::actor>> out;
-  for (std::size_t i = 0; i < pipelines.size(); ++i)
-    out.emplace_back("input_pipeline " + std::to_string(indices[i]),
-                     caf::actor_cast<caf::actor>(pipelines[i]));
-  for (std::size_t i = 0; i < reducers.size(); ++i)
-    out.emplace_back("reducer " + std::to_string(indices[i]),
-                     caf::actor_cast<caf::actor>(reducers[i]));
-  return out;
-}
-
-void worker_parts::stop() const {
-  for (auto& r : replicas) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
-  for (auto& p : pipelines) caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
-  for (auto& q : reducers) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
-  for (auto& q : underneath) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
-  for (auto& o : others) caf::anon_send_exit(o, caf::exit_reason::user_shutdown);
-}
-
-reducer_config reducer_config_of(const job_config& c) {
-  reducer_config r;
-  r.algorithm = c.strategy.reducer.algorithm;
-  r.bucket_bytes = c.strategy.reducer.bucket_bytes;
-  r.chunk_bytes = c.strategy.reducer.chunk_bytes;
-  return r;
 }
 
 bool gathers_on_device(const std::string& gather, bool lockstep,

@@ -1,10 +1,10 @@
-// The gate's frames (actors/gate.hpp): pure functions over bytes, no sockets
+// The gate's frames (runtime/gate.hpp): pure functions over bytes, no sockets
 // and no CAF, so that the fuzz target can link them alone.
 #include <algorithm>
 #include <cstring>
 
-#include "actors/gate.hpp"
 #include "config/secret.hpp"
+#include "runtime/gate.hpp"
 
 namespace troupe::gate_wire {
 

@@ -124,7 +124,7 @@ caf::expected<Handle> gate_remote_actor(caf::actor_system& sys, const std::strin
   return caf::actor_cast<Handle>(std::move(c.actor));
 }
 
-// The exchange's frames (actors/gate_wire.cpp: no sockets, no CAF), for
+// The exchange's frames (runtime/gate_wire.cpp: no sockets, no CAF), for
 // both sides, the tests and the fuzz target.
 namespace gate_wire {
 inline constexpr std::size_t kMagicBytes = 8;

@@ -1,4 +1,4 @@
-#include "actors/coordinator.hpp"
+#include "runtime/coordinator.hpp"
 #include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "actors/checkpointing.hpp"
+#include "runtime/checkpointing.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe {
@@ -82,15 +82,6 @@ class coordinator_host_impl final : public coordinator_host {
 
 coordinator_state::coordinator_state() = default;
 
-void collect_replica_states(coordinator_host& h, std::function<void(std::vector<model_state>&)> k) {
-  auto& replicas = h.replicas();
-  fan_in<model_state> states(replicas.size(), std::move(k),
-                             h.failed("reading replica state failed"));
-  for (std::size_t i = 0; i < replicas.size(); ++i)
-    h.self()
-        ->request(replicas[i], h.request_timeout(), state_atom::value)
-        .then(states.reply(i), states.error());
-}
 coordinator_state::~coordinator_state() = default;
 
 namespace {

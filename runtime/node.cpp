@@ -1,4 +1,4 @@
-#include "actors/node.hpp"
+#include "runtime/node.hpp"
 #include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
@@ -21,15 +21,15 @@
 #include <set>
 #include <thread>
 
-#include "actors/coordinator.hpp"
-#include "actors/gate.hpp"
-#include "actors/job.hpp"
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
-#include "actors/topology.hpp"
 #include "config/secret.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "messages/node_messages.hpp"
+#include "runtime/coordinator.hpp"
+#include "runtime/gate.hpp"
+#include "runtime/job.hpp"
+#include "runtime/topology.hpp"
 #include "strategies/strategy.hpp"
 #include "trace/trace.hpp"
 
@@ -725,7 +725,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
                   {}};
   const auto address = task_address(spec, task);
   const auto hp = parse_host_port(address);
-  // Peers reach the node actor only through the gate (actors/gate.hpp).
+  // Peers reach the node actor only through the gate (runtime/gate.hpp).
   std::unique_ptr<gate> door;
   try {
     door = open_gate(sys, node, hp.host, hp.port, np.gate_opts());

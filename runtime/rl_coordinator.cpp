@@ -1,4 +1,4 @@
-#include "actors/rl_coordinator.hpp"
+#include "runtime/rl_coordinator.hpp"
 #include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <numeric>
 
-#include "actors/checkpointing.hpp"
 #include "actors/fan_in.hpp"
 #include "envs/env.hpp"
+#include "runtime/checkpointing.hpp"
 
 namespace troupe {
 

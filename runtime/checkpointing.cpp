@@ -1,4 +1,4 @@
-#include "actors/checkpointing.hpp"
+#include "runtime/checkpointing.hpp"
 
 #include <spdlog/spdlog.h>
 

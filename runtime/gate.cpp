@@ -1,4 +1,4 @@
-#include "actors/gate.hpp"
+#include "runtime/gate.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "actors/job.hpp"
+#include "runtime/job.hpp"
 
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -7,10 +7,10 @@
 #include <fstream>
 #include <optional>
 
-#include "actors/coordinator.hpp"
 #include "actors/system_config.hpp"
-#include "actors/topology.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "runtime/coordinator.hpp"
+#include "runtime/topology.hpp"
 #include "strategies/strategy.hpp"
 #include "trace/trace.hpp"
 

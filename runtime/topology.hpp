@@ -1,7 +1,7 @@
 #pragma once
 // The one topology builder: the actors a process hosts for a job, shared by
-// `troupe run` (every actor in one process, actors/job.hpp) and `troupe node`
-// (the actors of one task, actors/node.hpp). What the actors are wired to is
+// `troupe run` (every actor in one process, runtime/job.hpp) and `troupe node`
+// (the actors of one task, runtime/node.hpp). What the actors are wired to is
 // the strategy's (strategies/strategy.hpp); where they live is the caller's.
 #include <map>
 #include <memory>
@@ -13,6 +13,7 @@
 #include "actors/job_plan.hpp"
 #include "actors/reducer.hpp"
 #include "actors/reducers/remote_ring.hpp"
+#include "actors/worker_parts.hpp"
 #include "devices/device.hpp"
 #include "messages/protocols.hpp"
 
@@ -35,42 +36,6 @@ shard_set plan_shards(const job_plan& plan);
 // order of `indices`).
 void spawn_shards(caf::actor_system& sys, const job_plan& plan, const std::vector<int64_t>& indices,
                   shard_set& set);
-
-// What a process's replicas are: their indices and devices, the shards and
-// placement (shard strategies), the resume position, and, across processes,
-// the ring the strategy's reducers may use.
-struct worker_spec {
-  std::vector<int64_t> indices;              // global replica indices
-  std::vector<std::string> devices;          // devices[k] runs indices[k]
-  std::vector<variable_shard_actor> shards;  // every shard, by index (shard strategies)
-  placement place;
-  int64_t start_step = 0;
-  caf::duration request_timeout = caf::infinite;  // see replica_config
-  ring_node_actor ring;                           // this process's ring node, or null
-  std::vector<std::string> ring_tasks;            // the ring of processes, or empty
-  std::string device_group_id;                    // see node_build
-};
-
-// The actors of a process's replicas: devices, input pipelines, replicas,
-// and the reducers their strategy gave them.
-struct worker_parts {
-  std::map<std::string, std::shared_ptr<cpu_device>> devices;
-  std::vector<int64_t> indices;  // global replica indices, in the order below
-  std::vector<input_pipeline_actor> pipelines;
-  std::vector<replica_actor> replicas;
-  std::vector<reducer_actor> reducers;    // one per replica, or empty
-  std::vector<reducer_actor> underneath;  // reducers the above use (stopped with them)
-  // A strategy with a job of its own (strategy::own_job): its actors placed
-  // like replicas (actor_learner: rl_actors), by index as `indices`.
-  std::vector<caf::actor> others;
-  // Every actor by name, for the coordinator to monitor.
-  std::vector<std::pair<std::string, caf::actor>> named() const;
-  // Sends every actor an exit (user_shutdown).
-  void stop() const;
-};
-
-// The reducer settings of the job's config.
-reducer_config reducer_config_of(const job_config& c);
 
 // data.gather: whether a process with these devices gathers batches on them
 // (auto: for lockstep strategies, whose devices wait for each other every
