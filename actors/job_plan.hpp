@@ -29,21 +29,17 @@ class job_error : public std::runtime_error {
 };
 
 struct progress_info {
-  int64_t step = 0;  // steps done
-  int64_t total_steps = 0;
-  int64_t epoch = 0;  // 0-based epoch of the last step
-  int64_t epochs = 0;
-  double loss = 0;  // mean over the steps since the last report
+  std::string unit = "step";  // what `step` counts ("step"; actor_learner: "update")
+  int64_t step = 0;           // updates done
+  int64_t total_steps = 0;    // 0: the job stops on other grounds (the strategy's)
+  double loss = 0;            // mean over the updates since the last report
   double samples_per_second = 0;
   double elapsed_seconds = 0;
-  // Actor/learner jobs (rl): environment steps, episodes and the mean
-  // return of the last 100 episodes.
-  bool rl = false;
-  int64_t env_steps = 0;
-  int64_t max_env_steps = 0;  // 0: no limit
-  int64_t episodes = 0;
-  double mean_return = 0;
-  double env_steps_per_second = 0;
+  // The strategy's own progress measure as a progress line shows it
+  // ("epoch 2/12"; "env steps 120000 (40%)  episodes 310  mean return (100)
+  // 187.2"), and the same figures as numbers ("epoch", "env_steps", ...).
+  std::string measure;
+  nlohmann::json figures = nlohmann::json::object();
 };
 
 struct job_options {

@@ -47,7 +47,7 @@ struct learner_config {
   int64_t weights_every = 1;
   trajectory_queue_actor queue;
   reducer_actor reducer;  // null with one learner
-  rl_coordinator_actor coordinator;
+  rl_reports_actor coordinator;
   caf::duration request_timeout = caf::infinite;
   int64_t max_updates = 0;      // stop after this update (0: when told, halt_atom)
   int64_t fail_at_update = -1;  // test hook: the learner fails at this update

@@ -33,7 +33,7 @@ struct rl_actor_config {
   model_config model;
   uint64_t seed = 0;
   trajectory_queue_actor queue;
-  rl_coordinator_actor coordinator;
+  rl_reports_actor coordinator;
   // The enqueue's answer may take long (back-pressure); this bounds a lost
   // queue in another process.
   caf::duration request_timeout = caf::infinite;

@@ -20,6 +20,7 @@
 #include "devices/device_communicator.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/optimizer.hpp"
+#include "messages/coordinator_messages.hpp"
 #include "messages/protocols.hpp"
 #include "models/model.hpp"
 
@@ -156,6 +157,8 @@ class coordinator_host {
   virtual std::vector<replica_actor> live_replicas() const = 0;
   // Figures the strategy adds to the job's summary (e.g. staleness).
   virtual nlohmann::json& summary_extras() = 0;
+  // Seconds since the job started (after a restore).
+  virtual double elapsed_seconds() const = 0;
 
   caf::duration request_timeout() const { return plan().request_timeout; }
   // Error handler for a request to a monitored actor: when the actor died,
@@ -197,7 +200,12 @@ class replica_step {
   virtual void before_snapshot(replica_host&, std::function<void()> k) { k(); }
 };
 
-// The coordinator side: which replica takes which step when.
+// The coordinator side of a strategy (design note "The one coordinator"):
+// what work is issued when, the strategy's progress measure and its stop.
+// The coordinator owns the rest: metrics lines, checkpoints, failure, the
+// summary. A driver with replicas issues steps (pump) and the coordinator
+// counts them; a driver of a job of its own (actor_learner) hears its
+// actors' reports and books each update with coordinator_host::step_done.
 class job_driver {
  public:
   virtual ~job_driver() = default;
@@ -210,10 +218,51 @@ class job_driver {
   virtual bool replica_lost(coordinator_host&, std::size_t /*i*/, const std::string& /*cause*/) {
     return false;
   }
-  // Replica i is back with a new handle (ignored unless it was lost).
-  virtual void rejoin(coordinator_host&, std::size_t /*i*/, replica_actor /*r*/) {}
+  // Another watched actor is gone (a strategy's own worker). True: the
+  // driver dropped it and the job goes on; false: the job ends naming it.
+  virtual bool actor_lost(coordinator_host&, const caf::actor_addr&, const std::string& /*cause*/) {
+    return false;
+  }
+  // Worker i is back with a new handle (a replica_actor, or the strategy's
+  // own worker); ignored unless it was lost.
+  virtual void rejoin(coordinator_host&, std::size_t /*i*/, caf::actor /*a*/) {}
   // The replicas that can still answer.
   virtual std::vector<replica_actor> live(const coordinator_host& h) const = 0;
+
+  // --- the progress measure and the stop ---
+  // What one update is called in progress lines ("step"; actor_learner: "update").
+  virtual std::string unit() const { return "step"; }
+  // The "type" of the metrics line written every logging.every_steps updates.
+  virtual std::string progress_line_type() const { return "step"; }
+  // Adds the strategy's figures to that line and to the progress report
+  // (e.g. environment steps and the mean return).
+  virtual void progress(coordinator_host&, nlohmann::json& /*line*/, progress_info& /*pi*/) {}
+  // Non-empty: the job stops now, for this reason (asked after every update
+  // and every report). The default stop is training's end (total_steps).
+  virtual std::string stop_reason(const coordinator_host&) const { return {}; }
+  // Before the job's last boundary: stops the strategy's own actors (every
+  // learner after the same update) and calls k with the updates done then
+  // (-1: as counted).
+  virtual void halt(coordinator_host&, std::function<void(int64_t)> k) { k(-1); }
+  // The summary's strategy figures; and what a checkpoint's meta carries
+  // besides the variables, to resume the progress measure.
+  virtual void summarize(nlohmann::json& /*summary*/) const {}
+  virtual nlohmann::json checkpoint_extra() const { return nullptr; }
+  // A driver whose own actors hold the job's state (not replicas) saves and
+  // restores it itself: true when it took the call (and calls k when done).
+  virtual bool snapshot(coordinator_host&, std::function<void(model_state&)>& /*k*/) {
+    return false;
+  }
+  virtual bool restore(coordinator_host&, std::function<void()>& /*k*/) { return false; }
+  // The update a checkpoint of `ms` is filed under (default: `completed`).
+  virtual int64_t checkpoint_step(const model_state& /*ms*/, int64_t completed) const {
+    return completed;
+  }
+
+  // --- reports of a strategy's own actors (messages/rl_messages.hpp) ---
+  virtual void on_episodes(coordinator_host&, episode_report&) {}
+  virtual void on_learned(coordinator_host&, learner_report&) {}
+  virtual void on_weights(coordinator_host&, policy_weights&) {}
 };
 
 // What a replica's step is wired to.

@@ -94,36 +94,29 @@ struct progress_printer {
   bool tty = isatty(fileno(stderr)) != 0;
   bool quiet = false;
   bool dirty = false;
+  // "step 120/1000 (12.0%)  epoch 1/2  loss ...", or, for a job that stops
+  // on its own grounds, "update 120  env steps ...  loss ..."; the middle is
+  // the strategy's progress measure.
   void step(const troupe::progress_info& p) {
     if (quiet) return;
-    if (p.rl) return rl_step(p);
-    double pct = p.total_steps
-                     ? 100.0 * static_cast<double>(p.step) / static_cast<double>(p.total_steps)
-                     : 0;
-    double eta = p.step ? p.elapsed_seconds / static_cast<double>(p.step) *
-                              static_cast<double>(p.total_steps - p.step)
-                        : 0;
+    std::string line = p.unit + " " + std::to_string(p.step);
     char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "step %lld/%lld (%5.1f%%)  epoch %lld/%lld  loss %.4f  %.0f samples/s  "
-                  "elapsed %.1fs  eta %.1fs",
-                  static_cast<long long>(p.step), static_cast<long long>(p.total_steps), pct,
-                  static_cast<long long>(p.epoch + 1), static_cast<long long>(p.epochs), p.loss,
-                  p.samples_per_second, p.elapsed_seconds, eta);
-    print(buf);
-  }
-  void rl_step(const troupe::progress_info& p) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "update %lld  env steps %lld%s  episodes %lld  mean return (100) %.1f  "
-                  "%.0f env steps/s  loss %.4f  elapsed %.1fs",
-                  static_cast<long long>(p.step), static_cast<long long>(p.env_steps),
-                  p.max_env_steps > 0
-                      ? (" (" + std::to_string(100 * p.env_steps / p.max_env_steps) + "%)").c_str()
-                      : "",
-                  static_cast<long long>(p.episodes), p.mean_return, p.env_steps_per_second, p.loss,
-                  p.elapsed_seconds);
-    print(buf);
+    if (p.total_steps > 0) {
+      double pct = 100.0 * static_cast<double>(p.step) / static_cast<double>(p.total_steps);
+      std::snprintf(buf, sizeof buf, "/%lld (%5.1f%%)", static_cast<long long>(p.total_steps), pct);
+      line += buf;
+    }
+    if (!p.measure.empty()) line += "  " + p.measure;
+    std::snprintf(buf, sizeof buf, "  loss %.4f  %.0f samples/s  elapsed %.1fs", p.loss,
+                  p.samples_per_second, p.elapsed_seconds);
+    line += buf;
+    if (p.total_steps > 0 && p.step > 0) {
+      double eta = p.elapsed_seconds / static_cast<double>(p.step) *
+                   static_cast<double>(p.total_steps - p.step);
+      std::snprintf(buf, sizeof buf, "  eta %.1fs", eta);
+      line += buf;
+    }
+    print(line.c_str());
   }
   void print(const char* buf) {
     if (tty) {

@@ -94,7 +94,6 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<model_state>("troupe::model_state");
   cfg.add_message_type<input_pipeline_actor>("troupe::input_pipeline_actor");
   cfg.add_message_type<replica_actor>("troupe::replica_actor");
-  cfg.add_message_type<coordinator_actor>("troupe::coordinator_actor");
   // reduce_op is not registered on its own: CAF would register
   // std::vector<reduce_op> with it, whose loader trips -Wmaybe-uninitialized
   // in CAF's headers; reducers only talk inside one process.

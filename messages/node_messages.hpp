@@ -49,7 +49,7 @@ struct node_build {
   // A strategy with a job of its own: the chief's actors that the task's
   // actors are wired to (actor_learner: the trajectory queue, the
   // coordinator).
-  std::vector<caf::actor> hub;
+  caf::message hub;
   // mirrored with the "nccl" all-reduce across processes, not hierarchical:
   // the ncclUniqueId (128 raw bytes) of the job's one NCCL group, made by the
   // chief; empty = none. A string, not a byte vector: CAF checks a string's
@@ -97,8 +97,7 @@ using node_actor = caf::typed_actor<
     // Replies with the number of tasks told.
     caf::replies_to<stop_atom, std::string>::with<int32_t>,
     // On the chief, from its main thread: the job runs with this coordinator
-    // (the replicas' coordinator_actor, or a strategy's own: actor_learner's
-    // rl_coordinator_actor); a worker task that joins from now on (a
+    // (a coordinator_actor); a worker task that joins from now on (a
     // restarted process) gets `order` and its replicas or actors rejoin
     // (parameter_server, elastic_average, actor_learner).
     caf::reacts_to<running_atom, caf::actor, node_build>>;

@@ -29,12 +29,6 @@ using replica_actor = caf::typed_actor<
     // Internal: the device finished task `ticket`.
     caf::reacts_to<computed_atom, uint64_t>>;
 
-// coordinator: runs the whole job; replies with the summary (JSON text).
-using coordinator_actor = caf::typed_actor<caf::replies_to<run_atom>::with<std::string>,
-                                           // parameter_server, elastic_average: worker i is back
-                                           // with a new replica (ignored unless it was lost).
-                                           caf::reacts_to<rejoin_atom, int64_t, replica_actor>>;
-
 // reducer: one per replica; all-reduce and broadcast across the group that
 // actors/reducer.hpp's spawn_reducer_group() wires (all in one process).
 using reducer_actor = caf::typed_actor<

@@ -1,5 +1,7 @@
 #include "messages/rl_messages.hpp"
 
+#include "messages/coordinator_messages.hpp"
+
 #include <cmath>
 #include <string>
 
@@ -65,9 +67,8 @@ void register_rl_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<learner_report>("troupe::learner_report");
   cfg.add_message_type<rl_actor_actor>("troupe::rl_actor_actor");
   cfg.add_message_type<learner_actor>("troupe::learner_actor");
-  cfg.add_message_type<rl_coordinator_actor>("troupe::rl_coordinator_actor");
-  cfg.add_message_type<std::vector<learner_actor>>("std::vector<troupe::learner_actor>");
-  cfg.add_message_type<std::vector<rl_actor_actor>>("std::vector<troupe::rl_actor_actor>");
+  cfg.add_message_type<rl_reports_actor>("troupe::rl_reports_actor");
+  cfg.add_message_type<coordinator_actor>("troupe::coordinator_actor");
 }
 
 }  // namespace troupe

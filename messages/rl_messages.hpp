@@ -162,22 +162,16 @@ using learner_actor = caf::typed_actor<
     // Internal: a device task finished (actors/device_tasks.hpp).
     caf::reacts_to<computed_atom, uint64_t>>;
 
-// The coordinator of an actor/learner job (runtime/rl_coordinator.hpp).
-using rl_coordinator_actor = caf::typed_actor<
-    // Runs the job with these learners, actors (by index; more may join) and
-    // queue; answered with the summary (JSON text) when it stops.
-    caf::replies_to<run_atom, std::vector<learner_actor>, std::vector<rl_actor_actor>,
-                    trajectory_queue_actor>::with<std::string>,
+// What actor/learner's roles report to the job's coordinator (its driver,
+// strategies/actor_learner.cpp, books them): the coordinator's protocol
+// (messages/coordinator_messages.hpp) includes these.
+using rl_reports_actor = caf::typed_actor<
     // An actor's unroll is done: its episodes.
     caf::reacts_to<episodes_atom, episode_report>,
     // A learner's update is done.
     caf::reacts_to<learned_atom, learner_report>,
     // Learner 0 publishes weights: forwarded to every live actor.
-    caf::reacts_to<weights_atom, policy_weights>,
-    // An rl_actor (a restarted task's) joins or rejoins the job under its
-    // index: it gets the current weights and starts. The handle is untyped
-    // because troupe node forwards it without knowing the strategy.
-    caf::reacts_to<rejoin_atom, int64_t, caf::actor>>;
+    caf::reacts_to<weights_atom, policy_weights>>;
 
 // Registers the types above with CAF (register_messages calls it).
 void register_rl_messages(caf::actor_system_config& cfg);

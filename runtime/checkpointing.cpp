@@ -49,10 +49,11 @@ std::string save_job_checkpoint(const job_plan& p, int64_t step, model_state& ms
   return path;
 }
 
-std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, model_state& ms) {
+std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, model_state& ms,
+                                            nlohmann::json extra) {
   std::string path;
   try {
-    path = save_job_checkpoint(h.plan(), step, ms);
+    path = save_job_checkpoint(h.plan(), step, ms, std::move(extra));
   } catch (const std::exception& e) {
     h.fail(std::string("writing checkpoint failed: ") + e.what());
     return std::nullopt;

@@ -20,7 +20,8 @@ std::string save_job_checkpoint(const job_plan& p, int64_t step, model_state& ms
 // Writes the checkpoint of update `step` (keeping checkpoint.keep of them)
 // and its metrics line; returns its path. On failure the job fails through
 // the host, naming the cause, and nothing is returned.
-std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, model_state& ms);
+std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, model_state& ms,
+                                            nlohmann::json extra = nullptr);
 
 // The owner's checkpoint directory before the first step: a fresh run
 // refuses earlier checkpoints (or removes them with --overwrite); --resume

@@ -1,19 +1,21 @@
 #include "runtime/coordinator.hpp"
-#include "actors/failure.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
+#include "actors/failure.hpp"
+#include "actors/worker_parts.hpp"
 #include "runtime/checkpointing.hpp"
-#include "strategies/strategy.hpp"
 
 namespace troupe {
 namespace {
 
 using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
 using clock_type = std::chrono::steady_clock;
+using phase = coordinator_state::phase;
 
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
@@ -27,17 +29,23 @@ void write_metrics(self_ptr self, const nlohmann::json& j) {
 
 void fail(self_ptr self, const std::string& why) {
   auto& st = self->state;
-  if (st.finished) return;
-  st.finished = true;
+  if (st.finished()) return;
+  st.now = phase::finished;
   spdlog::error("job failed: {}", why);
-  st.done.deliver(caf::make_error(caf::sec::runtime_error, why));
+  if (st.done.pending()) st.done.deliver(caf::make_error(caf::sec::runtime_error, why));
   self->quit(caf::make_error(caf::sec::runtime_error, why));
+}
+
+// The update after which the job has no more to train (0 total steps: the
+// strategy's stop criterion ends it).
+int64_t end_step(const job_plan& p) {
+  return p.total_steps > 0 ? p.total_steps : std::numeric_limits<int64_t>::max();
 }
 
 // The next update at which the job stops issuing and does boundary work:
 // the end of an epoch (strategies with epochs), a checkpoint, a replica check.
 int64_t next_boundary(const job_plan& p, int64_t completed) {
-  int64_t b = p.total_steps;
+  int64_t b = end_step(p);
   for (int64_t e :
        {p.steps_per_epoch, p.config.checkpoint.every_steps, p.config.strategy.check_replicas_every})
     if (e > 0) b = std::min(b, (completed / e + 1) * e);
@@ -52,6 +60,7 @@ void pump(self_ptr self);
 void at_boundary(self_ptr self);
 void step_done(self_ptr self, const step_stats& sum);
 void steps_given_up(self_ptr self);
+void check_stop(self_ptr self);
 
 }  // namespace
 
@@ -60,13 +69,15 @@ class coordinator_host_impl final : public coordinator_host {
   explicit coordinator_host_impl(self_ptr self) : self_(self) {}
   coordinator_actor::pointer self() override { return self_; }
   const job_plan& plan() const override { return *self_->state.plan; }
-  std::vector<replica_actor>& replicas() override { return self_->state.replicas; }
-  const std::vector<replica_actor>& replicas() const override { return self_->state.replicas; }
-  const shard_set& shards() const override { return self_->state.shards; }
+  std::vector<replica_actor>& replicas() override { return self_->state.parts->replicas; }
+  const std::vector<replica_actor>& replicas() const override {
+    return self_->state.parts->replicas;
+  }
+  const shard_set& shards() const override { return self_->state.parts->shards; }
   int64_t& issued() override { return self_->state.issued; }
   int64_t completed() const override { return self_->state.completed; }
   int64_t boundary() const override { return self_->state.boundary; }
-  bool finished() const override { return self_->state.finished; }
+  bool finished() const override { return self_->state.finished(); }
   void step_done(const step_stats& s) override { troupe::step_done(self_, s); }
   void steps_given_up() override { troupe::steps_given_up(self_); }
   void write_metrics(const nlohmann::json& line) override { troupe::write_metrics(self_, line); }
@@ -74,14 +85,14 @@ class coordinator_host_impl final : public coordinator_host {
   std::vector<replica_actor> live_replicas() const override {
     return self_->state.driver->live(*this);
   }
-  nlohmann::json& summary_extras() override { return self_->state.shard_summary; }
+  nlohmann::json& summary_extras() override { return self_->state.summary_extras; }
+  double elapsed_seconds() const override { return seconds_since(self_->state.started); }
 
  private:
   self_ptr self_;
 };
 
 coordinator_state::coordinator_state() = default;
-
 coordinator_state::~coordinator_state() = default;
 
 namespace {
@@ -90,11 +101,45 @@ const strategy& strategy_of(self_ptr self) {
   return *self->state.plan->strat;
 }
 
-// Books a finished update (all replicas' parts of a lockstep step, or one
-// worker's push): progress, metrics lines, and the next steps or a boundary.
+// Every logging.every_steps updates: a metrics line and a progress report,
+// with the strategy's progress measure added.
+void report_progress(self_ptr self, const step_stats& last) {
+  auto& st = self->state;
+  const auto& p = *st.plan;
+  const double win = seconds_since(st.window_start);
+  progress_info pi;
+  pi.unit = st.driver->unit();
+  pi.step = st.completed;
+  pi.total_steps = p.total_steps;
+  pi.loss = st.window_count ? st.window_loss / static_cast<double>(st.window_count) : 0;
+  pi.samples_per_second = win > 0 ? static_cast<double>(st.window_count) / win : 0;
+  pi.elapsed_seconds = seconds_since(st.started);
+  nlohmann::json line{{"type", st.driver->progress_line_type()}, {"step", pi.step}};
+  if (p.steps_per_epoch > 0) {
+    const int64_t epoch = epoch_of(p, st.completed);
+    line["epoch"] = epoch;
+    pi.figures["epoch"] = epoch;
+    pi.measure =
+        "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(p.config.training.epochs);
+  }
+  line["loss"] = pi.loss;
+  if (p.train) line["lr"] = strategy_of(self).reported_lr(p, st.completed, last);
+  line["samples_per_second"] = pi.samples_per_second;
+  line["elapsed_seconds"] = pi.elapsed_seconds;
+  st.driver->progress(*st.host, line, pi);
+  write_metrics(self, line);
+  if (p.options.on_progress) p.options.on_progress(pi);
+  st.window_loss = 0;
+  st.window_count = 0;
+  st.window_start = clock_type::now();
+}
+
+// Books a finished update (all replicas' parts of a lockstep step, one
+// worker's push, or a learner's update): progress, metrics lines, and the
+// next steps, a boundary or the stop.
 void step_done(self_ptr self, const step_stats& sum) {
   auto& st = self->state;
-  if (st.finished) return;
+  if (st.finished()) return;
   ++st.completed;
   st.samples += sum.count;
   // A diverged job stops at once, saying so, instead of training on NaN to
@@ -106,34 +151,18 @@ void step_done(self_ptr self, const step_stats& sum) {
   st.window_loss += sum.loss_sum;
   st.window_count += sum.count;
   const auto& p = *st.plan;
-  if (st.completed % p.config.logging.every_steps == 0 || st.completed == st.boundary) {
-    double win = seconds_since(st.window_start);
-    progress_info pi;
-    pi.step = st.completed;
-    pi.total_steps = p.total_steps;
-    pi.epoch = epoch_of(p, st.completed);
-    pi.epochs = p.config.training.epochs;
-    pi.loss = st.window_count ? st.window_loss / static_cast<double>(st.window_count) : 0;
-    pi.samples_per_second = win > 0 ? static_cast<double>(st.window_count) / win : 0;
-    pi.elapsed_seconds = seconds_since(st.started);
-    double lr = strategy_of(self).reported_lr(p, st.completed, sum);
-    write_metrics(self, {{"type", "step"},
-                         {"step", pi.step},
-                         {"epoch", pi.epoch},
-                         {"loss", pi.loss},
-                         {"lr", lr},
-                         {"samples_per_second", pi.samples_per_second},
-                         {"elapsed_seconds", pi.elapsed_seconds}});
-    if (p.options.on_progress) p.options.on_progress(pi);
-    st.window_loss = 0;
-    st.window_count = 0;
-    st.window_start = clock_type::now();
-  }
+  if (st.completed % p.config.logging.every_steps == 0 || st.completed == st.boundary)
+    report_progress(self, sum);
+  // Updates that finish while the job stops still count, nothing more.
+  if (st.now == phase::stopping) return;
   const auto& o = p.options;
-  if (o.fail_shard >= 0 && o.fail_shard < static_cast<int64_t>(st.shards.actors.size()) &&
+  const auto& shards = st.parts->shards.actors;
+  if (o.fail_shard >= 0 && o.fail_shard < static_cast<int64_t>(shards.size()) &&
       st.completed == o.fail_shard_at_step)
-    self->send_exit(st.shards.actors[static_cast<std::size_t>(o.fail_shard)],
+    self->send_exit(shards[static_cast<std::size_t>(o.fail_shard)],
                     caf::make_error(caf::sec::runtime_error, "injected failure"));
+  check_stop(self);
+  if (st.now != phase::running) return;
   if (st.completed == st.boundary)
     at_boundary(self);
   else
@@ -142,6 +171,7 @@ void step_done(self_ptr self, const step_stats& sum) {
 
 void steps_given_up(self_ptr self) {
   auto& st = self->state;
+  if (st.now != phase::running) return;
   if (st.issued == st.completed && st.completed == st.boundary)
     at_boundary(self);
   else
@@ -150,7 +180,7 @@ void steps_given_up(self_ptr self) {
 
 void pump(self_ptr self) {
   auto& st = self->state;
-  if (st.finished) return;
+  if (st.now != phase::running) return;
   st.driver->pump(*st.host);
 }
 
@@ -183,7 +213,7 @@ void end_epoch(self_ptr self, std::function<void()> k) {
           line["train_accuracy"] = static_cast<double>(tm.correct) / static_cast<double>(tm.count);
         }
         int64_t every = p.config.training.eval_every_epochs;
-        bool last = st.completed == p.total_steps;
+        bool last = st.completed >= end_step(p);
         bool due = last || (every > 0 && (epoch + 1) % every == 0);
         strategy_of(self).on_epoch_end(*st.host, epoch);
         auto report = [self, k](nlohmann::json line) {
@@ -216,15 +246,18 @@ void end_epoch(self_ptr self, std::function<void()> k) {
 }
 
 void save_checkpoint(self_ptr self, std::function<void()> k) {
-  strategy_of(self).snapshot(*self->state.host, [self, k](model_state& ms) {
+  std::function<void(model_state&)> write = [self, k](model_state& ms) {
     auto& st = self->state;
-    trace::scoped_span span(st.track, "checkpoint_write", trace::category::io,
-                            {st.completed, -1, -1});
-    auto path = write_checkpoint(*st.host, st.completed, ms);
+    if (st.finished()) return;
+    const int64_t step = st.driver->checkpoint_step(ms, st.completed);
+    trace::scoped_span span(st.track, "checkpoint_write", trace::category::io, {step, -1, -1});
+    auto path = write_checkpoint(*st.host, step, ms, st.driver->checkpoint_extra());
     if (!path) return;  // the host failed the job
     st.last_checkpoint = *path;
     k();
-  });
+  };
+  auto& st = self->state;
+  if (!st.driver->snapshot(*st.host, write)) strategy_of(self).snapshot(*st.host, write);
 }
 
 // Replicas that must hold bit-identical variables: compare them all with
@@ -255,58 +288,41 @@ void check_replicas(self_ptr self, std::function<void()> k) {
 
 void finish(self_ptr self) {
   auto& st = self->state;
+  if (st.finished()) return;
   const auto& p = *st.plan;
   double wall = seconds_since(st.started);
   double train_seconds = std::max(1e-9, wall - st.boundary_seconds);
   nlohmann::json s{{"job", p.config.name},
                    {"strategy", p.config.strategy.kind},
-                   {"replicas", st.replicas.size()},
                    {"steps", st.completed},
                    {"steps_this_run", st.completed - p.start_step},
-                   {"epochs", p.steps_per_epoch > 0 ? static_cast<double>(st.completed) /
-                                                          static_cast<double>(p.steps_per_epoch)
-                                                    : 0.0},
                    {"samples", st.samples},
                    {"wall_seconds", wall},
                    {"train_seconds", train_seconds},
                    {"samples_per_second", static_cast<double>(st.samples) / train_seconds},
                    {"output_dir", p.output_dir}};
+  if (!st.parts->replicas.empty()) s["replicas"] = st.parts->replicas.size();
+  if (p.steps_per_epoch > 0)
+    s["epochs"] = static_cast<double>(st.completed) / static_cast<double>(p.steps_per_epoch);
+  if (!st.stop_reason.empty()) s["stop_reason"] = st.stop_reason;
   s.update(st.last_eval);
-  s.update(st.shard_summary);
+  s.update(st.summary_extras);
+  st.driver->summarize(s);
   if (!st.last_checkpoint.empty()) s["checkpoint"] = st.last_checkpoint;
   write_metrics(self, {{"type", "summary"}, {"summary", s}});
-  st.finished = true;
+  st.now = phase::finished;
   st.done.deliver(s.dump());
   self->quit();
 }
 
-void at_boundary(self_ptr self) {
-  auto& st = self->state;
-  const auto& p = *st.plan;
-  auto t0 = clock_type::now();
-  auto resume = [self, t0] {
-    auto& st = self->state;
-    st.boundary_seconds += seconds_since(t0);
-    st.window_start = clock_type::now();
-    if (st.completed >= st.plan->total_steps) {
-      finish(self);
-      return;
-    }
-    st.boundary = next_boundary(*st.plan, st.completed);
-    pump(self);
-  };
-  bool last = st.completed == p.total_steps;
-  bool ckpt = (p.config.checkpoint.every_steps > 0 &&
-               st.completed % p.config.checkpoint.every_steps == 0) ||
-              (last && p.config.checkpoint.save_at_end);
-  int64_t every_check = p.config.strategy.check_replicas_every;
-  bool check = strategy_of(self).replicas_must_agree() && st.replicas.size() > 1 &&
-               every_check >= 0 && ((every_check > 0 && st.completed % every_check == 0) || last);
-  auto after_check = [self, ckpt, resume] {
+// The boundary's work in order: the epoch's metrics and evaluation, the
+// replica check, the checkpoint; then k.
+void boundary_work(self_ptr self, bool epoch_end, bool check, bool ckpt, std::function<void()> k) {
+  auto after_check = [self, ckpt, k] {
     if (ckpt)
-      save_checkpoint(self, resume);
+      save_checkpoint(self, k);
     else
-      resume();
+      k();
   };
   auto after_epoch = [self, check, after_check] {
     if (check)
@@ -314,11 +330,74 @@ void at_boundary(self_ptr self) {
     else
       after_check();
   };
-  bool epoch_end = p.steps_per_epoch > 0 && st.completed % p.steps_per_epoch == 0;
-  if (epoch_end || last)
+  if (epoch_end)
     end_epoch(self, after_epoch);
   else
     after_epoch();
+}
+
+bool replicas_checked(self_ptr self) {
+  const auto& st = self->state;
+  return strategy_of(self).replicas_must_agree() && st.parts->replicas.size() > 1 &&
+         st.plan->config.strategy.check_replicas_every >= 0;
+}
+
+// The end of the job, for any reason: the strategy halts its own actors,
+// then the last boundary (epoch, check, checkpoint at the end), then the
+// summary.
+void stop(self_ptr self, std::string reason) {
+  auto& st = self->state;
+  if (st.now == phase::stopping || st.finished()) return;
+  st.now = phase::stopping;
+  st.stop_reason = std::move(reason);
+  if (!st.stop_reason.empty()) spdlog::info("stopping: {}", st.stop_reason);
+  st.driver->halt(*st.host, [self](int64_t updates) {
+    auto& st = self->state;
+    if (st.finished()) return;
+    if (updates >= 0) st.completed = updates;
+    const auto& p = *st.plan;
+    const auto t0 = clock_type::now();
+    const bool ckpt =
+        p.config.checkpoint.save_at_end || (p.config.checkpoint.every_steps > 0 &&
+                                            st.completed % p.config.checkpoint.every_steps == 0);
+    // A job over a dataset ends with its epoch line and evaluation, epochs or not.
+    boundary_work(self, p.train != nullptr, replicas_checked(self), ckpt, [self, t0] {
+      self->state.boundary_seconds += seconds_since(t0);
+      finish(self);
+    });
+  });
+}
+
+// After every update and report: the strategy's stop criterion.
+void check_stop(self_ptr self) {
+  auto& st = self->state;
+  if (st.now != phase::running && st.now != phase::at_boundary) return;
+  auto why = st.driver->stop_reason(*st.host);
+  if (!why.empty()) stop(self, std::move(why));
+}
+
+void at_boundary(self_ptr self) {
+  auto& st = self->state;
+  const auto& p = *st.plan;
+  if (st.completed >= end_step(p)) return stop(self, {});
+  st.now = phase::at_boundary;
+  auto t0 = clock_type::now();
+  auto resume = [self, t0] {
+    auto& st = self->state;
+    if (st.now != phase::at_boundary) return;  // the job stops or failed meanwhile
+    st.boundary_seconds += seconds_since(t0);
+    st.window_start = clock_type::now();
+    st.boundary = next_boundary(*st.plan, st.completed);
+    st.now = phase::running;
+    check_stop(self);
+    pump(self);
+  };
+  const bool ckpt =
+      p.config.checkpoint.every_steps > 0 && st.completed % p.config.checkpoint.every_steps == 0;
+  const int64_t every_check = p.config.strategy.check_replicas_every;
+  const bool check = replicas_checked(self) && every_check > 0 && st.completed % every_check == 0;
+  const bool epoch_end = p.steps_per_epoch > 0 && st.completed % p.steps_per_epoch == 0;
+  boundary_work(self, epoch_end, check, ckpt, resume);
 }
 
 void start(self_ptr self) {
@@ -326,31 +405,81 @@ void start(self_ptr self) {
   const auto& p = *st.plan;
   st.started = st.window_start = clock_type::now();
   st.issued = st.completed = p.start_step;
-  if (st.completed >= p.total_steps) {
+  if (st.completed >= end_step(p)) {
     spdlog::info("checkpoint is at step {}, the job has {} steps: nothing to train", st.completed,
                  p.total_steps);
-    end_epoch(self, [self] { finish(self); });
+    st.now = phase::stopping;
+    if (p.train)
+      end_epoch(self, [self] { finish(self); });
+    else
+      finish(self);
     return;
   }
   st.boundary = next_boundary(p, st.completed);
+  st.now = phase::running;
   st.driver->start(*st.host);
   pump(self);
+}
+
+void restore_then_start(self_ptr self) {
+  auto& st = self->state;
+  const auto& p = *st.plan;
+  st.now = phase::restoring;
+  std::function<void()> k = [self] { start(self); };
+  if (st.driver->restore(*st.host, k)) return;
+  auto ms = std::make_shared<const model_state>(
+      model_state{p.resume_from->variables, p.resume_from->slots});
+  strategy_of(self).restore(*st.host, std::move(ms), k);
+}
+
+// Who a down message names, for the failure: a replica (and its task), a
+// watched actor, or the driver's own worker that it lets go.
+void on_down(self_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  if (st.finished()) return;
+  const std::string cause = dm.reason ? describe(dm.reason) : "exited";
+  std::string who = "an actor";
+  const auto& replicas = st.parts->replicas;
+  for (std::size_t i = 0; i < replicas.size(); ++i)
+    if (dm.source == replicas[i].address()) {
+      if (st.driver->replica_lost(*st.host, i, cause)) return;
+      who = "replica " + std::to_string(i) + " (" +
+            st.plan->config.devices[i % st.plan->config.devices.size()] + ")";
+      if (i < st.plan->replica_tasks.size())
+        who = "task " + st.plan->replica_tasks[i] + " (" + who + ")";
+    }
+  for (auto& [name, a] : st.parts->others)
+    if (dm.source == a.address()) who = name;
+  if (who == "an actor" && st.driver->actor_lost(*st.host, dm.source, cause)) return;
+  fail(self, who + " stopped: " + cause);
+}
+
+void watch_parts(self_ptr self) {
+  auto& st = self->state;
+  auto& parts = *st.parts;
+  for (std::size_t i = 0; i < parts.shards.actors.size(); ++i)
+    parts.others.emplace_back("variable_shard " + std::to_string(i),
+                              caf::actor_cast<caf::actor>(parts.shards.actors[i]));
+  if (parts.hub)
+    for (auto& named : parts.hub->named()) parts.others.push_back(std::move(named));
+  for (auto& r : parts.replicas) self->monitor(r);
+  for (auto& [_, a] : parts.others) self->monitor(a);
+  for (auto& [_, w] : parts.workers)
+    if (w) self->monitor(w);
 }
 
 }  // namespace
 
 coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<const job_plan> plan,
-                                             std::vector<replica_actor> replicas,
-                                             std::vector<std::pair<std::string, caf::actor>> others,
-                                             shard_set shards) {
+                                             std::shared_ptr<job_parts> parts) {
   // An exception in the coordinator's own code (a strategy's driver or
   // hooks) fails the job with its message; CAF's default would leave run's
   // promise unanswered for ever.
   self->set_exception_handler([self](std::exception_ptr& x) {
     auto err = exception_exit_reason("coordinator", x);
     auto& st = self->state;
-    if (!st.finished) {
-      st.finished = true;
+    if (!st.finished()) {
+      st.now = phase::finished;
       if (st.done.pending()) st.done.deliver(err);
     }
     return err;
@@ -358,56 +487,72 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
   auto& st = self->state;
   st.track = trace::track("coordinator");
   st.plan = std::move(plan);
-  st.replicas = std::move(replicas);
-  st.others = std::move(others);
-  st.shards = std::move(shards);
+  st.parts = std::move(parts);
   st.host = std::make_unique<coordinator_host_impl>(self);
-  st.driver = st.plan->strat->make_driver(*st.plan);
-  for (std::size_t i = 0; i < st.shards.actors.size(); ++i)
-    st.others.emplace_back("variable_shard " + std::to_string(i),
-                           caf::actor_cast<caf::actor>(st.shards.actors[i]));
-  for (auto& r : st.replicas) self->monitor(r);
-  for (auto& [_, a] : st.others) self->monitor(a);
-  self->set_down_handler([self](caf::down_msg& dm) {
-    auto& st = self->state;
-    if (st.finished) return;
-    std::string who = "an actor";
-    std::string cause = dm.reason ? describe(dm.reason) : "exited";
-    for (std::size_t i = 0; i < st.replicas.size(); ++i)
-      if (dm.source == st.replicas[i].address()) {
-        if (st.driver->replica_lost(*st.host, i, cause)) return;
-        who = "replica " + std::to_string(i) + " (" +
-              st.plan->config.devices[i % st.plan->config.devices.size()] + ")";
-        if (i < st.plan->replica_tasks.size())
-          who = "task " + st.plan->replica_tasks[i] + " (" + who + ")";
-      }
-    for (auto& [name, a] : st.others)
-      if (dm.source == a.address()) who = name;
-    fail(self, who + " stopped: " + cause);
-  });
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   st.metrics.open(std::filesystem::path(st.plan->output_dir) / "metrics.jsonl",
-                  st.plan->start_step > 0 ? std::ios::app : std::ios::trunc);
+                  st.plan->resume_from ? std::ios::app : std::ios::trunc);
   return {
       [self](run_atom) -> caf::result<std::string> {
         auto& st = self->state;
         st.done = self->make_response_promise<std::string>();
-        const auto& p = *st.plan;
-        if (!p.resume_from) {
-          start(self);
+        if (st.now != phase::waiting) {
+          st.done.deliver(caf::make_error(caf::sec::runtime_error, "the job runs already"));
           return st.done;
         }
-        auto ms = std::make_shared<const model_state>(
-            model_state{p.resume_from->variables, p.resume_from->slots});
-        strategy_of(self).restore(*st.host, std::move(ms), [self] { start(self); });
+        auto& parts = *st.parts;
+        st.driver = parts.hub ? parts.hub->make_driver(parts.workers)
+                              : strategy_of(self).make_driver(*st.plan);
+        watch_parts(self);
+        if (st.plan->resume_from)
+          restore_then_start(self);
+        else
+          start(self);
         return st.done;
       },
-      [self](rejoin_atom, int64_t index, replica_actor& r) {
+      [self](rejoin_atom, int64_t index, caf::actor& a) {
         auto& st = self->state;
-        if (st.finished || index < 0 || static_cast<std::size_t>(index) >= st.replicas.size() || !r)
-          return;
-        st.driver->rejoin(*st.host, static_cast<std::size_t>(index), std::move(r));
+        if (st.finished() || st.now == phase::stopping || !st.driver || index < 0 || !a) return;
+        st.driver->rejoin(*st.host, static_cast<std::size_t>(index), std::move(a));
+      },
+      [self](episodes_atom, episode_report& r) {
+        auto& st = self->state;
+        if (st.now != phase::running && st.now != phase::at_boundary) return;
+        st.driver->on_episodes(*st.host, r);
+        check_stop(self);
+      },
+      [self](learned_atom, learner_report& r) {
+        auto& st = self->state;
+        if (st.finished() || !st.driver) return;
+        st.driver->on_learned(*st.host, r);
+      },
+      [self](weights_atom, policy_weights& w) {
+        auto& st = self->state;
+        if (st.finished() || !st.driver) return;
+        st.driver->on_weights(*st.host, w);
       },
   };
+}
+
+void hand_over(job_parts& parts, const worker_parts& workers, shard_set shards,
+               std::shared_ptr<job_hub> hub) {
+  parts.replicas = workers.replicas;
+  parts.shards = std::move(shards);
+  parts.others = workers.named();
+  for (std::size_t k = 0; k < workers.others.size() && k < workers.indices.size(); ++k)
+    parts.workers.emplace_back(workers.indices[k], workers.others[k]);
+  parts.hub = std::move(hub);
+}
+
+nlohmann::json run_coordinator(caf::actor_system& sys, const coordinator_actor& coordinator) {
+  std::string error;
+  nlohmann::json summary;
+  caf::scoped_actor self{sys};
+  self->request(coordinator, caf::infinite, run_atom::value)
+      .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
+               [&](caf::error& e) { error = describe(e); });
+  if (!error.empty()) throw job_error(error);
+  return summary;
 }
 
 }  // namespace troupe

@@ -1,38 +1,56 @@
 #pragma once
-// coordinator: the lifecycle of a job, whatever its strategy: start (or
-// restore, then start), steps issued by the strategy's driver, boundaries
-// (epoch end, evaluation, replica check, checkpoint), metrics and progress,
-// failure, finish. What a step is and who takes it when is the strategy's
-// (strategies/strategy.hpp).
+// coordinator: the lifecycle of every job, whatever its strategy (design
+// note "The one coordinator"): start (or restore, then start), work issued
+// or heard by the strategy's driver, boundaries (epoch end, evaluation,
+// replica check, checkpoint), metrics and progress, failure, the stop and
+// the summary. What an update is, who makes it when, the progress measure
+// and the stop criterion are the strategy's (actors/strategy_api.hpp).
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/job_plan.hpp"
 #include "actors/strategy_api.hpp"
-#include "messages/protocols.hpp"
+#include "messages/coordinator_messages.hpp"
+#include "strategies/strategy.hpp"
 #include "trace/trace.hpp"
 
 namespace troupe {
 
-class job_driver;
 class coordinator_host_impl;
 
-struct coordinator_state {
-  std::shared_ptr<const job_plan> plan;
-  trace::track_id track = trace::no_track;  // timeline trace: evaluation, checkpoints, metrics
-  std::vector<replica_actor> replicas;
+// The actors a coordinator drives, handed over before `run`: the coordinator
+// is spawned first, as the actors of a strategy with its own job report to it.
+struct job_parts {
+  std::vector<replica_actor> replicas;  // by index
   shard_set shards;
+  // Every other actor of the job, by name: watched, a loss ends the job
+  // unless the driver takes it (job_driver::actor_lost).
+  std::vector<std::pair<std::string, caf::actor>> others;
+  // A strategy with a job of its own: the chief's hub and the workers by
+  // index; the hub makes the driver.
+  std::shared_ptr<job_hub> hub;
+  std::vector<std::pair<int64_t, caf::actor>> workers;
+};
+
+struct coordinator_state {
+  // The lifecycle, one state at a time: a message that belongs to another
+  // state (a report after the stop) is ignored by the state it meets.
+  enum class phase { waiting, restoring, running, at_boundary, stopping, finished };
+  phase now = phase::waiting;
+  std::shared_ptr<const job_plan> plan;
+  std::shared_ptr<job_parts> parts;
+  trace::track_id track = trace::no_track;  // timeline trace: evaluation, checkpoints, metrics
   std::unique_ptr<coordinator_host_impl> host;
   std::unique_ptr<job_driver> driver;
-  // Every other actor of the job, by name: monitored, a failure ends the job.
-  std::vector<std::pair<std::string, caf::actor>> others;
   caf::typed_response_promise<std::string> done;
   int64_t issued = 0;     // steps sent to replicas
-  int64_t completed = 0;  // steps finished
-  int64_t boundary = 0;   // the next step at which to stop and do epoch/checkpoint work
-  bool finished = false;
+  int64_t completed = 0;  // updates finished
+  int64_t boundary = 0;   // the next update at which to stop and do epoch/checkpoint work
+  std::string stop_reason;
   // Reporting.
   std::ofstream metrics;
   std::chrono::steady_clock::time_point started, window_start;
@@ -42,15 +60,24 @@ struct coordinator_state {
   int64_t samples = 0;
   nlohmann::json last_eval = nlohmann::json::object();
   std::string last_checkpoint;
-  nlohmann::json shard_summary = nlohmann::json::object();  // staleness, for the summary
+  nlohmann::json summary_extras = nlohmann::json::object();  // staleness, for the summary
   coordinator_state();
   ~coordinator_state();
+  bool finished() const { return now == phase::finished; }
   static inline const char* name = "coordinator";
 };
 
 coordinator_actor::behavior_type coordinator(
     coordinator_actor::stateful_pointer<coordinator_state> self,
-    std::shared_ptr<const job_plan> plan, std::vector<replica_actor> replicas,
-    std::vector<std::pair<std::string, caf::actor>> others, shard_set shards = {});
+    std::shared_ptr<const job_plan> plan, std::shared_ptr<job_parts> parts);
+
+// Hands this process's workers (and shards, and a strategy's hub) to the
+// coordinator's parts, before run.
+void hand_over(job_parts& parts, const worker_parts& workers, shard_set shards,
+               std::shared_ptr<job_hub> hub);
+
+// Runs the job (sends run, waits for the summary). Throws job_error with the
+// coordinator's reason when the job failed.
+nlohmann::json run_coordinator(caf::actor_system& sys, const coordinator_actor& coordinator);
 
 }  // namespace troupe

@@ -57,49 +57,50 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
 
   system_config cfg;
   caf::actor_system sys{cfg};
-  if (plan->strat->own_job()) {
-    auto summary = plan->strat->run_own_job(sys, plan);
-    finish_trace(tracing, summary);
-    std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
-    return summary;
+  // The coordinator first: a strategy's own actors report to it.
+  auto parts = std::make_shared<job_parts>();
+  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), parts);
+  // Every shard and every replica (or strategy worker) in this process.
+  worker_spec spec;
+  for (int64_t r = 0; r < plan->strat->replica_count(c); ++r) {
+    spec.indices.push_back(r);
+    spec.devices.push_back(c.devices[static_cast<std::size_t>(r) % c.devices.size()]);
   }
-  // Every shard and every replica in this process.
+  spec.start_step = plan->start_step;
   auto shards = plan_shards(*plan);
   if (plan->strat->has_variable_shards()) {
     std::vector<int64_t> all(static_cast<std::size_t>(c.strategy.shards));
     for (std::size_t s = 0; s < all.size(); ++s) all[s] = static_cast<int64_t>(s);
     spawn_shards(sys, *plan, all, shards);
   }
-  worker_spec spec;
-  for (int64_t r = 0; r < c.strategy.replicas; ++r) {
-    spec.indices.push_back(r);
-    spec.devices.push_back(c.devices[static_cast<std::size_t>(r) % c.devices.size()]);
-  }
   spec.shards = shards.actors;
   spec.place = shards.place;
-  spec.start_step = plan->start_step;
-  auto workers = spawn_workers(sys, *plan, std::move(spec));
+  std::shared_ptr<job_hub> hub;
+  if (plan->strat->own_job()) hub = plan->strat->spawn_hub(sys, plan, coord);
+  auto workers =
+      spawn_job_workers(sys, plan, std::move(spec), hub ? hub->handles() : caf::message{});
   auto shard_actors = shards.actors;
-  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), workers.replicas,
-                         workers.named(), std::move(shards));
+  hand_over(*parts, workers, std::move(shards), hub);
 
   std::string error;
   nlohmann::json summary;
-  {
-    caf::scoped_actor self{sys};
-    self->request(coord, caf::infinite, run_atom::value)
-        .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
-                 [&](caf::error& e) { error = describe(e); });
-    workers.stop();
-    for (auto& v : shard_actors) self->send_exit(v, caf::exit_reason::user_shutdown);
-    self->send_exit(coord, caf::exit_reason::user_shutdown);
+  try {
+    summary = run_coordinator(sys, coord);
+  } catch (const job_error& e) {
+    error = e.what();
   }
+  workers.stop();
+  if (hub) hub->stop();
+  for (auto& v : shard_actors) caf::anon_send_exit(v, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   auto devices = std::move(workers.devices);
   workers = {};
   shard_actors.clear();
   coord = nullptr;
+  parts.reset();
   sys.await_all_actors_done();
   devices.clear();  // joins device threads after their last task
+  hub.reset();      // the hub's devices, likewise
   if (!error.empty()) throw job_error(error);
   finish_trace(tracing, summary);
   std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';

@@ -97,7 +97,7 @@ struct node_state {
   std::optional<caf::typed_response_promise<node_parts>> building;
   // Chief, once the job runs: where rejoining workers go.
   bool started = false;
-  caf::actor coordinator;  // coordinator_actor, or a strategy's own (rl_coordinator_actor)
+  coordinator_actor coordinator;
   node_build order;
   const job_config* config = nullptr;
   static inline const char* name = "node";
@@ -145,7 +145,7 @@ void rejoin(node_ptr self, const std::string& task, const node_actor& peer) {
             for (std::size_t k = 0; k < parts.replica_indices.size(); ++k) {
               if (k < parts.replicas.size())
                 caf::anon_send(coord, rejoin_atom::value, parts.replica_indices[k],
-                               parts.replicas[k]);
+                               caf::actor_cast<caf::actor>(parts.replicas[k]));
               else if (k < parts.others.size())
                 caf::anon_send(coord, rejoin_atom::value, parts.replica_indices[k],
                                parts.others[k]);
@@ -286,7 +286,7 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         self->state.started = true;
         // Strategies that go on without a lost worker take a restarted one back.
         if (find_strategy_rules(self->state.config->strategy.kind)->survives_lost_workers())
-          self->state.coordinator = std::move(coord);
+          self->state.coordinator = caf::actor_cast<coordinator_actor>(std::move(coord));
         self->state.order = std::move(order);
       },
   };
@@ -306,6 +306,8 @@ struct node_process {
   caf::timespan join_timeout;
   // Peers this process connected to (and authenticated), by task.
   std::map<std::string, node_actor> connected;
+  // Chief: every task that joined, by name.
+  std::map<std::string, node_event> joined;
 
   std::string name() const { return me.str(); }
   gate_options gate_opts() const {
@@ -418,7 +420,8 @@ struct node_process {
     spdlog::info("{}: ring rank {} of {}", name(), rank, ring_tasks.size());
   }
 
-  // Builds this task's replicas (with their pipelines, devices, reducers).
+  // Builds this task's replicas (with their pipelines, devices, reducers),
+  // or a strategy's own workers.
   worker_parts build_workers(const node_build& order) {
     worker_spec ws;
     ws.indices = mine.replicas;
@@ -427,14 +430,13 @@ struct node_process {
     ws.place = plan_shards(*plan).place;
     ws.start_step = order.start_step;
     ws.request_timeout = kRequestTimeout;
-    if (plan->strat->own_job()) return plan->strat->spawn_own_workers(sys, plan, ws, order.hub);
     if (order.ring_tasks.size() > 1) {
       join_process_ring(order.ring_tasks);
       ws.ring = ring;
       ws.ring_tasks = order.ring_tasks;
     }
     ws.device_group_id = order.device_group_id;
-    return spawn_workers(sys, *plan, std::move(ws));
+    return spawn_job_workers(sys, plan, std::move(ws), order.hub);
   }
 
   node_parts parts_of(const worker_parts& w) const {
@@ -508,82 +510,50 @@ std::string with_lost_tasks(node_process& np, const std::string& failure) {
   return failure;
 }
 
-// The chief of a strategy with a job of its own (strategy::own_job): the
-// hub of actors here, every task builds its actors wired to it, then the
-// strategy runs the job. `job` outlives the actor system's last actor.
-nlohmann::json run_own_chief(node_process& np, worker_parts& workers,
-                             std::map<std::string, node_event>& joined,
-                             std::unique_ptr<strategy::own_job_run>& job) {
-  auto& sys = np.sys;
-  auto plan = std::make_shared<job_plan>(*np.plan);
-  plan->request_timeout = kRequestTimeout;
-  job = plan->strat->start_own_job(sys, plan);
-  node_build order;
-  order.start_step = plan->start_step;
-  order.hub = job->hub();
-  caf::scoped_actor self{sys};
-  const auto build_timeout = np.join_timeout + std::chrono::seconds(60);
-  std::vector<std::pair<int64_t, caf::actor>> parts;
-  auto take = [&](const std::vector<int64_t>& indices, const std::vector<caf::actor>& actors) {
-    for (std::size_t k = 0; k < indices.size() && k < actors.size(); ++k)
-      parts.emplace_back(indices[k], actors[k]);
-  };
-  std::string failure;
-  for (const auto& p : np.placement) {
-    if (p.replicas.empty() || p.task.job == "chief") continue;
-    const auto t = p.task.str();
-    self->request(caf::actor_cast<node_actor>(joined.at(t).node), build_timeout, build_atom::value,
-                  order)
-        .receive([&](node_parts& built) { take(built.replica_indices, built.others); },
-                 [&](caf::error& e) {
-                   if (failure.empty()) failure = t + ": " + describe(e);
-                 });
-  }
-  if (!failure.empty()) throw job_error("building the actors failed: " + failure);
-  if (!np.mine.replicas.empty()) {
-    workers = np.build_workers(order);
-    take(workers.indices, workers.others);
-  }
-  spdlog::info("chief: {} {}s on {} tasks; starting", parts.size(), plan->strat->replica_unit(),
-               np.placement.size());
-  self->send(np.node, running_atom::value, job->coordinator(), order);
-  try {
-    return job->run(parts);
-  } catch (const std::exception& e) {
-    throw job_error(with_lost_tasks(np, e.what()));
-  }
-}
-
-// The chief: waits for every task, orders the builds, runs the coordinator
-// over every process's replicas and shards.
-nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& workers,
-                         std::map<std::string, node_event>& joined, clock_type::time_point deadline,
-                         std::unique_ptr<strategy::own_job_run>& own) {
+// The chief's order to every task with replicas or workers: where the job
+// starts, every shard, the ring of processes and the device group, or a
+// strategy's hub (job_hub::handles()).
+node_build build_order(node_process& np, const shard_set& shards, const job_hub* hub) {
   const auto& c = np.c;
-  auto& sys = np.sys;
-  wait_for_tasks(np, joined, deadline);
-  if (np.plan->strat->own_job()) return run_own_chief(np, workers, joined, own);
-
-  // Every shard by index, from this process and the tasks that host them.
-  auto set = plan_shards(*np.plan);
-  set.actors.assign(
-      static_cast<std::size_t>(np.plan->strat->has_variable_shards() ? c.strategy.shards : 0), {});
-  for (std::size_t k = 0; k < np.mine.shards.size(); ++k)
-    set.actors[static_cast<std::size_t>(np.mine.shards[k])] = shards.actors[k];
-  for (auto& [t, ev] : joined)
-    for (std::size_t k = 0; k < ev.parts.shard_indices.size() && k < ev.parts.shards.size(); ++k)
-      set.actors.at(static_cast<std::size_t>(ev.parts.shard_indices[k])) = ev.parts.shards[k];
-  for (std::size_t s = 0; s < set.actors.size(); ++s)
-    if (!set.actors[s]) throw job_error("no task brought variable_shard " + std::to_string(s));
-
+  const auto& strat = *np.plan->strat;
   node_build order;
   order.start_step = np.plan->start_step;
-  order.shards = set.actors;
+  if (hub) {
+    order.hub = hub->handles();
+    return order;
+  }
+  // Every shard by index, from this process and the tasks that host them.
+  order.shards.assign(static_cast<std::size_t>(strat.has_variable_shards() ? c.strategy.shards : 0),
+                      {});
+  for (std::size_t k = 0; k < np.mine.shards.size(); ++k)
+    order.shards[static_cast<std::size_t>(np.mine.shards[k])] = shards.actors[k];
+  for (auto& [t, ev] : np.joined)
+    for (std::size_t k = 0; k < ev.parts.shard_indices.size() && k < ev.parts.shards.size(); ++k)
+      order.shards.at(static_cast<std::size_t>(ev.parts.shard_indices[k])) = ev.parts.shards[k];
+  for (std::size_t s = 0; s < order.shards.size(); ++s)
+    if (!order.shards[s]) throw job_error("no task brought variable_shard " + std::to_string(s));
   for (const auto& p : np.placement)
     if (!p.replicas.empty()) order.ring_tasks.push_back(p.task.str());
-  if (!np.plan->strat->reduces_across_processes() || order.ring_tasks.size() < 2)
-    order.ring_tasks.clear();
-  order.device_group_id = np.plan->strat->device_group_id(c, order.ring_tasks.size());
+  if (!strat.reduces_across_processes() || order.ring_tasks.size() < 2) order.ring_tasks.clear();
+  order.device_group_id = strat.device_group_id(c, order.ring_tasks.size());
+  return order;
+}
+
+// The chief: waits for every task, spawns the coordinator (and a strategy's
+// hub), orders the builds, and runs the coordinator over every process's
+// replicas and shards, or the strategy's workers.
+nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& workers,
+                         clock_type::time_point deadline, std::shared_ptr<job_hub>& hub) {
+  const auto& c = np.c;
+  auto& sys = np.sys;
+  const auto& strat = *np.plan->strat;
+  wait_for_tasks(np, np.joined, deadline);
+  auto plan = std::make_shared<job_plan>(*np.plan);
+  plan->request_timeout = kRequestTimeout;
+  auto parts = std::make_shared<job_parts>();
+  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), parts);
+  if (strat.own_job()) hub = strat.spawn_hub(sys, plan, coord);
+  auto order = build_order(np, shards, hub.get());
 
   // Builds run everywhere at once (the ring joins need every member).
   caf::scoped_actor self{sys};
@@ -594,19 +564,24 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   std::vector<build_reply> replies;
   for (const auto& p : np.placement)
     if (!p.replicas.empty() && p.task.job != "chief") {
-      replies.push_back(self->request(caf::actor_cast<node_actor>(joined.at(p.task.str()).node),
+      replies.push_back(self->request(caf::actor_cast<node_actor>(np.joined.at(p.task.str()).node),
                                       build_timeout, build_atom::value, order));
       building.push_back(p.task.str());
     }
-  const auto n = static_cast<std::size_t>(c.strategy.replicas);
-  std::vector<replica_actor> replicas(n);
-  auto plan = std::make_shared<job_plan>(*np.plan);
-  plan->replica_tasks.assign(n, "");
-  plan->request_timeout = kRequestTimeout;
-  auto take = [&](const node_parts& parts, const std::string& t) {
-    for (std::size_t k = 0; k < parts.replica_indices.size(); ++k) {
-      auto r = static_cast<std::size_t>(parts.replica_indices[k]);
-      replicas.at(r) = parts.replicas.at(k);
+  const auto n = static_cast<std::size_t>(strat.replica_count(c));
+  if (!hub) {
+    parts->replicas.resize(n);
+    plan->replica_tasks.assign(n, "");
+  }
+  auto take = [&](const node_parts& built, const std::string& t) {
+    for (std::size_t k = 0; k < built.replica_indices.size(); ++k) {
+      if (hub) {
+        if (k < built.others.size())
+          parts->workers.emplace_back(built.replica_indices[k], built.others[k]);
+        continue;
+      }
+      auto r = static_cast<std::size_t>(built.replica_indices[k]);
+      parts->replicas.at(r) = built.replicas.at(k);
       plan->replica_tasks[r] = t;
     }
   };
@@ -616,32 +591,37 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   }
   std::string failure;
   for (std::size_t k = 0; k < replies.size(); ++k)
-    replies[k].receive([&](node_parts& parts) { take(parts, building[k]); },
+    replies[k].receive([&](node_parts& built) { take(built, building[k]); },
                        [&](caf::error& e) {
                          if (failure.empty()) failure = building[k] + ": " + describe(e);
                        });
-  if (!failure.empty()) throw job_error("building the replicas failed: " + failure);
-  for (std::size_t r = 0; r < n; ++r)
-    if (!replicas[r]) throw job_error("no task brought replica " + std::to_string(r));
-  spdlog::info("chief: {} replicas on {} tasks, {} shards; starting", n,
-               building.size() + (np.mine.replicas.empty() ? 0 : 1), set.actors.size());
+  if (!failure.empty())
+    throw job_error(std::string("building the ") + (hub ? "actors" : "replicas") +
+                    " failed: " + failure);
+  for (std::size_t r = 0; r < parts->replicas.size(); ++r)
+    if (!parts->replicas[r]) throw job_error("no task brought replica " + std::to_string(r));
+  spdlog::info("chief: {} {}s on {} tasks, {} shards; starting", n, strat.replica_unit(),
+               building.size() + (np.mine.replicas.empty() ? 0 : 1), order.shards.size());
 
   // The coordinator watches every actor here and every remote task: losing
   // one ends the job, except a worker task under a strategy that goes on
   // without it (its replicas are dropped instead).
-  auto others = workers.named();
-  for (auto& [t, ev] : joined) {
+  parts->others = workers.named();
+  for (auto& [t, ev] : np.joined) {
     bool worker_only = ev.parts.shard_indices.empty();
-    if (np.plan->strat->survives_lost_workers() && worker_only) continue;
-    others.emplace_back("task " + t, ev.node);
+    if (strat.survives_lost_workers() && worker_only) continue;
+    parts->others.emplace_back("task " + t, ev.node);
   }
-  auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), replicas,
-                         std::move(others), std::move(set));
-  nlohmann::json summary;
+  parts->shards = plan_shards(*plan);
+  parts->shards.actors = order.shards;
+  parts->hub = hub;
   self->send(np.node, running_atom::value, caf::actor_cast<caf::actor>(coord), order);
-  self->request(coord, caf::infinite, run_atom::value)
-      .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
-               [&](caf::error& e) { failure = describe(e); });
+  nlohmann::json summary;
+  try {
+    summary = run_coordinator(sys, coord);
+  } catch (const job_error& e) {
+    failure = e.what();
+  }
   self->send_exit(coord, caf::exit_reason::user_shutdown);
   if (!failure.empty()) throw job_error(with_lost_tasks(np, failure));
   return summary;
@@ -722,6 +702,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
                   ring,
                   std::chrono::duration_cast<caf::timespan>(
                       std::chrono::duration<double>(spec.join_timeout_seconds)),
+                  {},
                   {}};
   const auto address = task_address(spec, task);
   const auto hp = parse_host_port(address);
@@ -743,8 +724,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   nlohmann::json summary = nlohmann::json::object();
   const auto deadline = clock_type::now() + np.join_timeout;
   auto& events = shared->events;
-  std::map<std::string, node_event> joined;    // chief: task -> its join
-  std::unique_ptr<strategy::own_job_run> own;  // chief of a strategy with a job of its own
+  std::shared_ptr<job_hub> hub;  // chief of a strategy with a job of its own
   try {
     if (!mine.shards.empty()) {
       shards = plan_shards(*plan);
@@ -796,7 +776,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
         }
       }
     } else {
-      summary = run_chief(np, shards, workers, joined, deadline, own);
+      summary = run_chief(np, shards, workers, deadline, hub);
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -807,16 +787,17 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
     self->request(node, std::chrono::seconds(5), stop_atom::value, error)
         .receive([](int32_t) {}, [](caf::error&) {});
   }
+  if (hub) hub->stop();
   stop_everything(my_shards, workers, ring, node);
   door.reset();
   auto devices = std::move(workers.devices);
   workers = {};
   my_shards.clear();
   shards = {};
-  joined.clear();
+  np.joined.clear();
   sys.await_all_actors_done();
   devices.clear();
-  own.reset();
+  hub.reset();
   if (!error.empty())
     throw job_error(error.rfind(task.str(), 0) == 0 ? error : task.str() + ": " + error);
   finish_trace(tracing, summary);

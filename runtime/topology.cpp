@@ -226,4 +226,10 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
   return out;
 }
 
+worker_parts spawn_job_workers(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
+                               worker_spec spec, const caf::message& hub) {
+  if (plan->strat->own_job()) return plan->strat->spawn_own_workers(sys, plan, spec, hub);
+  return spawn_workers(sys, *plan, std::move(spec));
+}
+
 }  // namespace troupe

@@ -50,4 +50,8 @@ bool gathers_on_device(const std::string& gather, bool lockstep,
 // global batch.
 worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_spec spec);
 
+// The workers of `spec`: a strategy's own (strategy::own_job), wired to its
+// hub's handles, or replicas (spawn_workers).
+worker_parts spawn_job_workers(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
+                               worker_spec spec, const caf::message& hub);
 }  // namespace troupe

@@ -7,12 +7,16 @@
 //
 //   rl_actor --enqueue(unroll)--> trajectory_queue <--dequeue(B/L)-- learner
 //            <-----(credit)-----                    ---(unrolls)--->   |
-//   rl_actor --episodes--> rl_coordinator <--learned-- learner         | all-reduce
-//   rl_actor <--weights--- rl_coordinator <--weights-- learner 0       | (reducers)
-//                                         --version--> queue   learner 1..L-1
+//   rl_actor --episodes--> coordinator <--learned-- learner            | all-reduce
+//   rl_actor <--weights--- coordinator <--weights-- learner 0          | (reducers)
+//                                      --version--> queue   learner 1..L-1
 //
-// Actors: actors/rl_actor, actors/trajectory_queue, actors/learner,
-// actors/rl_coordinator; messages: messages/rl_messages.hpp.
+// The coordinator is the job's one coordinator (runtime/coordinator.hpp);
+// what it hears goes to this strategy's driver
+// (strategies/actor_learner_driver.cpp): environment steps, episodes and
+// the mean return are its progress measure, the target return its stop.
+// Actors: actors/rl_actor, actors/trajectory_queue, actors/learner;
+// messages: messages/rl_messages.hpp.
 #include <spdlog/spdlog.h>
 
 #include <map>
@@ -21,8 +25,7 @@
 #include "actors/rl_actor.hpp"
 #include "actors/trajectory_queue.hpp"
 #include "envs/env.hpp"
-#include "runtime/rl_coordinator.hpp"
-#include "runtime/topology.hpp"
+#include "strategies/actor_learner_driver.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe {
@@ -99,16 +102,16 @@ class actor_learner final : public strategy {
   int64_t replica_count(const job_config& c) const override { return c.rl.actors; }
   std::string replica_count_key() const override { return "rl.actors"; }
 
-  std::unique_ptr<own_job_run> start_own_job(caf::actor_system& sys,
-                                             std::shared_ptr<const job_plan> plan) const override {
-    return std::make_unique<learner_side>(sys, std::move(plan));
+  std::unique_ptr<job_hub> spawn_hub(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
+                                     const coordinator_actor& coordinator) const override {
+    return std::make_unique<learner_hub>(sys, std::move(plan), coordinator);
   }
 
   // The rl_actors of one process, wired to the chief's queue and coordinator.
   worker_parts spawn_own_workers(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
-                                 const worker_spec& spec,
-                                 const std::vector<caf::actor>& hub) const override {
-    if (hub.size() != 2) throw job_error("actor_learner: the build order carries no queue");
+                                 const worker_spec& spec, const caf::message& hub) const override {
+    if (!hub.match_elements<trajectory_queue_actor, rl_reports_actor>())
+      throw job_error("actor_learner: the build order carries no trajectory queue and coordinator");
     const auto& c = plan->config;
     worker_parts out;
     out.indices = spec.indices;
@@ -123,8 +126,8 @@ class actor_learner final : public strategy {
       ac.unroll_length = c.rl.unroll_length;
       ac.model = c.model;
       ac.seed = c.seed;
-      ac.queue = caf::actor_cast<trajectory_queue_actor>(hub[0]);
-      ac.coordinator = caf::actor_cast<rl_coordinator_actor>(hub[1]);
+      ac.queue = hub.get_as<trajectory_queue_actor>(0);
+      ac.coordinator = hub.get_as<rl_reports_actor>(1);
       ac.request_timeout = spec.request_timeout;
       if (plan->options.fail_replica == ac.index)
         ac.fail_after_unrolls = plan->options.fail_at_step;
@@ -134,12 +137,13 @@ class actor_learner final : public strategy {
   }
 
  private:
-  // The chief's side: the trajectory queue, the learners (with their
-  // reducers) and the coordinator.
-  class learner_side final : public own_job_run {
+  // The chief's side: the trajectory queue and the learners (with their
+  // reducers), reporting to the job's coordinator.
+  class learner_hub final : public job_hub {
    public:
-    learner_side(caf::actor_system& sys, std::shared_ptr<const job_plan> plan)
-        : sys_(sys), plan_(std::move(plan)) {
+    learner_hub(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
+                const coordinator_actor& coordinator)
+        : plan_(std::move(plan)), coordinator_(coordinator) {
       const auto& c = plan_->config;
       const auto& rl = c.rl;
       const auto spec = envs::make_env(rl.env, 1)->spec();
@@ -147,7 +151,6 @@ class actor_learner final : public strategy {
           sys, {rl.queue_capacity,
                 rl.max_policy_lag,
                 {rl.unroll_length, rl.envs_per_actor, spec.observation_size, spec.actions}});
-      coord_ = sys.spawn(rl_coordinator, plan_);
       if (rl.learners > 1)
         reducers_ = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));
       for (int64_t l = 0; l < rl.learners; ++l) {
@@ -170,45 +173,44 @@ class actor_learner final : public strategy {
         lc.weights_every = rl.weights_every;
         lc.queue = queue_;
         if (!reducers_.empty()) lc.reducer = reducers_[static_cast<std::size_t>(l)];
-        lc.coordinator = coord_;
+        lc.coordinator = coordinator_;
         if (plan_->options.fail_learner == l)
           lc.fail_at_update = plan_->options.fail_learner_at_update;
         learners_.push_back(spawn_learner(sys, lc));
       }
     }
 
-    std::vector<caf::actor> hub() const override {
-      return {caf::actor_cast<caf::actor>(queue_), caf::actor_cast<caf::actor>(coord_)};
+    caf::message handles() const override {
+      return caf::make_message(queue_, rl_reports_actor{coordinator_});
     }
 
-    nlohmann::json run(const std::vector<std::pair<int64_t, caf::actor>>& parts) override {
+    std::vector<std::pair<std::string, caf::actor>> named() const override {
+      std::vector<std::pair<std::string, caf::actor>> out;
+      for (std::size_t l = 0; l < learners_.size(); ++l)
+        out.emplace_back("learner " + std::to_string(l), caf::actor_cast<caf::actor>(learners_[l]));
+      out.emplace_back("trajectory queue", caf::actor_cast<caf::actor>(queue_));
+      return out;
+    }
+
+    std::unique_ptr<job_driver> make_driver(
+        std::vector<std::pair<int64_t, caf::actor>> workers) override {
       std::vector<rl_actor_actor> actors(static_cast<std::size_t>(plan_->config.rl.actors));
-      for (const auto& [index, a] : parts)
+      for (const auto& [index, a] : workers)
         actors.at(static_cast<std::size_t>(index)) = caf::actor_cast<rl_actor_actor>(a);
-      std::string error;
-      nlohmann::json summary;
-      {
-        caf::scoped_actor self{sys_};
-        self->request(coord_, caf::infinite, run_atom::value, learners_, actors, queue_)
-            .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
-                     [&](caf::error& e) { error = describe(e); });
-        for (auto& l : learners_) self->send_exit(l, caf::exit_reason::user_shutdown);
-        for (auto& r : reducers_) self->send_exit(r, caf::exit_reason::user_shutdown);
-        self->send_exit(queue_, caf::exit_reason::user_shutdown);
-        self->send_exit(coord_, caf::exit_reason::user_shutdown);
-      }
-      if (!error.empty()) throw job_error(error);
-      return summary;
+      return make_actor_learner_driver(*plan_, learners_, std::move(actors), queue_);
     }
 
-    caf::actor coordinator() const override { return caf::actor_cast<caf::actor>(coord_); }
+    void stop() override {
+      for (auto& l : learners_) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
+      for (auto& r : reducers_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(queue_, caf::exit_reason::user_shutdown);
+    }
 
    private:
-    caf::actor_system& sys_;
     std::shared_ptr<const job_plan> plan_;
+    coordinator_actor coordinator_;
     device_pool devices_;
     trajectory_queue_actor queue_;
-    rl_coordinator_actor coord_;
     std::vector<reducer_actor> reducers_;
     std::vector<learner_actor> learners_;
   };

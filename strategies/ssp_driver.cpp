@@ -110,10 +110,10 @@ bool ssp_driver::replica_lost(coordinator_host& h, std::size_t i, const std::str
   return true;
 }
 
-void ssp_driver::rejoin(coordinator_host& h, std::size_t i, replica_actor r) {
-  if (workers_[i].alive) return;
+void ssp_driver::rejoin(coordinator_host& h, std::size_t i, caf::actor a) {
+  if (i >= workers_.size() || workers_[i].alive) return;
   auto& replicas = h.replicas();
-  replicas[i] = std::move(r);
+  replicas[i] = caf::actor_cast<replica_actor>(std::move(a));
   h.self()->monitor(replicas[i]);
   auto& w = workers_[i];
   w = worker_status{};

@@ -29,7 +29,7 @@ class ssp_driver final : public job_driver {
   void start(coordinator_host& h) override;
   void pump(coordinator_host& h) override;
   bool replica_lost(coordinator_host& h, std::size_t i, const std::string& cause) override;
-  void rejoin(coordinator_host& h, std::size_t i, replica_actor r) override;
+  void rejoin(coordinator_host& h, std::size_t i, caf::actor a) override;
   std::vector<replica_actor> live(const coordinator_host& h) const override;
 
  private:

@@ -77,45 +77,14 @@ std::unique_ptr<job_driver> strategy::make_driver(const job_plan&) const {
   throw std::logic_error("strategy " + name() + " has no replica driver");
 }
 
-std::unique_ptr<strategy::own_job_run> strategy::start_own_job(
-    caf::actor_system&, std::shared_ptr<const job_plan>) const {
+std::unique_ptr<job_hub> strategy::spawn_hub(caf::actor_system&, std::shared_ptr<const job_plan>,
+                                             const coordinator_actor&) const {
   throw std::logic_error("strategy " + name() + " runs replicas, not a job of its own");
 }
 
 worker_parts strategy::spawn_own_workers(caf::actor_system&, std::shared_ptr<const job_plan>,
-                                         const worker_spec&, const std::vector<caf::actor>&) const {
+                                         const worker_spec&, const caf::message&) const {
   throw std::logic_error("strategy " + name() + " runs replicas, not a job of its own");
-}
-
-nlohmann::json strategy::run_own_job(caf::actor_system& sys,
-                                     std::shared_ptr<const job_plan> plan) const {
-  const auto& c = plan->config;
-  worker_spec spec;
-  for (int64_t r = 0; r < replica_count(c); ++r) {
-    spec.indices.push_back(r);
-    spec.devices.push_back(c.devices[static_cast<std::size_t>(r) % c.devices.size()]);
-  }
-  auto job = start_own_job(sys, plan);
-  auto workers = spawn_own_workers(sys, plan, spec, job->hub());
-  std::vector<std::pair<int64_t, caf::actor>> parts;
-  for (std::size_t k = 0; k < workers.others.size(); ++k)
-    parts.emplace_back(workers.indices[k], workers.others[k]);
-  nlohmann::json summary;
-  std::string error;
-  try {
-    summary = job->run(parts);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  workers.stop();
-  auto devices = std::move(workers.devices);
-  workers = {};
-  parts.clear();
-  sys.await_all_actors_done();
-  devices.clear();
-  job.reset();
-  if (!error.empty()) throw job_error(error);
-  return summary;
 }
 
 }  // namespace troupe

@@ -31,6 +31,23 @@
 
 namespace troupe {
 
+// The chief's actors of a strategy with a job of its own (strategy::spawn_hub).
+// Kept until the actor system is done (it owns their devices).
+class job_hub {
+ public:
+  virtual ~job_hub() = default;
+  // What every worker is wired to, as typed handles in one message (it
+  // travels in troupe node's build order).
+  virtual caf::message handles() const = 0;
+  // The hub's actors by name, for the coordinator to watch.
+  virtual std::vector<std::pair<std::string, caf::actor>> named() const = 0;
+  // The coordinator's driver over these workers (by index).
+  virtual std::unique_ptr<job_driver> make_driver(
+      std::vector<std::pair<int64_t, caf::actor>> workers) = 0;
+  // Sends the hub's actors an exit.
+  virtual void stop() = 0;
+};
+
 class strategy : public strategy_rules {
  public:
   // --- the plan ---
@@ -69,36 +86,22 @@ class strategy : public strategy_rules {
 
   // --- a job of other actors ---
   // A strategy whose job is not replicas stepping over a dataset
-  // (actor_learner: rl_actors, learners, a trajectory queue) builds its own
-  // actors: a hub on the chief (start_own_job) and, in every process that
-  // hosts some, the actors placed like replicas (spawn_own_workers), wired to
-  // the hub's handles. `troupe run` and `troupe node` then build no replica.
+  // (actor_learner: rl_actors, learners, a trajectory queue) spawns its own
+  // actors: a hub on the chief (spawn_hub), wired to the job's coordinator,
+  // and in every process that hosts some, workers placed like replicas
+  // (spawn_own_workers), wired to the hub's handles. The runtime then builds
+  // no replica; the hub makes the coordinator's driver.
   virtual bool own_job() const { return false; }
-  class own_job_run {
-   public:
-    virtual ~own_job_run() = default;
-    // The actors every task's actors are wired to (they travel in the build
-    // order).
-    virtual std::vector<caf::actor> hub() const = 0;
-    // Runs the job over every task's actors (by index); returns the summary
-    // once it stopped, after stopping the hub's actors. Throws job_error.
-    virtual nlohmann::json run(const std::vector<std::pair<int64_t, caf::actor>>& parts) = 0;
-    // Where a restarted task's actors rejoin: it takes
-    // `rejoin_atom, index, the actor` (troupe node sends it).
-    virtual caf::actor coordinator() const = 0;
-  };
-  // On the chief. Keep the result until the actor system is done (it owns
-  // the hub's devices).
-  virtual std::unique_ptr<own_job_run> start_own_job(caf::actor_system& sys,
-                                                     std::shared_ptr<const job_plan> plan) const;
+  virtual std::unique_ptr<job_hub> spawn_hub(caf::actor_system& sys,
+                                             std::shared_ptr<const job_plan> plan,
+                                             const coordinator_actor& coordinator) const;
   // In a process hosting spec.indices on spec.devices; the actors go in
-  // `others`, their devices in `devices`.
+  // `others`, their devices in `devices`. `hub` is job_hub::handles() (it
+  // travels in the build order); one that is not this strategy's is a
+  // job_error.
   virtual worker_parts spawn_own_workers(caf::actor_system& sys,
                                          std::shared_ptr<const job_plan> plan,
-                                         const worker_spec& spec,
-                                         const std::vector<caf::actor>& hub) const;
-  // One process: the hub and every actor here, run to the end.
-  nlohmann::json run_own_job(caf::actor_system& sys, std::shared_ptr<const job_plan> plan) const;
+                                         const worker_spec& spec, const caf::message& hub) const;
   // The learning rate a metrics line reports for update `completed`.
   virtual double reported_lr(const job_plan&, int64_t /*completed*/, const step_stats& s) const {
     return s.lr;

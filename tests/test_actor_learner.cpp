@@ -252,19 +252,16 @@ namespace {
 struct fake_coordinator_state {
   std::shared_ptr<std::atomic<int64_t>> version;
 };
-rl_coordinator_actor::behavior_type fake_coordinator(
-    rl_coordinator_actor::stateful_pointer<fake_coordinator_state> self,
+rl_reports_actor::behavior_type fake_coordinator(
+    rl_reports_actor::stateful_pointer<fake_coordinator_state> self,
     std::shared_ptr<std::atomic<int64_t>> version) {
   self->state.version = std::move(version);
   return {
-      [](run_atom, std::vector<learner_actor>&, std::vector<rl_actor_actor>&,
-         trajectory_queue_actor&) -> std::string { return ""; },
       [](episodes_atom, episode_report&) {},
       [self](learned_atom, learner_report& r) {
         if (r.learner == 0) *self->state.version = r.version;
       },
       [](weights_atom, policy_weights&) {},
-      [](rejoin_atom, int64_t, caf::actor&) {},
   };
 }
 
