@@ -27,16 +27,9 @@ class mirrored_allreduce_step final : public replica_step {
   // The sum: every replica scaled its gradients by 1/global batch, so it is
   // the mean over the global batch.
   void all_reduce(replica_host& h, const step_stats& s, step_promise rp) {
-    h.communicating("all_reduce");
-    h.self()
-        ->request(wiring_.reducer, h.request_timeout(), allreduce_atom::value, reduce_op::sum,
-                  h.gradient_buffers())
-        .then(
-            [this, &h, s, rp](std::vector<tensor>&) mutable {
-              h.communicated();
-              update(h, s, rp);
-            },
-            h.failer());
+    collective(
+        h, "all_reduce", [this, &h, s, rp] { update(h, s, rp); }, h.failer(), wiring_.reducer,
+        allreduce_atom::value, reduce_op::sum, h.gradient_buffers());
   }
 
   // The device runs tasks in order, so the next step's gradients may be

@@ -37,8 +37,8 @@ class mirrored_device_step final : public device_group_step {
   void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
     h.set_busy(false);
     auto epoch = b.epoch;
-    h.on_device<step_stats>(
-        "forward_backward_allreduce_update",
+    step_on_device(
+        h, "forward_backward_allreduce_update", epoch,
         guarded([b = std::move(b), step, fail = h.fail_at_step(), bucket = bucket_floats(),
                  sharded = sharded_, chunks = chunks_](compute_state& cs) {
           auto& comm = *cs.collectives;
@@ -58,11 +58,7 @@ class mirrored_device_step final : public device_group_step {
           }
           return s;
         }),
-        [&h, rp, epoch](step_stats& s) mutable {
-          s.epoch = epoch;
-          h.count(s);
-          rp.deliver(s);
-        });
+        [rp](step_stats& s) mutable { rp.deliver(s); });
   }
 
   // Sharded slots are current only in their owner's chunks.

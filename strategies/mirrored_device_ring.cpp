@@ -22,47 +22,38 @@ class mirrored_device_ring_step final : public device_group_step {
   void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
     h.set_busy(true);
     auto epoch = b.epoch;
-    h.on_device<step_stats>(
-        "forward_backward_allreduce",
-        guarded([b = std::move(b), step, fail = h.fail_at_step(), bucket = bucket_floats(),
-                 ring = has_ring()](compute_state& cs) {
-          auto& comm = *cs.collectives;
-          auto s = gradients_reduced_in_backward(
-              cs, b, step, fail, [&](std::size_t first, std::size_t last) {
-                all_reduce_gradients(cs, comm, bucket, first, last);
-              });
-          comm.check();
-          if (ring) cs.gradients_to_host();
-          return s;
-        }),
-        [this, &h, rp, epoch](step_stats& s) mutable {
-          s.epoch = epoch;
-          h.count(s);
-          if (has_ring())
-            ring_all_reduce(h, s, rp);
-          else
-            spread_and_update(h, s, rp);
-        });
+    step_on_device(h, "forward_backward_allreduce", epoch,
+                   guarded([b = std::move(b), step, fail = h.fail_at_step(),
+                            bucket = bucket_floats(), ring = has_ring()](compute_state& cs) {
+                     auto& comm = *cs.collectives;
+                     auto s = gradients_reduced_in_backward(
+                         cs, b, step, fail, [&](std::size_t first, std::size_t last) {
+                           all_reduce_gradients(cs, comm, bucket, first, last);
+                         });
+                     comm.check();
+                     if (ring) cs.gradients_to_host();
+                     return s;
+                   }),
+                   [this, &h, rp](step_stats& s) {
+                     if (has_ring())
+                       ring_all_reduce(h, s, rp);
+                     else
+                       spread_and_update(h, s, rp);
+                   });
   }
 
  private:
   bool has_ring() const { return static_cast<bool>(wiring_.ring); }
 
   void ring_all_reduce(replica_host& h, const step_stats& s, step_promise rp) {
-    h.communicating("ring_allreduce");
-    h.self()
-        ->request(wiring_.ring, h.request_timeout(), allreduce_atom::value, reduce_op::sum,
-                  h.gradient_buffers())
-        .then(
-            [this, &h, s, rp](std::vector<tensor>&) {
-              h.communicated();
-              spread_and_update(h, s, rp);
-            },
-            [this, &h](caf::error& e) {
-              wiring_.device_group->abort("replica " + std::to_string(wiring_.index) +
-                                          ": the ring across processes failed: " + describe(e));
-              h.fail(e);
-            });
+    collective(
+        h, "ring_allreduce", [this, &h, s, rp] { spread_and_update(h, s, rp); },
+        [this, &h](caf::error& e) {
+          wiring_.device_group->abort("replica " + std::to_string(wiring_.index) +
+                                      ": the ring across processes failed: " + describe(e));
+          h.fail(e);
+        },
+        wiring_.ring, allreduce_atom::value, reduce_op::sum, h.gradient_buffers());
   }
 
   // The second in-process all-reduce.

@@ -5,21 +5,28 @@
 
 namespace troupe {
 
+void step_on_device(replica_host& h, const char* span, int64_t epoch,
+                    std::function<step_stats(compute_state&)> work,
+                    std::function<void(step_stats&)> then) {
+  h.on_device<step_stats>(span, std::move(work),
+                          [&h, epoch, then = std::move(then)](step_stats& s) {
+                            s.epoch = epoch;
+                            h.count(s);
+                            then(s);
+                          });
+}
+
 void gradients_for_reducer(replica_host& h, int64_t step, batch b,
                            std::function<void(step_stats&)> then) {
   auto epoch = b.epoch;
-  h.on_device<step_stats>(
-      "forward_backward",
+  step_on_device(
+      h, "forward_backward", epoch,
       [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
         auto s = compute_gradients(cs, b, step, fail, false);
         cs.gradients_to_host();  // for the reducer (nothing to do on cpu:N)
         return s;
       },
-      [&h, epoch, then = std::move(then)](step_stats& s) {
-        s.epoch = epoch;
-        h.count(s);
-        then(s);
-      });
+      std::move(then));
 }
 
 device_group_step::device_group_step(replica_wiring w, reducer_config rc)

@@ -29,6 +29,30 @@ std::unique_ptr<replica_step> make_mirrored_device_step(replica_wiring w, reduce
                                                         bool sharded);
 std::unique_ptr<replica_step> make_mirrored_device_ring_step(replica_wiring w, reducer_config rc);
 
+// A step's device task `work` (named `span` in a trace) on a batch of
+// `epoch`; then, on the actor, `then` with the step's figures, counted
+// toward the training metrics.
+void step_on_device(replica_host& h, const char* span, int64_t epoch,
+                    std::function<step_stats(compute_state&)> work,
+                    std::function<void(step_stats&)> then);
+
+// A collective through an actor (a reducer, the ring node) on `args`: the
+// replica's track shows `what` until the answer, then `then` runs on the
+// actor; `on_error` instead when it fails.
+template <class Actor, class... Args>
+void collective(replica_host& h, const char* what, std::function<void()> then,
+                std::function<void(caf::error&)> on_error, const Actor& to, Args&&... args) {
+  h.communicating(what);
+  h.self()
+      ->request(to, h.request_timeout(), std::forward<Args>(args)...)
+      .then(
+          [&h, then = std::move(then)](std::vector<tensor>&) {
+            h.communicated();
+            then();
+          },
+          std::move(on_error));
+}
+
 // --- the reducer actors' steps ---
 
 // The step's gradients on the device (scaled 1/global batch, so that the

@@ -42,16 +42,9 @@ class mirrored_zero_step final : public replica_step {
 
  private:
   void reduce_scatter(replica_host& h, const step_stats& s, step_promise rp) {
-    h.communicating("reduce_scatter");
-    h.self()
-        ->request(wiring_.reducer, h.request_timeout(), reduce_scatter_atom::value, reduce_op::sum,
-                  h.gradient_buffers())
-        .then(
-            [this, &h, s, rp](std::vector<tensor>&) {
-              h.communicated();
-              update_own_segments(h, s, rp);
-            },
-            h.failer());
+    collective(
+        h, "reduce_scatter", [this, &h, s, rp] { update_own_segments(h, s, rp); }, h.failer(),
+        wiring_.reducer, reduce_scatter_atom::value, reduce_op::sum, h.gradient_buffers());
   }
 
   void update_own_segments(replica_host& h, const step_stats& s, step_promise rp) {
@@ -61,19 +54,11 @@ class mirrored_zero_step final : public replica_step {
           cs.opt->apply_ranges(cs.net->variables(), cs.grads, *segments);
           return variable_buffers(cs);
         },
-        [this, &h, s, rp](std::vector<tensor>& vars) { all_gather(h, s, rp, std::move(vars)); });
-  }
-
-  void all_gather(replica_host& h, const step_stats& s, step_promise rp, std::vector<tensor> vars) {
-    h.communicating("all_gather");
-    h.self()
-        ->request(wiring_.reducer, h.request_timeout(), all_gather_atom::value, std::move(vars))
-        .then(
-            [&h, s, rp](std::vector<tensor>&) mutable {
-              h.communicated();
-              h.step_finished(rp, s);
-            },
-            h.failer());
+        [this, &h, s, rp](std::vector<tensor>& vars) {
+          collective(
+              h, "all_gather", [&h, s, rp]() mutable { h.step_finished(rp, s); }, h.failer(),
+              wiring_.reducer, all_gather_atom::value, std::move(vars));
+        });
   }
 
   // Slot kind k and the ones after it, one all-gather each.
@@ -88,16 +73,9 @@ class mirrored_zero_step final : public replica_step {
             done();
             return;
           }
-          h.communicating("all_gather");
-          h.self()
-              ->request(wiring_.reducer, h.request_timeout(), all_gather_atom::value,
-                        std::move(slots))
-              .then(
-                  [this, &h, k, done](std::vector<tensor>&) {
-                    h.communicated();
-                    gather_slots(h, k + 1, done);
-                  },
-                  h.failer());
+          collective(
+              h, "all_gather", [this, &h, k, done] { gather_slots(h, k + 1, done); }, h.failer(),
+              wiring_.reducer, all_gather_atom::value, std::move(slots));
         });
   }
 
