@@ -36,22 +36,23 @@ class device_tasks {
     submit(self, "device_task", std::move(work), std::move(then));
   }
   // The same; `span` names the work on the device's track of a timeline
-  // trace (a string literal).
+  // trace (a string literal), `args` what it belongs to (e.g. the step).
   template <class Self>
   void submit(Self* self, const char* span, std::function<void(State&)> work,
-              std::function<void()> then) {
+              std::function<void()> then, trace::span_args args = {}) {
     auto ticket = next_++;
     auto error = std::make_shared<std::string>();
-    pending_.emplace(ticket, entry{std::move(then), error});
+    pending_.emplace(ticket, entry{std::move(then), error, span});
     // A strong handle: the actor outlives the tasks it submitted.
     auto handle = caf::actor_cast<caf::actor>(self);
-    dev_->submit([st = state_, error, work = std::move(work), handle, ticket, span] {
+    dev_->submit([st = state_, error, work = std::move(work), handle, ticket, span, args] {
       try {
-        trace::scoped_span on_device(trace::this_thread_track(), span, trace::category::compute);
+        trace::scoped_span on_device(trace::this_thread_track(), span, trace::category::compute,
+                                     args);
         work(*st);
       } catch (const std::exception& e) {
         *error = e.what();
-        if (error->empty()) *error = "device task failed";
+        if (error->empty()) *error = "device task failed (an exception without a message)";
       } catch (...) {
         *error = "device task failed (an exception not derived from std::exception)";
       }
@@ -72,12 +73,18 @@ class device_tasks {
   }
 
   bool idle() const { return pending_.empty(); }
+  // The span of the oldest task not answered yet (what the actor waits for
+  // on the device), or null when none is.
+  const char* oldest_span() const {
+    return pending_.empty() ? nullptr : pending_.begin()->second.span;
+  }
   const std::shared_ptr<cpu_device>& device() const { return dev_; }
 
  private:
   struct entry {
     std::function<void()> then;
     std::shared_ptr<std::string> error;
+    const char* span;
   };
   std::shared_ptr<cpu_device> dev_;
   std::shared_ptr<State> state_;

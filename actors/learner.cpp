@@ -87,7 +87,7 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
           weights->version = st.version;
           self->send(st.cfg.coordinator, weights_atom::value, std::move(*weights));
         }
-        st.computing = false;
+        st.phase = learner_phase::waiting;
         st.track.set("wait_for_batch", trace::category::wait);
         if (halting || (st.cfg.max_updates > 0 && st.version >= st.cfg.max_updates))
           return stop(self);
@@ -117,17 +117,16 @@ void reduce(self_ptr self, std::shared_ptr<impala_figures> fig) {
 
 void stop(self_ptr self) {
   auto& st = self->state;
-  st.stopped = true;
+  st.phase = learner_phase::stopped;
   for (auto& rp : std::exchange(st.halted, {})) rp.deliver(st.version);
 }
 
 void maybe_compute(self_ptr self) {
   auto& st = self->state;
-  if (st.stopped) return;
-  if (!st.running || st.computing || !st.next_batch) return;
+  if (st.phase != learner_phase::waiting || !st.next_batch) return;
   if (st.version + 1 == st.cfg.fail_at_update)
     return fail(self, "test hook: failing at update " + std::to_string(st.version + 1));
-  st.computing = true;
+  st.phase = learner_phase::updating;
   auto batch = std::make_shared<std::vector<unroll>>(std::move(*st.next_batch));
   st.next_batch.reset();
   request_batch(self);
@@ -167,7 +166,8 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
       [self, buffers] { self->state.grad_buffers = std::move(*buffers); });
   return {
       [self](run_atom) {
-        self->state.running = true;
+        auto& st = self->state;
+        if (st.phase == learner_phase::built) st.phase = learner_phase::waiting;
         request_batch(self);
       },
       [self](state_atom) -> caf::result<model_state> {
@@ -212,7 +212,7 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
       },
       [self](halt_atom) -> caf::result<int64_t> {
         auto& st = self->state;
-        if (st.stopped) return st.version;
+        if (st.phase == learner_phase::stopped) return st.version;
         st.halt_vote = true;
         auto rp = self->make_response_promise<int64_t>();
         st.halted.push_back(rp);

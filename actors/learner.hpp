@@ -53,6 +53,11 @@ struct learner_config {
   int64_t fail_at_update = -1;  // test hook: the learner fails at this update
 };
 
+// Built: until told to run. Waiting: for a batch of unrolls. Updating: an
+// update is in flight (gradients, all-reduce, optimizer). Stopped: after its
+// last update.
+enum class learner_phase { built, waiting, updating, stopped };
+
 // The learner's device state.
 struct learner_compute {
   std::unique_ptr<policy_value_model> net;
@@ -67,15 +72,13 @@ struct learner_state {
   std::unique_ptr<device_tasks<learner_compute>> tasks;
   std::vector<tensor> grad_buffers;  // shared with the reducer
   int64_t version = 0;               // updates applied
-  bool running = false;
-  bool computing = false;
-  std::optional<std::vector<unroll>> next_batch;  // arrived while computing
+  learner_phase phase = learner_phase::built;
+  std::optional<std::vector<unroll>> next_batch;  // arrived while updating
   bool batch_requested = false;
   // Stopping: this learner's vote to stop (all-reduced with the gradients,
-  // so that every learner stops after the same update), whether it stopped,
-  // and who waits for that.
+  // so that every learner stops after the same update), and who waits for
+  // it to stop.
   bool halt_vote = false;
-  bool stopped = false;
   // Timeline trace: computing gradients, reducing them, updating, or
   // waiting for a batch of unrolls.
   trace::state_track track;

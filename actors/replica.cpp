@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <deque>
-#include <map>
 
 #include "kernels/optimizer.hpp"
 #include "strategies/strategy.hpp"
@@ -90,6 +89,14 @@ std::vector<tensor> variable_buffers(compute_state& cs) {
 
 namespace {
 using self_ptr = replica_actor::stateful_pointer<replica_state>;
+
+// Ends the replica with a device task's error, naming it.
+void fail(self_ptr self, const std::string& why) {
+  const auto who = "replica " + std::to_string(self->state.cfg.index);
+  spdlog::error("{}: {}", who, why);
+  self->quit(caf::make_error(caf::sec::runtime_error, who + ": " + why));
+}
+
 void try_start(self_ptr self);
 void prefetch_next(self_ptr self);
 void request_batches(self_ptr self);
@@ -104,8 +111,8 @@ void show_activity(self_ptr self) {
   auto& st = self->state;
   if (st.communicating)
     st.track.set(st.communicating, trace::category::communicate, st.current_step);
-  else if (!st.pending_spans.empty())
-    st.track.set(st.pending_spans.begin()->second, trace::category::compute, st.current_step);
+  else if (const char* task = st.tasks->oldest_span())
+    st.track.set(task, trace::category::compute, st.current_step);
   else if (st.busy)
     st.track.set("wait_for_reply", trace::category::wait, st.current_step);
   else if (!st.waiting_steps.empty())
@@ -127,34 +134,7 @@ class replica_host_impl final : public replica_host {
   void submit(const char* span, std::function<void(compute_state&)> work,
               std::function<void()> then) override {
     auto& st = self_->state;
-    auto ticket = st.next_ticket++;
-    if (trace::enabled()) st.pending_spans.emplace(ticket, span);
-    auto error = std::make_shared<std::string>();
-    st.pending.emplace(ticket, [self = self_, error, then = std::move(then)] {
-      if (!error->empty()) {
-        spdlog::error("replica {}: {}", self->state.cfg.index, *error);
-        self->quit(
-            caf::make_error(caf::sec::runtime_error,
-                            "replica " + std::to_string(self->state.cfg.index) + ": " + *error));
-        return;
-      }
-      then();
-    });
-    auto handle = caf::actor_cast<replica_actor>(self_);
-    st.cfg.device->submit([cs = st.compute, error, work = std::move(work), handle, ticket, span,
-                           step = st.current_step] {
-      try {
-        trace::scoped_span on_device(trace::this_thread_track(), span, trace::category::compute,
-                                     {step, -1, -1});
-        work(*cs);
-      } catch (const std::exception& e) {
-        *error = e.what();
-        if (error->empty()) *error = "device work failed (an exception without a message)";
-      } catch (...) {
-        *error = "device work failed (an exception not derived from std::exception)";
-      }
-      caf::anon_send(handle, computed_atom::value, ticket);
-    });
+    st.tasks->submit(self_, span, std::move(work), std::move(then), {st.current_step, -1, -1});
     show_activity(self_);
   }
 
@@ -266,6 +246,8 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
   keep_exception_cause(self, "replica " + std::to_string(cfg.index));
   st.cfg = std::move(cfg);
   st.compute = std::make_shared<compute_state>();
+  st.tasks = std::make_unique<device_tasks<compute_state>>(
+      st.cfg.device, st.compute, [self](const std::string& why) { fail(self, why); });
   st.host = std::make_unique<replica_host_impl>(self);
   if (trace::enabled()) st.track.open("replica:" + std::to_string(st.cfg.index));
   // Build the model on its device thread: its memory is first touched there.
@@ -353,13 +335,7 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
         return rp;
       },
       [self](computed_atom, uint64_t ticket) {
-        auto& p = self->state.pending;
-        auto i = p.find(ticket);
-        if (i == p.end()) return;
-        auto k = std::move(i->second);
-        p.erase(i);
-        self->state.pending_spans.erase(ticket);
-        k();
+        self->state.tasks->computed(ticket);
         show_activity(self);
       },
   };

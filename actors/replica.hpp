@@ -4,9 +4,9 @@
 // itself is its strategy's (strategies/strategy.hpp: replica_step).
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 
+#include "actors/device_tasks.hpp"
 #include "actors/strategy_api.hpp"
 #include "config/job_config.hpp"
 #include "devices/device.hpp"
@@ -42,11 +42,9 @@ struct replica_state {
   replica_config cfg;
   std::shared_ptr<compute_state> compute;
   std::unique_ptr<replica_host_impl> host;
-  uint64_t next_ticket = 0;
-  // Continuations of device tasks, run on the actor when `computed` arrives,
-  // and the tasks' names (for the trace).
-  std::map<uint64_t, std::function<void()>> pending;
-  std::map<uint64_t, const char*> pending_spans;
+  // The device tasks in flight; their continuations run when `computed`
+  // arrives.
+  std::unique_ptr<device_tasks<compute_state>> tasks;
   std::deque<batch> batches;         // prefetched from the input pipeline
   const void* prefetched = nullptr;  // the batch last copied ahead to a discrete device
   std::deque<std::pair<int64_t, step_promise>> waiting_steps;

@@ -134,19 +134,19 @@ void offer(self_ptr self, std::shared_ptr<unroll> u) {
   self->request(st.cfg.queue, st.cfg.request_timeout, enqueue_atom::value, std::move(*u))
       .then(
           [self](int64_t) {
-            self->state.busy = false;
+            self->state.phase = rl_actor_phase::ready;
             self->state.track.set("wait_for_weights", trace::category::wait);
             act(self);
           },
           [self](caf::error& e) { fail(self, "trajectory queue: " + describe(e)); });
 }
 
-// The next unroll, when running, not busy, and some weights are known.
+// The next unroll, when ready and some weights are known.
 void act(self_ptr self) {
   auto& st = self->state;
-  if (!st.running || st.busy) return;
+  if (st.phase != rl_actor_phase::ready) return;
   if (st.acting_version < 0 && !st.pending) return;
-  st.busy = true;
+  st.phase = rl_actor_phase::unrolling;
   std::shared_ptr<policy_weights> w;
   if (st.pending) {
     w = std::make_shared<policy_weights>(std::move(*st.pending));
@@ -193,7 +193,8 @@ rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
       nullptr);
   return {
       [self](run_atom) {
-        self->state.running = true;
+        auto& st = self->state;
+        if (st.phase == rl_actor_phase::built) st.phase = rl_actor_phase::ready;
         act(self);
       },
       [self](weights_atom, policy_weights& w) {

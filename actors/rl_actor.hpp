@@ -40,6 +40,10 @@ struct rl_actor_config {
   int64_t fail_after_unrolls = -1;  // test hook: the actor fails after this many unrolls
 };
 
+// Built: until told to run. Ready: to act the next unroll once some weights
+// are known. Unrolling: an unroll is being acted or offered to the queue.
+enum class rl_actor_phase { built, ready, unrolling };
+
 // The actor's device state.
 struct rl_actor_compute {
   std::unique_ptr<envs::vector_env> env;
@@ -59,13 +63,12 @@ struct rl_actor_state {
   std::optional<policy_weights> pending;  // newer weights, installed before the next unroll
   int64_t received_version = -1;          // newest weights received
   int64_t acting_version = -1;            // installed
-  bool running = false;
-  bool busy = false;  // an unroll is being acted or offered to the queue
+  rl_actor_phase phase = rl_actor_phase::built;
   int64_t unrolls = 0;
-  static inline const char* name =
-      "rl_actor";  // Timeline trace: acting (stepping environments on the device), offering
+  // Timeline trace: acting (stepping environments on the device), offering
   // the unroll to the queue, or waiting for the first weights.
   trace::state_track track;
+  static inline const char* name = "rl_actor";
 };
 
 rl_actor_actor::behavior_type rl_actor(rl_actor_actor::stateful_pointer<rl_actor_state> self,
