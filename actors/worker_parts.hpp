@@ -35,7 +35,7 @@ struct worker_spec {
 // The actors of a process's replicas: devices, input pipelines, replicas,
 // and the reducers their strategy gave them.
 struct worker_parts {
-  std::map<std::string, std::shared_ptr<cpu_device>> devices;
+  device_pool devices;
   std::vector<int64_t> indices;  // global replica indices, in the order below
   std::vector<input_pipeline_actor> pipelines;
   std::vector<replica_actor> replicas;

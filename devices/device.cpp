@@ -182,4 +182,10 @@ void cpu_device::loop(std::shared_ptr<device_group::member> m) {
   }
 }
 
+std::shared_ptr<cpu_device> device_pool::get(const std::string& name) {
+  auto& d = devices_[name];
+  if (!d) d = std::make_shared<cpu_device>("troupe:" + name, group_);
+  return d;
+}
+
 }  // namespace troupe

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -110,6 +111,21 @@ class cpu_device {
   // thread), and then the thread finishes on its own.
   std::shared_ptr<device_group::member> m_;
   std::thread thread_;
+};
+
+// A process's devices by name ("cpu:0"), one thread each, made on first use
+// and sharing one group (their background work): how the topology builder
+// and a strategy's own workers get their devices.
+class device_pool {
+ public:
+  std::shared_ptr<cpu_device> get(const std::string& name);
+  bool empty() const { return devices_.empty(); }
+  // Joins the device threads after their last task (once no actor uses them).
+  void clear() { devices_.clear(); }
+
+ private:
+  std::shared_ptr<device_group> group_ = std::make_shared<device_group>();
+  std::map<std::string, std::shared_ptr<cpu_device>> devices_;
 };
 
 }  // namespace troupe

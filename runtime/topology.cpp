@@ -177,13 +177,11 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
   const bool gather_on_device = gathers_on_device(c.data.gather, strat.lockstep(), spec.devices,
                                                   static_cast<bool>(reducers.device_group));
   const auto input = strat.input(c, spec.start_step, plan.steps_per_epoch);
-  // The process's devices share their background work (the gathers).
-  auto group = std::make_shared<device_group>();
   for (std::size_t k = 0; k < spec.indices.size(); ++k) {
     const int64_t r = spec.indices[k];
     const auto& dev = spec.devices[k];
-    auto& device = out.devices[dev];
-    if (!device) device = std::make_shared<cpu_device>("troupe:" + dev, group);
+    // The process's devices share their background work (the gathers).
+    auto device = out.devices.get(dev);
     input_pipeline_config ic;
     ic.data = plan.train;
     ic.global_batch = input.global_batch;

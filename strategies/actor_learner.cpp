@@ -19,8 +19,6 @@
 // messages: messages/rl_messages.hpp.
 #include <spdlog/spdlog.h>
 
-#include <map>
-
 #include "actors/learner.hpp"
 #include "actors/rl_actor.hpp"
 #include "actors/trajectory_queue.hpp"
@@ -36,20 +34,6 @@ std::string quoted(const std::vector<std::string>& names) {
   for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
   return out;
 }
-
-// The devices of a process, one thread each, made on first use.
-class device_pool {
- public:
-  std::shared_ptr<cpu_device> get(const std::string& name) {
-    auto& d = devices_[name];
-    if (!d) d = std::make_shared<cpu_device>(name, group_);
-    return d;
-  }
-
- private:
-  std::shared_ptr<device_group> group_ = std::make_shared<device_group>();
-  std::map<std::string, std::shared_ptr<cpu_device>> devices_;
-};
 
 class actor_learner final : public strategy {
  public:
@@ -116,11 +100,9 @@ class actor_learner final : public strategy {
     worker_parts out;
     out.indices = spec.indices;
     for (std::size_t k = 0; k < spec.indices.size(); ++k) {
-      auto& dev = out.devices[spec.devices[k]];
-      if (!dev) dev = std::make_shared<cpu_device>(spec.devices[k]);
       rl_actor_config ac;
       ac.index = spec.indices[k];
-      ac.device = dev;
+      ac.device = out.devices.get(spec.devices[k]);
       ac.env = c.rl.env;
       ac.envs = c.rl.envs_per_actor;
       ac.unroll_length = c.rl.unroll_length;
