@@ -206,7 +206,9 @@ TEST_CASE("a strategy defined in a test runs through the normal job path") {
     // The effective config reads back the same (a checkpoint's manifest).
     CHECK(average_every.of(parse_job_config(to_json(given)).strategy) == 7);
     CHECK(error_of(R"("average_every": 0,)") ==
-          "strategy.average_every: expected an integer in [1, 1000000], got 0");
+          "strategy.average_every: expected an integer >= 1, got 0");
+    CHECK(error_of(R"("average_every": 2000000,)") ==
+          "strategy.average_every: expected an integer in [1, 1000000], got 2000000");
     CHECK(error_of(R"("average_every": "often",)") ==
           R"(strategy.average_every: expected an integer >= 1, got "often")");
     CHECK(error_of(R"("average_evry": 2,)") ==
