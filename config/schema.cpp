@@ -388,6 +388,22 @@ void check_device_rules(const job_config& c, const strategy_rules* rules) {
            "the " + c.strategy.kind + " strategy runs on cpu:N devices only, got " + show(json(d)));
 }
 
+// Whether the strategy trains from environments (the "rl" section), not a
+// classifier.
+bool trains_from_envs(const std::string& kind) {
+  auto rules = find_strategy_rules(kind);
+  return rules && !rules->trains_classifier();
+}
+
+// "the actor_learner strategy", or "the a or b strategy": those that read
+// the "rl" section.
+std::string rl_strategies() {
+  std::string names;
+  for (const auto& kind : registered_strategies())
+    if (trains_from_envs(kind)) names += (names.empty() ? "" : " or ") + kind;
+  return "the " + names + " strategy";
+}
+
 // The strategy's own rules are its file's (strategies/<kind>.cpp).
 void check_cross_fields(const job_config& c) {
   auto rules = find_strategy_rules(c.strategy.kind);
@@ -398,7 +414,7 @@ void check_cross_fields(const job_config& c) {
       fail("model.kind", "the " + c.strategy.kind + " strategy trains a classifier: expected " +
                              one_of(classifiers) + ", got " + show(json(c.model.kind)));
     if (c.rl_given)
-      fail("rl", "only the actor_learner strategy reads this section (strategy.kind is " +
+      fail("rl", "only " + rl_strategies() + " reads this section (strategy.kind is " +
                      show(json(c.strategy.kind)) + ")");
   }
   check_device_rules(c, rules.get());
@@ -539,7 +555,7 @@ nlohmann::json to_json(const job_config& c) {
                    {"eval_every_epochs", c.training.eval_every_epochs},
                    {"max_env_steps", c.training.max_env_steps}};
   if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;
-  if (c.rl_given || c.strategy.kind == "actor_learner") {
+  if (c.rl_given || trains_from_envs(c.strategy.kind)) {
     const auto& rl = c.rl;
     j["rl"] = {{"env", rl.env},
                {"actors", rl.actors},
