@@ -5,9 +5,11 @@ namespace troupe {
 using nlohmann::json;
 using namespace json_read;
 
-value_reader<int64_t> integer_at_least(int64_t min, int64_t max) {
-  if (max == std::numeric_limits<int64_t>::max())
-    return [min](const json& v, const std::string& p) { return read_int(v, p, min); };
+value_reader<int64_t> integer_at_least(int64_t min) {
+  return [min](const json& v, const std::string& p) { return read_int(v, p, min); };
+}
+
+value_reader<int64_t> integer_in(int64_t min, int64_t max) {
   return [min, max](const json& v, const std::string& p) { return read_int_in(v, p, min, max); };
 }
 
@@ -90,7 +92,7 @@ std::vector<strategy_key> variable_shards() {
                                          {"min_slice_bytes", s.partitioner.min_slice_bytes},
                                          {"fixed_shards", s.partitioner.fixed_shards}};
                            }};
-  return {field_key("shards", &strategy_config::shards, integer_at_least(1, 65536)),
+  return {field_key("shards", &strategy_config::shards, integer_in(1, 65536)),
           std::move(partitioner)};
 }
 

@@ -12,7 +12,6 @@
 // strategy added later, as a strategy_option kept in strategy_config::options.
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -38,8 +37,8 @@ template <class T>
 using value_reader = std::function<T(const nlohmann::json&, const std::string& path)>;
 
 // Readers for the usual kinds of value, in the schema's words.
-value_reader<int64_t> integer_at_least(int64_t min,
-                                       int64_t max = std::numeric_limits<int64_t>::max());
+value_reader<int64_t> integer_at_least(int64_t min);
+value_reader<int64_t> integer_in(int64_t min, int64_t max);
 value_reader<double> number_in(json_read::range r);
 value_reader<bool> boolean();
 

@@ -3,7 +3,7 @@
 // strategy.kind. Each lives in one file of strategies/ and registers itself
 // by name; the roles (actors/) call it at these points:
 //
-//   config     validate(), placement rules          (config/strategy_rules.hpp)
+//   config     keys(), validate(), placement rules  (config/strategy_rules.hpp)
 //   plan       updates_per_epoch(), input()         how far an epoch is, what a replica reads
 //   topology   shard_config(), make_reducers(),     which actors the job needs
 //              make_replica_step()

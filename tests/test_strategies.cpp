@@ -55,7 +55,7 @@ class local_sgd_step final : public replica_step {
 };
 
 // local_sgd's own key: no field of strategy_config holds it.
-const strategy_option<int64_t> average_every{"average_every", 4, integer_at_least(1, 1000000)};
+const strategy_option<int64_t> average_every{"average_every", 4, integer_in(1, 1000000)};
 
 class local_sgd final : public strategy {
  public:
