@@ -235,6 +235,12 @@ std::vector<std::string> model_kinds_of(model_family family);
 // "replicas": "auto" counts.
 int64_t usable_cpu_cores();
 
+// A config saved by troupe (a checkpoint manifest's, summary.json's): as
+// parse_job_config, except that strategy keys of other strategies are
+// dropped, not refused (troupe wrote every strategy's keys before each
+// strategy declared its own).
+job_config parse_saved_job_config(nlohmann::json j);
+
 // Reads the file; a missing file or bad JSON is a config_error too (path "" /
 // the message names the file and the line/column of the syntax error).
 job_config load_job_config(const std::string& file);

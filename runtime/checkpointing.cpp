@@ -74,7 +74,7 @@ int64_t start_step_for(const checkpoint::snapshot& snap, int64_t steps_per_epoch
   const auto& m = snap.meta;
   int64_t then_per_epoch = 0;
   try {
-    auto then = parse_job_config(m.config);
+    auto then = parse_saved_job_config(m.config);
     auto strat = find_strategy(then.strategy.kind);
     if (!strat) return m.step;
     then_per_epoch = strat->updates_per_epoch(then, examples);

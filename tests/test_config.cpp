@@ -265,6 +265,27 @@ TEST_CASE("config: the effective strategy section holds the keys its strategy de
   CHECK(c.strategy.max_staleness == 1);
 }
 
+TEST_CASE("config: a saved config with every strategy's keys (an older troupe's) still parses") {
+  json old = to_json(parse_job_config(json::parse(R"({"strategy": {"kind": "mirrored"}})")));
+  old["strategy"]["shards"] = 1;
+  old["strategy"]["communication_period"] = 8;
+  old["strategy"]["max_staleness"] = -1;
+  CHECK(
+      error_of(old.dump()) ==
+      R"(strategy.communication_period: the mirrored strategy does not use this key (a key of "elastic_average"))");
+  auto c = parse_saved_job_config(old);
+  CHECK(c.strategy.kind == "mirrored");
+  CHECK_FALSE(to_json(c)["strategy"].contains("shards"));
+  // Its own keys are still checked, and unknown keys still refused.
+  old["strategy"]["replicas"] = 0;
+  CHECK_THROWS_WITH_AS(parse_saved_job_config(old),
+                       "strategy.replicas: expected an integer >= 1, got 0", config_error);
+  old["strategy"]["replicas"] = 2;
+  old["strategy"]["replicaz"] = 2;
+  CHECK_THROWS_WITH_AS(parse_saved_job_config(old),
+                       R"(strategy.replicaz: unknown key; did you mean "replicas"?)", config_error);
+}
+
 TEST_CASE("config: model kinds are the model registries' own, with their family") {
   CHECK(known_model_kinds() == std::vector<std::string>{"mlp", "policy_value_mlp"});
   CHECK(model_kinds_of(model_family::classifier) == std::vector<std::string>{"mlp"});
