@@ -174,6 +174,7 @@ json to_json(const manifest& m, const std::vector<entry>& entries, uint64_t tota
          {"step", m.step},
          {"epoch", m.epoch},
          {"batch_in_epoch", m.batch_in_epoch},
+         {"slots_count_own_steps", m.slots_count_own_steps.value_or(false)},
          {"tensors_file", kTensors},
          {"tensors_bytes", total},
          {"config", m.config},
@@ -211,6 +212,11 @@ class reader {
     }
     if (!v.is_number_integer()) fail(field, "expected an integer, got " + v.dump());
     return v.get<int64_t>();
+  }
+  bool boolean(const json& j, const std::string& key, const std::string& field) const {
+    const json& v = at(j, key, field);
+    if (!v.is_boolean()) fail(field, "expected true or false, got " + v.dump());
+    return v.get<bool>();
   }
   uint64_t u64(const json& j, const std::string& key, const std::string& field) const {
     const json& v = at(j, key, field);
@@ -333,6 +339,8 @@ parsed_manifest parse_manifest_json(const std::string& text, const std::string& 
   m.epoch = r.i64(j, "epoch", "epoch");
   m.batch_in_epoch = r.i64(j, "batch_in_epoch", "batch_in_epoch");
   check_position(m, dir, where);
+  if (j.contains("slots_count_own_steps"))
+    m.slots_count_own_steps = r.boolean(j, "slots_count_own_steps", "slots_count_own_steps");
   if (j.contains("config")) m.config = j["config"];
   if (j.contains("extra")) m.extra = j["extra"];
   p.tensors_bytes = r.u64(j, "tensors_bytes", "tensors_bytes");
@@ -614,9 +622,10 @@ snapshot load(const std::string& dir) {
       s.state.push_back(std::move(nt));
   }
   // The optimizer counts its own updates: its "optimizer/step" slot is the
-  // checkpoint's step (elastic_average saves worker 0's slots, and a worker
-  // takes only its share of the steps: at most the step).
-  const bool own_share = s.meta.strategy == "elastic_average";
+  // checkpoint's step, or at most the step when the slots are one replica's
+  // that took only its share of the steps (and in a manifest that does not
+  // say).
+  const bool own_share = s.meta.slots_count_own_steps.value_or(true);
   for (const auto& nt : s.slots)
     if (nt.name == "optimizer/step" && nt.value.type() == dtype::i64 && nt.value.numel() == 1) {
       const int64_t counted = nt.value.data<int64_t>()[0];

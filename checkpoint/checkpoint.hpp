@@ -53,6 +53,12 @@ struct manifest {
   int64_t step = 0;
   int64_t epoch = 0;
   int64_t batch_in_epoch = 0;
+  // The optimizer slots are one replica's, which counted only its own share
+  // of the steps (its "optimizer/step" is at most `step`), not every step.
+  // The saver says so (strategy::snapshot_slots_count_own_steps); saved as
+  // false when unset. Absent from manifests written before the field: either
+  // count is accepted there.
+  std::optional<bool> slots_count_own_steps;
   nlohmann::json config;       // the effective job config
   nlohmann::json extra;        // anything else the trainer wants back on resume
   std::vector<entry> entries;  // filled by save (on disk) and load; ignored by save

@@ -98,11 +98,14 @@ struct partitioner_config {
   int64_t fixed_shards = 0;             // fixed_shards: pieces per variable; 0 = shards
 };
 
-// The strategy's settings. Which keys a strategy reads, and its rules on
-// them, are its file's (strategies/<kind>.cpp).
+// The strategy's settings. Which strategy.* keys a strategy accepts, their
+// defaults and rules are its file's (strategies/<kind>.cpp, through
+// config/strategy_keys.hpp): a key given to a strategy that does not list it
+// is an error. The fields below are the settings of the built-in strategies
+// that the runtime reads (their defaults are the initializers); a strategy
+// added later keeps its own keys in `options`.
 struct strategy_config {
-  // A registered strategy: one_device | mirrored | central_storage |
-  // parameter_server | elastic_average, or one a program registers.
+  // A registered strategy (strategies/*.cpp, or one a program registers).
   std::string kind = "one_device";
   // Replicas (mirrored, central_storage) or workers (parameter_server).
   // The config may say "auto": one replica per device listed in `devices`,
@@ -137,6 +140,9 @@ struct strategy_config {
   // mirrored: verify the replicas' variables are bit-identical every N steps
   // and at the end (0 = only at the end; -1 = never).
   int64_t check_replicas_every = 0;
+  // The keys of strategies that have no field above, by name, as their
+  // strategy_option (config/strategy_keys.hpp) read them.
+  nlohmann::json options = nlohmann::json::object();
 };
 
 struct training_config {
@@ -212,15 +218,28 @@ struct job_config {
 // Unknown keys are errors, with "did you mean 'x'?" when one is close.
 job_config parse_job_config(const nlohmann::json& j);
 
-// model.kind accepts "mlp", "policy_value_mlp" and the kinds registered
-// here; models/model.hpp's register_model registers its kind here, so a
-// program's own model can be named in a job config.
-void register_model_kind(const std::string& kind);
+// What a model kind computes: a classifier of a dataset's examples
+// (models/model.hpp) or a policy and a value over an environment's
+// observations (models/policy_value.hpp).
+enum class model_family { classifier, policy_value };
+// The model kinds a job config may name (model.kind), with their family:
+// models/ registers every kind it can build here, its built-ins included, so
+// this list is the model registries' own. Registering a kind again with the
+// same family does nothing; with another, throws std::invalid_argument.
+void register_model_kind(const std::string& kind, model_family family);
+// Sorted.
 std::vector<std::string> known_model_kinds();
+std::vector<std::string> model_kinds_of(model_family family);
 
 // CPU cores this process may run on (its affinity mask), at least 1: what
 // "replicas": "auto" counts.
 int64_t usable_cpu_cores();
+
+// A config saved by troupe (a checkpoint manifest's, summary.json's): as
+// parse_job_config, except that strategy keys of other strategies are
+// dropped, not refused (troupe wrote every strategy's keys before each
+// strategy declared its own).
+job_config parse_saved_job_config(nlohmann::json j);
 
 // Reads the file; a missing file or bad JSON is a config_error too (path "" /
 // the message names the file and the line/column of the syntax error).

@@ -10,6 +10,7 @@
 
 #include "config/job_config.hpp"
 #include "config/json_limits.hpp"
+#include "config/strategy_rules.hpp"
 
 namespace troupe {
 namespace {
@@ -33,6 +34,27 @@ std::string syntax_detail(const nlohmann::json::parse_error& e) {
 }
 
 }  // namespace
+
+job_config parse_saved_job_config(nlohmann::json j) {
+  auto s = j.find("strategy");
+  if (j.is_object() && s != j.end() && s->is_object()) {
+    auto kind = s->find("kind");
+    auto rules =
+        find_strategy_rules(kind != s->end() && kind->is_string() ? kind->get<std::string>()
+                                                                  : job_config{}.strategy.kind);
+    if (rules) {
+      std::vector<std::string> own;
+      for (const auto& k : rules->keys()) own.push_back(k.name);
+      std::vector<std::string> foreign;
+      for (const auto& [key, value] : s->items())
+        if (std::find(own.begin(), own.end(), key) == own.end() &&
+            !strategies_with_key(key).empty())
+          foreign.push_back(key);
+      for (const auto& key : foreign) s->erase(key);
+    }
+  }
+  return parse_job_config(j);
+}
 
 job_config load_job_config(const std::string& file) {
   std::error_code ec;

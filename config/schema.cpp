@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
-#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -16,264 +16,15 @@
 #include <vector>
 
 #include "config/job_config.hpp"
+#include "config/json_read.hpp"
+#include "config/registry.hpp"
 #include "config/strategy_rules.hpp"
 
 namespace troupe {
 namespace {
 
 using nlohmann::json;
-
-// ---------------------------------------------------------------- messages
-
-constexpr std::size_t kMaxShown = 60;
-
-// Whether v has at most `budget` values in all, nested at most `depth`
-// deep: only such a value is printed whole (a value nested 100,000 deep would
-// overflow the stack in dump()).
-bool small_value(const json& v, int depth, std::size_t& budget) {
-  if (budget == 0) return false;
-  --budget;
-  if (!v.is_array() && !v.is_object()) return true;
-  if (depth == 0) return false;
-  for (const auto& e : v)
-    if (!small_value(e, depth - 1, budget)) return false;
-  return true;
-}
-
-// A JSON value as the user wrote it, for "got ..." (short values verbatim).
-std::string show(const json& v) {
-  std::size_t budget = kMaxShown;
-  if (!small_value(v, 8, budget)) {
-    if (v.is_array()) return "an array of " + std::to_string(v.size()) + " elements";
-    if (v.is_object()) return "an object with " + std::to_string(v.size()) + " keys";
-  }
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() <= kMaxShown) return s;
-  if (v.is_string()) {
-    std::string cut = v.get_ref<const std::string&>().substr(0, kMaxShown - 5);
-    // Do not end inside a UTF-8 sequence.
-    while (!cut.empty() && (static_cast<unsigned char>(cut.back()) & 0xC0) == 0x80) cut.pop_back();
-    if (!cut.empty() && (static_cast<unsigned char>(cut.back()) & 0x80)) cut.pop_back();
-    return json(cut + "...").dump(-1, ' ', false, json::error_handler_t::replace);
-  }
-  if (v.is_array()) return "an array of " + std::to_string(v.size()) + " elements";
-  if (v.is_object()) return "an object with " + std::to_string(v.size()) + " keys";
-  return s;
-}
-
-std::string quoted_list(const std::vector<std::string>& names) {
-  std::string out;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (i) out += ", ";
-    out += '"' + names[i] + '"';
-  }
-  return out;
-}
-
-[[noreturn]] void fail(const std::string& path, const std::string& message) {
-  throw config_error(path.empty() ? "(root)" : path, message);
-}
-
-[[noreturn]] void expected(const std::string& path, const std::string& what, const json& got) {
-  fail(path, "expected " + what + ", got " + show(got));
-}
-
-std::string join(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-
-std::string index(const std::string& path, std::size_t i) {
-  return path + "[" + std::to_string(i) + "]";
-}
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + cost});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// ------------------------------------------------------------ value readers
-
-int64_t read_int(const json& v, const std::string& path, int64_t min);
-
-// An integer in [min, max]: sizes that allocate per unit (replicas,
-// prefetched batches, environments) are bounded, so that a typo is an error,
-// not an allocation of gigabytes.
-int64_t read_int_in(const json& v, const std::string& path, int64_t min, int64_t max) {
-  int64_t out = read_int(v, path, min);
-  if (out > max)
-    fail(path, "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
-                   "], got " + show(v));
-  return out;
-}
-
-int64_t read_int(const json& v, const std::string& path, int64_t min) {
-  const std::string want = "an integer >= " + std::to_string(min);
-  int64_t out = 0;
-  if (v.is_number_integer() && !v.is_number_unsigned()) {
-    out = v.get<int64_t>();
-  } else if (v.is_number_unsigned()) {
-    uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      expected(path,
-               want + " (at most " + std::to_string(std::numeric_limits<int64_t>::max()) + ")", v);
-    out = static_cast<int64_t>(u);
-  } else if (v.is_number_float()) {
-    // An integral float (2.0, 1e3) is accepted; 1.5 is not.
-    double d = v.get<double>();
-    if (!std::isfinite(d) || std::floor(d) != d) expected(path, want, v);
-    if (d < -9.2e18 || d > 9.2e18)
-      expected(path,
-               want + " (at most " + std::to_string(std::numeric_limits<int64_t>::max()) + ")", v);
-    out = static_cast<int64_t>(d);
-  } else {
-    expected(path, want, v);
-  }
-  if (out < min) expected(path, want, v);
-  return out;
-}
-
-uint64_t read_uint(const json& v, const std::string& path) {
-  const std::string want = "an integer >= 0";
-  if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer()) {
-    int64_t i = v.get<int64_t>();
-    if (i < 0) expected(path, want, v);
-    return static_cast<uint64_t>(i);
-  }
-  if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (!std::isfinite(d) || std::floor(d) != d || d < 0) expected(path, want, v);
-    if (d >= 1.8e19) expected(path, want + " (at most 18446744073709551615)", v);
-    return static_cast<uint64_t>(d);
-  }
-  expected(path, want, v);
-}
-
-// The allowed range of a real-valued field.
-struct range {
-  double lo = 0;
-  bool lo_open = false;  // lo excluded
-  bool has_hi = false;
-  double hi = 0;
-  bool hi_open = false;  // hi excluded
-
-  bool contains(double x) const {
-    if (lo_open ? !(x > lo) : !(x >= lo)) return false;
-    if (has_hi && (hi_open ? !(x < hi) : !(x <= hi))) return false;
-    return true;
-  }
-  std::string describe() const {
-    auto num = [](double x) { return json(x).dump(); };
-    auto trim = [](std::string s) {
-      if (s.size() > 2 && s.ends_with(".0")) s.resize(s.size() - 2);
-      return s;
-    };
-    if (!has_hi) return std::string("a number ") + (lo_open ? "> " : ">= ") + trim(num(lo));
-    return std::string("a number in ") + (lo_open ? "(" : "[") + trim(num(lo)) + ", " +
-           trim(num(hi)) + (hi_open ? ")" : "]");
-  }
-};
-
-constexpr range positive{0, true};
-constexpr range non_negative{0, false};
-constexpr range unit_open_hi{0, false, true, 1, true};  // [0, 1)
-constexpr range unit_open_lo{0, true, true, 1, false};  // (0, 1]
-
-double read_number(const json& v, const std::string& path, const range& r) {
-  if (!v.is_number()) expected(path, r.describe(), v);
-  double d = v.get<double>();
-  if (!std::isfinite(d)) expected(path, "a finite number", v);
-  if (!r.contains(d)) expected(path, r.describe(), v);
-  return d;
-}
-
-bool read_bool(const json& v, const std::string& path) {
-  if (!v.is_boolean()) expected(path, "true or false", v);
-  return v.get<bool>();
-}
-
-std::string read_string(const json& v, const std::string& path, bool non_empty) {
-  if (!v.is_string()) expected(path, non_empty ? "a non-empty string" : "a string", v);
-  const auto& s = v.get_ref<const std::string&>();
-  if (non_empty && s.empty()) expected(path, "a non-empty string", v);
-  return s;
-}
-
-std::string read_enum(const json& v, const std::string& path,
-                      const std::vector<std::string>& allowed) {
-  if (v.is_string()) {
-    const auto& s = v.get_ref<const std::string&>();
-    if (std::find(allowed.begin(), allowed.end(), s) != allowed.end()) return s;
-  }
-  std::string want =
-      allowed.size() == 1 ? "\"" + allowed[0] + "\"" : "one of " + quoted_list(allowed);
-  expected(path, want, v);
-}
-
-// ------------------------------------------------------------ object reader
-
-// One JSON object of the schema: checks the type and the keys up front, then
-// hands out the members that are present.
-class object_reader {
- public:
-  object_reader(const json& j, std::string path, std::vector<std::string> keys)
-      : j_(j), path_(std::move(path)), keys_(std::move(keys)) {
-    if (!j_.is_object()) fail(path_, std::string("expected a JSON object, got ") + j_.type_name());
-    for (const auto& [key, value] : j_.items()) {
-      if (std::find(keys_.begin(), keys_.end(), key) == keys_.end()) unknown(key);
-    }
-  }
-
-  const std::string& path() const { return path_; }
-  std::string path(std::string_view key) const { return join(path_, key); }
-
-  // The member, or nullptr when the key is absent (the default stays).
-  const json* get(const std::string& key) const {
-    auto it = j_.find(key);
-    return it == j_.end() ? nullptr : &*it;
-  }
-
-  template <class F>
-  void with(const std::string& key, F&& read) const {
-    if (const json* v = get(key)) read(*v, path(key));
-  }
-
- private:
-  [[noreturn]] void unknown(const std::string& raw) const {
-    // A key's control characters (NUL, newline) would cut or split the
-    // message: shown escaped, as JSON writes them.
-    std::string key = json(raw).dump(-1, ' ', false, json::error_handler_t::replace);
-    key = key.substr(1, key.size() - 2);
-    std::size_t best = std::numeric_limits<std::size_t>::max();
-    const std::string* suggestion = nullptr;
-    for (const auto& k : keys_) {
-      std::size_t d = edit_distance(key, k);
-      if (d < best) {
-        best = d;
-        suggestion = &k;
-      }
-    }
-    // Close enough to be a typo, and not a wholesale replacement of the key.
-    if (suggestion && (best <= 2 || best * 3 <= suggestion->size()) && best < key.size())
-      fail(path(key), "unknown key; did you mean \"" + *suggestion + "\"?");
-    fail(path(key), "unknown key (expected one of: " + quoted_list(keys_) + ")");
-  }
-
-  const json& j_;
-  std::string path_;
-  std::vector<std::string> keys_;
-};
+using namespace json_read;
 
 // ------------------------------------------------------------------ sections
 
@@ -381,68 +132,36 @@ void read_data(const json& j, const std::string& path, data_config& d) {
          [&](const json& v, const std::string& p) { d.test_limit = read_int(v, p, 0); });
 }
 
-void read_reducer(const json& j, const std::string& path, reducer_settings& s) {
-  object_reader r(j, path, {"algorithm", "bucket_bytes", "chunk_bytes", "hierarchical"});
-  r.with("algorithm", [&](const json& v, const std::string& p) {
-    s.algorithm = read_enum(v, p, {"ring", "tree", "reduce_to_one", "nccl"});
-  });
-  r.with("bucket_bytes",
-         [&](const json& v, const std::string& p) { s.bucket_bytes = read_int(v, p, 4); });
-  r.with("chunk_bytes",
-         [&](const json& v, const std::string& p) { s.chunk_bytes = read_int(v, p, 4); });
-  r.with("hierarchical",
-         [&](const json& v, const std::string& p) { s.hierarchical = read_bool(v, p); });
-}
-
-void read_partitioner(const json& j, const std::string& path, partitioner_config& c) {
-  object_reader r(j, path, {"kind", "max_shard_bytes", "min_slice_bytes", "fixed_shards"});
-  r.with("kind", [&](const json& v, const std::string& p) {
-    c.kind = read_enum(v, p, {"round_robin", "greedy_bytes", "fixed_shards", "min_max_bytes"});
-  });
-  r.with("max_shard_bytes",
-         [&](const json& v, const std::string& p) { c.max_shard_bytes = read_int(v, p, 0); });
-  r.with("min_slice_bytes",
-         [&](const json& v, const std::string& p) { c.min_slice_bytes = read_int(v, p, 1); });
-  r.with("fixed_shards",
-         [&](const json& v, const std::string& p) { c.fixed_shards = read_int(v, p, 0); });
-}
-
+// strategy.kind, then the keys that strategy lists (strategy_rules::keys()):
+// the schema knows no strategy's keys.
 void read_strategy(const json& j, const std::string& path, strategy_config& s) {
-  object_reader r(j, path,
-                  {"kind", "replicas", "steps_per_update", "reducer", "shard_optimizer",
-                   "check_replicas_every", "shards", "partitioner", "max_staleness",
-                   "communication_period", "moving_rate", "rho", "synchronous"});
-  r.with("kind", [&](const json& v, const std::string& p) {
-    s.kind = read_enum(v, p, known_strategy_names());
-  });
-  r.with("replicas", [&](const json& v, const std::string& p) {
-    s.replicas_auto = v.is_string() && v.get_ref<const std::string&>() == "auto";
-    if (s.replicas_auto) return;
-    if (v.is_string()) expected(p, "an integer in [1, 65536] or \"auto\"", v);
-    s.replicas = read_int_in(v, p, 1, 65536);
-  });
-  r.with("steps_per_update",
-         [&](const json& v, const std::string& p) { s.steps_per_update = read_int(v, p, 1); });
-  r.with("reducer", [&](const json& v, const std::string& p) { read_reducer(v, p, s.reducer); });
-  r.with("shards",
-         [&](const json& v, const std::string& p) { s.shards = read_int_in(v, p, 1, 65536); });
-  r.with("partitioner",
-         [&](const json& v, const std::string& p) { read_partitioner(v, p, s.partitioner); });
-  r.with("communication_period",
-         [&](const json& v, const std::string& p) { s.communication_period = read_int(v, p, 1); });
-  r.with("moving_rate", [&](const json& v, const std::string& p) {
-    s.moving_rate = read_number(v, p, range{0, false, true, 1, false});  // [0, 1]
-  });
-  r.with("rho",
-         [&](const json& v, const std::string& p) { s.rho = read_number(v, p, non_negative); });
-  r.with("synchronous",
-         [&](const json& v, const std::string& p) { s.synchronous = read_bool(v, p); });
-  r.with("max_staleness",
-         [&](const json& v, const std::string& p) { s.max_staleness = read_int(v, p, -1); });
-  r.with("shard_optimizer",
-         [&](const json& v, const std::string& p) { s.shard_optimizer = read_bool(v, p); });
-  r.with("check_replicas_every",
-         [&](const json& v, const std::string& p) { s.check_replicas_every = read_int(v, p, -1); });
+  if (!j.is_object()) fail(path, std::string("expected a JSON object, got ") + j.type_name());
+  if (auto kind = j.find("kind"); kind != j.end())
+    s.kind = read_enum(*kind, join(path, "kind"), registered_strategies());
+  auto rules = find_strategy_rules(s.kind);
+  const auto keys = rules ? rules->keys() : std::vector<strategy_key>{};
+  std::vector<std::string> names = {"kind"};
+  for (const auto& k : keys) names.push_back(k.name);
+  // A key of other strategies: name them, rather than "unknown key".
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(names.begin(), names.end(), key) != names.end()) continue;
+    auto owners = strategies_with_key(key);
+    if (!owners.empty())
+      fail(join(path, key), "the " + s.kind + " strategy does not use this key (a key of " +
+                                quoted_list(owners) + ")");
+  }
+  object_reader r(j, path, names);
+  for (const auto& k : keys)
+    r.with(k.name, [&](const json& v, const std::string& p) { k.read(v, p, s); });
+}
+
+// The effective strategy section: kind and the value of every key the
+// strategy lists, defaults included.
+json strategy_to_json(const strategy_config& s) {
+  json j = {{"kind", s.kind}};
+  if (auto rules = find_strategy_rules(s.kind))
+    for (const auto& k : rules->keys()) j[k.name] = k.write(s);
+  return j;
 }
 
 // "cpu:N" or "cuda:N", N a decimal index without sign or leading zeros.
@@ -659,56 +378,47 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
 }
 
 // Rules that involve more than one field; run after every field is valid.
-// What a job on a discrete device (cuda:N, sim:N: memory of its own) cannot
-// do yet, and what the device all-reduce (reducer "nccl") needs. (mirrored's
-// sharded update, strategy.shard_optimizer, is a CPU feature: on these
-// devices every replica applies the whole update, logged.)
+// A strategy whose job is not a classifier (an rl job) runs on cpu:N devices
+// only.
 void check_device_rules(const job_config& c, const strategy_rules* rules) {
-  auto kind_of = [](const std::string& d) { return d.substr(0, d.find(':')); };
-  std::string discrete;
-  bool mixed = false;
-  for (const auto& d : c.devices) {
-    if (kind_of(d) != "cpu" && discrete.empty()) discrete = d;
-    if (kind_of(d) != kind_of(c.devices.front())) mixed = true;
-  }
-  if (!discrete.empty()) {
-    if (rules && !rules->trains_classifier())
-      fail("devices", "the " + c.strategy.kind + " strategy runs on cpu:N devices only, got " +
-                          show(json(discrete)));
-  }
-  if (c.strategy.reducer.algorithm != "nccl") return;
-  if (c.strategy.kind != "mirrored")
-    fail("strategy.reducer.algorithm",
-         "\"nccl\" is the mirrored strategy's device all-reduce; strategy.kind is " +
-             show(json(c.strategy.kind)));
-  if (mixed)
-    fail("devices", "the nccl all-reduce needs devices of one kind, got " + show(json(c.devices)));
-  if (!c.cluster && c.strategy.replicas > static_cast<int64_t>(c.devices.size()))
-    fail("strategy.replicas", "the nccl all-reduce needs one device per replica: " +
-                                  std::to_string(c.strategy.replicas) + " replicas on " +
-                                  std::to_string(c.devices.size()) + " devices");
+  if (!rules || rules->trains_classifier()) return;
+  for (const auto& d : c.devices)
+    if (!d.starts_with("cpu:"))
+      fail("devices",
+           "the " + c.strategy.kind + " strategy runs on cpu:N devices only, got " + show(json(d)));
+}
+
+// Whether the strategy trains from environments (the "rl" section), not a
+// classifier.
+bool trains_from_envs(const std::string& kind) {
+  auto rules = find_strategy_rules(kind);
+  return rules && !rules->trains_classifier();
+}
+
+// "the actor_learner strategy", or "the a or b strategy": those that read
+// the "rl" section.
+std::string rl_strategies() {
+  std::string names;
+  for (const auto& kind : registered_strategies())
+    if (trains_from_envs(kind)) names += (names.empty() ? "" : " or ") + kind;
+  return "the " + names + " strategy";
 }
 
 // The strategy's own rules are its file's (strategies/<kind>.cpp).
 void check_cross_fields(const job_config& c) {
   auto rules = find_strategy_rules(c.strategy.kind);
   if (rules && rules->trains_classifier()) {
-    // Any classifier model: "mlp" or one a program registered (register_model).
-    if (c.model.kind == "policy_value_mlp")
-      fail("model.kind", "the " + c.strategy.kind +
-                             " strategy trains a classifier: expected \"mlp\" or a registered "
-                             "classifier model, got " +
-                             show(json(c.model.kind)));
+    // Any classifier model: a built-in or one a program registered (register_model).
+    auto classifiers = model_kinds_of(model_family::classifier);
+    if (std::find(classifiers.begin(), classifiers.end(), c.model.kind) == classifiers.end())
+      fail("model.kind", "the " + c.strategy.kind + " strategy trains a classifier: expected " +
+                             one_of(classifiers) + ", got " + show(json(c.model.kind)));
     if (c.rl_given)
-      fail("rl", "only the actor_learner strategy reads this section (strategy.kind is " +
+      fail("rl", "only " + rl_strategies() + " reads this section (strategy.kind is " +
                      show(json(c.strategy.kind)) + ")");
   }
   check_device_rules(c, rules.get());
   if (rules) rules->validate(c);
-  if (c.strategy.partitioner.kind == "min_max_bytes" && c.strategy.partitioner.max_shard_bytes <= 0)
-    fail("strategy.partitioner.max_shard_bytes",
-         "the min_max_bytes partitioner needs a size > 0 to split at, got " +
-             std::to_string(c.strategy.partitioner.max_shard_bytes));
   const auto& s = c.optimizer.schedule;
   if (s.kind == "cosine" && s.min_lr > c.optimizer.learning_rate)
     fail("optimizer.schedule.min_lr", "expected a number <= optimizer.learning_rate (" +
@@ -718,7 +428,7 @@ void check_cross_fields(const job_config& c) {
 
 // "replicas": "auto" takes every device, as tf.distribute's MirroredStrategy
 // does by default: the listed devices, else one CPU device per usable core.
-// one_device always has one replica. The global batch caps the count (every
+// The strategy's max_replicas() and the global batch cap the count (every
 // replica needs an example), and a cluster spec needs an explicit count: each
 // process would resolve "auto" on its own machine, and they must agree.
 void resolve_auto_replicas(job_config& c, bool devices_given) {
@@ -727,12 +437,10 @@ void resolve_auto_replicas(job_config& c, bool devices_given) {
     fail("strategy.replicas",
          "\"auto\" is for a job in one process; a cluster spec needs an explicit count "
          "that every process agrees on");
-  if (c.strategy.kind == "one_device") {
-    c.strategy.replicas = 1;
-    return;
-  }
+  auto rules = find_strategy_rules(c.strategy.kind);
+  const int64_t most = rules ? rules->max_replicas() : 65536;
   int64_t n = devices_given ? static_cast<int64_t>(c.devices.size()) : usable_cpu_cores();
-  n = std::clamp<int64_t>(n, 1, std::min<int64_t>(65536, c.data.batch_size));
+  n = std::clamp<int64_t>(n, 1, std::min<int64_t>(most, c.data.batch_size));
   c.strategy.replicas = n;
   if (!devices_given) {
     c.devices.clear();
@@ -743,26 +451,27 @@ void resolve_auto_replicas(job_config& c, bool devices_given) {
 }  // namespace
 
 namespace {
-struct model_kinds {
-  std::mutex mu;
-  std::vector<std::string> names{"mlp", "policy_value_mlp"};
-};
-model_kinds& the_model_kinds() {
-  static model_kinds k;
-  return k;
+named_registry<std::optional<model_family>>& the_model_kinds() {
+  static named_registry<std::optional<model_family>> r{"model kind"};
+  return r;
 }
 }  // namespace
 
-void register_model_kind(const std::string& kind) {
-  auto& k = the_model_kinds();
-  std::lock_guard<std::mutex> g(k.mu);
-  if (std::find(k.names.begin(), k.names.end(), kind) == k.names.end()) k.names.push_back(kind);
+void register_model_kind(const std::string& kind, model_family family) {
+  auto& r = the_model_kinds();
+  if (r.find(kind) == family) return;
+  r.add(kind, family);
 }
 
 std::vector<std::string> known_model_kinds() {
-  auto& k = the_model_kinds();
-  std::lock_guard<std::mutex> g(k.mu);
-  return k.names;
+  return the_model_kinds().names();
+}
+
+std::vector<std::string> model_kinds_of(model_family family) {
+  std::vector<std::string> out;
+  for (const auto& [kind, f] : the_model_kinds().entries())
+    if (f == family) out.push_back(kind);
+  return out;
 }
 
 int64_t usable_cpu_cores() {
@@ -839,34 +548,14 @@ nlohmann::json to_json(const job_config& c) {
                {"normalize", d.normalize},   {"prefetch", d.prefetch},
                {"gather", d.gather},         {"train_limit", d.train_limit},
                {"test_limit", d.test_limit}};
-  j["strategy"] = {{"kind", c.strategy.kind},
-                   {"replicas", c.strategy.replicas},
-                   {"steps_per_update", c.strategy.steps_per_update},
-                   {"reducer",
-                    {{"algorithm", c.strategy.reducer.algorithm},
-                     {"bucket_bytes", c.strategy.reducer.bucket_bytes},
-                     {"chunk_bytes", c.strategy.reducer.chunk_bytes},
-                     {"hierarchical", c.strategy.reducer.hierarchical}}},
-                   {"shard_optimizer", c.strategy.shard_optimizer},
-                   {"shards", c.strategy.shards},
-                   {"partitioner",
-                    {{"kind", c.strategy.partitioner.kind},
-                     {"max_shard_bytes", c.strategy.partitioner.max_shard_bytes},
-                     {"min_slice_bytes", c.strategy.partitioner.min_slice_bytes},
-                     {"fixed_shards", c.strategy.partitioner.fixed_shards}}},
-                   {"max_staleness", c.strategy.max_staleness},
-                   {"communication_period", c.strategy.communication_period},
-                   {"moving_rate", c.strategy.moving_rate},
-                   {"rho", c.strategy.rho},
-                   {"synchronous", c.strategy.synchronous},
-                   {"check_replicas_every", c.strategy.check_replicas_every}};
+  j["strategy"] = strategy_to_json(c.strategy);
   j["devices"] = c.devices;
   j["training"] = {{"epochs", c.training.epochs},
                    {"max_steps", c.training.max_steps},
                    {"eval_every_epochs", c.training.eval_every_epochs},
                    {"max_env_steps", c.training.max_env_steps}};
   if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;
-  if (c.rl_given || c.strategy.kind == "actor_learner") {
+  if (c.rl_given || trains_from_envs(c.strategy.kind)) {
     const auto& rl = c.rl;
     j["rl"] = {{"env", rl.env},
                {"actors", rl.actors},

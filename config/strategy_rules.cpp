@@ -1,29 +1,17 @@
 #include "config/strategy_rules.hpp"
 
-#include <algorithm>
-#include <mutex>
 #include <stdexcept>
 
 #include "config/job_config.hpp"
+#include "config/registry.hpp"
 
 namespace troupe {
 namespace {
 
-struct registry {
-  std::mutex mu;
-  std::vector<std::shared_ptr<const strategy_rules>> entries;  // registration order
-};
-
-registry& the_registry() {
-  static registry r;
+named_registry<std::shared_ptr<const strategy_rules>>& the_registry() {
+  static named_registry<std::shared_ptr<const strategy_rules>> r{"strategy"};
   return r;
 }
-
-// The names the config has always listed, in this order (a listed name no
-// strategy registers is refused by `troupe run` as "not implemented yet").
-const std::vector<std::string> kListedNames = {"one_device",      "mirrored",
-                                               "central_storage", "parameter_server",
-                                               "elastic_average", "actor_learner"};
 
 }  // namespace
 
@@ -33,35 +21,26 @@ int64_t strategy_rules::replica_count(const job_config& c) const {
 
 void register_strategy_rules(std::shared_ptr<const strategy_rules> s) {
   if (!s) throw std::invalid_argument("register_strategy: null strategy");
-  auto& r = the_registry();
-  std::lock_guard<std::mutex> g(r.mu);
   const auto name = s->name();
-  for (const auto& e : r.entries)
-    if (e->name() == name)
-      throw std::invalid_argument("strategy '" + name + "' is already registered");
-  r.entries.push_back(std::move(s));
+  the_registry().add(name, std::move(s));
 }
 
 std::shared_ptr<const strategy_rules> find_strategy_rules(const std::string& name) {
-  auto& r = the_registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  for (const auto& e : r.entries)
-    if (e->name() == name) return e;
-  return nullptr;
+  return the_registry().find(name);
 }
 
 std::vector<std::string> registered_strategies() {
-  auto& r = the_registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  std::vector<std::string> out;
-  for (const auto& e : r.entries) out.push_back(e->name());
-  return out;
+  return the_registry().names();
 }
 
-std::vector<std::string> known_strategy_names() {
-  std::vector<std::string> out = kListedNames;
-  for (auto& n : registered_strategies())
-    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+std::vector<std::string> strategies_with_key(const std::string& key) {
+  std::vector<std::string> out;
+  for (const auto& [name, rules] : the_registry().entries())
+    for (const auto& k : rules->keys())
+      if (k.name == key) {
+        out.push_back(name);
+        break;
+      }
   return out;
 }
 

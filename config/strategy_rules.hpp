@@ -2,12 +2,15 @@
 // What the config layer asks of a strategy: its cross-field rules and what
 // the default placement over cluster tasks needs to know. A strategy
 // (strategies/strategy.hpp) is a strategy_rules with the runtime half added;
-// the registry by name lives here, at the bottom, so that parsing a config
-// and running a job see the same strategies.
+// the registry by name (a named_registry, config/registry.hpp, like models',
+// environments' and devices') lives here, at the bottom, so that parsing a
+// config and running a job see the same strategies.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "config/strategy_keys.hpp"
 
 namespace troupe {
 
@@ -18,6 +21,11 @@ class strategy_rules {
   virtual ~strategy_rules() = default;
   // The value of strategy.kind that selects this strategy.
   virtual std::string name() const = 0;
+  // The strategy.* keys it accepts besides "kind" (config/strategy_keys.hpp):
+  // each read, validated and written back by its declaration.
+  virtual std::vector<strategy_key> keys() const { return {}; }
+  // The most replicas it runs: "replicas": "auto" takes no more.
+  virtual int64_t max_replicas() const { return 65536; }
   // Rules on the strategy's own keys that involve more than one field; throws
   // config_error naming the JSON path. Runs after every field is valid.
   virtual void validate(const job_config&) const {}
@@ -46,12 +54,10 @@ class strategy_rules {
 void register_strategy_rules(std::shared_ptr<const strategy_rules> s);
 // Null when no strategy of that name is registered.
 std::shared_ptr<const strategy_rules> find_strategy_rules(const std::string& name);
-// Registered names, in registration order.
+// Registered names, sorted (what "expected one of" lists for strategy.kind).
 std::vector<std::string> registered_strategies();
-
-// The strategies troupe knows by name (for "expected one of" and "did you
-// mean"): the built-in and planned names, then any other registered one.
-std::vector<std::string> known_strategy_names();
+// The registered strategies that accept strategy.<key>, sorted by name.
+std::vector<std::string> strategies_with_key(const std::string& key);
 
 // Shared rule of the strategies where data.batch_size is the global batch:
 // every replica needs at least one example of it.

@@ -2,8 +2,8 @@
 
 #include <stdexcept>
 
+#include "config/registry.hpp"
 #include "envs/builtin.hpp"
-#include "models/registry.hpp"
 
 namespace troupe::envs {
 namespace {

@@ -4,10 +4,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "config/registry.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/mlp.hpp"
-#include "models/registry.hpp"
 
 namespace troupe {
 
@@ -27,11 +27,18 @@ named_registry<model_factory>& registry() {
   static named_registry<model_factory> r{"model kind", {{"mlp", &make_mlp}}};
   return r;
 }
+
+// A job config may name the built-in kinds from the start (register_model
+// adds the others).
+[[maybe_unused]] const bool builtin_kinds_known = [] {
+  for (const auto& kind : registry().names()) register_model_kind(kind, model_family::classifier);
+  return true;
+}();
 }  // namespace
 
 void register_model(const std::string& kind, model_factory f) {
   registry().add(kind, std::move(f));
-  register_model_kind(kind);  // a job config may now name it
+  register_model_kind(kind, model_family::classifier);  // a job config may now name it
 }
 
 std::vector<std::string> registered_models() {

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "config/registry.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "models/model.hpp"
 #include "models/random.hpp"
-#include "models/registry.hpp"
 
 namespace troupe {
 namespace {
@@ -143,6 +143,13 @@ named_registry<policy_value_factory>& registry() {
   return r;
 }
 
+// A job config may name the built-in kinds from the start
+// (register_policy_value_model adds the others).
+[[maybe_unused]] const bool builtin_kinds_known = [] {
+  for (const auto& kind : registry().names()) register_model_kind(kind, model_family::policy_value);
+  return true;
+}();
+
 // Softmax of one row into p (max-subtracted), returning log-sum-exp.
 double softmax_row(const float* z, int64_t a, double* p) {
   double m = z[0];
@@ -161,6 +168,7 @@ std::vector<named_tensor> policy_value_model::make_gradients() {
 
 void register_policy_value_model(const std::string& kind, policy_value_factory f) {
   registry().add(kind, std::move(f));
+  register_model_kind(kind, model_family::policy_value);  // a job config may now name it
 }
 
 std::unique_ptr<policy_value_model> create_policy_value_model(const model_config& c,

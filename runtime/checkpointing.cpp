@@ -40,6 +40,7 @@ std::string save_job_checkpoint(const job_plan& p, int64_t step, model_state& ms
   snap.meta.step = step;
   snap.meta.epoch = p.steps_per_epoch > 0 ? step / p.steps_per_epoch : 0;
   snap.meta.batch_in_epoch = p.steps_per_epoch > 0 ? step % p.steps_per_epoch : step;
+  snap.meta.slots_count_own_steps = p.strat->snapshot_slots_count_own_steps();
   snap.meta.config = to_json(p.config);
   snap.meta.extra = std::move(extra);
   snap.variables = std::move(ms.variables);
@@ -73,7 +74,7 @@ int64_t start_step_for(const checkpoint::snapshot& snap, int64_t steps_per_epoch
   const auto& m = snap.meta;
   int64_t then_per_epoch = 0;
   try {
-    auto then = parse_job_config(m.config);
+    auto then = parse_saved_job_config(m.config);
     auto strat = find_strategy(then.strategy.kind);
     if (!strat) return m.step;
     then_per_epoch = strat->updates_per_epoch(then, examples);

@@ -29,11 +29,6 @@
 namespace troupe {
 namespace {
 
-std::string quoted(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
-  return out;
-}
 
 class actor_learner final : public strategy {
  public:
@@ -42,16 +37,23 @@ class actor_learner final : public strategy {
   std::string replica_unit() const override { return "rl_actor"; }
   bool own_job() const override { return true; }
 
+  // Its learners all-reduce through reducer actors (no device all-reduce:
+  // it runs on cpu:N devices).
+  std::vector<strategy_key> keys() const override {
+    return {strategy_keys::reducer({"ring", "tree", "reduce_to_one"})};
+  }
+
   void validate(const job_config& c) const override {
     const auto& rl = c.rl;
-    if (c.model.kind != "policy_value_mlp")
+    auto policies = model_kinds_of(model_family::policy_value);
+    if (std::find(policies.begin(), policies.end(), c.model.kind) == policies.end())
       throw config_error("model.kind",
-                         "the actor_learner strategy trains a policy/value network: expected "
-                         "\"policy_value_mlp\", got \"" +
-                             c.model.kind + "\"");
+                         "the actor_learner strategy trains a policy/value network: expected " +
+                             json_read::one_of(policies) + ", got \"" + c.model.kind + "\"");
     auto envs = envs::registered_envs();
     if (std::find(envs.begin(), envs.end(), rl.env) == envs.end())
-      throw config_error("rl.env", "expected one of " + quoted(envs) + ", got \"" + rl.env + "\"");
+      throw config_error(
+          "rl.env", "expected one of " + json_read::quoted_list(envs) + ", got \"" + rl.env + "\"");
     if (rl.batch_unrolls % rl.learners != 0)
       throw config_error("rl.batch_unrolls", "expected a multiple of rl.learners (" +
                                                  std::to_string(rl.learners) + "), got " +

@@ -18,6 +18,12 @@ namespace {
 class central_storage final : public sharded_strategy {
  public:
   std::string name() const override { return "central_storage"; }
+  std::vector<strategy_key> keys() const override {
+    auto keys = strategy_keys::variable_shards();
+    keys.push_back(strategy_keys::replicas());
+    keys.push_back(strategy_keys::steps_per_update());
+    return keys;
+  }
   void validate(const job_config& c) const override { check_global_batch_covers_replicas(c); }
 
   variable_shard_config shard_config(const job_config& c, int64_t total_steps) const override {

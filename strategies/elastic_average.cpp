@@ -206,6 +206,20 @@ class elastic_average final : public sharded_worker_strategy {
  public:
   std::string name() const override { return "elastic_average"; }
 
+  // strategy.replicas: the workers; the variable shards hold the center.
+  std::vector<strategy_key> keys() const override {
+    auto keys = strategy_keys::variable_shards();
+    keys.push_back(strategy_keys::replicas());
+    keys.push_back(strategy_keys::max_staleness());
+    keys.push_back(field_key("communication_period", &strategy_config::communication_period,
+                             integer_at_least(1)));
+    keys.push_back(
+        field_key("moving_rate", &strategy_config::moving_rate, number_in(json_read::unit_closed)));
+    keys.push_back(field_key("rho", &strategy_config::rho, number_in(json_read::non_negative)));
+    keys.push_back(field_key("synchronous", &strategy_config::synchronous, boolean()));
+    return keys;
+  }
+
   // The center: it takes exchanges (c += d) and runs no optimizer of its
   // own. Its optimizer setting is plain SGD, which has no slots: a
   // checkpoint's slots are the workers' (see snapshot).
@@ -276,6 +290,8 @@ class elastic_average final : public sharded_worker_strategy {
             .then(locals.reply(j), locals.error());
     });
   }
+
+  bool snapshot_slots_count_own_steps() const override { return true; }
 
   // The center to the shards, the workers' slots to the workers (which pull
   // the center at their first step).

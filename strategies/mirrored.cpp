@@ -35,7 +35,30 @@ namespace {
 class mirrored final : public strategy {
  public:
   std::string name() const override { return "mirrored"; }
-  void validate(const job_config& c) const override { check_global_batch_covers_replicas(c); }
+  std::vector<strategy_key> keys() const override {
+    return {strategy_keys::replicas(), strategy_keys::steps_per_update(),
+            strategy_keys::reducer({"ring", "tree", "reduce_to_one", "nccl"}),
+            field_key("shard_optimizer", &strategy_config::shard_optimizer, boolean()),
+            strategy_keys::check_replicas_every()};
+  }
+
+  // What the device all-reduce (reducer "nccl") needs. (The sharded update,
+  // strategy.shard_optimizer, is a CPU feature: on discrete devices every
+  // replica applies the whole update, logged.)
+  void validate(const job_config& c) const override {
+    check_global_batch_covers_replicas(c);
+    if (c.strategy.reducer.algorithm != "nccl") return;
+    auto kind_of = [](const std::string& d) { return d.substr(0, d.find(':')); };
+    for (const auto& d : c.devices)
+      if (kind_of(d) != kind_of(c.devices.front()))
+        throw config_error("devices", "the nccl all-reduce needs devices of one kind, got " +
+                                          json_read::show(nlohmann::json(c.devices)));
+    if (!c.cluster && c.strategy.replicas > static_cast<int64_t>(c.devices.size()))
+      throw config_error("strategy.replicas", "the nccl all-reduce needs one device per replica: " +
+                                                  std::to_string(c.strategy.replicas) +
+                                                  " replicas on " +
+                                                  std::to_string(c.devices.size()) + " devices");
+  }
   bool replicas_must_agree() const override { return true; }
   bool reduces_across_processes() const override { return true; }
 

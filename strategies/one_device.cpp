@@ -32,6 +32,12 @@ class local_step final : public replica_step {
 class one_device final : public strategy {
  public:
   std::string name() const override { return "one_device"; }
+  // replicas: always 1 (a config may say so, or "auto").
+  std::vector<strategy_key> keys() const override {
+    return {strategy_keys::replicas(), strategy_keys::steps_per_update(),
+            strategy_keys::check_replicas_every()};
+  }
+  int64_t max_replicas() const override { return 1; }
   void validate(const job_config& c) const override {
     if (c.strategy.replicas != 1)
       throw config_error("strategy.replicas",

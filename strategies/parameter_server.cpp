@@ -21,6 +21,14 @@ class parameter_server final : public sharded_worker_strategy {
  public:
   std::string name() const override { return "parameter_server"; }
   std::string replica_unit() const override { return "worker"; }
+  // strategy.replicas: the workers. Each push is one update: no
+  // steps_per_update.
+  std::vector<strategy_key> keys() const override {
+    auto keys = strategy_keys::variable_shards();
+    keys.push_back(strategy_keys::replicas());
+    keys.push_back(strategy_keys::max_staleness());
+    return keys;
+  }
   void check_cluster_jobs(const job_config&, int64_t workers, int64_t ps, bool) const override {
     if (ps == 0)
       throw config_error("cluster.tasks",

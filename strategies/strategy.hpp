@@ -3,7 +3,7 @@
 // strategy.kind. Each lives in one file of strategies/ and registers itself
 // by name; the roles (actors/) call it at these points:
 //
-//   config     validate(), placement rules          (config/strategy_rules.hpp)
+//   config     keys(), validate(), placement rules  (config/strategy_rules.hpp)
 //   plan       updates_per_epoch(), input()         how far an epoch is, what a replica reads
 //   topology   shard_config(), make_reducers(),     which actors the job needs
 //              make_replica_step()
@@ -112,6 +112,10 @@ class strategy : public strategy_rules {
   // The model and optimizer state a checkpoint saves; no step is in flight.
   // Default: replica 0's.
   virtual void snapshot(coordinator_host& h, std::function<void(model_state&)> k) const;
+  // Whether the optimizer slots snapshot() saves are one replica's, which
+  // counted only its own share of the steps (the checkpoint says so, and its
+  // "optimizer/step" is then checked to be at most the step).
+  virtual bool snapshot_slots_count_own_steps() const { return false; }
   // Puts a checkpoint's state back before the first step. Default: every
   // replica restores it.
   virtual void restore(coordinator_host& h, std::shared_ptr<const model_state> ms,

@@ -485,7 +485,7 @@ TEST_CASE("actor_learner: its config rules name the field") {
   // The other strategies refuse the section and the policy model.
   CHECK(
       bad(R"({"strategy": {"kind": "mirrored"}, "rl": {}})") ==
-      R"(model.kind: the mirrored strategy trains a classifier: expected "mlp" or a registered classifier model, got "policy_value_mlp")");
+      R"(model.kind: the mirrored strategy trains a classifier: expected "mlp", got "policy_value_mlp")");
   CHECK(bad(R"({"strategy": {"kind": "mirrored"}, "model": {"kind": "mlp"}, "rl": {}})") ==
         R"(rl: only the actor_learner strategy reads this section (strategy.kind is "mirrored"))");
 }

@@ -457,6 +457,51 @@ TEST_CASE("a manifest cannot lie: its checksum and cross-checks") {
   }
 }
 
+TEST_CASE("the saver says whose steps the optimizer slots count; the format names no strategy") {
+  temp_dir root;
+  // Slots of one worker that took 60 of the 100 steps (elastic_average's).
+  auto share = [](std::optional<bool> own_steps, const std::string& strategy) {
+    ck::snapshot snap = make_snapshot(100);
+    snap.meta.strategy = strategy;
+    snap.meta.slots_count_own_steps = own_steps;
+    snap.slots.push_back({"optimizer/step", tensor::from<int64_t>({1}, {60})});
+    return snap;
+  };
+  SUBCASE("said by the saver: at most the step") {
+    const std::string dir = ck::save(root.str(), share(true, "any_strategy"), 0);
+    CHECK(
+        nlohmann::json::parse(slurp(fs::path(dir) / "manifest.json")).at("slots_count_own_steps") ==
+        true);
+    auto back = ck::load(dir);
+    CHECK(back.meta.slots_count_own_steps == std::optional<bool>(true));
+    CHECK(back.meta.step == 100);
+  }
+  SUBCASE("not said: every step, whatever the strategy's name") {
+    const std::string dir = ck::save(root.str(), share(std::nullopt, "elastic_average"), 0);
+    CHECK(
+        nlohmann::json::parse(slurp(fs::path(dir) / "manifest.json")).at("slots_count_own_steps") ==
+        false);
+    CHECK(contains(error_of([&] { ck::load(dir); }),
+                   "manifest field \"step\" is 100 but the slot 'optimizer/step' is 60"));
+  }
+  SUBCASE("a share beyond the step is refused") {
+    auto snap = share(true, "elastic_average");
+    snap.slots.back() = {"optimizer/step", tensor::from<int64_t>({1}, {101})};
+    const std::string dir = ck::save(root.str(), snap, 0);
+    CHECK(contains(error_of([&] { ck::load(dir); }), "the slot 'optimizer/step' is 101"));
+  }
+  SUBCASE("a manifest from before the field (an older troupe's elastic_average) still loads") {
+    const std::string dir = ck::save(root.str(), share(true, "elastic_average"), 0);
+    const fs::path man = fs::path(dir) / "manifest.json";
+    auto j = nlohmann::json::parse(slurp(man));
+    j.erase("slots_count_own_steps");
+    spit_sealed(man, j);
+    auto back = ck::load(dir);
+    CHECK_FALSE(back.meta.slots_count_own_steps.has_value());
+    CHECK(back.meta.step == 100);
+  }
+}
+
 TEST_CASE("a save removes the temporaries of crashed saves, not its own") {
   temp_dir root;
   const fs::path stale_tmp = root.path / ".ckpt-0000000005.tmp-999999999";

@@ -88,7 +88,7 @@ const bad_case kBad[] = {
      R"(model.init: expected one of "auto", "he", "glorot", got "xavier")"},
     {R"({"data": {"dataset": "mnist"}})", R"(data.dataset: expected "fashion_mnist", got "mnist")"},
     {R"({"strategy": {"kind": "horovod"}})",
-     R"(strategy.kind: expected one of "one_device", "mirrored", "central_storage", "parameter_server", "elastic_average", "actor_learner", got "horovod")"},
+     R"(strategy.kind: expected one of "actor_learner", "central_storage", "elastic_average", "mirrored", "one_device", "parameter_server", got "horovod")"},
     {R"({"optimizer": {"schedule": {"kind": "linear"}}})",
      R"(optimizer.schedule.kind: expected one of "constant", "step", "cosine", got "linear")"},
     {R"({"logging": {"level": "verbose"}})",
@@ -132,6 +132,25 @@ const bad_case kBad[] = {
      R"(devices: expected a non-empty array of "cpu:N" or "cuda:N" strings, got "cpu:0")"},
     {R"({"strategy": {"kind": "mirrored"}, "devices": ["cuda:0", "cuda:1", "cuda:0"]})",
      R"(devices[2]: duplicate device "cuda:0" (already devices[0]))"},
+    // each strategy's own keys (strategies/<kind>.cpp)
+    {R"({"strategy": {"kind": "elastic_average", "moving_rate": 2}})",
+     R"(strategy.moving_rate: expected a number in [0, 1], got 2)"},
+    {R"({"strategy": {"kind": "elastic_average", "communication_period": 0}})",
+     R"(strategy.communication_period: expected an integer >= 1, got 0)"},
+    {R"({"strategy": {"kind": "mirrored", "shard_optimizer": "yes"}})",
+     R"(strategy.shard_optimizer: expected true or false, got "yes")"},
+    {R"({"strategy": {"kind": "parameter_server", "max_staleness": -2}})",
+     R"(strategy.max_staleness: expected an integer >= -1, got -2)"},
+    {R"({"strategy": {"kind": "central_storage", "partitioner": {"kind": "min_max_bytes"}}})",
+     R"(strategy.partitioner.max_shard_bytes: the min_max_bytes partitioner needs a size > 0 to split at, got 0)"},
+    {R"({"strategy": {"shards": 2}})",
+     R"(strategy.shards: the one_device strategy does not use this key (a key of "central_storage", "elastic_average", "parameter_server"))"},
+    {R"({"strategy": {"kind": "mirrored", "moving_rate": 0.5}})",
+     R"(strategy.moving_rate: the mirrored strategy does not use this key (a key of "elastic_average"))"},
+    {R"({"strategy": {"kind": "parameter_server", "steps_per_update": 2}})",
+     R"(strategy.steps_per_update: the parameter_server strategy does not use this key (a key of "central_storage", "mirrored", "one_device"))"},
+    {R"({"strategy": {"kind": "mirrored", "replica": 2}})",
+     R"(strategy.replica: unknown key; did you mean "replicas"?)"},
     // cross-field rules
     {R"({"strategy": {"replicas": 2}})",
      R"(strategy.replicas: the one_device strategy runs exactly 1 replica, got 2)"},
@@ -211,6 +230,68 @@ TEST_CASE("config: {} gives the defaults") {
   CHECK(c.logging.output_dir.empty());
   // Every field of the effective config is the default.
   CHECK(to_json(c) == to_json(d));
+}
+
+TEST_CASE("config: the effective strategy section holds the keys its strategy declares") {
+  // Each with its default; no other strategy's key.
+  auto strategy_of = [](const char* text) {
+    return to_json(parse_job_config(json::parse(text)))["strategy"];
+  };
+  json one = strategy_of(R"({})");
+  CHECK(one == json{{"kind", "one_device"},
+                    {"replicas", 1},
+                    {"steps_per_update", 1},
+                    {"check_replicas_every", 0}});
+  json ea = strategy_of(R"({"strategy": {"kind": "elastic_average", "replicas": 2, "rho": 0.5}})");
+  CHECK(ea["communication_period"] == 8);
+  CHECK(ea["rho"] == 0.5);
+  CHECK(ea["synchronous"] == false);
+  CHECK(ea["shards"] == 1);
+  CHECK(ea["partitioner"]["kind"] == "round_robin");
+  CHECK_FALSE(ea.contains("reducer"));
+  CHECK_FALSE(ea.contains("steps_per_update"));
+  json m = strategy_of(R"({"strategy": {"kind": "mirrored", "shard_optimizer": false}})");
+  CHECK(m["shard_optimizer"] == false);
+  CHECK(m["reducer"]["algorithm"] == "ring");
+  CHECK_FALSE(m.contains("shards"));
+  CHECK_FALSE(m.contains("communication_period"));
+  // The typed fields the runtime reads are set from the strategy's keys.
+  auto c = parse_job_config(json::parse(
+      R"({"strategy": {"kind": "elastic_average", "replicas": 2, "communication_period": 3,
+                       "moving_rate": 0.25, "synchronous": true, "max_staleness": 1}})"));
+  CHECK(c.strategy.communication_period == 3);
+  CHECK(c.strategy.moving_rate == 0.25);
+  CHECK(c.strategy.synchronous);
+  CHECK(c.strategy.max_staleness == 1);
+}
+
+TEST_CASE("config: a saved config with every strategy's keys (an older troupe's) still parses") {
+  json old = to_json(parse_job_config(json::parse(R"({"strategy": {"kind": "mirrored"}})")));
+  old["strategy"]["shards"] = 1;
+  old["strategy"]["communication_period"] = 8;
+  old["strategy"]["max_staleness"] = -1;
+  CHECK(
+      error_of(old.dump()) ==
+      R"(strategy.communication_period: the mirrored strategy does not use this key (a key of "elastic_average"))");
+  auto c = parse_saved_job_config(old);
+  CHECK(c.strategy.kind == "mirrored");
+  CHECK_FALSE(to_json(c)["strategy"].contains("shards"));
+  // Its own keys are still checked, and unknown keys still refused.
+  old["strategy"]["replicas"] = 0;
+  CHECK_THROWS_WITH_AS(parse_saved_job_config(old),
+                       "strategy.replicas: expected an integer >= 1, got 0", config_error);
+  old["strategy"]["replicas"] = 2;
+  old["strategy"]["replicaz"] = 2;
+  CHECK_THROWS_WITH_AS(parse_saved_job_config(old),
+                       R"(strategy.replicaz: unknown key; did you mean "replicas"?)", config_error);
+}
+
+TEST_CASE("config: model kinds are the model registries' own, with their family") {
+  CHECK(known_model_kinds() == std::vector<std::string>{"mlp", "policy_value_mlp"});
+  CHECK(model_kinds_of(model_family::classifier) == std::vector<std::string>{"mlp"});
+  CHECK(model_kinds_of(model_family::policy_value) == std::vector<std::string>{"policy_value_mlp"});
+  register_model_kind("mlp", model_family::classifier);  // again: nothing changes
+  CHECK_THROWS_AS(register_model_kind("mlp", model_family::policy_value), std::invalid_argument);
 }
 
 TEST_CASE("config: {\"name\":\"x\"} changes only the name") {

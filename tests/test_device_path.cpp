@@ -324,7 +324,8 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
   };
   CHECK_NOTHROW(parse_job_config(base));
   refused({{"strategy", {{"kind", "central_storage"}, {"reducer", {{"algorithm", "nccl"}}}}}},
-          "strategy.reducer.algorithm: \"nccl\" is the mirrored strategy's device all-reduce");
+          "strategy.reducer: the central_storage strategy does not use this key (a key of "
+          "\"actor_learner\", \"mirrored\")");
   refused({{"strategy", {{"replicas", 3}, {"reducer", {{"algorithm", "nccl"}}}}}},
           "strategy.replicas: the nccl all-reduce needs one device per replica: 3 replicas on 2 "
           "devices");

@@ -2,7 +2,8 @@
 // defines a strategy of its own ("local SGD": every replica trains its own
 // copy on its slice of the data, and every k steps the replicas average
 // their variables through the reducers) and runs it through the same path as
-// `troupe run`, touching no other file.
+// `troupe run`, touching no other file: its config keys too (which it
+// accepts, its own key's default and rules, the errors naming the path).
 #include <doctest/doctest.h>
 
 #include "runtime/job.hpp"
@@ -53,9 +54,16 @@ class local_sgd_step final : public replica_step {
   int64_t every_;
 };
 
+// local_sgd's own key: no field of strategy_config holds it.
+const strategy_option<int64_t> average_every{"average_every", 4, integer_in(1, 1000000)};
+
 class local_sgd final : public strategy {
  public:
   std::string name() const override { return "local_sgd"; }
+  std::vector<strategy_key> keys() const override {
+    return {strategy_keys::replicas(), strategy_keys::reducer({"ring", "tree"}),
+            average_every.key()};
+  }
   void validate(const job_config& c) const override {
     if (c.strategy.replicas < 2)
       throw config_error("strategy.replicas", "local_sgd averages over at least 2 replicas, got " +
@@ -69,7 +77,7 @@ class local_sgd final : public strategy {
   }
   std::unique_ptr<replica_step> make_replica_step(const job_config& c,
                                                   const replica_wiring& w) const override {
-    return std::make_unique<local_sgd_step>(w, c.strategy.communication_period);
+    return std::make_unique<local_sgd_step>(w, average_every.of(c.strategy));
   }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
     return std::make_unique<lockstep_driver>();
@@ -175,13 +183,58 @@ TEST_CASE("a strategy defined in a test runs through the normal job path") {
     CHECK(c.strategy.kind == "local_sgd");
   }
 
+  SUBCASE("its own key: a default, its rules, and the effective config") {
+    const std::string two = R"("replicas": 2}, "devices": ["cpu:0", "cpu:1"]})";
+    auto parse = [&](const std::string& keys) {
+      return parse_job_config(
+          nlohmann::json::parse(R"({"strategy": {"kind": "local_sgd", )" + keys + two));
+    };
+    auto error_of = [&](const std::string& keys) {
+      try {
+        parse(keys);
+      } catch (const config_error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    auto defaulted = parse("");
+    CHECK(average_every.of(defaulted.strategy) == 4);
+    CHECK(to_json(defaulted)["strategy"]["average_every"] == 4);
+    CHECK(to_json(defaulted)["strategy"]["reducer"]["algorithm"] == "ring");
+    auto given = parse(R"("average_every": 7,)");
+    CHECK(average_every.of(given.strategy) == 7);
+    // The effective config reads back the same (a checkpoint's manifest).
+    CHECK(average_every.of(parse_job_config(to_json(given)).strategy) == 7);
+    CHECK(error_of(R"("average_every": 0,)") ==
+          "strategy.average_every: expected an integer >= 1, got 0");
+    CHECK(error_of(R"("average_every": 2000000,)") ==
+          "strategy.average_every: expected an integer in [1, 1000000], got 2000000");
+    CHECK(error_of(R"("average_every": "often",)") ==
+          R"(strategy.average_every: expected an integer >= 1, got "often")");
+    CHECK(error_of(R"("average_evry": 2,)") ==
+          R"(strategy.average_evry: unknown key; did you mean "average_every"?)");
+    CHECK(error_of(R"("reducer": {"algorithm": "nccl"},)") ==
+          R"(strategy.reducer.algorithm: expected one of "ring", "tree", got "nccl")");
+    // Keys of other strategies are refused, naming the strategy, both ways.
+    CHECK(
+        error_of(R"("communication_period": 2,)") ==
+        R"(strategy.communication_period: the local_sgd strategy does not use this key (a key of "elastic_average"))");
+    CHECK_THROWS_WITH_AS(
+        parse_job_config(R"({"strategy": {"kind": "mirrored", "average_every": 2}})"_json),
+        R"(strategy.average_every: the mirrored strategy does not use this key (a key of "local_sgd"))",
+        config_error);
+    // The other strategies' effective configs carry none of its keys.
+    CHECK_FALSE(to_json(parse_job_config(R"({"strategy": {"kind": "mirrored"}})"_json))["strategy"]
+                    .contains("average_every"));
+  }
+
   SUBCASE("averaging every step is mirrored SGD, up to float rounding") {
     auto m = env.job("mirrored", "sgd", 2, 48);
     m.training.max_steps = 10;
     auto ref = test::variables_of(run_job(m));
     auto l = env.job("local_sgd", "sgd", 2, 48);
     l.training.max_steps = 10;
-    l.strategy.communication_period = 1;
+    average_every.set(l.strategy, 1);
     auto s = run_job(l);
     CHECK(s["strategy"] == "local_sgd");
     CHECK(s["steps"] == 10);
@@ -192,7 +245,7 @@ TEST_CASE("a strategy defined in a test runs through the normal job path") {
   SUBCASE("averaging every 5 steps is not the same model, and it resumes") {
     auto l = env.job("local_sgd", "sgd", 2, 48);
     l.training.max_steps = 10;
-    l.strategy.communication_period = 5;
+    average_every.set(l.strategy, 5);
     l.checkpoint.every_steps = 5;
     auto s = run_job(l);
     auto m = env.job("mirrored", "sgd", 2, 48);
