@@ -1,4 +1,5 @@
 #pragma once
+// Design note "device tasks" (docs/design.md, section 8).
 // Work on a device thread, its continuation back on the actor. An actor that
 // owns device state (a model, an optimizer, environments) never touches it
 // itself: it submits tasks to its cpu_device, which runs them in order on its

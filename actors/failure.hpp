@@ -1,4 +1,5 @@
 #pragma once
+// Design note "failure" (docs/design.md, section 8).
 // What an actor that throws leaves behind. CAF's default exception handler
 // writes the exception to stdout and ends the actor with a bare
 // sec::runtime_error, which prints as "system_error(runtime_error)": the

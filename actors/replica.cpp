@@ -7,7 +7,6 @@
 #include <deque>
 
 #include "kernels/optimizer.hpp"
-#include "strategies/strategy.hpp"
 
 namespace troupe {
 

@@ -79,7 +79,8 @@ class device_group {
   std::vector<member*> members_;  // device threads running, to wake
 };
 
-// One thread that runs submitted tasks in order, and its group's background
+// One thread that runs submitted tasks in order (design note "threading",
+// docs/design.md section 8), and its group's background
 // pieces when no task is queued (so a task waits for at most one piece).
 // Tasks must not throw (wrap them); the destructor finishes queued tasks
 // (the last device of a group to stop also the group's background work) and

@@ -24,7 +24,6 @@
 
 #include "actors/reducers/hierarchical.hpp"
 #include "devices/nccl_id.hpp"
-#include "runtime/topology.hpp"
 #include "strategies/lockstep_driver.hpp"
 #include "strategies/mirrored_steps.hpp"
 #include "strategies/strategy.hpp"
