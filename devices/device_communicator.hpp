@@ -24,10 +24,6 @@
 
 namespace troupe {
 
-// The reducer actors' name for the same enum, kept while
-// strategies/mirrored.cpp (being split) still spells it so.
-using device_reduce = reduce_op;
-
 // Device collectives reduce by sum or mean (what gradients need; NCCL's
 // ncclSum and ncclAvg). min and max throw device_error naming the collective
 // on every device kind, so the host group keeps NCCL's contract; the reducer
