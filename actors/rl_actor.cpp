@@ -3,9 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cmath>
-
 #include "actors/visible_mailbox.hpp"
+#include "kernels/softmax.hpp"
 
 namespace troupe {
 
@@ -28,15 +27,10 @@ void init_rl_actor_compute(rl_actor_compute& c, const std::string& env, int64_t 
 
 namespace {
 
-// A sample of the softmax of one row of logits.
+// A sample of the softmax of one row of logits: p gets the row's unnormalised
+// probabilities, and u (uniform in [0, 1)) picks among them.
 int32_t sample_action(const float* z, int64_t A, double u, float* p) {
-  float mx = z[0];
-  for (int64_t j = 1; j < A; ++j) mx = std::max(mx, z[j]);
-  double sum = 0;
-  for (int64_t j = 0; j < A; ++j) {
-    p[j] = std::exp(z[j] - mx);
-    sum += p[j];
-  }
+  const double sum = kernels::shifted_exp_row(z, A, p).sum;
   double acc = 0;
   const double target = u * sum;
   for (int64_t j = 0; j + 1 < A; ++j) {

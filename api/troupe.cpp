@@ -43,7 +43,7 @@ void collective_waiter(caf::event_based_actor* self, reducer_actor target, reduc
 
 }  // namespace
 
-struct strategy::impl {
+struct replica_group::impl {
   int replicas = 1;
   reducer_config reducers_cfg;
   system_config cfg;
@@ -87,33 +87,34 @@ struct strategy::impl {
   }
 };
 
-strategy::strategy(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
-strategy::strategy(strategy&&) noexcept = default;
-strategy& strategy::operator=(strategy&&) noexcept = default;
-strategy::~strategy() = default;
+replica_group::replica_group(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+replica_group::replica_group(replica_group&&) noexcept = default;
+replica_group& replica_group::operator=(replica_group&&) noexcept = default;
+replica_group::~replica_group() = default;
 
-strategy strategy::one_device() {
+replica_group replica_group::one_device() {
   return mirrored(1);
 }
 
-strategy strategy::mirrored(int replicas, const std::string& algorithm) {
+replica_group replica_group::mirrored(int replicas, const std::string& algorithm) {
   if (replicas < 0)
-    throw std::invalid_argument("strategy::mirrored: replicas: expected an integer >= 0, got " +
-                                std::to_string(replicas));
+    throw std::invalid_argument(
+        "replica_group::mirrored: replicas: expected an integer >= 0, got " +
+        std::to_string(replicas));
   const int n = replicas == 0 ? static_cast<int>(usable_cpu_cores()) : replicas;
   const auto& known = reducer_algorithms();
   if (std::find(known.begin(), known.end(), algorithm) == known.end())
-    throw std::invalid_argument("strategy::mirrored: unknown all-reduce algorithm '" + algorithm +
-                                "'");
-  return strategy(std::make_unique<impl>(n, algorithm));
+    throw std::invalid_argument("replica_group::mirrored: unknown all-reduce algorithm '" +
+                                algorithm + "'");
+  return replica_group(std::make_unique<impl>(n, algorithm));
 }
 
-int strategy::num_replicas() const noexcept {
+int replica_group::num_replicas() const noexcept {
   return impl_->replicas;
 }
 
-double strategy::reduce(reduce_op op, const std::vector<double>& v) {
-  if (v.empty()) throw std::invalid_argument("strategy::reduce: no values");
+double replica_group::reduce(reduce_op op, const std::vector<double>& v) {
+  if (v.empty()) throw std::invalid_argument("replica_group::reduce: no values");
   switch (op) {
     case reduce_op::sum:
     case reduce_op::mean: {
@@ -129,7 +130,7 @@ double strategy::reduce(reduce_op op, const std::vector<double>& v) {
   return 0;
 }
 
-void strategy::run_erased(const std::function<void(replica_context&)>& fn) {
+void replica_group::run_erased(const std::function<void(replica_context&)>& fn) {
   auto& im = *impl_;
   if (im.group_broken) {
     for (auto& g : im.group) caf::anon_send_exit(g, caf::exit_reason::user_shutdown);

@@ -8,8 +8,8 @@
 //     environment, which a config can then name (model.kind, rl.env).
 //  2. A custom training loop, as tf.distribute's strategy.run/reduce and
 //     experimental_distribute_dataset, or a DDP loop written by hand: a
-//     `strategy` owns N replicas, each on its own device thread, and runs
-//     the program's step function on all of them at once; inside it,
+//     `replica_group` owns N replicas, each on its own device thread, and
+//     runs the program's step function on all of them at once; inside it,
 //     replica_context::all_reduce reduces tensors across the replicas
 //     through troupe's reducers (ring, tree, reduce_to_one).
 #pragma once
@@ -24,14 +24,15 @@
 #include <utility>
 #include <vector>
 
-#include "config/job_config.hpp"  // job_config, load_job_config, parse_job_config
-#include "data/dataset.hpp"       // data::dataset, load_fashion_mnist
-#include "envs/env.hpp"           // register_env
-#include "kernels/optimizer.hpp"  // kernels::optimizer
-#include "messages/messages.hpp"  // reduce_op
-#include "messages/tensor.hpp"    // tensor, named_tensor
-#include "models/model.hpp"       // model, register_model, create_model
-#include "runtime/job.hpp"        // run_job, job_options, progress_info
+#include "actors/job_options.hpp"  // job_options, progress_info, job_error
+#include "config/job_config.hpp"   // job_config, load_job_config, parse_job_config
+#include "data/dataset.hpp"        // data::dataset, load_fashion_mnist
+#include "envs/env.hpp"            // register_env
+#include "kernels/optimizer.hpp"   // kernels::optimizer
+#include "messages/reduce_op.hpp"  // reduce_op
+#include "messages/tensor.hpp"     // tensor, named_tensor
+#include "models/model.hpp"        // model, register_model, create_model
+#include "runtime/job.hpp"         // run_job
 
 namespace troupe {
 
@@ -46,7 +47,7 @@ class replica_error : public std::runtime_error {
   int replica_;
 };
 
-class strategy;
+class replica_group;
 
 // What a step function sees of its replica.
 class replica_context {
@@ -61,29 +62,33 @@ class replica_context {
   double all_reduce(double value, reduce_op op);
 
  private:
-  friend class strategy;
-  replica_context(strategy& s, int id, int replicas) : owner_(&s), id_(id), replicas_(replicas) {}
-  strategy* owner_;
+  friend class replica_group;
+  replica_context(replica_group& g, int id, int replicas)
+      : owner_(&g), id_(id), replicas_(replicas) {}
+  replica_group* owner_;
   int id_, replicas_;
 };
 
-// N replicas, each on its own device thread (cpu:0..N-1), with a reducer group.
-class strategy {
+// N replicas, each on its own device thread (cpu:0..N-1), with a reducer
+// group: what tf.distribute calls a strategy (troupe's strategies are the
+// job-level protocols that strategy.kind names).
+class replica_group {
  public:
   // One replica.
-  static strategy one_device();
+  static replica_group one_device();
   // `replicas` replicas (0: one per CPU core this process may use, as
   // strategy.replicas "auto"); `algorithm`: ring | tree | reduce_to_one.
-  static strategy mirrored(int replicas = 0, const std::string& algorithm = "ring");
+  static replica_group mirrored(int replicas = 0, const std::string& algorithm = "ring");
 
-  strategy(strategy&&) noexcept;
-  strategy& operator=(strategy&&) noexcept;
-  ~strategy();
+  replica_group(replica_group&&) noexcept;
+  replica_group& operator=(replica_group&&) noexcept;
+  ~replica_group();
 
   int num_replicas() const noexcept;
 
-  // strategy.run: calls fn(ctx) on every replica at once, each on its own
-  // device thread, and returns the per-replica results in replica order.
+  // tf.distribute's strategy.run: calls fn(ctx) on every replica at once,
+  // each on its own device thread, and returns the per-replica results in
+  // replica order.
   // When a replica throws, its peers' collectives fail too (nobody waits for
   // ever) and run() throws replica_error naming the first replica that threw.
   template <class F>
@@ -99,13 +104,14 @@ class strategy {
     }
   }
 
-  // strategy.reduce: the sum or mean of per-replica values.
+  // tf.distribute's strategy.reduce: per-replica values reduced to one
+  // (sum, mean, min, max).
   static double reduce(reduce_op op, const std::vector<double>& per_replica);
 
  private:
   friend class replica_context;
   struct impl;
-  explicit strategy(std::unique_ptr<impl> p);
+  explicit replica_group(std::unique_ptr<impl> p);
   void run_erased(const std::function<void(replica_context&)>& fn);
   std::unique_ptr<impl> impl_;
 };

@@ -382,7 +382,6 @@ int run_device_bench(const bench_options& o, std::vector<measurement>& results, 
   const bool cuda = o.devices[0].kind == device_spec::kind_t::cuda;
   const std::string algo = cuda ? "nccl" : "host";
   const std::string devices = device_list(o.devices);
-  const device_reduce op = o.op == reduce_op::sum ? device_reduce::sum : device_reduce::mean;
   std::shared_ptr<device_collective_group> group;
   try {
     group = make_device_collective_group(n, o.devices[0]);
@@ -422,7 +421,7 @@ int run_device_bench(const bench_options& o, std::vector<measurement>& results, 
           if (!barrier.arrive_and_wait()) return;
           auto t0 = std::chrono::steady_clock::now();
           // Data stays as the all-reduces leave it (mean keeps it bounded).
-          comm->all_reduce(buf.f32(), static_cast<std::size_t>(p.numel), op);
+          comm->all_reduce(buf.f32(), static_cast<std::size_t>(p.numel), o.op);
           if (cuda) ctx->synchronize();
           auto t1 = std::chrono::steady_clock::now();
           if (it >= p.warmup) mine.push_back(std::chrono::duration<double>(t1 - t0).count());

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/options.hpp"
 #include "config/cluster.hpp"
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
@@ -550,49 +551,31 @@ int cmd_launch(const std::vector<std::string>& args,
                const std::function<int(const std::string&)>& bad_usage) {
   std::string file;
   launch_options opts;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    if (a == "--") {
-      opts.extra_args.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-      break;
-    } else if (a == "--config") {
-      if (i + 1 >= args.size()) return bad_usage("--config needs a file");
-      if (!file.empty()) return bad_usage("launch takes one config file");
-      file = args[++i];
-    } else if (a == "--output") {
-      if (i + 1 >= args.size()) return bad_usage("--output needs a directory");
-      opts.output_dir = args[++i];
-    } else if (a == "--restart-workers") {
-      const std::string what = "--restart-workers needs the number of restarts (0 to " +
-                               std::to_string(kMaxRestarts) + ")";
-      if (i + 1 >= args.size()) return bad_usage(what);
-      const std::string& v = args[++i];
-      std::size_t used = 0;
-      long long n = -1;
-      try {
-        n = std::stoll(v, &used, 10);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (v.empty() || used != v.size() || !std::isdigit(static_cast<unsigned char>(v[0])) ||
-          n < 0 || n > kMaxRestarts)
-        return bad_usage(what + ", got '" + v + "'");
-      opts.restart_workers = static_cast<int>(n);
-    } else if (a == "--resume") {
-      opts.resume = true;
-    } else if (a == "--overwrite") {
-      opts.overwrite = true;
-    } else if (a.rfind("--", 0) == 0) {
-      return bad_usage("unknown option '" + a + "' for launch");
-    } else if (file.empty()) {
-      file = a;
-    } else {
-      return bad_usage("launch takes one config file, got '" + file + "' and '" + a + "'");
+  const std::string restarts_needed =
+      "--restart-workers needs the number of restarts (0 to " + std::to_string(kMaxRestarts) + ")";
+  const auto take_restarts = [&](const std::string& v) {
+    std::size_t used = 0;
+    long long n = -1;
+    try {
+      n = std::stoll(v, &used, 10);
+    } catch (const std::exception&) {
+      used = 0;
     }
-  }
-  if (file.empty()) return bad_usage("launch needs a config file (--config FILE)");
-  if (opts.resume && opts.overwrite)
-    return bad_usage("--resume and --overwrite exclude each other");
+    if (v.empty() || used != v.size() || !std::isdigit(static_cast<unsigned char>(v[0])) || n < 0 ||
+        n > kMaxRestarts)
+      return restarts_needed + ", got '" + v + "'";
+    opts.restart_workers = static_cast<int>(n);
+    return std::string();
+  };
+  cli::option_parser options("launch");
+  options.config_file(file, true, "launch needs a config file (--config FILE)")
+      .rest_after_dashes(opts.extra_args)
+      .value("--output", opts.output_dir, "--output needs a directory")
+      .value("--restart-workers", take_restarts, restarts_needed)
+      .flag("--resume", opts.resume)
+      .flag("--overwrite", opts.overwrite)
+      .exclusive("--resume", "--overwrite");
+  if (auto why = options.parse(args)) return bad_usage(*why);
   job_config cfg;
   try {
     cfg = load_job_config(file);

@@ -13,6 +13,7 @@
 #include "bench/kernels.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "cli/launch.hpp"
+#include "cli/options.hpp"
 #include "cli/report.hpp"
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
@@ -152,39 +153,16 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
   std::string task_name;
   troupe::job_options opts;
   bool quiet = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    if (a == "--output") {
-      if (i + 1 >= args.size()) return bad_usage("--output needs a directory");
-      opts.output_dir = args[++i];
-    } else if (a == "--resume") {
-      opts.resume = true;
-    } else if (a == "--overwrite") {
-      opts.overwrite = true;
-    } else if (a == "--quiet") {
-      quiet = true;
-    } else if (a == "--trace") {
-      if (i + 1 >= args.size()) return bad_usage("--trace needs a file, e.g. trace.json");
-      opts.trace_path = args[++i];
-    } else if (node && a == "--task") {
-      if (i + 1 >= args.size()) return bad_usage("--task needs a task name, e.g. worker:0");
-      task_name = args[++i];
-    } else if (node && a == "--config") {
-      if (i + 1 >= args.size()) return bad_usage("--config needs a file");
-      if (!file.empty()) return bad_usage("node takes one config file");
-      file = args[++i];
-    } else if (a.rfind("--", 0) == 0) {
-      return bad_usage("unknown option '" + a + "' for " + cmd);
-    } else if (file.empty()) {
-      file = a;
-    } else {
-      return bad_usage(std::string(cmd) + " takes one config file, got '" + file + "' and '" + a +
-                       "'");
-    }
-  }
-  if (file.empty()) return bad_usage(std::string(cmd) + " needs a config file");
-  if (opts.resume && opts.overwrite)
-    return bad_usage("--resume and --overwrite exclude each other");
+  troupe::cli::option_parser options(cmd);
+  options.config_file(file, node, std::string(cmd) + " needs a config file")
+      .value("--output", opts.output_dir, "--output needs a directory")
+      .flag("--resume", opts.resume)
+      .flag("--overwrite", opts.overwrite)
+      .exclusive("--resume", "--overwrite")
+      .flag("--quiet", quiet)
+      .value("--trace", opts.trace_path, "--trace needs a file, e.g. trace.json");
+  if (node) options.value("--task", task_name, "--task needs a task name, e.g. worker:0");
+  if (auto why = options.parse(args)) return bad_usage(*why);
   troupe::task_id task;
   if (node) {
     if (task_name.empty()) return bad_usage("node needs --task NAME (chief, worker:N, ps:N)");

@@ -1,7 +1,7 @@
-# `cmake --install BUILD --prefix P`: the troupe binary, the headers under
-# P/include/troupe (the source tree's layout, so they include each other as
-# in the tree; the public API is <troupe/troupe.hpp>), the static libraries,
-# and a CMake package: find_package(troupe) + troupe::troupe.
+# `cmake --install BUILD --prefix P`: the troupe binary, the public API's
+# headers under P/include/troupe (<troupe/troupe.hpp> and what it includes, at
+# their source paths, so they include each other as in the tree), the static
+# libraries, and a CMake package: find_package(troupe) + troupe::troupe.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 set(TROUPE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
@@ -24,10 +24,17 @@ install(TARGETS ${TROUPE_EXPORTED} EXPORT troupeTargets
 install(TARGETS troupe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${TROUPE_INSTALL_CMAKEDIR})
 
-foreach(dir actors actors/reducers checkpoint config data devices envs kernels messages models
-    report strategies runtime api trace)
-  file(GLOB headers ${PROJECT_SOURCE_DIR}/${dir}/*.hpp)
-  install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/${dir})
+# The public API's headers only: <troupe/troupe.hpp> and what it includes,
+# under their source paths. The runtime's own headers (actors, strategies,
+# runtime, devices) stay out, so a program sees none of their names.
+# custom_loop_install builds a program against exactly these.
+set(TROUPE_PUBLIC_HEADERS actors/job_options.hpp config/cluster.hpp config/job_config.hpp
+  data/dataset.hpp data/idx.hpp envs/env.hpp kernels/activation.hpp kernels/backend.hpp
+  kernels/optimizer.hpp messages/reduce_op.hpp messages/tensor.hpp models/model.hpp
+  runtime/job.hpp)
+foreach(header ${TROUPE_PUBLIC_HEADERS})
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/${dir})
 endforeach()
 install(FILES api/troupe.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
 

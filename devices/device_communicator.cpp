@@ -1,5 +1,5 @@
 // make_device_collective_group: the group for a kind of device
-// (devices/device_communicator.hpp); and the NCCL entry points of
+// (devices/device_communicator.hpp); the reduce ops they all take; and the NCCL entry points of
 // devices/nccl_id.hpp in a build without NCCL.
 #include "devices/device_communicator.hpp"
 
@@ -11,6 +11,13 @@ namespace troupe {
 namespace {
 constexpr const char* no_nccl = "cuda devices need NCCL: this build has none";
 }  // namespace
+
+void require_device_reduce_op(reduce_op op, const char* collective) {
+  if (op == reduce_op::sum || op == reduce_op::mean) return;
+  throw device_error(std::string("device collectives: ") + collective + " (" + reduce_op_name(op) +
+                     "): device collectives reduce by sum or mean only; min and max need the "
+                     "reducer actors (ring, tree, reduce_to_one)");
+}
 
 std::shared_ptr<device_collective_group> make_device_collective_group(int size,
                                                                       const device_spec& spec) {

@@ -20,21 +20,26 @@
 #include <vector>
 
 #include "devices/device_context.hpp"
+#include "messages/reduce_op.hpp"
 
 namespace troupe {
 
-enum class device_reduce : uint8_t { sum = 0, mean = 1 };
+// Device collectives reduce by sum or mean (what gradients need; NCCL's
+// ncclSum and ncclAvg). min and max throw device_error naming the collective
+// on every device kind, so the host group keeps NCCL's contract; the reducer
+// actors (strategy.reducer.algorithm ring, tree, reduce_to_one) do all four.
+void require_device_reduce_op(reduce_op op, const char* collective);
 
 class device_communicator {
  public:
   virtual ~device_communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // In place over n floats of this rank's device memory.
-  virtual void all_reduce(float* data, std::size_t n, device_reduce op) = 0;
+  // In place over n floats of this rank's device memory. op: sum or mean.
+  virtual void all_reduce(float* data, std::size_t n, reduce_op op) = 0;
   // data holds size() * chunk floats; rank r ends with the reduction of
   // chunk r in data[r*chunk, (r+1)*chunk) (the rest is undefined).
-  virtual void reduce_scatter(float* data, std::size_t chunk, device_reduce op) = 0;
+  virtual void reduce_scatter(float* data, std::size_t chunk, reduce_op op) = 0;
   // data holds size() * chunk floats; rank r's chunk r goes to every rank.
   virtual void all_gather(float* data, std::size_t chunk) = 0;
   // Throws device_error if a collective of this group failed asynchronously

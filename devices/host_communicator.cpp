@@ -50,10 +50,6 @@ const char* coll_name(coll_kind k) {
   return "all_gather";
 }
 
-const char* op_name(device_reduce op) {
-  return op == device_reduce::mean ? "mean" : "sum";
-}
-
 const char* kind_name(device_spec::kind_t k) {
   switch (k) {
     case device_spec::kind_t::cpu:
@@ -72,12 +68,12 @@ struct post {
   float* data = nullptr;
   std::size_t count = 0;
   coll_kind kind = coll_kind::all_reduce;
-  device_reduce op = device_reduce::sum;
+  reduce_op op = reduce_op::sum;
 };
 
 std::string describe(const post& p) {
   std::string s = coll_name(p.kind);
-  if (p.kind != coll_kind::all_gather) s += std::string(" (") + op_name(p.op) + ")";
+  if (p.kind != coll_kind::all_gather) s += std::string(" (") + reduce_op_name(p.op) + ")";
   if (p.kind == coll_kind::all_reduce)
     s += " of " + std::to_string(p.count) + " floats";
   else
@@ -96,12 +92,12 @@ bool same_call(const post& a, const post& b) {
 // writes that block, so a destination may be a source), then copied to the
 // other destinations.
 void reduce_range(const std::vector<const float*>& src, const std::vector<float*>& dst,
-                  std::size_t a, std::size_t b, device_reduce op, float scale) {
+                  std::size_t a, std::size_t b, reduce_op op, float scale) {
   if (b <= a) return;
   std::vector<const float*> from(src.size());
   for (std::size_t k = 0; k < src.size(); ++k) from[k] = src[k] + a;
   kernels::sum_sources(dst[0] + a, from.data(), from.size(), b - a,
-                       op == device_reduce::mean ? scale : 1.0f);
+                       op == reduce_op::mean ? scale : 1.0f);
   for (std::size_t d = 1; d < dst.size(); ++d)
     std::memcpy(dst[d] + a, dst[0] + a, (b - a) * sizeof(float));
 }
@@ -200,14 +196,16 @@ class host_communicator final : public device_communicator {
   host_communicator(std::shared_ptr<host_group> g, int rank) : g_(std::move(g)), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return g_->size(); }
-  void all_reduce(float* data, std::size_t n, device_reduce op) override {
+  void all_reduce(float* data, std::size_t n, reduce_op op) override {
+    require_device_reduce_op(op, "all_reduce");
     g_->run(rank_, {data, n, coll_kind::all_reduce, op});
   }
-  void reduce_scatter(float* data, std::size_t chunk, device_reduce op) override {
+  void reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
+    require_device_reduce_op(op, "reduce_scatter");
     g_->run(rank_, {data, chunk, coll_kind::reduce_scatter, op});
   }
   void all_gather(float* data, std::size_t chunk) override {
-    g_->run(rank_, {data, chunk, coll_kind::all_gather, device_reduce::sum});
+    g_->run(rank_, {data, chunk, coll_kind::all_gather, reduce_op::sum});
   }
   void check() override { g_->check("device collectives"); }
   void abort(const std::string& why) override { g_->abort(why); }

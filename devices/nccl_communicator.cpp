@@ -181,13 +181,15 @@ class nccl_communicator final : public device_communicator {
   int rank() const override { return rank_; }
   int size() const override { return g_->size(); }
 
-  void all_reduce(float* data, std::size_t n, device_reduce op) override {
+  void all_reduce(float* data, std::size_t n, reduce_op op) override {
+    require_device_reduce_op(op, "all_reduce");
     issue("all_reduce", "ncclAllReduce", n, [&](ncclComm_t c) {
       return ncclAllReduce(data, data, n, ncclFloat, nccl_op(op), c, stream_);
     });
   }
   // In place: rank r's result lands in its own chunk r of data.
-  void reduce_scatter(float* data, std::size_t chunk, device_reduce op) override {
+  void reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
+    require_device_reduce_op(op, "reduce_scatter");
     issue("reduce_scatter", "ncclReduceScatter", chunk, [&](ncclComm_t c) {
       return ncclReduceScatter(data, data + static_cast<std::size_t>(rank_) * chunk, chunk,
                                ncclFloat, nccl_op(op), c, stream_);
@@ -223,9 +225,8 @@ class nccl_communicator final : public device_communicator {
   void abort(const std::string& why) override { g_->abort(why); }
 
  private:
-  static ncclRedOp_t nccl_op(device_reduce op) {
-    return op == device_reduce::mean ? ncclAvg : ncclSum;
-  }
+  // sum or mean (require_device_reduce_op).
+  static ncclRedOp_t nccl_op(reduce_op op) { return op == reduce_op::mean ? ncclAvg : ncclSum; }
 
   // Enqueues one collective on the compute stream and waits until NCCL has
   // taken it (not until it has run: the stream orders what reads the result).

@@ -8,6 +8,7 @@
 
 #include <caf/all.hpp>
 
+#include "messages/reduce_op.hpp"
 #include "messages/tensor.hpp"
 
 namespace troupe {
@@ -66,15 +67,6 @@ struct model_state {
   std::vector<named_tensor> variables;
   std::vector<named_tensor> slots;
 };
-
-// All-reduce operation. mean = sum / group size.
-enum class reduce_op : uint8_t { sum = 0, mean = 1, min = 2, max = 3 };
-const char* reduce_op_name(reduce_op op);
-// Parses "sum", "mean", "min", "max"; throws std::invalid_argument otherwise.
-reduce_op parse_reduce_op(const std::string& s);
-inline std::string to_string(reduce_op op) {
-  return reduce_op_name(op);
-}
 
 // One reducer's counters (tests assert bucketing with them).
 struct reducer_stats {

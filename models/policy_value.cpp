@@ -6,6 +6,7 @@
 
 #include "config/registry.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/softmax.hpp"
 #include "models/model.hpp"
 #include "models/random.hpp"
 
@@ -150,14 +151,11 @@ named_registry<policy_value_factory>& registry() {
   return true;
 }();
 
-// Softmax of one row into p (max-subtracted), returning log-sum-exp.
+// Softmax of one row into p, returning log-sum-exp.
 double softmax_row(const float* z, int64_t a, double* p) {
-  double m = z[0];
-  for (int64_t j = 1; j < a; ++j) m = std::max(m, static_cast<double>(z[j]));
-  double s = 0;
-  for (int64_t j = 0; j < a; ++j) s += (p[j] = std::exp(static_cast<double>(z[j]) - m));
-  for (int64_t j = 0; j < a; ++j) p[j] /= s;
-  return m + std::log(s);
+  const auto row = kernels::shifted_exp_row(z, a, p);
+  for (int64_t j = 0; j < a; ++j) p[j] /= row.sum;
+  return row.max + std::log(row.sum);
 }
 
 }  // namespace

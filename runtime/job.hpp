@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/job_plan.hpp"
+#include "actors/job_options.hpp"
 #include "config/job_config.hpp"
 
 namespace troupe {

@@ -64,7 +64,7 @@ void all_reduce_gradients(compute_state& cs, device_communicator& comm, std::siz
   if (first >= last) return;
   auto reduce = [&](float* p, std::size_t n) {
     for (std::size_t at = 0; at < n; at += bucket)
-      comm.all_reduce(p + at, std::min(bucket, n - at), device_reduce::sum);
+      comm.all_reduce(p + at, std::min(bucket, n - at), reduce_op::sum);
   };
   auto numel = [&](std::size_t i) { return static_cast<std::size_t>(cs.grads[i].value.numel()); };
   if (cs.discrete()) {
@@ -125,9 +125,9 @@ void reduce_scatter_gradients(compute_state& cs, device_communicator& comm, std:
   for (std::size_t i = first; i < last; ++i) {
     float* g = cs.grads[i].value.f32();
     if (splits(cs, comm, i))
-      comm.reduce_scatter(g, chunk_of(cs, comm, i), device_reduce::sum);
+      comm.reduce_scatter(g, chunk_of(cs, comm, i), reduce_op::sum);
     else
-      comm.all_reduce(g, static_cast<std::size_t>(cs.grads[i].value.numel()), device_reduce::sum);
+      comm.all_reduce(g, static_cast<std::size_t>(cs.grads[i].value.numel()), reduce_op::sum);
   }
 }
 

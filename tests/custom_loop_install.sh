@@ -10,6 +10,11 @@ cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 if grep -rqs -- "$src" "$tmp/prefix/lib/cmake/troupe"; then
   echo "FAIL: the installed package names the source tree ($src)"; exit 1
 fi
+# Only the public API is installed: no header of the runtime's (whose
+# strategy interface is troupe::strategy) comes with it.
+if grep -rqsE '\bclass strategy\b' "$tmp/prefix/include"; then
+  echo "FAIL: the installed headers declare the runtime's troupe::strategy"; exit 1
+fi
 cmake -S "$src/examples/custom_loop" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/build" -j2 >/dev/null
 "$tmp/build/custom_loop" --replicas 2 --epochs 3 --min-accuracy 0.85

@@ -1,4 +1,4 @@
-// The public API (api/troupe.hpp): custom training loops on a strategy, and
+// The public API (api/troupe.hpp): custom training loops on a replica_group, and
 // a program's own model named in a job config.
 #include <doctest/doctest.h>
 
@@ -12,11 +12,14 @@
 #include <vector>
 
 #include "api/troupe.hpp"
+// The runtime's own strategy interface beside the public API in one program:
+// the two must not share a name (they once were both troupe::strategy).
+#include "strategies/strategy.hpp"
 
 using namespace troupe;
 
-TEST_CASE("strategy::run calls the step on every replica, each on its own thread") {
-  auto s = strategy::mirrored(3);
+TEST_CASE("replica_group::run calls the step on every replica, each on its own thread") {
+  auto s = replica_group::mirrored(3);
   REQUIRE(s.num_replicas() == 3);
   std::mutex mu;
   std::set<std::thread::id> threads;
@@ -29,17 +32,17 @@ TEST_CASE("strategy::run calls the step on every replica, each on its own thread
   CHECK(ids == std::vector<int>{0, 10, 20});
   CHECK(threads.size() == 3);
   CHECK(threads.count(std::this_thread::get_id()) == 0);
-  CHECK(strategy::reduce(reduce_op::sum, {1, 2, 3.5}) == 6.5);
-  CHECK(strategy::reduce(reduce_op::mean, {1, 2, 3}) == 2);
-  CHECK(strategy::mirrored(0).num_replicas() == usable_cpu_cores());
-  CHECK_THROWS_WITH(strategy::mirrored(2, "butterfly"),
-                    "strategy::mirrored: unknown all-reduce algorithm 'butterfly'");
+  CHECK(replica_group::reduce(reduce_op::sum, {1, 2, 3.5}) == 6.5);
+  CHECK(replica_group::reduce(reduce_op::mean, {1, 2, 3}) == 2);
+  CHECK(replica_group::mirrored(0).num_replicas() == usable_cpu_cores());
+  CHECK_THROWS_WITH(replica_group::mirrored(2, "butterfly"),
+                    "replica_group::mirrored: unknown all-reduce algorithm 'butterfly'");
 }
 
 TEST_CASE("replica_context::all_reduce: sum and mean across replicas, in place") {
   for (const char* algorithm : {"ring", "tree", "reduce_to_one"}) {
     CAPTURE(algorithm);
-    auto s = strategy::mirrored(3, algorithm);
+    auto s = replica_group::mirrored(3, algorithm);
     auto results = s.run([](replica_context& ctx) {
       // Replica r holds r+1 everywhere, in two tensors of different shapes.
       const float v = static_cast<float>(ctx.replica_id() + 1);
@@ -59,7 +62,7 @@ TEST_CASE("replica_context::all_reduce: sum and mean across replicas, in place")
 }
 
 TEST_CASE("a throwing step names its replica; its peers waiting in a collective are released") {
-  auto s = strategy::mirrored(3);
+  auto s = replica_group::mirrored(3);
   std::atomic<int> released{0};
   CHECK_THROWS_WITH(s.run([&](replica_context& ctx) {
     if (ctx.replica_id() == 1) throw std::runtime_error("bad batch");
@@ -73,7 +76,7 @@ TEST_CASE("a throwing step names its replica; its peers waiting in a collective 
   }),
                     "replica 1: bad batch");
   CHECK(released == 2);
-  // The strategy still works afterwards (a new reducer group).
+  // The group still works afterwards (a new reducer group).
   auto sums = s.run([](replica_context& ctx) { return ctx.all_reduce(1.0, reduce_op::sum); });
   CHECK(sums == std::vector<double>{3, 3, 3});
 }

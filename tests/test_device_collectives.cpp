@@ -41,7 +41,7 @@ std::vector<float> values(int rank, std::size_t n, int salt = 0) {
 }
 
 // The contract's result: the sum in rank order 0..n-1, mean = sum * (1/n).
-std::vector<float> expected_reduce(int n, std::size_t count, device_reduce op, int salt = 0,
+std::vector<float> expected_reduce(int n, std::size_t count, reduce_op op, int salt = 0,
                                    std::size_t offset = 0, std::size_t len = SIZE_MAX) {
   if (len == SIZE_MAX) len = count;
   std::vector<float> acc(len, 0.0f);
@@ -49,7 +49,7 @@ std::vector<float> expected_reduce(int n, std::size_t count, device_reduce op, i
     auto v = values(r, count, salt);
     for (std::size_t i = 0; i < len; ++i) acc[i] = r == 0 ? v[offset + i] : acc[i] + v[offset + i];
   }
-  if (op == device_reduce::mean)
+  if (op == reduce_op::mean)
     for (auto& x : acc) x *= 1.0f / static_cast<float>(n);
   return acc;
 }
@@ -81,7 +81,7 @@ TEST_CASE("all_reduce: sum and mean, bit-identical to rank-order summation on ev
   for (int n : {2, 3, 4})
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{17}, std::size_t{1000},
                               std::size_t{4099}, std::size_t{100003}})
-      for (auto op : {device_reduce::sum, device_reduce::mean}) {
+      for (auto op : {reduce_op::sum, reduce_op::mean}) {
         CAPTURE(n);
         CAPTURE(count);
         CAPTURE(static_cast<int>(op));
@@ -111,12 +111,12 @@ TEST_CASE("all_reduce on cpu:N devices, and a 1-rank group") {
   for (int n : {1, 3}) {
     auto group = make_device_collective_group(n, cpu(0));
     const std::size_t count = 5000;
-    auto want = expected_reduce(n, count, device_reduce::mean);
+    auto want = expected_reduce(n, count, reduce_op::mean);
     std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
     auto errors = on_ranks(n, [&](int r) {
       rank_buffer b(cpu(r), values(r, count));
       auto comm = group->join(r, *b.ctx);
-      comm->all_reduce(b.buf.f32(), count, device_reduce::mean);
+      comm->all_reduce(b.buf.f32(), count, reduce_op::mean);
       got[static_cast<std::size_t>(r)] = b.read();
     });
     for (int r = 0; r < n; ++r) {
@@ -129,7 +129,7 @@ TEST_CASE("all_reduce on cpu:N devices, and a 1-rank group") {
 TEST_CASE("reduce_scatter: rank r ends with the reduction of chunk r") {
   for (int n : {2, 3, 4})
     for (std::size_t chunk : {std::size_t{1}, std::size_t{33}, std::size_t{5000}})
-      for (auto op : {device_reduce::sum, device_reduce::mean}) {
+      for (auto op : {reduce_op::sum, reduce_op::mean}) {
         CAPTURE(n);
         CAPTURE(chunk);
         const std::size_t count = chunk * static_cast<std::size_t>(n);
@@ -193,14 +193,14 @@ TEST_CASE("a rank with a different size fails the collective on every rank, nami
       rank_buffer b(sim(r), values(r, count));
       auto comm = group->join(r, *b.ctx);
       try {
-        comm->all_reduce(b.buf.f32(), count, device_reduce::sum);
+        comm->all_reduce(b.buf.f32(), count, reduce_op::sum);
       } catch (const device_error& e) {
         second[static_cast<std::size_t>(r)] = e.what();
       }
       // The group is still in step: the next collective works.
       rank_buffer c(sim(r), values(r, 64));
-      comm->all_reduce(c.buf.f32(), 64, device_reduce::sum);
-      auto want = expected_reduce(n, 64, device_reduce::sum);
+      comm->all_reduce(c.buf.f32(), 64, reduce_op::sum);
+      auto want = expected_reduce(n, 64, reduce_op::sum);
       auto got = c.read();
       if (!same_bits(got.data(), want.data(), 64)) throw std::runtime_error("wrong result after");
     });
@@ -218,7 +218,7 @@ TEST_CASE("a rank with a different size fails the collective on every rank, nami
     rank_buffer b(sim(r), values(r, 8));
     auto comm = group->join(r, *b.ctx);
     if (r == 0)
-      comm->all_reduce(b.buf.f32(), 8, device_reduce::mean);
+      comm->all_reduce(b.buf.f32(), 8, reduce_op::mean);
     else
       comm->all_gather(b.buf.f32(), 4);
   });
@@ -244,7 +244,7 @@ TEST_CASE("abort from another thread releases ranks blocked in all_reduce, and e
         return;
       }
       ++waiting;
-      comm->all_reduce(b.buf.f32(), 256, device_reduce::mean);
+      comm->all_reduce(b.buf.f32(), 256, reduce_op::mean);
     });
     const std::string want =
         "all_reduce: the group was aborted: replica " + std::to_string(n - 1) + " failed";
@@ -261,9 +261,9 @@ TEST_CASE("abort from another thread releases ranks blocked in all_reduce, and e
   comm->abort("first");
   group->abort("second");
   auto b = ctx->allocate(64);
-  CHECK_THROWS_WITH_AS(comm->all_reduce(b.f32(), 4, device_reduce::sum),
+  CHECK_THROWS_WITH_AS(comm->all_reduce(b.f32(), 4, reduce_op::sum),
                        "all_reduce: the group was aborted: first", device_error);
-  CHECK_THROWS_WITH_AS(comm->reduce_scatter(b.f32(), 2, device_reduce::sum),
+  CHECK_THROWS_WITH_AS(comm->reduce_scatter(b.f32(), 2, reduce_op::sum),
                        "reduce_scatter: the group was aborted: first", device_error);
   CHECK_THROWS_WITH_AS(comm->all_gather(b.f32(), 2), "all_gather: the group was aborted: first",
                        device_error);
@@ -295,14 +295,14 @@ TEST_CASE("many consecutive collectives stay correct") {
       std::vector<float> want;
       switch (i % 3) {
         case 0:
-          comm->all_reduce(b.f32(), count, i % 2 ? device_reduce::mean : device_reduce::sum);
-          want = expected_reduce(n, count, i % 2 ? device_reduce::mean : device_reduce::sum, i);
+          comm->all_reduce(b.f32(), count, i % 2 ? reduce_op::mean : reduce_op::sum);
+          want = expected_reduce(n, count, i % 2 ? reduce_op::mean : reduce_op::sum, i);
           break;
         case 1:
-          comm->reduce_scatter(b.f32(), chunk, device_reduce::sum);
+          comm->reduce_scatter(b.f32(), chunk, reduce_op::sum);
           off = static_cast<std::size_t>(r) * chunk;
           len = chunk;
-          want = expected_reduce(n, count, device_reduce::sum, i, off, chunk);
+          want = expected_reduce(n, count, reduce_op::sum, i, off, chunk);
           break;
         default:
           comm->all_gather(b.f32(), chunk);
@@ -348,4 +348,20 @@ TEST_CASE("cuda groups need NCCL") {
                        device_error);
   CHECK_THROWS_WITH_AS(make_nccl_group(2), "cuda devices need NCCL: this build has none",
                        device_error);
+}
+
+TEST_CASE("min and max are refused by name: device collectives reduce by sum or mean") {
+  // A 1-rank group: the refusal comes before any barrier, so nothing waits.
+  auto group = make_device_collective_group(1, sim(0));
+  auto ctx = make_device_context(sim(0));
+  auto comm = group->join(0, *ctx);
+  auto b = ctx->allocate(64);
+  CHECK_THROWS_WITH_AS(comm->all_reduce(b.f32(), 4, reduce_op::max),
+                       "device collectives: all_reduce (max): device collectives reduce by sum or "
+                       "mean only; min and max need the reducer actors (ring, tree, reduce_to_one)",
+                       device_error);
+  CHECK_THROWS_WITH_AS(comm->reduce_scatter(b.f32(), 4, reduce_op::min),
+                       doctest::Contains("reduce_scatter (min): device collectives reduce by sum"),
+                       device_error);
+  CHECK_NOTHROW(comm->all_reduce(b.f32(), 4, reduce_op::sum));  // the group is still usable
 }

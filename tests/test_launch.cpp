@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/launch.hpp"
+#include "cli/options.hpp"
 #include "config/cluster.hpp"
 #include "config/job_config.hpp"
 #include "fixtures.hpp"
@@ -272,6 +273,53 @@ TEST_CASE("launch: usage and config errors exit 2") {
   std::ofstream(dir / "bad.json") << R"({"cluster": {"tasks": {"chief": ["x"]}}})";
   CHECK(cmd_launch({"--config", dir / "bad.json"}, bad) == 2);
   CHECK(used.empty());
+}
+
+TEST_CASE("the option parser of run, node and launch: each usage error, in order") {
+  // node's options as cli/main.cpp declares them.
+  struct node_args {
+    std::string file, task, output;
+    bool resume = false, overwrite = false;
+    std::vector<std::string> rest;
+  };
+  auto node_error = [](const std::vector<std::string>& args, node_args& n) {
+    cli::option_parser p("node");
+    p.config_file(n.file, true, "node needs a config file")
+        .value("--output", n.output, "--output needs a directory")
+        .value("--task", n.task, "--task needs a task name, e.g. worker:0")
+        .flag("--resume", n.resume)
+        .flag("--overwrite", n.overwrite)
+        .exclusive("--resume", "--overwrite");
+    return p.parse(args).value_or("");
+  };
+  node_args n;
+  CHECK(node_error({"--config", "a.json", "--task", "worker:0", "--output", "--resume"}, n) == "");
+  CHECK((n.file == "a.json" && n.task == "worker:0" && n.output == "--resume" && !n.resume));
+  n = {};
+  CHECK(node_error({"a.json", "--config", "b.json"}, n) == "node takes one config file");
+  n = {};
+  CHECK(node_error({"--config", "a.json", "b.json"}, n) ==
+        "node takes one config file, got 'a.json' and 'b.json'");
+  n = {};
+  CHECK(node_error({"a.json", "--task"}, n) == "--task needs a task name, e.g. worker:0");
+  n = {};
+  CHECK(node_error({"a.json", "--"}, n) == "unknown option '--' for node");
+  n = {};
+  // The arguments first, then the missing file, then exclusive flags.
+  CHECK(node_error({"--resume", "--overwrite", "--frob"}, n) == "unknown option '--frob' for node");
+  n = {};
+  CHECK(node_error({"--resume", "--overwrite"}, n) == "node needs a config file");
+  n = {};
+  CHECK(node_error({"a.json", "--overwrite", "--resume"}, n) ==
+        "--resume and --overwrite exclude each other");
+
+  // After `--`, nothing is parsed.
+  std::string file;
+  std::vector<std::string> rest;
+  cli::option_parser launch("launch");
+  launch.config_file(file, false, "launch needs a config file").rest_after_dashes(rest);
+  CHECK(launch.parse({"a.json", "--", "--frob", "b"}) == std::nullopt);
+  CHECK(rest == std::vector<std::string>{"--frob", "b"});
 }
 
 // The tests below order events through files, not sleeps: a chief script

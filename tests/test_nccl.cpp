@@ -60,7 +60,7 @@ std::vector<float> run_collective(device_collective_group& group, int r, std::si
 TEST_CASE("nccl all_reduce: sum and mean on every visible GPU") {
   const int n = gpus();
   const std::size_t count = (1 << 20) + 3;
-  for (auto op : {device_reduce::sum, device_reduce::mean}) {
+  for (auto op : {reduce_op::sum, reduce_op::mean}) {
     CAPTURE(static_cast<int>(op));
     auto group = make_device_collective_group(n, cuda(0));
     std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
@@ -78,7 +78,7 @@ TEST_CASE("nccl all_reduce: sum and mean on every visible GPU") {
           sum += value(q, i);
           magnitude += std::fabs(value(q, i));
         }
-        float want = op == device_reduce::mean ? sum / static_cast<float>(n) : sum;
+        float want = op == reduce_op::mean ? sum / static_cast<float>(n) : sum;
         // Any summation order (and ncclAvg's per-term x * (1/n)) rounds
         // within a few ulps of the sum of magnitudes.
         if (std::fabs(g[i] - want) > 1e-6f * std::max(1.0f, magnitude)) ++bad;
@@ -99,7 +99,7 @@ TEST_CASE("nccl reduce_scatter and all_gather, in place") {
   auto errors = on_ranks(n, [&](int r) {
     got[static_cast<std::size_t>(r)] = run_collective(
         *rs, r, count,
-        [&](device_communicator& c, float* d) { c.reduce_scatter(d, chunk, device_reduce::sum); });
+        [&](device_communicator& c, float* d) { c.reduce_scatter(d, chunk, reduce_op::sum); });
   });
   for (int r = 0; r < n; ++r) {
     REQUIRE(errors[static_cast<std::size_t>(r)] == "");
@@ -136,7 +136,7 @@ TEST_CASE("nccl: a group rebuilt from its id in another group object is the same
   auto errors = on_ranks(n, [&](int r) {
     got[static_cast<std::size_t>(r)] = run_collective(
         r == 0 ? *chief : *other, r, 1000,
-        [&](device_communicator& c, float* d) { c.all_reduce(d, 1000, device_reduce::sum); });
+        [&](device_communicator& c, float* d) { c.all_reduce(d, 1000, reduce_op::sum); });
   });
   for (int r = 0; r < n; ++r) {
     REQUIRE(errors[static_cast<std::size_t>(r)] == "");
@@ -193,7 +193,7 @@ TEST_CASE("nccl abort releases a rank whose all_reduce waits for a peer") {
     // Either the enqueue (connection set-up) or the kernel waits for the
     // last rank; the abort ends both.
     try {
-      comm->all_reduce(buf.f32(), 4096, device_reduce::sum);
+      comm->all_reduce(buf.f32(), 4096, reduce_op::sum);
       ctx->synchronize();
     } catch (const device_error&) {
     }

@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
     const auto data = troupe::data::load_fashion_mnist(dc);
     const int64_t global_batch = 256;
 
-    auto strategy = troupe::strategy::mirrored(replicas);
-    troupe::distributed_dataset train(data.train, global_batch, strategy.num_replicas(), 42);
+    auto group = troupe::replica_group::mirrored(replicas);
+    troupe::distributed_dataset train(data.train, global_batch, group.num_replicas(), 42);
     const int64_t steps = train.steps_per_epoch();
 
     troupe::model_config mc;
@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
     troupe::optimizer_config oc;
     oc.kind = "adam";
     oc.learning_rate = 0.001;
-    std::vector<replica_state> state(static_cast<std::size_t>(strategy.num_replicas()));
-    strategy.run([&](troupe::replica_context& ctx) {
+    std::vector<replica_state> state(static_cast<std::size_t>(group.num_replicas()));
+    group.run([&](troupe::replica_context& ctx) {
       auto& st = state[static_cast<std::size_t>(ctx.replica_id())];
       st.net = troupe::create_model(mc, {data.train.features(), data.train.classes}, 7);
       st.opt = std::make_unique<troupe::kernels::optimizer>(oc, steps * epochs);
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
         const int64_t batch_rows =
             std::min<int64_t>(global_batch, data.train.size() - step * global_batch);
         // The step every replica runs on its own slice of the global batch.
-        auto losses = strategy.run([&](troupe::replica_context& ctx) {
+        auto losses = group.run([&](troupe::replica_context& ctx) {
           auto& st = state[static_cast<std::size_t>(ctx.replica_id())];
           train.batch(epoch, step, ctx.replica_id(), st.x, st.y);
           // Gradients scaled by 1/global batch, summed over the replicas:
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
           st.opt->apply(st.net->variables(), st.grads);
           return stats.loss_sum;
         });
-        loss_sum += troupe::strategy::reduce(troupe::reduce_op::sum, losses);
+        loss_sum += troupe::replica_group::reduce(troupe::reduce_op::sum, losses);
       }
       // Every replica holds the same variables: evaluate replica 0's.
       const auto eval = state[0].net->evaluate(data.test.images, data.test.labels);
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::printf("epoch %d  loss %.4f  test accuracy %.4f  (%.1f s, %d replicas)\n", epoch + 1,
                   loss_sum / static_cast<double>(data.train.size()), accuracy, secs,
-                  strategy.num_replicas());
+                  group.num_replicas());
       std::fflush(stdout);
     }
     if (accuracy < min_accuracy) {
