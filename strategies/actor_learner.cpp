@@ -29,7 +29,6 @@
 namespace troupe {
 namespace {
 
-
 class actor_learner final : public strategy {
  public:
   std::string name() const override { return "actor_learner"; }
