@@ -5,12 +5,15 @@
 // plan resolved from these options is actors/job_plan.hpp's.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace troupe {
+
+struct fault_injection;
 
 // A job that could not start or did not finish; what() says why and where.
 class job_error : public std::runtime_error {
@@ -44,21 +47,9 @@ struct job_options {
   std::function<void(const progress_info&)> on_progress;
   // Called once per finished epoch with its metrics line.
   std::function<void(const nlohmann::json&)> on_epoch;
-  // Test hook: make replica k throw at step s (both >= 0 to enable).
-  int64_t fail_replica = -1;
-  int64_t fail_at_step = -1;
-  // Test hook (actor_learner): rl_actor fail_replica fails after
-  // fail_at_step unrolls; learner k fails at update s.
-  int64_t fail_learner = -1;
-  int64_t fail_learner_at_update = -1;
-  // Test hook (parameter_server): worker k takes no step until s updates are
-  // done, then joins as a late worker would.
-  int64_t join_replica = -1;
-  int64_t join_at_step = -1;
-  // Test hook (central_storage, parameter_server): variable shard k fails
-  // once s updates are done.
-  int64_t fail_shard = -1;
-  int64_t fail_shard_at_step = -1;
+  // Test interface (actors/fault_injection.hpp, not installed); null in
+  // production.
+  std::shared_ptr<const fault_injection> faults;
 };
 
 }  // namespace troupe

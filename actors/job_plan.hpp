@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/fault_injection.hpp"
 #include "actors/job_options.hpp"
 #include "actors/partitioner.hpp"
 #include "checkpoint/checkpoint.hpp"

@@ -155,11 +155,11 @@ void step_done(self_ptr self, const step_stats& sum) {
     report_progress(self, sum);
   // Updates that finish while the job stops still count, nothing more.
   if (st.now == phase::stopping) return;
-  const auto& o = p.options;
+  const auto& shard_fault = faults_or_none(p.options.faults).fail_shard;
   const auto& shards = st.parts->shards.actors;
-  if (o.fail_shard >= 0 && o.fail_shard < static_cast<int64_t>(shards.size()) &&
-      st.completed == o.fail_shard_at_step)
-    self->send_exit(shards[static_cast<std::size_t>(o.fail_shard)],
+  if (shard_fault.index >= 0 && shard_fault.index < static_cast<int64_t>(shards.size()) &&
+      st.completed == shard_fault.at)
+    self->send_exit(shards[static_cast<std::size_t>(shard_fault.index)],
                     caf::make_error(caf::sec::runtime_error, "injected failure"));
   check_stop(self);
   if (st.now != phase::running) return;

@@ -662,8 +662,30 @@ void end_node_system(std::unique_ptr<node_system> ns, const std::string& task,
       task, limit.count());
 }
 
+// Test interface of troupe node, whose tests run it as a process: the
+// faults of `o` and those the environment names.
+//   TROUPE_TEST_FAIL_REPLICA="K:S": replica K, when this process hosts it,
+//     throws in its compute at step S;
+//   TROUPE_TEST_HOLD_SHARD_AT_EXIT (any value): a shard handle outlives the
+//     job (fault_injection::hold_shard_at_exit).
+std::shared_ptr<const fault_injection> faults_from_environment(
+    const std::shared_ptr<const fault_injection>& given) {
+  const char* fail_replica = std::getenv("TROUPE_TEST_FAIL_REPLICA");
+  const bool hold_shard = std::getenv("TROUPE_TEST_HOLD_SHARD_AT_EXIT") != nullptr;
+  if (!fail_replica && !hold_shard) return given;
+  auto faults = faults_or_none(given);
+  long long k = -1, step = -1;
+  if (fail_replica && std::sscanf(fail_replica, "%lld:%lld", &k, &step) == 2)
+    faults.fail_replica = {k, step};
+  faults.hold_shard_at_exit = faults.hold_shard_at_exit || hold_shard;
+  return inject_faults(faults);
+}
+
+// `held_past_shutdown` gets a shard handle under the hold_shard_at_exit
+// fault: the caller releases it only after the bounded shutdown.
 nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const task_id& task,
-                           const job_options& o) {
+                           const job_options& o,
+                           std::vector<variable_shard_actor>& held_past_shutdown) {
   const auto& spec = *c.cluster;
   const bool chief = task.job == "chief";
   auto shared = std::make_shared<node_shared>();
@@ -730,11 +752,8 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
       shards = plan_shards(*plan);
       spawn_shards(sys, *plan, mine.shards, shards);
       my_shards = shards.actors;
-      // Test hook (test_nodes): a shard handle that is never released, as
-      // CAF's stranded messages can hold one, so that the bounded shutdown
-      // (end_node_system) is exercised.
-      if (std::getenv("TROUPE_TEST_HOLD_SHARD_AT_EXIT") != nullptr && !my_shards.empty())
-        (void)new variable_shard_actor(my_shards.front());  // leaked on purpose
+      if (faults_or_none(o.faults).hold_shard_at_exit && !my_shards.empty())
+        held_past_shutdown.push_back(my_shards.front());
     }
     if (!chief) {
       node_parts hello_parts;
@@ -817,24 +836,19 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
   spdlog::info("kernels: {}", kernels::describe_cpu_kernels(true));
   auto ns = std::make_unique<node_system>(std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(c.cluster->heartbeat_seconds)));
-  // Test hook (test_nodes): TROUPE_TEST_FAIL_REPLICA="K:S" makes replica K,
-  // when this process hosts it, throw in its compute at step S.
   job_options options = o;
-  if (const char* f = std::getenv("TROUPE_TEST_FAIL_REPLICA")) {
-    long long k = -1, step = -1;
-    if (std::sscanf(f, "%lld:%lld", &k, &step) == 2) {
-      options.fail_replica = k;
-      options.fail_at_step = step;
-    }
-  }
+  options.faults = faults_from_environment(o.faults);
+  std::vector<variable_shard_actor> held_past_shutdown;
   nlohmann::json summary;
   std::exception_ptr failure;
   try {
-    summary = run_node_on(ns->sys, c, task, options);
+    summary = run_node_on(ns->sys, c, task, options, held_past_shutdown);
   } catch (...) {
     failure = std::current_exception();
   }
   end_node_system(std::move(ns), task.str(), std::chrono::seconds(5));
+  // Past the bounded wait: the system may end now, on its own thread.
+  held_past_shutdown.clear();
   if (failure) std::rethrow_exception(failure);
   return summary;
 }

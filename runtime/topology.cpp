@@ -217,7 +217,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     rc.seed = c.seed;
     rc.input = out.pipelines.back();
     rc.step = strat.make_replica_step(c, w);
-    if (plan.options.fail_replica == r) rc.fail_at_step = plan.options.fail_at_step;
+    rc.fail_at_step = faults_or_none(plan.options.faults).fail_replica.at_for(r);
     rc.request_timeout = spec.request_timeout;
     out.replicas.push_back(spawn_replica(sys, rc));
   }

@@ -112,8 +112,7 @@ class actor_learner final : public strategy {
       ac.queue = hub.get_as<trajectory_queue_actor>(0);
       ac.coordinator = hub.get_as<rl_reports_actor>(1);
       ac.request_timeout = spec.request_timeout;
-      if (plan->options.fail_replica == ac.index)
-        ac.fail_after_unrolls = plan->options.fail_at_step;
+      ac.fail_after_unrolls = faults_or_none(plan->options.faults).fail_replica.at_for(ac.index);
       out.others.push_back(caf::actor_cast<caf::actor>(spawn_rl_actor(sys, ac)));
     }
     return out;
@@ -157,8 +156,7 @@ class actor_learner final : public strategy {
         lc.queue = queue_;
         if (!reducers_.empty()) lc.reducer = reducers_[static_cast<std::size_t>(l)];
         lc.coordinator = coordinator_;
-        if (plan_->options.fail_learner == l)
-          lc.fail_at_update = plan_->options.fail_learner_at_update;
+        lc.fail_at_update = faults_or_none(plan_->options.faults).fail_learner.at_for(l);
         learners_.push_back(spawn_learner(sys, lc));
       }
     }

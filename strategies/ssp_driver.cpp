@@ -8,10 +8,9 @@ namespace troupe {
 
 ssp_driver::ssp_driver(const job_plan& plan, settings s)
     : settings_(std::move(s)), workers_(static_cast<std::size_t>(plan.config.strategy.replicas)) {
-  const auto& o = plan.options;
-  if (o.join_replica >= 0 && o.join_replica < static_cast<int64_t>(workers_.size()))
-    workers_[static_cast<std::size_t>(o.join_replica)].admit_at =
-        std::max<int64_t>(1, o.join_at_step);
+  const auto& late = faults_or_none(plan.options.faults).join_late;
+  if (late.index >= 0 && late.index < static_cast<int64_t>(workers_.size()))
+    workers_[static_cast<std::size_t>(late.index)].admit_at = std::max<int64_t>(1, late.at);
 }
 
 // The slowest admitted, live worker's clock (-1: none).

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "actors/fault_injection.hpp"
 #include "actors/learner.hpp"
 #include "actors/reducer.hpp"
 #include "actors/rl_actor.hpp"
@@ -406,8 +407,8 @@ TEST_CASE("actor_learner: a lost rl_actor is logged and the job still solves") {
   auto c = cartpole_job(tmp / "run");
   c.rl.actors = 3;
   job_options o;
-  o.fail_replica = 1;
-  o.fail_at_step = 20;  // rl_actor 1 fails after 20 unrolls
+  // rl_actor 1 fails after 20 unrolls
+  o.faults = inject_faults(fault_injection{}.fail_replica_at(1, 20));
   auto s = run_job(c, o);
   CHECK(s["solved"] == true);
   CHECK(s["actors"] == 3);
@@ -423,8 +424,7 @@ TEST_CASE("actor_learner: a lost learner ends the job naming it") {
   auto c = cartpole_job(tmp / "run");
   c.rl.learners = 2;
   job_options o;
-  o.fail_learner = 1;
-  o.fail_learner_at_update = 5;
+  o.faults = inject_faults(fault_injection{}.fail_learner_at(1, 5));
   CHECK_THROWS_WITH_AS(run_job(c, o), doctest::Contains("learner 1 stopped"), job_error);
 }
 

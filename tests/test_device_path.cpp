@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "actors/fault_injection.hpp"
 #include "config/job_config.hpp"
 #include "devices/caching_allocator.hpp"
 #include "devices/device_context.hpp"
@@ -300,8 +301,7 @@ TEST_CASE(
   c.strategy.reducer.algorithm = "nccl";
   for (auto& d : c.devices) d = "sim" + d.substr(d.find(':'));
   job_options o;
-  o.fail_replica = 1;
-  o.fail_at_step = 2;
+  o.faults = inject_faults(fault_injection{}.fail_replica_at(1, 2));
   try {
     run_job(c, o);
     FAIL("the job should have failed");

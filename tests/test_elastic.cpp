@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 
+#include "actors/fault_injection.hpp"
 #include "actors/input_pipeline.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "data/dataset.hpp"
@@ -225,8 +226,7 @@ TEST_CASE("elastic_average: lost and late workers; synchronous rounds drop a los
     c.training.epochs = 4;
     c.checkpoint.every_steps = 30;  // boundaries in the middle of rounds
     job_options o;
-    o.fail_replica = 1;
-    o.fail_at_step = 9;
+    o.faults = inject_faults(fault_injection{}.fail_replica_at(1, 9));
     auto s = run_job(c, o);
     CHECK(s["steps"] == 4 * 3 * 10);
     std::ifstream in(fs::path(s["output_dir"].get<std::string>()) / "metrics.jsonl");
@@ -243,8 +243,7 @@ TEST_CASE("elastic_average: lost and late workers; synchronous rounds drop a los
   c.strategy.max_staleness = 2;
   c.strategy.communication_period = 3;
   job_options o;
-  o.join_replica = 2;
-  o.join_at_step = 20;
+  o.faults = inject_faults(fault_injection{}.join_late_at(2, 20));
   auto s = run_job(c, o);
   std::ifstream in(fs::path(s["output_dir"].get<std::string>()) / "metrics.jsonl");
   int late_pushes = 0, joined = 0;
@@ -287,10 +286,9 @@ TEST_CASE("elastic_average on Fashion-MNIST: a worker killed mid-job, a late one
   c.strategy.communication_period = 8;
   c.strategy.moving_rate = 0.225;
   job_options o;
-  o.fail_replica = 1;
-  o.fail_at_step = 2000;  // worker 1's 2001st step, about 1/4 into the job
-  o.join_replica = 3;
-  o.join_at_step = 4000;  // worker 3 starts from the center after 4000 updates
+  // Worker 1 fails at its 2001st step, about 1/4 into the job; worker 3
+  // starts from the center after 4000 updates.
+  o.faults = inject_faults(fault_injection{}.fail_replica_at(1, 2000).join_late_at(3, 4000));
   auto s = run_job(c, o);
   MESSAGE("test accuracy " << s["test_accuracy"] << " after losing worker 1, worker 3 late");
   CHECK(s["test_accuracy"].get<double>() >= 0.89);

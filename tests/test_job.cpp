@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "actors/failure.hpp"
+#include "actors/fault_injection.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "runtime/checkpointing.hpp"
 #include "runtime/job.hpp"
@@ -96,8 +97,8 @@ TEST_CASE("interrupted job resumed from its checkpoint equals the uninterrupted 
   auto part = env.job("part");
   part.checkpoint.every_steps = 10;
   job_options fail;
-  fail.fail_replica = 0;
-  fail.fail_at_step = 27;  // dies after the checkpoint at step 20
+  // dies after the checkpoint at step 20
+  fail.faults = inject_faults(fault_injection{}.fail_replica_at(0, 27));
   CHECK_THROWS_WITH_AS(run_job(part, fail), doctest::Contains("injected failure at step 27"),
                        job_error);
   auto latest = checkpoint::resolve(env.tmp / "part/checkpoints");
@@ -122,8 +123,7 @@ TEST_CASE("an injected replica failure ends the job quickly, naming the replica"
   tiny_env env;
   auto c = env.job("fail");
   job_options o;
-  o.fail_replica = 0;
-  o.fail_at_step = 5;
+  o.faults = inject_faults(fault_injection{}.fail_replica_at(0, 5));
   auto t0 = std::chrono::steady_clock::now();
   try {
     run_job(c, o);

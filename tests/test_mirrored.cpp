@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "actors/fault_injection.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "runtime/job.hpp"
 #include "runtime/topology.hpp"
@@ -165,8 +166,7 @@ TEST_CASE("checkpoints move between mirrored and one_device") {
       second.logging.output_dir = first.logging.output_dir;
       first.checkpoint.every_steps = 20;
       job_options die;
-      die.fail_replica = 0;
-      die.fail_at_step = 25;
+      die.faults = inject_faults(fault_injection{}.fail_replica_at(0, 25));
       CHECK_THROWS_AS(run_job(first, die), job_error);
       job_options resume;
       resume.resume = true;
@@ -181,8 +181,7 @@ TEST_CASE("a failing mirrored replica ends the job within 1 s, naming it") {
   env_t env(500);
   auto c = job(env, "sgd", 4, 32);
   job_options o;
-  o.fail_replica = 2;
-  o.fail_at_step = 3;
+  o.faults = inject_faults(fault_injection{}.fail_replica_at(2, 3));
   auto t0 = std::chrono::steady_clock::now();
   try {
     run_job(c, o);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 
+#include "actors/fault_injection.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "runtime/job.hpp"
 #include "tests/strategy_fixtures.hpp"
@@ -79,8 +80,7 @@ TEST_CASE("split variables round-trip through checkpoints across strategies") {
     second.logging.output_dir = first.logging.output_dir;
     first.checkpoint.every_steps = 20;
     job_options die;
-    die.fail_replica = 0;
-    die.fail_at_step = 25;
+    die.faults = inject_faults(fault_injection{}.fail_replica_at(0, 25));
     CHECK_THROWS_AS(run_job(first, die), job_error);
     // The checkpoint holds whole variables by name, with whole Adam slots.
     auto snap = checkpoint::load(*checkpoint::resolve(first.logging.output_dir + "/checkpoints"));
@@ -145,8 +145,8 @@ TEST_CASE("parameter_server: a lost worker is logged and the others finish the j
   auto c = env.job("parameter_server", "adam", 4, 16);
   c.strategy.shards = 2;
   job_options o;
-  o.fail_replica = 2;
-  o.fail_at_step = 4;  // worker 2's fifth step
+  // worker 2's fifth step
+  o.faults = inject_faults(fault_injection{}.fail_replica_at(2, 4));
   auto s = run_job(c, o);
   CHECK(s["steps"] == 3 * 4 * 8);  // all updates done, counted at the shards: 8 rounds of 64
   auto lost = metrics_of(s, "worker_lost");
@@ -164,8 +164,7 @@ TEST_CASE("parameter_server: a late worker joins from the current variables and 
   c.strategy.shards = 2;
   c.strategy.max_staleness = 1;
   job_options o;
-  o.join_replica = 2;
-  o.join_at_step = 15;
+  o.faults = inject_faults(fault_injection{}.join_late_at(2, 15));
   auto s = run_job(c, o);
   auto joined = metrics_of(s, "worker_joined");
   REQUIRE(joined.size() == 1);
@@ -190,8 +189,7 @@ TEST_CASE("losing a variable shard ends the job naming it; the checkpoint resume
     c.strategy.shards = 2;
     c.checkpoint.every_steps = 10;
     job_options o;
-    o.fail_shard = 1;
-    o.fail_shard_at_step = 13;
+    o.faults = inject_faults(fault_injection{}.fail_shard_at(1, 13));
     try {
       run_job(c, o);
       FAIL("the job should fail");
@@ -217,8 +215,7 @@ TEST_CASE("parameter_server on Fashion-MNIST: a worker lost mid-job, still >= 0.
   c.strategy.shards = 2;
   c.strategy.max_staleness = 4;
   job_options o;
-  o.fail_replica = 1;
-  o.fail_at_step = 300;
+  o.faults = inject_faults(fault_injection{}.fail_replica_at(1, 300));
   auto s = run_job(c, o);
   MESSAGE("test accuracy " << s["test_accuracy"] << " after losing worker 1");
   CHECK(s["test_accuracy"].get<double>() >= 0.89);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/fault_injection.hpp"
 #include "report/trace_summary.hpp"
 #include "runtime/job.hpp"
 #include "tests/strategy_fixtures.hpp"
@@ -341,8 +342,7 @@ TEST_CASE("a failing job's trace is still written") {
   test::temp_dir dir;
   job_options o;
   o.trace_path = dir / "trace.json";
-  o.fail_replica = 1;
-  o.fail_at_step = 3;
+  o.faults = inject_faults(fault_injection{}.fail_replica_at(1, 3));
   CHECK_THROWS_AS(run_job(c, o), job_error);
   auto t = check_schema(read_json(o.trace_path));
   CHECK(t.has_span("replica:0", "forward_backward"));
