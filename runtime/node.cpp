@@ -376,47 +376,29 @@ struct node_process {
     return peer;
   }
 
-  // mirrored across processes: joins the ring of tasks `ring_tasks` (the
-  // higher rank of each pair connects and introduces its ring node).
+  // mirrored across processes: joins the ring of tasks `ring_tasks`,
+  // reaching a lower rank's ring node through its node actor.
   void join_process_ring(const std::vector<std::string>& ring_tasks) {
     auto rank_it = std::find(ring_tasks.begin(), ring_tasks.end(), name());
     if (rank_it == ring_tasks.end()) throw job_error(name() + ": not in the ring it was given");
     const auto rank = static_cast<int32_t>(rank_it - ring_tasks.begin());
     const auto deadline = clock_type::now() + join_timeout;
-    std::vector<ring_peer_actor> peers(ring_tasks.size());
-    peers[static_cast<std::size_t>(rank)] = ring;
-    caf::scoped_actor self{sys};
-    for (int32_t p = 0; p < rank; ++p) {
-      auto peer = connect(parse_task_name(ring_tasks[static_cast<std::size_t>(p)]), {}, deadline);
-      std::string failure;
+    auto task_of = [&](int32_t p) { return ring_tasks[static_cast<std::size_t>(p)]; };
+    auto ring_node_of = [&](int32_t p) -> caf::expected<ring_peer_actor> {
+      auto peer = connect(parse_task_name(task_of(p)), {}, deadline);
+      caf::scoped_actor self{sys};
+      caf::expected<ring_peer_actor> found{caf::sec::request_timeout};
       self->request(peer, std::chrono::seconds(10), ring_node_atom::value)
-          .receive([&](ring_node_actor& r) { peers[static_cast<std::size_t>(p)] = r; },
-                   [&](caf::error& e) { failure = describe(e); });
-      if (!failure.empty())
-        throw job_error(name() + ": ring with " + ring_tasks[p] + ": " + failure);
-      self->send(caf::actor_cast<ring_node_actor>(peers[static_cast<std::size_t>(p)]),
-                 ring_hello_atom::value, rank, ring_peer_actor{ring});
-    }
-    for (std::size_t p = static_cast<std::size_t>(rank) + 1; p < ring_tasks.size(); ++p) {
-      for (;;) {
-        bool known = false;
-        self->request(ring, std::chrono::seconds(5), ring_known_atom::value,
-                      static_cast<int32_t>(p))
-            .receive(
-                [&](ring_peer_actor& h) {
-                  peers[p] = std::move(h);
-                  known = true;
-                },
-                [&](caf::error&) {});
-        if (known) break;
-        if (clock_type::now() >= deadline)
-          throw job_error(name() + ": " + ring_tasks[p] + " did not join the ring within " +
-                          fmt::format("{:g}", spec().join_timeout_seconds) + " s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    if (auto err = wire_ring_node(sys, ring, rank, std::move(peers)))
-      throw job_error(name() + ": wiring the ring failed: " + describe(err));
+          .receive([&](ring_node_actor& r) { found = ring_peer_actor{r}; },
+                   [&](caf::error& e) {
+                     found = caf::make_error(caf::sec::runtime_error,
+                                             "ring with " + task_of(p) + ": " + describe(e));
+                   });
+      return found;
+    };
+    if (auto err = rendezvous_ring(sys, ring, rank, static_cast<int32_t>(ring_tasks.size()),
+                                   ring_node_of, task_of, deadline))
+      throw job_error(name() + ": joining the ring failed: " + describe(err));
     spdlog::info("{}: ring rank {} of {}", name(), rank, ring_tasks.size());
   }
 

@@ -526,46 +526,59 @@ caf::error wire_ring_node(caf::actor_system& sys, const ring_node_actor& node, i
   return result;
 }
 
+namespace {
+
+// Waits until rank `p` introduced itself to `node` (its ring_hello).
+caf::expected<ring_peer_actor> await_introduction(caf::scoped_actor& self,
+                                                  const ring_node_actor& node, int32_t p,
+                                                  std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    caf::expected<ring_peer_actor> peer{caf::sec::request_timeout};
+    self->request(node, std::chrono::seconds(5), ring_known_atom::value, p)
+        .receive([&](ring_peer_actor& h) { peer = std::move(h); }, [](caf::error&) {});
+    if (peer || std::chrono::steady_clock::now() >= deadline) return peer;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace
+
+caf::error rendezvous_ring(caf::actor_system& sys, const ring_node_actor& node, int32_t rank,
+                           int32_t size, const ring_peer_finder& find_lower,
+                           const std::function<std::string(int32_t)>& rank_name,
+                           std::chrono::steady_clock::time_point deadline,
+                           caf::timespan wire_timeout) {
+  std::vector<ring_peer_actor> peers(static_cast<std::size_t>(size));
+  peers[static_cast<std::size_t>(rank)] = node;
+  for (int32_t p = 0; p < rank; ++p) {
+    auto h = find_lower(p);
+    if (!h) return std::move(h.error());
+    peers[static_cast<std::size_t>(p)] = std::move(*h);
+    caf::anon_send(caf::actor_cast<ring_node_actor>(peers[static_cast<std::size_t>(p)]),
+                   ring_hello_atom::value, rank, ring_peer_actor{node});
+  }
+  caf::scoped_actor self{sys};
+  for (int32_t p = rank + 1; p < size; ++p) {
+    auto h = await_introduction(self, node, p, deadline);
+    if (!h) return ring_error("remote_ring: " + rank_name(p) + " did not join the ring in time");
+    peers[static_cast<std::size_t>(p)] = std::move(*h);
+  }
+  return wire_ring_node(sys, node, rank, std::move(peers), wire_timeout);
+}
+
 caf::error join_ring(caf::actor_system& sys, const ring_node_actor& node, int32_t rank,
                      const std::vector<std::pair<std::string, uint16_t>>& addresses,
                      caf::timespan timeout, const ring_connector& connect) {
-  // Each pair of nodes gets one connection, opened by the higher rank: it
-  // connects to every lower rank and introduces itself; a node learns the
-  // higher ranks from their hellos.
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<ring_peer_actor> peers(addresses.size());
-  for (std::size_t p = 0; p < addresses.size(); ++p) {
-    if (static_cast<int32_t>(p) == rank) {
-      peers[p] = node;
-    } else if (static_cast<int32_t>(p) < rank) {
-      auto h = connect ? connect(addresses[p].first, addresses[p].second, timeout)
-                       : connect_ring_peer(sys, addresses[p].first, addresses[p].second, timeout);
-      if (!h) return std::move(h.error());
-      peers[p] = std::move(*h);
-      caf::anon_send(caf::actor_cast<ring_node_actor>(peers[p]), ring_hello_atom::value, rank,
-                     ring_peer_actor{node});
-    }
-  }
-  caf::scoped_actor self{sys};
-  for (std::size_t p = static_cast<std::size_t>(rank) + 1; p < addresses.size(); ++p) {
-    for (;;) {
-      bool got = false;
-      self->request(node, std::chrono::seconds(5), ring_known_atom::value, static_cast<int32_t>(p))
-          .receive(
-              [&](ring_peer_actor& h) {
-                peers[p] = std::move(h);
-                got = true;
-              },
-              [](caf::error&) {});
-      if (got) break;
-      if (std::chrono::steady_clock::now() >= deadline)
-        return ring_error("remote_ring: rank " + std::to_string(p) + " at " + addresses[p].first +
-                          ":" + std::to_string(addresses[p].second) +
-                          " did not join within the timeout");
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  return wire_ring_node(sys, node, rank, std::move(peers), timeout);
+  auto where = [&](int32_t p) {
+    const auto& [host, port] = addresses[static_cast<std::size_t>(p)];
+    return "rank " + std::to_string(p) + " at " + host + ":" + std::to_string(port);
+  };
+  auto find_lower = [&](int32_t p) {
+    const auto& [host, port] = addresses[static_cast<std::size_t>(p)];
+    return connect ? connect(host, port, timeout) : connect_ring_peer(sys, host, port, timeout);
+  };
+  return rendezvous_ring(sys, node, rank, static_cast<int32_t>(addresses.size()), find_lower, where,
+                         std::chrono::steady_clock::now() + timeout, timeout);
 }
 
 std::vector<ring_node_actor> spawn_ring_group(caf::actor_system& sys, int n, ring_options opts) {

@@ -90,6 +90,19 @@ caf::error wire_ring_node(caf::actor_system& sys, const ring_node_actor& node, i
                           std::vector<ring_peer_actor> peers,
                           caf::timespan timeout = std::chrono::seconds(10));
 
+// The rendezvous of a ring across processes, whatever reaches a peer: each
+// pair of nodes gets one connection, opened by the higher rank, which finds
+// every lower rank's node (`find_lower(p)`) and introduces itself to it; a
+// node learns the higher ranks from their introductions, waiting for them
+// until `deadline` (the error names the missing one by `rank_name(p)`). Then
+// `node` is wired as `rank` of `size`. What find_lower throws passes through.
+using ring_peer_finder = std::function<caf::expected<ring_peer_actor>(int32_t rank)>;
+caf::error rendezvous_ring(caf::actor_system& sys, const ring_node_actor& node, int32_t rank,
+                           int32_t size, const ring_peer_finder& find_lower,
+                           const std::function<std::string(int32_t)>& rank_name,
+                           std::chrono::steady_clock::time_point deadline,
+                           caf::timespan wire_timeout = std::chrono::seconds(10));
+
 // All of it for one process of a group whose nodes are published at
 // `addresses` (host, port), in rank order: connects to every other rank and
 // wires `node` as `rank` (addresses[rank] is not contacted).
