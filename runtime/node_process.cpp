@@ -1,0 +1,128 @@
+// A process of troupe node: connecting to peers (with the handshake), the
+// ring across processes, building this task's replicas or workers.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "actors/failure.hpp"
+#include "actors/reducers/remote_ring.hpp"
+#include "config/secret.hpp"
+#include "runtime/node_process.hpp"
+
+namespace troupe::node_detail {
+
+node_actor node_process::connect(const task_id& task, const node_parts& parts,
+                                 clock_type::time_point deadline) {
+  auto it = connected.find(task.str());
+  if (it != connected.end()) return it->second;
+  const auto& address = task_address(spec(), task);
+  auto hp = parse_host_port(address);
+  node_actor peer;
+  std::string last;
+  for (;;) {
+    bool retry = false;
+    auto h = gate_remote_actor<node_actor>(sys, hp.host, hp.port, gate_opts(),
+                                           std::chrono::seconds(10), &retry);
+    if (h) {
+      peer = std::move(*h);
+      break;
+    }
+    last = describe(h.error());
+    if (!retry) throw job_error(name() + ": joining " + task.str() + " failed: " + last);
+    if (clock_type::now() >= deadline)
+      throw job_error(name() + ": cannot reach " + task.str() + " at " + address + " within " +
+                      fmt::format("{:g}", spec().join_timeout_seconds) + " s (" + last + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  caf::scoped_actor self{sys};
+  std::string challenge;
+  std::string failure;
+  self->request(peer, std::chrono::seconds(10), challenge_atom::value, name())
+      .receive([&](std::string& ch) { challenge = std::move(ch); },
+               [&](caf::error& e) { failure = describe(e); });
+  if (!failure.empty())
+    throw job_error(name() + ": handshake with " + task.str() + " failed: " + failure);
+  auto mine_challenge = make_challenge();
+  auto response = challenge_response(shared->secret, challenge, name());
+  self->request(peer, std::chrono::seconds(10), hello_atom::value, name(), response, mine_challenge)
+      .receive(
+          [&](std::string& theirs) {
+            if (!verify_challenge_response(shared->secret, mine_challenge, task.str(), theirs))
+              failure = task.str() + " did not prove it knows the cluster secret";
+          },
+          [&](caf::error& e) { failure = describe(e); });
+  if (!failure.empty()) throw job_error(name() + ": joining " + task.str() + " failed: " + failure);
+  connected[task.str()] = peer;
+  // Its requests to this process are welcome now; losing the chief ends
+  // this task.
+  caf::anon_send(node, watch_atom::value, caf::actor_cast<caf::actor>(peer), task.str(),
+                 task.job == "chief");
+  // Sent after the line above, so this process trusts the chief before the
+  // chief can act on the join.
+  if (task.job == "chief")
+    self->send(peer, joined_atom::value, caf::actor_cast<caf::actor>(node), parts);
+  spdlog::info("{}: connected to {} at {}", name(), task.str(), address);
+  return peer;
+}
+
+void node_process::join_process_ring(const std::vector<std::string>& ring_tasks) {
+  auto rank_it = std::find(ring_tasks.begin(), ring_tasks.end(), name());
+  if (rank_it == ring_tasks.end()) throw job_error(name() + ": not in the ring it was given");
+  const auto rank = static_cast<int32_t>(rank_it - ring_tasks.begin());
+  const auto deadline = clock_type::now() + join_timeout;
+  auto task_of = [&](int32_t p) { return ring_tasks[static_cast<std::size_t>(p)]; };
+  auto ring_node_of = [&](int32_t p) -> caf::expected<ring_peer_actor> {
+    auto peer = connect(parse_task_name(task_of(p)), {}, deadline);
+    caf::scoped_actor self{sys};
+    caf::expected<ring_peer_actor> found{caf::sec::request_timeout};
+    self->request(peer, std::chrono::seconds(10), ring_node_atom::value)
+        .receive([&](ring_node_actor& r) { found = ring_peer_actor{r}; },
+                 [&](caf::error& e) {
+                   found = caf::make_error(caf::sec::runtime_error,
+                                           "ring with " + task_of(p) + ": " + describe(e));
+                 });
+    return found;
+  };
+  if (auto err = rendezvous_ring(sys, ring, rank, static_cast<int32_t>(ring_tasks.size()),
+                                 ring_node_of, task_of, deadline))
+    throw job_error(name() + ": joining the ring failed: " + describe(err));
+  spdlog::info("{}: ring rank {} of {}", name(), rank, ring_tasks.size());
+}
+
+worker_parts node_process::build_workers(const node_build& order) {
+  worker_spec ws;
+  ws.indices = mine.replicas;
+  ws.devices = mine.devices;
+  ws.shards = order.shards;
+  ws.place = plan_shards(*plan).place;
+  ws.start_step = order.start_step;
+  ws.request_timeout = kRequestTimeout;
+  if (order.ring_tasks.size() > 1) {
+    join_process_ring(order.ring_tasks);
+    ws.ring = ring;
+    ws.ring_tasks = order.ring_tasks;
+  }
+  ws.device_group_id = order.device_group_id;
+  return spawn_job_workers(sys, plan, std::move(ws), order.hub);
+}
+
+node_parts node_process::parts_of(const worker_parts& w) const {
+  node_parts p;
+  p.task = name();
+  p.replica_indices = w.indices;
+  p.replicas = w.replicas;
+  p.others = w.others;
+  p.devices = mine.devices;
+  return p;
+}
+
+void stop_everything(const std::vector<variable_shard_actor>& shards, const worker_parts& workers,
+                     const ring_node_actor& ring, const node_actor& node) {
+  workers.stop();
+  for (auto& s : shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  if (ring) caf::anon_send_exit(ring, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+}
+
+}  // namespace troupe::node_detail
