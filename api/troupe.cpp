@@ -48,16 +48,16 @@ struct replica_group::impl {
   reducer_config reducers_cfg;
   system_config cfg;
   caf::actor_system sys{cfg};
-  std::vector<std::unique_ptr<cpu_device>> devices;
+  device_pool devices;  // "cpu:r" runs replica r
   std::vector<reducer_actor> group;
   bool group_broken = false;
 
   impl(int n, const std::string& algorithm) : replicas(n) {
     reducers_cfg.algorithm = algorithm;
-    for (int r = 0; r < n; ++r)
-      devices.push_back(std::make_unique<cpu_device>("troupe:cpu:" + std::to_string(r)));
+    for (int r = 0; r < n; ++r) (void)device_of(r);
     group = spawn_reducer_group(sys, n, reducers_cfg);
   }
+  std::shared_ptr<cpu_device> device_of(int r) { return devices.get("cpu:" + std::to_string(r)); }
   ~impl() {
     devices.clear();  // joins the device threads before the actor system goes
     for (auto& g : group) caf::anon_send_exit(g, caf::exit_reason::user_shutdown);
@@ -142,7 +142,7 @@ void replica_group::run_erased(const std::function<void(replica_context&)>& fn) 
   int left = im.replicas;
   std::optional<replica_error> first_error;
   for (int r = 0; r < im.replicas; ++r) {
-    im.devices[static_cast<std::size_t>(r)]->submit([&, r] {
+    im.device_of(r)->submit([&, r] {
       replica_context ctx(*this, r, im.replicas);
       try {
         fn(ctx);
