@@ -75,12 +75,12 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
   }
   spec.shards = shards.actors;
   spec.place = shards.place;
-  std::shared_ptr<job_hub> hub;
-  if (plan->strat->own_job()) hub = plan->strat->spawn_hub(sys, plan, coord);
-  auto workers =
-      spawn_job_workers(sys, plan, std::move(spec), hub ? hub->handles() : caf::message{});
-  auto shard_actors = shards.actors;
-  hand_over(*parts, workers, std::move(shards), hub);
+  job_actors here;
+  if (plan->strat->own_job()) here.hub = plan->strat->spawn_hub(sys, plan, coord);
+  here.workers = spawn_job_workers(sys, plan, std::move(spec),
+                                   here.hub ? here.hub->handles() : caf::message{});
+  here.shards = shards.actors;
+  hand_over(*parts, here.workers, std::move(shards), here.hub);
 
   std::string error;
   nlohmann::json summary;
@@ -89,18 +89,10 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
   } catch (const job_error& e) {
     error = e.what();
   }
-  workers.stop();
-  if (hub) hub->stop();
-  for (auto& v : shard_actors) caf::anon_send_exit(v, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-  auto devices = std::move(workers.devices);
-  workers = {};
-  shard_actors.clear();
+  here.stop({caf::actor_cast<caf::actor>(coord)});
   coord = nullptr;
   parts.reset();
-  sys.await_all_actors_done();
-  devices.clear();  // joins device threads after their last task
-  hub.reset();      // the hub's devices, likewise
+  here.join(sys);
   if (!error.empty()) throw job_error(error);
   finish_trace(tracing, summary);
   std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';

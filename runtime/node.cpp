@@ -141,14 +141,14 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   }
   spdlog::info("{}: listening on {}", task.str(), address);
 
-  std::vector<variable_shard_actor> my_shards;
+  job_actors here;  // this task's workers, shards and (chief) hub
+  auto& my_shards = here.shards;
+  auto& workers = here.workers;
   shard_set shards;
-  worker_parts workers;
   std::string error;
   nlohmann::json summary = nlohmann::json::object();
   const auto deadline = clock_type::now() + np.join_timeout;
   auto& events = shared->events;
-  std::shared_ptr<job_hub> hub;  // chief of a strategy with a job of its own
   try {
     if (!mine.shards.empty()) {
       shards = plan_shards(*plan);
@@ -197,7 +197,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
         }
       }
     } else {
-      summary = run_chief(np, shards, workers, deadline, hub);
+      summary = run_chief(np, shards, workers, deadline, here.hub);
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -208,17 +208,11 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
     self->request(node, std::chrono::seconds(5), stop_atom::value, error)
         .receive([](int32_t) {}, [](caf::error&) {});
   }
-  if (hub) hub->stop();
-  stop_everything(my_shards, workers, ring, node);
+  here.stop({caf::actor_cast<caf::actor>(ring), caf::actor_cast<caf::actor>(node)});
   door.reset();
-  auto devices = std::move(workers.devices);
-  workers = {};
-  my_shards.clear();
   shards = {};
   np.joined.clear();
-  sys.await_all_actors_done();
-  devices.clear();
-  hub.reset();
+  here.join(sys);
   if (!error.empty())
     throw job_error(error.rfind(task.str(), 0) == 0 ? error : task.str() + ": " + error);
   finish_trace(tracing, summary);

@@ -117,12 +117,4 @@ node_parts node_process::parts_of(const worker_parts& w) const {
   return p;
 }
 
-void stop_everything(const std::vector<variable_shard_actor>& shards, const worker_parts& workers,
-                     const ring_node_actor& ring, const node_actor& node) {
-  workers.stop();
-  for (auto& s : shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
-  if (ring) caf::anon_send_exit(ring, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
-}
-
 }  // namespace troupe::node_detail

@@ -123,9 +123,6 @@ struct node_process {
   node_parts parts_of(const worker_parts& w) const;
 };
 
-void stop_everything(const std::vector<variable_shard_actor>& shards, const worker_parts& workers,
-                     const ring_node_actor& ring, const node_actor& node);
-
 // The chief: waits for every task, spawns the coordinator (and a strategy's
 // hub), orders the builds, and runs the coordinator over every process's
 // replicas and shards, or the strategy's workers.

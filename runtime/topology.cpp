@@ -230,4 +230,22 @@ worker_parts spawn_job_workers(caf::actor_system& sys, std::shared_ptr<const job
   return spawn_workers(sys, *plan, std::move(spec));
 }
 
+void job_actors::stop(const std::vector<caf::actor>& also) const {
+  workers.stop();
+  if (hub) hub->stop();
+  for (auto& s : shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  for (auto& a : also)
+    if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+void job_actors::join(caf::actor_system& sys) {
+  auto devices = std::move(workers.devices);
+  auto keep_hub = std::move(hub);
+  workers = {};
+  shards.clear();
+  sys.await_all_actors_done();
+  devices.clear();   // joins the device threads after their last task
+  keep_hub.reset();  // the hub's devices, likewise
+}
+
 }  // namespace troupe

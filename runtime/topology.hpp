@@ -16,6 +16,7 @@
 #include "actors/worker_parts.hpp"
 #include "devices/device.hpp"
 #include "messages/protocols.hpp"
+#include "strategies/strategy.hpp"
 
 namespace troupe {
 
@@ -54,4 +55,21 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
 // hub's handles, or replicas (spawn_workers).
 worker_parts spawn_job_workers(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
                                worker_spec spec, const caf::message& hub);
+// What a process spawned for a job (its workers, shards and a strategy's
+// hub), stopped and joined in the one order that `troupe run` and
+// `troupe node` both need: an exit to every actor; then, once every handle
+// is dropped, the actor system's last actor; then the device threads, after
+// their last task; then the hub and its devices.
+struct job_actors {
+  worker_parts workers;
+  std::vector<variable_shard_actor> shards;
+  std::shared_ptr<job_hub> hub;
+  // Sends every actor here, and `also` (the coordinator, the node actor, the
+  // ring node), an exit.
+  void stop(const std::vector<caf::actor>& also = {}) const;
+  // Drops every handle here and waits for the actor system's last actor
+  // (the caller drops its own handles first), then joins the devices.
+  void join(caf::actor_system& sys);
+};
+
 }  // namespace troupe
