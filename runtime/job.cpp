@@ -1,4 +1,5 @@
 #include "runtime/job.hpp"
+#include "runtime/job_trace.hpp"
 
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>

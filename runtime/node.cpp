@@ -18,6 +18,7 @@
 #include "actors/reducers/remote_ring.hpp"
 #include "config/secret.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "runtime/job_trace.hpp"
 #include "runtime/node_process.hpp"
 #include "strategies/strategy.hpp"
 #include "trace/trace.hpp"
