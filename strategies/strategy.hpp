@@ -1,7 +1,7 @@
 #pragma once
 // A strategy is a message protocol between the job's actors, chosen by
 // strategy.kind. Each lives in one file of strategies/ and registers itself
-// by name; the roles (actors/) call it at these points:
+// by name; the runtime (runtime/) calls it at these points:
 //
 //   config     keys(), validate(), placement rules  (config/strategy_rules.hpp)
 //   plan       updates_per_epoch(), input()         how far an epoch is, what a replica reads
@@ -11,6 +11,8 @@
 //   driver     make_driver()                        lockstep or per-worker issuing of steps
 //   boundary   snapshot(), restore(), evaluate(),   checkpoints and evaluation
 //              on_epoch_end(), replicas_must_agree()
+//   own job    own_job(), spawn_hub(),              a job of its own actors (actor_learner)
+//              spawn_own_workers()
 //
 // Shared mechanisms live beside the strategies: strategies/lockstep_driver,
 // strategies/ssp_driver (per-worker, staleness-bounded), strategies/
