@@ -281,7 +281,13 @@ class actor_learner_driver final : public job_driver {
   void rejoin(coordinator_host& h, std::size_t index, caf::actor handle) override {
     auto a = caf::actor_cast<rl_actor_actor>(handle);
     if (halting_ || !a) return;
-    if (index >= actors_.size()) actors_.resize(index + 1);
+    // Indices are the placement's (rl.actors of them): a rejoin under any
+    // other names no actor of this job, and must not grow the table.
+    if (index >= actors_.size()) {
+      spdlog::warn("rejoin of rl_actor {} ignored: the job has {} rl_actors", index,
+                   actors_.size());
+      return;
+    }
     auto& slot = actors_[index];
     if (slot && slot != a) h.self()->demonitor(slot.address());
     slot = a;
