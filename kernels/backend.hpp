@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/activation.hpp"
+#include "kernels/layer_ops.hpp"
 
 namespace troupe::kernels {
 
@@ -54,6 +55,111 @@ class backend {
   virtual void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t batch,
                                      int64_t classes, float grad_scale, float* dlogits,
                                      double* loss_sum, int64_t* correct) = 0;
+
+  // ---- layers (shapes and conventions: kernels/layer_ops.hpp) -------------
+  // Every backward with `accumulate` adds to its parameter gradients (dw, db,
+  // dgamma, dbeta, dtable) instead of overwriting them; input gradients (dx)
+  // are always overwritten. Pointers documented "may be null" are skipped.
+
+  // y = conv(x, w) + b (b may be null).
+  virtual void conv2d_forward(const conv2d_shape& s, const float* x, const float* w, const float* b,
+                              float* y) = 0;
+  // dx (may be null: the first layer), dw, db (may be null) from dy.
+  virtual void conv2d_backward(const conv2d_shape& s, const float* x, const float* w,
+                               const float* dy, float* dx, float* dw, float* db,
+                               bool accumulate) = 0;
+
+  // Pooling. Training passes a workspace of pool2d_workspace_bytes(s)
+  // bytes (device memory) that the forward fills and the backward reads
+  // (max pooling's winners); inference passes null.
+  virtual std::size_t pool2d_workspace_bytes(const pool2d_shape& s) = 0;
+  virtual void pool2d_forward(const pool2d_shape& s, const float* x, float* y, void* workspace) = 0;
+  virtual void pool2d_backward(const pool2d_shape& s, const float* x, const float* dy, float* dx,
+                               const void* workspace) = 0;
+
+  // y = f(x) over n elements (alpha: leaky_relu's slope); the backward gets
+  // the forward's input and output (each function reads the one it needs)
+  // and may write dx over dy.
+  virtual void unary_forward(unary_op op, float alpha, const float* x, float* y, std::size_t n) = 0;
+  virtual void unary_backward(unary_op op, float alpha, const float* x, const float* y,
+                              const float* dy, float* dx, std::size_t n) = 0;
+
+  // Batch normalisation over x[batch, channels, spatial] (spatial = H*W; 1
+  // after a dense layer), in steps so that the sums can be all-reduced over
+  // replicas in between (synchronised batch norm):
+  //   batch_norm_sums:       sums[0,c) = sum of x per channel, sums[c,2c) =
+  //                          sum of x^2 (accumulated in double, stored float);
+  //   batch_norm_statistics: mean = sum/count, var = max(0, sumsq/count -
+  //                          mean^2), invstd = 1/sqrt(var + eps); running
+  //                          statistics (may be null) move by `momentum`
+  //                          towards mean and the unbiased variance
+  //                          (var * count/(count-1)), as PyTorch does;
+  //   batch_norm_forward:    y = (x - mean) * invstd * gamma + beta;
+  //   batch_norm_backward_sums: sums[0,c) = sum dy, sums[c,2c) = sum dy*xhat
+  //                          (xhat = (x - mean) * invstd): the local beta and
+  //                          gamma gradients;
+  //   batch_norm_backward:   dx = gamma * invstd * (dy - sum_dy/count - xhat *
+  //                          sum_dy_xhat/count), the sums over all `count`
+  //                          examples' positions (all-reduced when synced).
+  // Evaluation uses batch_norm_forward with the running mean and
+  // invstd_from_variance(running var).
+  virtual void batch_norm_sums(const float* x, int64_t batch, int64_t channels, int64_t spatial,
+                               float* sums) = 0;
+  virtual void batch_norm_statistics(const float* sums, int64_t channels, double count, float eps,
+                                     float momentum, float* mean, float* invstd,
+                                     float* running_mean, float* running_var) = 0;
+  virtual void invstd_from_variance(const float* var, float eps, float* invstd, std::size_t n) = 0;
+  virtual void batch_norm_forward(const float* x, const float* mean, const float* invstd,
+                                  const float* gamma, const float* beta, float* y, int64_t batch,
+                                  int64_t channels, int64_t spatial) = 0;
+  virtual void batch_norm_backward_sums(const float* x, const float* dy, const float* mean,
+                                        const float* invstd, int64_t batch, int64_t channels,
+                                        int64_t spatial, float* sums) = 0;
+  virtual void batch_norm_backward(const float* x, const float* dy, const float* mean,
+                                   const float* invstd, const float* gamma, const float* sums,
+                                   double count, float* dx, int64_t batch, int64_t channels,
+                                   int64_t spatial) = 0;
+
+  // Layer normalisation of each row of x[rows, cols]: y = (x - mean_r) *
+  // invstd_r * gamma + beta (gamma, beta: [cols]); the forward saves
+  // mean[rows] and invstd[rows] for the backward.
+  virtual void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                                  float* mean, float* invstd, int64_t rows, int64_t cols,
+                                  float eps) = 0;
+  virtual void layer_norm_backward(const float* x, const float* dy, const float* gamma,
+                                   const float* mean, const float* invstd, float* dx, float* dgamma,
+                                   float* dbeta, int64_t rows, int64_t cols, bool accumulate) = 0;
+
+  // y[r, j] = x[r, j] * keep(seed, ids[r], j) / (1 - rate)
+  // (kernels/layer_ops.hpp: dropout_keep); the backward is the same call on
+  // dy. ids: one example id per row, in device memory.
+  virtual void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate,
+                       uint64_t seed, const int64_t* ids) = 0;
+
+  // Embedding lookup: ids[rows, len] hold integers in [0, vocab) as floats
+  // (the caller checks them on the host), table[vocab, dim]. out[rows, len,
+  // dim] = table[ids], or with bag_mean out[rows, dim] = the mean over len.
+  virtual void embedding_forward(const float* ids, const float* table, float* out, int64_t rows,
+                                 int64_t len, int64_t dim, bool bag_mean) = 0;
+  // dtable (+)= the scatter of dy to the rows ids name.
+  virtual void embedding_backward(const float* ids, const float* dy, float* dtable, int64_t rows,
+                                  int64_t len, int64_t vocab, int64_t dim, bool bag_mean,
+                                  bool accumulate) = 0;
+
+  // Binary cross-entropy on logits[batch, outputs] against targets in [0, 1]
+  // (numerically stable: max(z,0) - z*t + log(1 + exp(-|z|))). Per-example
+  // loss: the sum over outputs. dlogits = (sigmoid(z) - t) * grad_scale (null:
+  // none). ADDS the losses to *loss_sum and, to *correct, the examples whose
+  // every output is on the target's side of 0.5.
+  virtual void sigmoid_cross_entropy(const float* logits, const float* targets, int64_t batch,
+                                     int64_t outputs, float grad_scale, float* dlogits,
+                                     double* loss_sum, int64_t* correct) = 0;
+  // Mean squared error: per-example loss = mean over outputs of (p - t)^2;
+  // dpred = 2 (p - t) / outputs * grad_scale (null: none); ADDS the losses
+  // to *loss_sum.
+  virtual void mean_squared_error(const float* pred, const float* targets, int64_t batch,
+                                  int64_t outputs, float grad_scale, float* dpred,
+                                  double* loss_sum) = 0;
 
   virtual void fill(float* x, float v, std::size_t n) = 0;
   virtual void fill_stats(double* loss_sum, int64_t* correct) = 0;          // both to 0

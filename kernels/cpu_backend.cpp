@@ -4,6 +4,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/cpu_layers.hpp"
 
 namespace troupe::kernels {
 namespace {
@@ -40,6 +41,92 @@ class cpu_backend_impl final : public backend {
                              int64_t* correct) override {
     *loss_sum += kernels::softmax_cross_entropy(logits, labels, batch, classes, grad_scale, dlogits,
                                                 correct);
+  }
+  void conv2d_forward(const conv2d_shape& s, const float* x, const float* w, const float* b,
+                      float* y) override {
+    cpu::conv2d_forward(s, x, w, b, y);
+  }
+  void conv2d_backward(const conv2d_shape& s, const float* x, const float* w, const float* dy,
+                       float* dx, float* dw, float* db, bool accumulate) override {
+    cpu::conv2d_backward(s, x, w, dy, dx, dw, db, accumulate);
+  }
+  std::size_t pool2d_workspace_bytes(const pool2d_shape& s) override {
+    return cpu::pool2d_workspace_bytes(s);
+  }
+  void pool2d_forward(const pool2d_shape& s, const float* x, float* y, void* workspace) override {
+    cpu::pool2d_forward(s, x, y, workspace);
+  }
+  void pool2d_backward(const pool2d_shape& s, const float* x, const float* dy, float* dx,
+                       const void* workspace) override {
+    cpu::pool2d_backward(s, x, dy, dx, workspace);
+  }
+  void unary_forward(unary_op op, float alpha, const float* x, float* y, std::size_t n) override {
+    cpu::unary_forward(op, alpha, x, y, n);
+  }
+  void unary_backward(unary_op op, float alpha, const float* x, const float* y, const float* dy,
+                      float* dx, std::size_t n) override {
+    cpu::unary_backward(op, alpha, x, y, dy, dx, n);
+  }
+  void batch_norm_sums(const float* x, int64_t batch, int64_t channels, int64_t spatial,
+                       float* sums) override {
+    cpu::batch_norm_sums(x, batch, channels, spatial, sums);
+  }
+  void batch_norm_statistics(const float* sums, int64_t channels, double count, float eps,
+                             float momentum, float* mean, float* invstd, float* running_mean,
+                             float* running_var) override {
+    cpu::batch_norm_statistics(sums, channels, count, eps, momentum, mean, invstd, running_mean,
+                               running_var);
+  }
+  void invstd_from_variance(const float* var, float eps, float* invstd, std::size_t n) override {
+    cpu::invstd_from_variance(var, eps, invstd, n);
+  }
+  void batch_norm_forward(const float* x, const float* mean, const float* invstd,
+                          const float* gamma, const float* beta, float* y, int64_t batch,
+                          int64_t channels, int64_t spatial) override {
+    cpu::batch_norm_forward(x, mean, invstd, gamma, beta, y, batch, channels, spatial);
+  }
+  void batch_norm_backward_sums(const float* x, const float* dy, const float* mean,
+                                const float* invstd, int64_t batch, int64_t channels,
+                                int64_t spatial, float* sums) override {
+    cpu::batch_norm_backward_sums(x, dy, mean, invstd, batch, channels, spatial, sums);
+  }
+  void batch_norm_backward(const float* x, const float* dy, const float* mean, const float* invstd,
+                           const float* gamma, const float* sums, double count, float* dx,
+                           int64_t batch, int64_t channels, int64_t spatial) override {
+    cpu::batch_norm_backward(x, dy, mean, invstd, gamma, sums, count, dx, batch, channels, spatial);
+  }
+  void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                          float* mean, float* invstd, int64_t rows, int64_t cols,
+                          float eps) override {
+    cpu::layer_norm_forward(x, gamma, beta, y, mean, invstd, rows, cols, eps);
+  }
+  void layer_norm_backward(const float* x, const float* dy, const float* gamma, const float* mean,
+                           const float* invstd, float* dx, float* dgamma, float* dbeta,
+                           int64_t rows, int64_t cols, bool accumulate) override {
+    cpu::layer_norm_backward(x, dy, gamma, mean, invstd, dx, dgamma, dbeta, rows, cols, accumulate);
+  }
+  void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate, uint64_t seed,
+               const int64_t* ids) override {
+    cpu::dropout(x, y, rows, cols, rate, seed, ids);
+  }
+  void embedding_forward(const float* ids, const float* table, float* out, int64_t rows,
+                         int64_t len, int64_t dim, bool bag_mean) override {
+    cpu::embedding_forward(ids, table, out, rows, len, dim, bag_mean);
+  }
+  void embedding_backward(const float* ids, const float* dy, float* dtable, int64_t rows,
+                          int64_t len, int64_t vocab, int64_t dim, bool bag_mean,
+                          bool accumulate) override {
+    cpu::embedding_backward(ids, dy, dtable, rows, len, vocab, dim, bag_mean, accumulate);
+  }
+  void sigmoid_cross_entropy(const float* logits, const float* targets, int64_t batch,
+                             int64_t outputs, float grad_scale, float* dlogits, double* loss_sum,
+                             int64_t* correct) override {
+    cpu::sigmoid_cross_entropy(logits, targets, batch, outputs, grad_scale, dlogits, loss_sum,
+                               correct);
+  }
+  void mean_squared_error(const float* pred, const float* targets, int64_t batch, int64_t outputs,
+                          float grad_scale, float* dpred, double* loss_sum) override {
+    cpu::mean_squared_error(pred, targets, batch, outputs, grad_scale, dpred, loss_sum);
   }
   void fill(float* x, float v, std::size_t n) override { kernels::fill(x, v, n); }
   void fill_stats(double* loss_sum, int64_t* correct) override {

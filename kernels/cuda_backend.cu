@@ -148,6 +148,98 @@ class cuda_backend_impl final : public backend {
                                 correct, stream_);
   }
 
+  void conv2d_forward(const conv2d_shape& /*s*/, const float* /*x*/, const float* /*w*/,
+                      const float* /*b*/, float* /*y*/) override {
+    throw std::logic_error("cuda conv2d_forward: not implemented yet");
+  }
+  void conv2d_backward(const conv2d_shape& /*s*/, const float* /*x*/, const float* /*w*/,
+                       const float* /*dy*/, float* /*dx*/, float* /*dw*/, float* /*db*/,
+                       bool /*accumulate*/) override {
+    throw std::logic_error("cuda conv2d_backward: not implemented yet");
+  }
+  std::size_t pool2d_workspace_bytes(const pool2d_shape& /*s*/) override {
+    throw std::logic_error("cuda pool2d_workspace_bytes: not implemented yet");
+  }
+  void pool2d_forward(const pool2d_shape& /*s*/, const float* /*x*/, float* /*y*/,
+                      void* /*workspace*/) override {
+    throw std::logic_error("cuda pool2d_forward: not implemented yet");
+  }
+  void pool2d_backward(const pool2d_shape& /*s*/, const float* /*x*/, const float* /*dy*/,
+                       float* /*dx*/, const void* /*workspace*/) override {
+    throw std::logic_error("cuda pool2d_backward: not implemented yet");
+  }
+  void unary_forward(unary_op /*op*/, float /*alpha*/, const float* /*x*/, float* /*y*/,
+                     std::size_t /*n*/) override {
+    throw std::logic_error("cuda unary_forward: not implemented yet");
+  }
+  void unary_backward(unary_op /*op*/, float /*alpha*/, const float* /*x*/, const float* /*y*/,
+                      const float* /*dy*/, float* /*dx*/, std::size_t /*n*/) override {
+    throw std::logic_error("cuda unary_backward: not implemented yet");
+  }
+  void batch_norm_sums(const float* /*x*/, int64_t /*batch*/, int64_t /*channels*/,
+                       int64_t /*spatial*/, float* /*sums*/) override {
+    throw std::logic_error("cuda batch_norm_sums: not implemented yet");
+  }
+  void batch_norm_statistics(const float* /*sums*/, int64_t /*channels*/, double /*count*/,
+                             float /*eps*/, float /*momentum*/, float* /*mean*/, float* /*invstd*/,
+                             float* /*running_mean*/, float* /*running_var*/) override {
+    throw std::logic_error("cuda batch_norm_statistics: not implemented yet");
+  }
+  void invstd_from_variance(const float* /*var*/, float /*eps*/, float* /*invstd*/,
+                            std::size_t /*n*/) override {
+    throw std::logic_error("cuda invstd_from_variance: not implemented yet");
+  }
+  void batch_norm_forward(const float* /*x*/, const float* /*mean*/, const float* /*invstd*/,
+                          const float* /*gamma*/, const float* /*beta*/, float* /*y*/,
+                          int64_t /*batch*/, int64_t /*channels*/, int64_t /*spatial*/) override {
+    throw std::logic_error("cuda batch_norm_forward: not implemented yet");
+  }
+  void batch_norm_backward_sums(const float* /*x*/, const float* /*dy*/, const float* /*mean*/,
+                                const float* /*invstd*/, int64_t /*batch*/, int64_t /*channels*/,
+                                int64_t /*spatial*/, float* /*sums*/) override {
+    throw std::logic_error("cuda batch_norm_backward_sums: not implemented yet");
+  }
+  void batch_norm_backward(const float* /*x*/, const float* /*dy*/, const float* /*mean*/,
+                           const float* /*invstd*/, const float* /*gamma*/, const float* /*sums*/,
+                           double /*count*/, float* /*dx*/, int64_t /*batch*/, int64_t /*channels*/,
+                           int64_t /*spatial*/) override {
+    throw std::logic_error("cuda batch_norm_backward: not implemented yet");
+  }
+  void layer_norm_forward(const float* /*x*/, const float* /*gamma*/, const float* /*beta*/,
+                          float* /*y*/, float* /*mean*/, float* /*invstd*/, int64_t /*rows*/,
+                          int64_t /*cols*/, float /*eps*/) override {
+    throw std::logic_error("cuda layer_norm_forward: not implemented yet");
+  }
+  void layer_norm_backward(const float* /*x*/, const float* /*dy*/, const float* /*gamma*/,
+                           const float* /*mean*/, const float* /*invstd*/, float* /*dx*/,
+                           float* /*dgamma*/, float* /*dbeta*/, int64_t /*rows*/, int64_t /*cols*/,
+                           bool /*accumulate*/) override {
+    throw std::logic_error("cuda layer_norm_backward: not implemented yet");
+  }
+  void dropout(const float* /*x*/, float* /*y*/, int64_t /*rows*/, int64_t /*cols*/, float /*rate*/,
+               uint64_t /*seed*/, const int64_t* /*ids*/) override {
+    throw std::logic_error("cuda dropout: not implemented yet");
+  }
+  void embedding_forward(const float* /*ids*/, const float* /*table*/, float* /*out*/,
+                         int64_t /*rows*/, int64_t /*len*/, int64_t /*dim*/,
+                         bool /*bag_mean*/) override {
+    throw std::logic_error("cuda embedding_forward: not implemented yet");
+  }
+  void embedding_backward(const float* /*ids*/, const float* /*dy*/, float* /*dtable*/,
+                          int64_t /*rows*/, int64_t /*len*/, int64_t /*vocab*/, int64_t /*dim*/,
+                          bool /*bag_mean*/, bool /*accumulate*/) override {
+    throw std::logic_error("cuda embedding_backward: not implemented yet");
+  }
+  void sigmoid_cross_entropy(const float* /*logits*/, const float* /*targets*/, int64_t /*batch*/,
+                             int64_t /*outputs*/, float /*grad_scale*/, float* /*dlogits*/,
+                             double* /*loss_sum*/, int64_t* /*correct*/) override {
+    throw std::logic_error("cuda sigmoid_cross_entropy: not implemented yet");
+  }
+  void mean_squared_error(const float* /*pred*/, const float* /*targets*/, int64_t /*batch*/,
+                          int64_t /*outputs*/, float /*grad_scale*/, float* /*dpred*/,
+                          double* /*loss_sum*/) override {
+    throw std::logic_error("cuda mean_squared_error: not implemented yet");
+  }
   void fill(float* x, float v, std::size_t n) override { cuda::fill(x, v, n, stream_); }
   void fill_stats(double* loss_sum, int64_t* correct) override {
     // 0.0 and 0 are all-zero bytes.
