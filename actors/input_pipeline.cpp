@@ -101,8 +101,13 @@ struct gathering {
       result.global_size = plan.global_size;
       result.x.resize(plan.rows.size());
       result.y.resize(plan.rows.size());
-      for (std::size_t m = 0; m < plan.rows.size(); ++m)
+      result.ids.resize(plan.rows.size());
+      for (std::size_t m = 0; m < plan.rows.size(); ++m) {
         data::prepare_batch(d, plan.rows[m], result.x[m], result.y[m]);
+        const auto k = static_cast<int64_t>(plan.rows[m].size());
+        result.ids[m] = tensor::uninitialized({k}, dtype::i64);
+        std::copy(plan.rows[m].begin(), plan.rows[m].end(), result.ids[m].data<int64_t>());
+      }
     }
     while (micro < plan.rows.size()) {
       const auto& rows = plan.rows[micro];

@@ -31,6 +31,7 @@ step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, in
   } guard{*cs.net};
   for (std::size_t m = 0; m < b.x.size(); ++m) {
     if (on_ready && m + 1 == b.x.size()) cs.net->set_gradients_ready(on_ready);
+    cs.net->set_step(step, m < b.ids.size() ? &b.ids[m] : nullptr);
     auto r = cs.net->train_batch(b.x[m], b.y[m], scale, cs.grads, m > 0);
     s.loss_sum += r.loss_sum;
     s.correct += r.correct;
@@ -170,7 +171,10 @@ class replica_host_impl final : public replica_host {
 };
 
 replica_state::replica_state() = default;
-replica_state::~replica_state() = default;
+replica_state::~replica_state() {
+  if (cfg.statistics_group)
+    cfg.statistics_group->abort("replica " + std::to_string(cfg.index) + " stopped");
+}
 
 namespace {
 
@@ -232,7 +236,16 @@ void try_start(self_ptr self) {
 
 // Replaces the model's variables and the optimizer's slots (on the device).
 int64_t restore_state(compute_state& cs, const model_state& ms) {
+  // Buffers alone (the replicas of a sharded strategy, whose shards hold
+  // the variables): the variables stay as they are.
+  if (ms.variables.empty()) {
+    cs.variables_to_host();
+    restore_buffers(cs.net->buffers(), ms.buffers);
+    cs.variables_to_device();
+    return 0;
+  }
   auto step = restore_variables_and_slots(cs.net->variables(), *cs.opt, ms.variables, ms.slots);
+  restore_buffers(cs.net->buffers(), ms.buffers);
   cs.variables_to_device();
   cs.slots_to_device();
   return step;
@@ -259,6 +272,10 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
         cs.opt->init(cs.net->variables());
         cs.place_optimizer();
         cs.grads = cs.net->make_gradients();
+        if (c.statistics_group) {
+          cs.statistics = c.statistics_group->join(c.statistics_rank, *cs.dev);
+          cs.net->set_statistics_group(cs.statistics.get());
+        }
         c.step->init(cs);
         std::vector<tensor> buffers;  // share the gradient buffers with the reducer
         for (auto& g : cs.grads) buffers.push_back(g.value);
@@ -320,6 +337,7 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
                 for (auto& v : cs.net->variables())
                   ms.variables.push_back({v.name, v.value.clone()});
                 ms.slots = cs.opt->state();
+                for (auto& b : cs.net->buffers()) ms.buffers.push_back({b.name, b.value.clone()});
                 return ms;
               },
               [rp](model_state& ms) mutable { rp.deliver(std::move(ms)); });

@@ -10,6 +10,7 @@
 #include "actors/strategy_api.hpp"
 #include "config/job_config.hpp"
 #include "devices/device.hpp"
+#include "devices/device_communicator.hpp"
 #include "messages/protocols.hpp"
 #include "models/model.hpp"
 #include "trace/trace.hpp"
@@ -31,6 +32,12 @@ struct replica_config {
   // The strategy's step (owned by this replica once spawned).
   std::shared_ptr<replica_step> step;
   int64_t fail_at_step = -1;  // test hook: throw at this step
+  // Synchronised batch norm (model::synced_statistics) over the process's
+  // replicas of a lockstep strategy: the group and this replica's rank in it
+  // (null: each replica normalises with its own batch). Aborted when this
+  // replica goes, so that no other waits for it forever.
+  std::shared_ptr<device_collective_group> statistics_group;
+  int statistics_rank = 0;
   // Every request the replica makes (input, reducer, shards) fails after
   // this long (troupe node: peers may be in other processes).
   caf::duration request_timeout = caf::infinite;

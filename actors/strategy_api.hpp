@@ -45,6 +45,9 @@ struct compute_state {
   // This replica's device collectives (mirrored, reducer "nccl"); declared
   // after dev, so it goes first: a communicator uses the context's stream.
   std::unique_ptr<device_communicator> collectives;
+  // The group that synchronised batch norm all-reduces its statistics over
+  // (replica_config::statistics_group), or null.
+  std::unique_ptr<device_communicator> statistics;
 
   bool discrete() const { return net && net->device_resident(); }
   void variables_to_host() { net->variables_to_host(); }

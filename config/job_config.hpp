@@ -32,6 +32,11 @@ struct model_config {
   std::vector<int64_t> hidden = {256, 256};
   std::string activation = "relu";  // relu | tanh
   std::string init = "auto";        // auto (he for relu, glorot for tanh) | he | glorot
+  // kind "layers": the layers (models/layers/, checked against the data's
+  // shape when the job is planned) and the loss:
+  // softmax_cross_entropy | binary_cross_entropy | mse.
+  nlohmann::json layers;
+  std::string loss = "softmax_cross_entropy";
 };
 
 struct schedule_config {

@@ -49,7 +49,7 @@ std::string read_name(const json& v, const std::string& path) {
 }
 
 void read_model(const json& j, const std::string& path, model_config& m) {
-  object_reader r(j, path, {"kind", "hidden", "activation", "init"});
+  object_reader r(j, path, {"kind", "hidden", "activation", "init", "layers", "loss"});
   r.with("kind", [&](const json& v, const std::string& p) {
     m.kind = read_enum(v, p, known_model_kinds());
   });
@@ -62,6 +62,25 @@ void read_model(const json& j, const std::string& path, model_config& m) {
     m.activation = read_enum(v, p, kActivations);
   });
   r.with("init", [&](const json& v, const std::string& p) { m.init = read_enum(v, p, kInits); });
+  // The layers' own keys and shapes are the model's to check, against the
+  // data (models/layer_model.hpp: check_layer_model).
+  r.with("layers", [&](const json& v, const std::string& p) {
+    if (!v.is_array() || v.empty()) expected(p, "a non-empty array of layer objects", v);
+    m.layers = v;
+  });
+  r.with("loss", [&](const json& v, const std::string& p) {
+    m.loss = read_enum(v, p, {"softmax_cross_entropy", "binary_cross_entropy", "mse"});
+  });
+  // "layers" (a classifier or regressor) and "policy_value_layers" (the
+  // actor/learner's torso) are made of layers.
+  const bool of_layers = m.kind == "layers" || m.kind == "policy_value_layers";
+  if (of_layers && m.layers.is_null())
+    fail(r.path("layers"), "missing: model.kind \"" + m.kind + "\" needs its layers");
+  if (!of_layers && !m.layers.is_null())
+    fail(r.path("layers"),
+         "only model.kind \"layers\" or \"policy_value_layers\" takes layers "
+         "(got kind \"" +
+             m.kind + "\")");
 }
 
 void read_schedule(const json& j, const std::string& path, schedule_config& s) {
@@ -526,6 +545,8 @@ nlohmann::json to_json(const job_config& c) {
   j["seed"] = c.seed;
   j["model"] = {
       {"kind", m.kind}, {"hidden", m.hidden}, {"activation", m.activation}, {"init", m.init}};
+  if (!m.layers.is_null()) j["model"]["layers"] = m.layers;
+  if (m.loss != "softmax_cross_entropy") j["model"]["loss"] = m.loss;
   j["optimizer"] = {{"kind", o.kind},
                     {"learning_rate", o.learning_rate},
                     {"momentum", o.momentum},

@@ -42,7 +42,10 @@ struct batch {
   int64_t index = 0;        // update index within the epoch
   int64_t global_size = 0;  // examples in the whole update, all replicas (loss weighting)
   std::vector<tensor> x;    // per micro-batch: [b, features] float32
-  std::vector<tensor> y;    // per micro-batch: [b] int32
+  std::vector<tensor> y;    // per micro-batch: [b] int32 class labels or [b, k] float targets
+  // Per micro-batch: [b] int64, each row's index in the data set (what
+  // dropout masks are drawn from, so they do not depend on the split).
+  std::vector<tensor> ids;
 };
 
 struct step_stats {
@@ -66,6 +69,8 @@ struct metric_sums {
 struct model_state {
   std::vector<named_tensor> variables;
   std::vector<named_tensor> slots;
+  // The model's buffers (model::buffers(): batch norm's running statistics).
+  std::vector<named_tensor> buffers;
 };
 
 // One reducer's counters (tests assert bucketing with them).
@@ -105,7 +110,7 @@ typename Inspector::result_type inspect(Inspector& f, named_tensor& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, batch& x) {
-  return f(caf::meta::type_name("batch"), x.epoch, x.index, x.global_size, x.x, x.y);
+  return f(caf::meta::type_name("batch"), x.epoch, x.index, x.global_size, x.x, x.y, x.ids);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_stats& x) {
@@ -118,7 +123,7 @@ typename Inspector::result_type inspect(Inspector& f, metric_sums& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_state& x) {
-  return f(caf::meta::type_name("model_state"), x.variables, x.slots);
+  return f(caf::meta::type_name("model_state"), x.variables, x.slots, x.buffers);
 }
 
 template <class Inspector>

@@ -7,6 +7,7 @@
 #include "config/registry.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/optimizer.hpp"
+#include "models/layer_model.hpp"
 #include "models/mlp.hpp"
 
 namespace troupe {
@@ -24,7 +25,8 @@ std::vector<named_tensor> model::make_gradients() {
 
 namespace {
 named_registry<model_factory>& registry() {
-  static named_registry<model_factory> r{"model kind", {{"mlp", &make_mlp}}};
+  static named_registry<model_factory> r{"model kind",
+                                         {{"mlp", &make_mlp}, {"layers", &make_layer_model}}};
   return r;
 }
 
@@ -64,7 +66,8 @@ std::unique_ptr<model> create_model(const model_config& c, const model_shape& s,
 
 namespace {
 named_registry<device_model_factory>& device_registry() {
-  static named_registry<device_model_factory> r{"device model kind", {{"mlp", &make_mlp_on}}};
+  static named_registry<device_model_factory> r{
+      "device model kind", {{"mlp", &make_mlp_on}, {"layers", &make_layer_model_on}}};
   return r;
 }
 }  // namespace
@@ -105,6 +108,7 @@ int64_t dense_parameter_count(const model_config& c, int64_t inputs, int64_t out
 }
 
 void check_model_size(const model_config& c, int64_t inputs, int64_t outputs) {
+  if (!c.layers.is_null()) return;  // a layer model counts its own (check_layer_model)
   auto n = dense_parameter_count(c, inputs, outputs);
   if (n >= 0 && n <= kMaxModelParameters) return;
   std::ostringstream what;
@@ -117,6 +121,22 @@ void check_model_size(const model_config& c, int64_t inputs, int64_t outputs) {
     what << n;
   what << " parameters; at most " << kMaxModelParameters << " (2^28) are allowed";
   throw std::invalid_argument(what.str());
+}
+
+void restore_buffers(std::vector<named_tensor>& bufs, const std::vector<named_tensor>& saved) {
+  std::map<std::string, const tensor*> by_name;
+  for (auto& v : saved) by_name[v.name] = &v.value;
+  for (int pass = 0; pass < 2; ++pass)
+    for (auto& b : bufs) {
+      auto i = by_name.find(b.name);
+      if (i == by_name.end()) continue;
+      if (pass == 0 &&
+          (i->second->shape() != b.value.shape() || i->second->type() != b.value.type()))
+        throw std::runtime_error("checkpoint state '" + b.name + "' has shape " +
+                                 shape_string(i->second->shape()) + ", the model expects " +
+                                 shape_string(b.value.shape()));
+      if (pass == 1) b.value = i->second->clone();
+    }
 }
 
 int64_t restore_variables_and_slots(std::vector<named_tensor>& vars, kernels::optimizer& opt,

@@ -17,6 +17,7 @@ class optimizer;
 namespace troupe {
 
 class device_context;
+class device_communicator;
 
 struct batch_stats {
   double loss_sum = 0;  // sum of per-example losses
@@ -40,6 +41,25 @@ class model {
   virtual batch_stats evaluate(const tensor& x, const tensor& y) = 0;
   // Zeroed gradient buffers shaped and named like variables().
   std::vector<named_tensor> make_gradients();
+
+  // State that is not trained but saved with the variables and restored with
+  // them (a batch norm's running statistics): names unique among variables
+  // and buffers. On a device, staged with the variables (variables_to_host,
+  // variables_to_device). Empty for most models.
+  std::vector<named_tensor>& buffers() { return buffers_; }
+
+  // The step and the examples' ids (int64 [b], their indices in the data
+  // set) of the next train_batch, for what must not depend on how a batch is
+  // split over replicas (dropout masks). Without ids, a row's id is its
+  // position in the batch.
+  virtual void set_step(int64_t /*step*/, const tensor* /*example_ids*/) {}
+  // Whether the model normalises with statistics of the whole global batch
+  // (synchronised batch norm), and the replicas' group to all-reduce them
+  // over during train_batch (null: this replica's batch alone). Every replica
+  // of the group must then run train_batch for each micro-batch, empty ones
+  // too.
+  virtual bool synced_statistics() const { return false; }
+  virtual void set_statistics_group(device_communicator* /*group*/) {}
 
   // Device residency. A model built on a discrete device (sim:N, cuda:N:
   // create_model_on) keeps its variables and gradients in that device's
@@ -77,6 +97,7 @@ class model {
   void gradients_ready(std::size_t first, std::size_t last) {
     if (gradients_ready_) gradients_ready_(first, last);
   }
+  std::vector<named_tensor> buffers_;
 
  private:
   gradients_ready_fn gradients_ready_;
@@ -93,9 +114,20 @@ int64_t restore_variables_and_slots(std::vector<named_tensor>& vars, kernels::op
                                     const std::vector<named_tensor>& variables,
                                     const std::vector<named_tensor>& slots);
 
+// Copies the saved buffers of the same names into `bufs` (model::buffers());
+// one the saved state lacks keeps its value (a checkpoint of a model without
+// it). Throws std::runtime_error naming one of another shape, before
+// changing anything.
+void restore_buffers(std::vector<named_tensor>& bufs, const std::vector<named_tensor>& saved);
+
 struct model_shape {
-  int64_t features = 0;
-  int64_t classes = 0;
+  model_shape() = default;
+  model_shape(int64_t f, int64_t c, std::vector<int64_t> in = {}, int64_t t = 0)
+      : features(f), classes(c), input(std::move(in)), targets(t) {}
+  int64_t features = 0;        // values per example (the product of `input`)
+  int64_t classes = 0;         // class labels: how many; float targets: 0
+  std::vector<int64_t> input;  // one example's shape, channels first; empty: [features]
+  int64_t targets = 0;         // float targets per example (mse, binary cross-entropy)
 };
 
 using model_factory =

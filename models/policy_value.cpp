@@ -137,10 +137,12 @@ class policy_value_mlp final : public policy_value_model {
 named_registry<policy_value_factory>& registry() {
   static named_registry<policy_value_factory> r{
       "policy/value model kind",
-      {{"policy_value_mlp", [](const model_config& c, int64_t o, int64_t a, uint64_t s) {
+      {{"policy_value_mlp",
+        [](const model_config& c, int64_t o, int64_t a, uint64_t s) {
           return std::unique_ptr<policy_value_model>(
               std::make_unique<policy_value_mlp>(c, o, a, s));
-        }}}};
+        }},
+       {"policy_value_layers", &make_policy_value_layers}}};
   return r;
 }
 

@@ -37,6 +37,12 @@ using policy_value_factory = std::function<std::unique_ptr<policy_value_model>(
 // Registers a factory; throws std::invalid_argument if the name is taken.
 // Built in: "policy_value_mlp" (model.hidden, model.activation, model.init).
 void register_policy_value_model(const std::string& kind, policy_value_factory f);
+// The torso as a layer stack (model.layers, models/layer_model.hpp's
+// layers) over the observation, ending in a [features] vector; the heads as
+// policy_value_mlp's. Registered as "policy_value_layers".
+std::unique_ptr<policy_value_model> make_policy_value_layers(const model_config& c,
+                                                             int64_t observation_size,
+                                                             int64_t actions, uint64_t seed);
 // Throws std::invalid_argument naming the registered kinds for an unknown one.
 std::unique_ptr<policy_value_model> create_policy_value_model(const model_config& c,
                                                               int64_t observation_size,

@@ -45,6 +45,7 @@ std::string save_job_checkpoint(const job_plan& p, int64_t step, model_state& ms
   snap.meta.extra = std::move(extra);
   snap.variables = std::move(ms.variables);
   snap.slots = std::move(ms.slots);
+  snap.state = std::move(ms.buffers);  // the model's buffers (running statistics)
   auto path = checkpoint::save(p.checkpoint_dir, snap, p.config.checkpoint.keep);
   spdlog::info("checkpoint saved: {} (step {})", path, step);
   return path;

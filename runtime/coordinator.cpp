@@ -428,7 +428,7 @@ void restore_then_start(self_ptr self) {
   std::function<void()> k = [self] { start(self); };
   if (st.driver->restore(*st.host, k)) return;
   auto ms = std::make_shared<const model_state>(
-      model_state{p.resume_from->variables, p.resume_from->slots});
+      model_state{p.resume_from->variables, p.resume_from->slots, p.resume_from->state});
   strategy_of(self).restore(*st.host, std::move(ms), k);
 }
 

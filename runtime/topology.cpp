@@ -12,12 +12,22 @@
 #include "actors/partitioner.hpp"
 #include "actors/replica.hpp"
 #include "actors/variable_shard.hpp"
+#include "devices/device_communicator.hpp"
 #include "kernels/optimizer.hpp"
+#include "models/layer_model.hpp"
 #include "models/model.hpp"
 #include "runtime/checkpointing.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe {
+
+namespace {
+// What a model reads of the data: one example's shape and the labels.
+model_shape model_shape_of(const data::dataset& d) {
+  return {d.features(), d.classes};
+}
+
+}  // namespace
 
 namespace fs = std::filesystem;
 
@@ -76,6 +86,7 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
       throw config_error("model.hidden",
                          std::string(e.what()).substr(sizeof("model.hidden: ") - 1));
     }
+    if (!c.model.layers.is_null()) check_layer_model(c.model, model_shape_of(tt.train));
     plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
     plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
     plan->steps_per_epoch = plan->strat->updates_per_epoch(c, plan->train->size());
@@ -153,6 +164,35 @@ bool gathers_on_device(const std::string& gather, bool lockstep,
   return lockstep && static_cast<int64_t>(threads.size()) >= usable_cpu_cores();
 }
 
+namespace {
+
+// Synchronised batch norm: the process's replicas of a lockstep strategy
+// all-reduce their statistics in one group on their devices. Across
+// processes each process's replicas form their own group.
+std::shared_ptr<device_collective_group> statistics_group(const job_config& c,
+                                                          const strategy& strat,
+                                                          const std::vector<std::string>& devices) {
+  if (!strat.lockstep() || devices.size() < 2 || !uses_synced_statistics(c.model)) return nullptr;
+  // Each rank blocks its device's thread in the collective: two replicas on
+  // one device would wait for each other forever.
+  for (std::size_t a = 0; a < devices.size(); ++a)
+    for (std::size_t b = a + 1; b < devices.size(); ++b)
+      if (devices[a] == devices[b]) {
+        spdlog::warn("batch_norm sync: replicas share {}, so each normalises with its own batch",
+                     devices[a]);
+        return nullptr;
+      }
+  try {
+    return make_device_collective_group(static_cast<int>(devices.size()),
+                                        parse_device(devices.front()));
+  } catch (const std::exception& e) {
+    spdlog::warn("batch_norm sync: {}; each replica normalises with its own batch", e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace
+
 worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_spec spec) {
   const auto& c = plan.config;
   const auto& strat = *plan.strat;
@@ -177,6 +217,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
   const bool gather_on_device = gathers_on_device(c.data.gather, strat.lockstep(), spec.devices,
                                                   static_cast<bool>(reducers.device_group));
   const auto input = strat.input(c, spec.start_step, plan.steps_per_epoch);
+  const auto stats_group = statistics_group(c, strat, spec.devices);
   for (std::size_t k = 0; k < spec.indices.size(); ++k) {
     const int64_t r = spec.indices[k];
     const auto& dev = spec.devices[k];
@@ -211,7 +252,11 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     rc.device = device;
     rc.device_kind = parse_device(dev);
     rc.model = c.model;
-    rc.shape = {plan.train->features(), plan.train->classes};
+    rc.shape = model_shape_of(*plan.train);
+    if (stats_group) {
+      rc.statistics_group = stats_group;
+      rc.statistics_rank = static_cast<int>(k);
+    }
     rc.optimizer = c.optimizer;
     rc.total_steps = plan.total_steps;
     rc.seed = c.seed;

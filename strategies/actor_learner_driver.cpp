@@ -79,7 +79,7 @@ class actor_learner_driver final : public job_driver {
           if (v.is_number()) recent_.push_back(v.get<double>());
       while (recent_.size() > kWindow) recent_.pop_front();
     }
-    model_state ms{snap.variables, snap.slots};
+    model_state ms{snap.variables, snap.slots, {}};
     fan_in<int64_t> restored(
         learners_.size(),
         [this, k](std::vector<int64_t>& versions) {

@@ -277,6 +277,7 @@ class elastic_average final : public sharded_worker_strategy {
           asked.size(),
           [all, asked, all_locals, k](std::vector<model_state>& got) {
             all->slots = std::move(got[0].slots);
+            all->buffers = std::move(got[0].buffers);
             for (std::size_t j = 0; j < asked.size() && all_locals; ++j)
               for (auto& v : got[j].variables)
                 all->slots.push_back(

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "kernels/lr_schedule.hpp"
+#include "models/layer_model.hpp"
 
 namespace troupe {
 
@@ -211,13 +212,30 @@ double sharded_strategy::reported_lr(const job_plan& p, int64_t completed,
   return scheduled_lr(p, completed);
 }
 
+// The shards hold the variables; the buffers (batch norm's running
+// statistics) are the replicas', the first live one's saved.
 void sharded_strategy::snapshot(coordinator_host& h, std::function<void(model_state&)> k) const {
-  snapshot_shards(h, std::move(k));
+  snapshot_shards(h, [&h, k](model_state& ms) {
+    if (!has_model_buffers(h.plan().config.model)) return k(ms);
+    auto all = std::make_shared<model_state>(std::move(ms));
+    h.self()
+        ->request(h.live_replicas().front(), h.request_timeout(), state_atom::value)
+        .then(
+            [all, k](model_state& replica) {
+              all->buffers = std::move(replica.buffers);
+              k(*all);
+            },
+            h.failed("checkpoint snapshot failed"));
+  });
 }
 
 void sharded_strategy::restore(coordinator_host& h, std::shared_ptr<const model_state> ms,
                                std::function<void()> k) const {
-  restore_shards(h, *ms, std::move(k));
+  restore_shards(h, *ms, [&h, ms, k] {
+    if (ms->buffers.empty()) return k();
+    restore_every_replica(h, std::make_shared<const model_state>(model_state{{}, {}, ms->buffers}),
+                          k);
+  });
 }
 
 void sharded_strategy::on_epoch_end(coordinator_host& h, int64_t epoch) const {

@@ -464,7 +464,7 @@ TEST_CASE("actor_learner: its config rules name the field") {
   CHECK(bad("{}") == "no error");
   CHECK(
       bad(R"({"model": {"kind": "mlp"}})") ==
-      R"(model.kind: the actor_learner strategy trains a policy/value network: expected "policy_value_mlp", got "mlp")");
+      R"(model.kind: the actor_learner strategy trains a policy/value network: expected one of "policy_value_layers", "policy_value_mlp", got "mlp")");
   CHECK(bad(R"({"rl": {"env": "Pong"}})") ==
         R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", got "Pong")");
   CHECK(bad(R"({"rl": {"learners": 2, "batch_unrolls": 3}})") ==
@@ -485,7 +485,7 @@ TEST_CASE("actor_learner: its config rules name the field") {
   // The other strategies refuse the section and the policy model.
   CHECK(
       bad(R"({"strategy": {"kind": "mirrored"}, "rl": {}})") ==
-      R"(model.kind: the mirrored strategy trains a classifier: expected "mlp", got "policy_value_mlp")");
+      R"(model.kind: the mirrored strategy trains a classifier: expected one of "layers", "mlp", got "policy_value_mlp")");
   CHECK(bad(R"({"strategy": {"kind": "mirrored"}, "model": {"kind": "mlp"}, "rl": {}})") ==
         R"(rl: only the actor_learner strategy reads this section (strategy.kind is "mirrored"))");
 }

@@ -83,7 +83,15 @@ const bad_case kBad[] = {
     {R"({"model": {"activation": "gelu"}})",
      R"(model.activation: expected one of "relu", "tanh", got "gelu")"},
     {R"({"model": {"kind": "cnn"}})",
-     R"(model.kind: expected one of "mlp", "policy_value_mlp", got "cnn")"},
+     R"(model.kind: expected one of "layers", "mlp", "policy_value_layers", "policy_value_mlp", got "cnn")"},
+    {R"({"model": {"kind": "layers"}})",
+     R"(model.layers: missing: model.kind "layers" needs its layers)"},
+    {R"({"model": {"kind": "layers", "layers": []}})",
+     R"(model.layers: expected a non-empty array of layer objects, got [])"},
+    {R"({"model": {"layers": [{"type": "relu"}]}})",
+     R"(model.layers: only model.kind "layers" or "policy_value_layers" takes layers (got kind "mlp"))"},
+    {R"({"model": {"kind": "layers", "layers": [{"type": "relu"}], "loss": "hinge"}})",
+     R"(model.loss: expected one of "softmax_cross_entropy", "binary_cross_entropy", "mse", got "hinge")"},
     {R"({"model": {"init": "xavier"}})",
      R"(model.init: expected one of "auto", "he", "glorot", got "xavier")"},
     {R"({"data": {"dataset": "mnist"}})", R"(data.dataset: expected "fashion_mnist", got "mnist")"},
@@ -287,9 +295,11 @@ TEST_CASE("config: a saved config with every strategy's keys (an older troupe's)
 }
 
 TEST_CASE("config: model kinds are the model registries' own, with their family") {
-  CHECK(known_model_kinds() == std::vector<std::string>{"mlp", "policy_value_mlp"});
-  CHECK(model_kinds_of(model_family::classifier) == std::vector<std::string>{"mlp"});
-  CHECK(model_kinds_of(model_family::policy_value) == std::vector<std::string>{"policy_value_mlp"});
+  CHECK(known_model_kinds() ==
+        std::vector<std::string>{"layers", "mlp", "policy_value_layers", "policy_value_mlp"});
+  CHECK(model_kinds_of(model_family::classifier) == std::vector<std::string>{"layers", "mlp"});
+  CHECK(model_kinds_of(model_family::policy_value) ==
+        std::vector<std::string>{"policy_value_layers", "policy_value_mlp"});
   register_model_kind("mlp", model_family::classifier);  // again: nothing changes
   CHECK_THROWS_AS(register_model_kind("mlp", model_family::policy_value), std::invalid_argument);
 }

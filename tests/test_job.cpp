@@ -203,14 +203,14 @@ TEST_CASE("a checkpoint of diverged weights is not written; the last good one st
   tiny_env env;
   auto c = env.job("nan");
   auto plan = make_plan(c, {});
-  model_state ms{{{"dense_0/kernel", tensor::from<float>({2}, {1.0f, 2.0f})}}, {}};
+  model_state ms{{{"dense_0/kernel", tensor::from<float>({2}, {1.0f, 2.0f})}}, {}, {}};
   auto good = save_job_checkpoint(*plan, 10, ms);
-  model_state bad{{{"dense_0/kernel", tensor::from<float>({2}, {1.0f, std::nanf("")})}}, {}};
+  model_state bad{{{"dense_0/kernel", tensor::from<float>({2}, {1.0f, std::nanf("")})}}, {}, {}};
   CHECK_THROWS_WITH_AS(save_job_checkpoint(*plan, 20, bad),
                        doctest::Contains("training diverged: variable 'dense_0/kernel' holds NaN "
                                          "or infinite values at step 20; no checkpoint written"),
                        job_error);
-  model_state inf{{{"dense_0/kernel", tensor::from<float>({2}, {INFINITY, 0.0f})}}, {}};
+  model_state inf{{{"dense_0/kernel", tensor::from<float>({2}, {INFINITY, 0.0f})}}, {}, {}};
   CHECK_THROWS_AS(save_job_checkpoint(*plan, 30, inf), job_error);
   // The latest checkpoint is still the good one, whole.
   auto latest = checkpoint::resolve(plan->checkpoint_dir);

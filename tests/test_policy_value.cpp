@@ -159,10 +159,10 @@ TEST_CASE("IMPALA loss: terms by hand, gradients against finite differences") {
 TEST_CASE("policy/value models by name; bad configs named") {
   model_config c = pv_config("tanh");
   c.kind = "transformer";
-  CHECK_THROWS_WITH_AS(
-      create_policy_value_model(c, 4, 2, 1),
-      "model.kind: unknown policy/value model 'transformer' (registered: policy_value_mlp)",
-      std::invalid_argument);
+  CHECK_THROWS_WITH_AS(create_policy_value_model(c, 4, 2, 1),
+                       "model.kind: unknown policy/value model 'transformer' (registered: "
+                       "policy_value_layers, policy_value_mlp)",
+                       std::invalid_argument);
   c = pv_config("gelu");
   CHECK_THROWS_AS(create_policy_value_model(c, 4, 2, 1), std::invalid_argument);
   c = pv_config("tanh");

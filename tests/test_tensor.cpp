@@ -72,13 +72,16 @@ TEST_CASE("serialization: tensors travel as one raw block and round-trip exactly
   CHECK(back == t);
   CHECK_FALSE(back.shares_buffer_with(t));
 
-  model_state ms{{{"w", t}, {"b", tensor::from<int64_t>({1}, {42})}}, {{"w/adam_m", t.clone()}}};
+  model_state ms{{{"w", t}, {"b", tensor::from<int64_t>({1}, {42})}},
+                 {{"w/adam_m", t.clone()}},
+                 {{"bn/moving_mean", t.clone()}}};
   auto buf2 = serialize(*f.sys, ms);
   model_state ms2;
   caf::binary_deserializer src2{*f.sys, buf2};
   REQUIRE(!src2(ms2));
   CHECK(ms2.variables == ms.variables);
   CHECK(ms2.slots == ms.slots);
+  CHECK(ms2.buffers == ms.buffers);
 }
 
 TEST_CASE("serialization: a default-constructed tensor round-trips") {
@@ -243,9 +246,10 @@ TEST_CASE("serialization: mutated bytes of every message type give an error or a
   const int n = 3000;
   survives_mutations(sys, t, "tensor", n);
   survives_mutations(sys, named_tensor{"w", t}, "named_tensor", n);
-  survives_mutations(sys, batch{1, 2, 8, {t}, {ids}}, "batch", n);
+  survives_mutations(sys, batch{1, 2, 8, {t}, {ids}, {ids}}, "batch", n);
   survives_mutations(sys, step_stats{5, 1, 2.5, 3, 8, 0.1}, "step_stats", n);
-  survives_mutations(sys, model_state{{{"w", t}}, {{"w/m", t.clone()}}}, "model_state", n);
+  survives_mutations(sys, model_state{{{"w", t}}, {{"w/m", t.clone()}}, {{"b", t.clone()}}},
+                     "model_state", n);
   survives_mutations(sys, shard_values{4, {{"w", t}, {"b", t.clone()}}}, "shard_values", n);
   survives_mutations(sys, shard_state{4, {{"w", t}}, {{"w/m", t}}}, "shard_state", n);
   shard_stats ss;
