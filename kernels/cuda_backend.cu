@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda_kernels.hpp"
 #include "kernels/cuda_layers.hpp"
@@ -56,8 +57,8 @@ std::size_t elems(int64_t a, int64_t b) {
   return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
 }
 
-// Sub-buffers of the scratch buffer start at 256-byte boundaries (what
-// cudaMalloc gives, and what cuDNN's workspace and vector loads like).
+// The padded copies in the padding buffer start at 256-byte boundaries
+// (what cudaMalloc gives, and what vector loads like).
 std::size_t aligned(std::size_t bytes) {
   return (bytes + 255) & ~std::size_t{255};
 }
@@ -66,23 +67,32 @@ std::size_t aligned(std::size_t bytes) {
 // ones (some FFT variants) are passed over for the next in cuDNN's ranking.
 constexpr std::size_t max_conv_workspace = std::size_t{1} << 30;
 
-// Picks from cuDNN's heuristic ranking (best first): the first supported,
-// deterministic algorithm without tensor-core math (TF32 would put the result
-// ~1e-3 from the CPU's), within the workspace limit; failing a deterministic
-// one, the first that passes the rest.
+// The usable algorithms of cuDNN's heuristic ranking (best first), the
+// deterministic ones first: supported, without tensor-core math (TF32 would
+// put the result ~1e-3 from the CPU's), within the workspace limit.
 template <class Perf>
-int pick_algorithm(const Perf* perf, int n) {
-  int fallback = -1;
+auto rank_algorithms(const Perf* perf, int n) {
+  std::vector<decltype(perf->algo)> deterministic, other;
   for (int i = 0; i < n; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > max_conv_workspace) continue;
     if (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
       continue;
-    if (p.determinism == CUDNN_DETERMINISTIC) return i;
-    if (fallback < 0) fallback = i;
+    (p.determinism == CUDNN_DETERMINISTIC ? deterministic : other).push_back(p.algo);
   }
-  return fallback;
+  deterministic.insert(deterministic.end(), other.begin(), other.end());
+  return deterministic;
 }
+
+// One direction's algorithm: the ranking, the one in use and its workspace.
+template <class Algo>
+struct algo_choice {
+  bool ready = false;
+  std::vector<Algo> ranked;
+  std::size_t at = 0;
+  std::size_t ws = 0;
+  Algo algo() const { return ranked[at]; }
+};
 
 // The cuDNN descriptors of one convolution shape and the algorithms chosen
 // for it (each direction on first use). cuDNN pads symmetrically; an
@@ -95,11 +105,9 @@ struct conv_plan {
   bool padded = false;
   int64_t hp = 0, wp = 0, extra_top = 0, extra_left = 0;
   std::size_t padded_bytes = 0;
-  bool have_fwd = false, have_bwd_data = false, have_bwd_filter = false;
-  cudnnConvolutionFwdAlgo_t fwd{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
-  std::size_t fwd_ws = 0, bwd_data_ws = 0, bwd_filter_ws = 0;
+  algo_choice<cudnnConvolutionFwdAlgo_t> fwd;
+  algo_choice<cudnnConvolutionBwdDataAlgo_t> bwd_data;
+  algo_choice<cudnnConvolutionBwdFilterAlgo_t> bwd_filter;
 
   conv_plan() = default;
   conv_plan(const conv_plan&) = delete;
@@ -111,6 +119,12 @@ struct conv_plan {
     if (w) cudnnDestroyFilterDescriptor(w);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
   }
+};
+
+// Device memory the backend keeps between calls, grown on demand.
+struct scratch_buffer {
+  void* p = nullptr;
+  std::size_t bytes = 0;
 };
 
 using conv_key = std::array<int64_t, 16>;
@@ -139,7 +153,8 @@ class cuda_backend_impl final : public backend {
   ~cuda_backend_impl() override {
     plans_.clear();
     if (dnn_ && cudnnDestroy(dnn_) != CUDNN_STATUS_SUCCESS) (void)cudaGetLastError();
-    if (scratch_ && cudaFree(scratch_) != cudaSuccess) (void)cudaGetLastError();
+    for (void* b : {pad_.p, ws_.p})
+      if (b && cudaFree(b) != cudaSuccess) (void)cudaGetLastError();
     if (cublasDestroy(handle_) != CUBLAS_STATUS_SUCCESS) (void)cudaGetLastError();
   }
   cuda_backend_impl(const cuda_backend_impl&) = delete;
@@ -238,20 +253,23 @@ class cuda_backend_impl final : public backend {
     if (s.batch == 0 || s.out_channels == 0) return;  // y is empty
     conv_plan& p = plan(s, op);
     choose_forward(p, op);
-    const std::size_t xp_bytes = p.padded ? aligned(p.padded_bytes) : 0;
-    char* base = scratch(xp_bytes + p.fwd_ws, op);
     const float* in = x;
     if (p.padded) {
-      float* xp = reinterpret_cast<float*>(base);
+      float* xp = reinterpret_cast<float*>(grow(pad_, p.padded_bytes, op, "padding"));
       cuda::pad_planes(x, xp, s.batch * s.in_channels, s.in_h, s.in_w, p.hp, p.wp, p.extra_top,
                        p.extra_left, stream_);
       in = xp;
     }
     const float one = 1.0f, zero = 0.0f;
-    check_cudnn(
-        cudnnConvolutionForward(dnn_, &one, p.x, in, p.w, w, p.conv, p.fwd,
-                                p.fwd_ws ? base + xp_bytes : nullptr, p.fwd_ws, &zero, p.y, y),
-        op, "cudnnConvolutionForward");
+    run_conv(
+        p.fwd, op, "cudnnConvolutionForward",
+        [&](cudnnConvolutionFwdAlgo_t a, std::size_t* ws) {
+          return cudnnGetConvolutionForwardWorkspaceSize(dnn_, p.x, p.w, p.conv, p.y, a, ws);
+        },
+        [&](cudnnConvolutionFwdAlgo_t a, void* ws, std::size_t ws_bytes) {
+          return cudnnConvolutionForward(dnn_, &one, p.x, in, p.w, w, p.conv, a, ws, ws_bytes,
+                                         &zero, p.y, y);
+        });
     if (b) check_cudnn(cudnnAddTensor(dnn_, &one, p.bias, b, &one, p.y, y), op, "cudnnAddTensor");
   }
 
@@ -273,13 +291,10 @@ class cuda_backend_impl final : public backend {
     conv_plan& p = plan(s, op);
     if (dw) choose_backward_filter(p, op);
     if (dx) choose_backward_data(p, op);
+    // The padding buffer: the padded x (for dw), then the padded dx.
     const std::size_t xp_bytes = p.padded && dw ? aligned(p.padded_bytes) : 0;
-    const std::size_t dxp_bytes = p.padded && dx ? aligned(p.padded_bytes) : 0;
-    std::size_t ws_bytes = 0;
-    if (dw) ws_bytes = p.bwd_filter_ws;
-    if (dx && p.bwd_data_ws > ws_bytes) ws_bytes = p.bwd_data_ws;
-    char* base = scratch(xp_bytes + dxp_bytes + ws_bytes, op);
-    void* ws = ws_bytes ? base + xp_bytes + dxp_bytes : nullptr;
+    const std::size_t dxp_bytes = p.padded && dx ? p.padded_bytes : 0;
+    char* pads = xp_bytes + dxp_bytes ? grow(pad_, xp_bytes + dxp_bytes, op, "padding") : nullptr;
     const float one = 1.0f, zero = 0.0f;
     const float* beta = accumulate ? &one : &zero;
     if (db)
@@ -288,20 +303,33 @@ class cuda_backend_impl final : public backend {
     if (dw) {
       const float* in = x;
       if (p.padded) {
-        float* xp = reinterpret_cast<float*>(base);
+        float* xp = reinterpret_cast<float*>(pads);
         cuda::pad_planes(x, xp, s.batch * s.in_channels, s.in_h, s.in_w, p.hp, p.wp, p.extra_top,
                          p.extra_left, stream_);
         in = xp;
       }
-      check_cudnn(cudnnConvolutionBackwardFilter(dnn_, &one, p.x, in, p.y, dy, p.conv, p.bwd_filter,
-                                                 ws, p.bwd_filter_ws, beta, p.w, dw),
-                  op, "cudnnConvolutionBackwardFilter");
+      run_conv(
+          p.bwd_filter, op, "cudnnConvolutionBackwardFilter",
+          [&](cudnnConvolutionBwdFilterAlgo_t a, std::size_t* ws) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn_, p.x, p.y, p.conv, p.w, a,
+                                                                  ws);
+          },
+          [&](cudnnConvolutionBwdFilterAlgo_t a, void* ws, std::size_t ws_bytes) {
+            return cudnnConvolutionBackwardFilter(dnn_, &one, p.x, in, p.y, dy, p.conv, a, ws,
+                                                  ws_bytes, beta, p.w, dw);
+          });
     }
     if (dx) {
-      float* out = p.padded ? reinterpret_cast<float*>(base + xp_bytes) : dx;
-      check_cudnn(cudnnConvolutionBackwardData(dnn_, &one, p.w, w, p.y, dy, p.conv, p.bwd_data, ws,
-                                               p.bwd_data_ws, &zero, p.x, out),
-                  op, "cudnnConvolutionBackwardData");
+      float* out = p.padded ? reinterpret_cast<float*>(pads + xp_bytes) : dx;
+      run_conv(
+          p.bwd_data, op, "cudnnConvolutionBackwardData",
+          [&](cudnnConvolutionBwdDataAlgo_t a, std::size_t* ws) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(dnn_, p.w, p.y, p.conv, p.x, a, ws);
+          },
+          [&](cudnnConvolutionBwdDataAlgo_t a, void* ws, std::size_t ws_bytes) {
+            return cudnnConvolutionBackwardData(dnn_, &one, p.w, w, p.y, dy, p.conv, a, ws,
+                                                ws_bytes, &zero, p.x, out);
+          });
       if (p.padded)
         cuda::crop_planes(out, dx, s.batch * s.in_channels, s.in_h, s.in_w, p.hp, p.wp, p.extra_top,
                           p.extra_left, stream_);
@@ -453,23 +481,41 @@ class cuda_backend_impl final : public backend {
     dnn_ = h;
   }
 
-  // The scratch buffer (padded copies and cuDNN workspace), at least `bytes`
-  // long. Growing it waits for the work queued on the stream, which may still
-  // use the old buffer; it happens only when a larger shape first comes.
-  char* scratch(std::size_t bytes, const char* op) {
-    if (bytes <= scratch_bytes_) return static_cast<char*>(scratch_);
+  // b's memory, at least `bytes` long. Growing it waits for the work queued
+  // on the stream, which may still use the old memory; that happens only
+  // when a larger shape first comes.
+  char* grow(scratch_buffer& b, std::size_t bytes, const char* op, const char* what) {
+    if (bytes <= b.bytes) return static_cast<char*>(b.p);
     check_cuda(cudaStreamSynchronize(stream_), op, "cudaStreamSynchronize (scratch)");
-    if (scratch_) {
-      check_cuda(cudaFree(scratch_), op, "cudaFree (scratch)");
-      scratch_ = nullptr;
-      scratch_bytes_ = 0;
+    if (b.p) {
+      check_cuda(cudaFree(b.p), op, "cudaFree (scratch)");
+      b.p = nullptr;
+      b.bytes = 0;
     }
     void* p = nullptr;
     check_cuda(cudaMalloc(&p, bytes), op,
-               ("cudaMalloc (" + std::to_string(bytes) + " bytes of scratch)").c_str());
-    scratch_ = p;
-    scratch_bytes_ = bytes;
-    return static_cast<char*>(scratch_);
+               ("cudaMalloc (" + std::to_string(bytes) + " bytes of " + what + ")").c_str());
+    b.p = p;
+    b.bytes = bytes;
+    return static_cast<char*>(p);
+  }
+
+  // Runs one direction with its chosen algorithm and workspace. An algorithm
+  // the heuristics offered may still refuse the shape at the call (PyTorch
+  // meets this too, and walks its list the same way): the next in the
+  // ranking takes over, for this call and the later ones.
+  template <class Algo, class WorkspaceOf, class Run>
+  void run_conv(algo_choice<Algo>& c, const char* op, const char* call, WorkspaceOf workspace_of,
+                Run run) {
+    for (;;) {
+      void* ws = c.ws ? grow(ws_, c.ws, op, "cuDNN workspace") : nullptr;
+      const cudnnStatus_t st = run(c.algo(), ws, c.ws);
+      if (st == CUDNN_STATUS_SUCCESS) return;
+      const bool not_supported = static_cast<int>(st) / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000;
+      if (!not_supported || c.at + 1 >= c.ranked.size()) check_cudnn(st, op, call);
+      ++c.at;
+      check_cudnn(workspace_of(c.algo(), &c.ws), op, "cudnnGetConvolution*WorkspaceSize");
+    }
   }
 
   conv_plan& plan(const conv2d_shape& s, const char* op) {
@@ -536,60 +582,59 @@ class cuda_backend_impl final : public backend {
   }
 
   void choose_forward(conv_plan& p, const char* op) {
-    if (p.have_fwd) return;
+    if (p.fwd.ready) return;
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0;
     check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(
                     dnn_, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf),
                 op, "cudnnGetConvolutionForwardAlgorithm_v7");
-    const int i = pick_algorithm(perf, got);
-    if (i < 0) fail(op, "cuDNN offers no usable forward algorithm for this shape");
-    p.fwd = perf[i].algo;
-    check_cudnn(
-        cudnnGetConvolutionForwardWorkspaceSize(dnn_, p.x, p.w, p.conv, p.y, p.fwd, &p.fwd_ws), op,
-        "cudnnGetConvolutionForwardWorkspaceSize");
-    p.have_fwd = true;
+    p.fwd.ranked = rank_algorithms(perf, got);
+    if (p.fwd.ranked.empty()) fail(op, "cuDNN offers no usable forward algorithm for this shape");
+    check_cudnn(cudnnGetConvolutionForwardWorkspaceSize(dnn_, p.x, p.w, p.conv, p.y, p.fwd.algo(),
+                                                        &p.fwd.ws),
+                op, "cudnnGetConvolutionForwardWorkspaceSize");
+    p.fwd.ready = true;
   }
 
   void choose_backward_data(conv_plan& p, const char* op) {
-    if (p.have_bwd_data) return;
+    if (p.bwd_data.ready) return;
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int got = 0;
     check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
                     dnn_, p.w, p.y, p.conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf),
                 op, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    const int i = pick_algorithm(perf, got);
-    if (i < 0) fail(op, "cuDNN offers no usable backward-data algorithm for this shape");
-    p.bwd_data = perf[i].algo;
+    p.bwd_data.ranked = rank_algorithms(perf, got);
+    if (p.bwd_data.ranked.empty())
+      fail(op, "cuDNN offers no usable backward-data algorithm for this shape");
     check_cudnn(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn_, p.w, p.y, p.conv, p.x,
-                                                             p.bwd_data, &p.bwd_data_ws),
+                                                             p.bwd_data.algo(), &p.bwd_data.ws),
                 op, "cudnnGetConvolutionBackwardDataWorkspaceSize");
-    p.have_bwd_data = true;
+    p.bwd_data.ready = true;
   }
 
   void choose_backward_filter(conv_plan& p, const char* op) {
-    if (p.have_bwd_filter) return;
+    if (p.bwd_filter.ready) return;
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int got = 0;
     check_cudnn(
         cudnnGetConvolutionBackwardFilterAlgorithm_v7(
             dnn_, p.x, p.y, p.conv, p.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf),
         op, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    const int i = pick_algorithm(perf, got);
-    if (i < 0) fail(op, "cuDNN offers no usable backward-filter algorithm for this shape");
-    p.bwd_filter = perf[i].algo;
-    check_cudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn_, p.x, p.y, p.conv, p.w,
-                                                               p.bwd_filter, &p.bwd_filter_ws),
+    p.bwd_filter.ranked = rank_algorithms(perf, got);
+    if (p.bwd_filter.ranked.empty())
+      fail(op, "cuDNN offers no usable backward-filter algorithm for this shape");
+    check_cudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                    dnn_, p.x, p.y, p.conv, p.w, p.bwd_filter.algo(), &p.bwd_filter.ws),
                 op, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
-    p.have_bwd_filter = true;
+    p.bwd_filter.ready = true;
   }
 
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
   cudnnHandle_t dnn_ = nullptr;
   std::map<conv_key, std::unique_ptr<conv_plan>> plans_;
-  void* scratch_ = nullptr;
-  std::size_t scratch_bytes_ = 0;
+  scratch_buffer pad_;  // the zero-padded copies of x and dx (asymmetric padding)
+  scratch_buffer ws_;   // cuDNN's workspace
 };
 
 }  // namespace
