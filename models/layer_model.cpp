@@ -52,11 +52,12 @@ struct network {
   bool synced = false;
   bool dropout = false;  // the rows' ids are staged for the masks
 
-  network(const model_config& c, const model_shape& s, uint64_t seed) {
+  network(const model_config& c, const model_shape& s, uint64_t seed, bool dry_run = false) {
     loss = loss_of(c);
     if (!c.layers.is_array()) json_read::expected("model.layers", "an array of layers", c.layers);
     layers::build_context bc;
     bc.seed = seed;
+    bc.dry_run = dry_run;
     bc.vars = &vars;
     bc.buffers = &bufs;
     stack = std::make_unique<layers::layer_stack>(c.layers, "model.layers", input_of(s), bc);
@@ -72,12 +73,9 @@ struct network {
                                                                     : ": one output per target"));
     if (layers::type_of(&c.layers[0]) == "embedding")
       vocab = c.layers[0].at("vocab").get<int64_t>();
-    int64_t total = 0;
-    for (const auto& v : vars) total += v.value.numel();
-    if (total > kMaxModelParameters)
-      json_read::fail("model.layers",
-                      "the layers have " + std::to_string(total) + " parameters, more than 2^28");
+    parameters = bc.parameters;
   }
+  int64_t parameters = 0;
 };
 
 class layer_model final : public model {
@@ -450,10 +448,7 @@ bool has_model_buffers(const model_config& c) {
 }
 
 int64_t check_layer_model(const model_config& c, const model_shape& s) {
-  network n(c, s, 0);
-  int64_t total = 0;
-  for (const auto& v : n.vars) total += v.value.numel();
-  return total;
+  return network(c, s, 0, true).parameters;
 }
 
 }  // namespace troupe

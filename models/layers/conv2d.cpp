@@ -83,11 +83,11 @@ std::unique_ptr<layer> build_conv2d(const json& spec, const std::string& path, c
   bc.reserve(path, {filters, in[0] / groups * kernel.h * kernel.w + 1});
   auto l = std::make_unique<conv2d>(s, bias);
   auto name = bc.name_for("conv2d");
-  tensor w({filters, in[0] / groups, kernel.h, kernel.w});
+  tensor w = bc.zeros({filters, in[0] / groups, kernel.h, kernel.w});
   init_kernel(w, init, in[0] / groups * kernel.h * kernel.w, filters / groups * kernel.h * kernel.w,
               bc.seed, bc.next_stream++);
   l->first_var = bc.add_variable(name + "/kernel", std::move(w));
-  if (bias) bc.add_variable(name + "/bias", tensor({filters}));
+  if (bias) bc.add_variable(name + "/bias", bc.zeros({filters}));
   l->last_var = bc.vars->size();
   return l;
 }

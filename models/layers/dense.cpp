@@ -57,10 +57,10 @@ std::unique_ptr<layer> build_dense(const json& spec, const std::string& path, co
   bc.reserve(path, {in[0] + 1, units});
   auto l = std::make_unique<dense>(in[0], units, bias, act);
   auto name = bc.name_for("dense");
-  tensor w({in[0], units});
+  tensor w = bc.zeros({in[0], units});
   init_kernel(w, init, in[0], units, bc.seed, bc.next_stream++);
   l->first_var = bc.add_variable(name + "/kernel", std::move(w));
-  if (bias) bc.add_variable(name + "/bias", tensor({units}));
+  if (bias) bc.add_variable(name + "/bias", bc.zeros({units}));
   l->last_var = bc.vars->size();
   return l;
 }

@@ -54,7 +54,7 @@ std::unique_ptr<layer> build_embedding(const json& spec, const std::string& path
   });
   bc.reserve(path, {vocab, dim});
   auto l = std::make_unique<embedding>(in[0], vocab, dim, bag);
-  tensor table({vocab, dim});
+  tensor table = bc.zeros({vocab, dim});
   splitmix64 g(derive_seed(bc.seed, bc.next_stream++));
   for (int64_t i = 0; i < table.numel(); ++i) table.f32()[i] = static_cast<float>(g.normal());
   l->first_var = bc.add_variable(bc.name_for("embedding") + "/table", std::move(table));

@@ -104,6 +104,13 @@ void build_context::reserve(const std::string& path, std::initializer_list<int64
     json_read::fail(path, "the model would have more than 2^28 parameters");
 }
 
+tensor build_context::zeros(shape_t s, float v) const {
+  if (dry_run) return {};
+  tensor t(std::move(s));
+  if (v != 0.0f) t.fill(v);
+  return t;
+}
+
 std::size_t build_context::add_variable(const std::string& name, tensor value) {
   vars->push_back({name, std::move(value)});
   return vars->size() - 1;

@@ -92,6 +92,10 @@ struct build_context {
   // it is allocated; throws config_error at `path` past that.
   void reserve(const std::string& path, std::initializer_list<int64_t> dims);
   int64_t parameters = 0;
+  // Only checking (check_layer_model): variables are not allocated.
+  bool dry_run = false;
+  // A tensor of `s` filled with `v` (dry run: an empty one).
+  tensor zeros(shape_t s, float v = 0.0f) const;
   // A variable, added to vars; returns its index.
   std::size_t add_variable(const std::string& name, tensor value);
   std::size_t add_buffer(const std::string& name, tensor value);

@@ -146,10 +146,8 @@ float read_eps(const object_reader& r) {
 void add_scale_shift(layer& l, const std::string& path, const std::string& name, int64_t n,
                      build_context& bc) {
   bc.reserve(path, {2, n});
-  tensor gamma({n});
-  std::fill(gamma.f32(), gamma.f32() + n, 1.0f);
-  l.first_var = bc.add_variable(name + "/gamma", std::move(gamma));
-  bc.add_variable(name + "/beta", tensor({n}));
+  l.first_var = bc.add_variable(name + "/gamma", bc.zeros({n}, 1.0f));
+  bc.add_variable(name + "/beta", bc.zeros({n}));
   l.last_var = bc.vars->size();
 }
 
@@ -169,10 +167,8 @@ std::unique_ptr<layer> build_batch_norm(const json& spec, const std::string& pat
   auto l = std::make_unique<batch_norm>(in, momentum, read_eps(r), sync);
   auto name = bc.name_for("batch_norm");
   add_scale_shift(*l, path, name, in[0], bc);
-  tensor var({in[0]});
-  std::fill(var.f32(), var.f32() + in[0], 1.0f);
-  l->first_buf = bc.add_buffer(name + "/moving_mean", tensor({in[0]}));
-  bc.add_buffer(name + "/moving_variance", std::move(var));
+  l->first_buf = bc.add_buffer(name + "/moving_mean", bc.zeros({in[0]}));
+  bc.add_buffer(name + "/moving_variance", bc.zeros({in[0]}, 1.0f));
   bc.has_batch_norm = true;
   bc.sync_batch_norm = bc.sync_batch_norm || sync;
   return l;
