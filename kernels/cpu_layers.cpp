@@ -1,111 +1,810 @@
 #include "kernels/cpu_layers.hpp"
 
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
-#pragma GCC diagnostic ignored "-Wunused-parameter"  // stubs until the kernels land
+#include "kernels/elementwise.hpp"
+#include "kernels/onednn_internal.hpp"
 
 namespace troupe::kernels::cpu {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+// ---- oneDNN plumbing for convolution and pooling ----------------------------
+//
+// Each shape gets, per calling thread, "plans": the primitive and the
+// reorders around it, made once with their argument maps. A call points the
+// plan's user memories at the caller's buffers and runs the steps; nothing is
+// created or allocated in the steady state. Where a primitive wants its own
+// layout, the copies live in the thread's scratch arena, shared by all plans
+// of the thread (one plan runs at a time).
+
+constexpr std::size_t kAlign = 64;
+
+std::size_t round_up(std::size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+class scratch_arena {
+ public:
+  // At least `bytes`, 64-byte aligned; the address changes only when it grows.
+  char* get(std::size_t bytes) {
+    if (bytes > size_) {
+      size_ = round_up(bytes);
+      ptr_.reset(static_cast<char*>(std::aligned_alloc(kAlign, size_)));
+      if (!ptr_) throw std::bad_alloc();
+    }
+    return ptr_.get();
+  }
+
+ private:
+  struct free_deleter {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, free_deleter> ptr_;
+  std::size_t size_ = 0;
+};
+
+// The caller's tensors a plan reads or writes.
+enum role : int { X, W, B, Y, DX, DW, DB, DY, WS, kRoles };
+using buffers = std::array<const void*, kRoles>;
+
+struct plan {
+  std::vector<std::pair<dnnl::primitive, std::unordered_map<int, memory>>> steps;
+  std::array<memory, kRoles> user;
+  std::vector<std::pair<memory, std::size_t>> scratch;  // memory, offset in the arena
+  std::size_t scratch_bytes = 0;
+  char* bound = nullptr;
+
+  memory in_arena(const memory::desc& md) {
+    memory m(md, onednn::detail::engine(), DNNL_MEMORY_NONE);
+    scratch.emplace_back(m, scratch_bytes);
+    scratch_bytes += round_up(md.get_size());
+    return m;
+  }
+  memory user_memory(role r, const memory::desc& md) {
+    user[r] = memory(md, onednn::detail::engine(), DNNL_MEMORY_NONE);
+    return user[r];
+  }
+  void add(dnnl::primitive p, std::unordered_map<int, memory> args) {
+    steps.emplace_back(std::move(p), std::move(args));
+  }
+  // The caller's tensor `r` (plain layout `md`) as a primitive wants it
+  // (`want`): the caller's buffer itself, or an arena copy a reorder fills.
+  memory input(role r, const memory::desc& md, const memory::desc& want) {
+    memory u = user_memory(r, md);
+    if (want == md) return u;
+    memory m = in_arena(want);
+    add(dnnl::reorder(u, m), {{DNNL_ARG_FROM, u}, {DNNL_ARG_TO, m}});
+    return m;
+  }
+  // A primitive's output `r`: written in place, or into the arena and then
+  // reordered (added, with `accumulate`) into the caller's buffer by a step
+  // appended to `after`.
+  memory output(role r, const memory::desc& md, const memory::desc& want, bool accumulate,
+                std::vector<std::pair<dnnl::primitive, std::unordered_map<int, memory>>>& after) {
+    memory u = user_memory(r, md);
+    if (want == md && !accumulate) return u;
+    memory m = in_arena(want);
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    after.emplace_back(dnnl::reorder(dnnl::reorder::primitive_desc(m, u, attr)),
+                       std::unordered_map<int, memory>{{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, u}});
+    return m;
+  }
+
+  void run(const buffers& b, scratch_arena& arena) {
+    for (int r = 0; r < kRoles; ++r)
+      if (user[r]) user[r].set_data_handle(const_cast<void*>(b[r]));
+    if (scratch_bytes > 0) {
+      char* base = arena.get(scratch_bytes);
+      // Rebinding a blocked memory zero-fills its padding: only when the
+      // arena moved.
+      if (base != bound) {
+        for (auto& [m, off] : scratch) m.set_data_handle(base + off);
+        bound = base;
+      }
+    }
+    auto& stream = onednn::detail::thread_stream();
+    for (auto& [p, args] : steps) p.execute(stream, args);
+  }
+};
+
+using step_list = std::vector<std::pair<dnnl::primitive, std::unordered_map<int, memory>>>;
+
+// Layouts of the convolution primitives. oneDNN 2.6 on this shape set
+// (AMD EPYC with AVX-512, 1 thread, the Fashion-MNIST convnet at batch 128):
+// TODO(measure)
+constexpr bool kConvBlocked = true;
+
+using conv_key = std::array<int64_t, 16>;
+
+conv_key key_of(const conv2d_shape& s) {
+  return {s.batch,    s.in_channels, s.in_h,      s.in_w,       s.out_channels, s.kernel_h,
+          s.kernel_w, s.stride_h,    s.stride_w,  s.dilation_h, s.dilation_w,   s.pad_top,
+          s.pad_left, s.pad_bottom,  s.pad_right, s.groups};
+}
+
+void check_conv(const conv2d_shape& s) {
+  auto bad = [&](const char* what) {
+    throw std::invalid_argument(std::string("conv2d: ") + what + " (batch " +
+                                std::to_string(s.batch) + ", " + std::to_string(s.in_channels) +
+                                "x" + std::to_string(s.in_h) + "x" + std::to_string(s.in_w) +
+                                " -> " + std::to_string(s.out_channels) + ", kernel " +
+                                std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) +
+                                ", groups " + std::to_string(s.groups) + ")");
+  };
+  if (s.batch < 0 || s.in_channels <= 0 || s.in_h <= 0 || s.in_w <= 0 || s.out_channels <= 0)
+    bad("empty or negative dimension");
+  if (s.kernel_h <= 0 || s.kernel_w <= 0 || s.stride_h <= 0 || s.stride_w <= 0 ||
+      s.dilation_h <= 0 || s.dilation_w <= 0)
+    bad("kernel, stride and dilation must be >= 1");
+  if (s.pad_top < 0 || s.pad_left < 0 || s.pad_bottom < 0 || s.pad_right < 0)
+    bad("negative padding");
+  if (s.groups <= 0 || s.in_channels % s.groups != 0 || s.out_channels % s.groups != 0)
+    bad("channels not divisible by groups");
+  if (s.out_h() <= 0 || s.out_w() <= 0) bad("the kernel does not fit the padded image");
+}
+
+// One convolution shape on one thread: its forward pd (the backward's hint)
+// and the plans made so far.
+struct conv_entry {
+  memory::dims src, wei, bias, dst, strides, dilates, pad_l, pad_r;
+  memory::desc src_md, wei_md, bias_md, dst_md;
+  dnnl::convolution_forward::primitive_desc hint;
+  std::unique_ptr<plan> forward[2];        // [has bias]
+  std::unique_ptr<plan> backward_data;     //
+  std::unique_ptr<plan> backward_w[2][2];  // [has bias][accumulate]
+
+  explicit conv_entry(const conv2d_shape& s) {
+    check_conv(s);
+    const int64_t g = s.groups;
+    src = {s.batch, s.in_channels, s.in_h, s.in_w};
+    wei = g == 1 ? memory::dims{s.out_channels, s.in_channels, s.kernel_h, s.kernel_w}
+                 : memory::dims{g, s.out_channels / g, s.in_channels / g, s.kernel_h, s.kernel_w};
+    bias = {s.out_channels};
+    dst = {s.batch, s.out_channels, s.out_h(), s.out_w()};
+    strides = {s.stride_h, s.stride_w};
+    dilates = {s.dilation_h - 1, s.dilation_w - 1};  // oneDNN counts the gaps
+    pad_l = {s.pad_top, s.pad_left};
+    pad_r = {s.pad_bottom, s.pad_right};
+    src_md = memory::desc(src, dt::f32, tag::nchw);
+    wei_md = memory::desc(wei, dt::f32, g == 1 ? tag::oihw : tag::goihw);
+    bias_md = memory::desc(bias, dt::f32, tag::x);
+    dst_md = memory::desc(dst, dt::f32, tag::nchw);
+  }
+
+  memory::desc prim(const memory::dims& d, const memory::desc& plain) const {
+    return kConvBlocked ? memory::desc(d, dt::f32, tag::any) : plain;
+  }
+
+  dnnl::convolution_forward::primitive_desc forward_pd(bool with_bias) const {
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
+                                      dnnl::algorithm::convolution_direct, prim(src, src_md),
+                                      prim(wei, wei_md), with_bias ? bias_md : memory::desc(),
+                                      prim(dst, dst_md), strides, dilates, pad_l, pad_r);
+    return {d, onednn::detail::engine()};
+  }
+
+  const dnnl::convolution_forward::primitive_desc& hint_pd() {
+    if (!hint) hint = forward_pd(true);
+    return hint;
+  }
+
+  plan& forward_plan(bool with_bias) {
+    auto& p = forward[with_bias];
+    if (p) return *p;
+    p = std::make_unique<plan>();
+    auto pd = forward_pd(with_bias);
+    step_list after;
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, p->input(X, src_md, pd.src_desc())},
+        {DNNL_ARG_WEIGHTS, p->input(W, wei_md, pd.weights_desc())},
+        {DNNL_ARG_DST, p->output(Y, dst_md, pd.dst_desc(), false, after)}};
+    if (with_bias) args.emplace(DNNL_ARG_BIAS, p->user_memory(B, bias_md));
+    p->add(dnnl::convolution_forward(pd), std::move(args));
+    for (auto& st : after) p->steps.push_back(std::move(st));
+    return *p;
+  }
+
+  plan& backward_data_plan() {
+    auto& p = backward_data;
+    if (p) return *p;
+    p = std::make_unique<plan>();
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, prim(src, src_md),
+                                            prim(wei, wei_md), prim(dst, dst_md), strides, dilates,
+                                            pad_l, pad_r);
+    dnnl::convolution_backward_data::primitive_desc pd(d, onednn::detail::engine(), hint_pd());
+    step_list after;
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_DIFF_DST, p->input(DY, dst_md, pd.diff_dst_desc())},
+        {DNNL_ARG_WEIGHTS, p->input(W, wei_md, pd.weights_desc())},
+        {DNNL_ARG_DIFF_SRC, p->output(DX, src_md, pd.diff_src_desc(), false, after)}};
+    p->add(dnnl::convolution_backward_data(pd), std::move(args));
+    for (auto& st : after) p->steps.push_back(std::move(st));
+    return *p;
+  }
+
+  plan& backward_weights_plan(bool with_bias, bool accumulate) {
+    auto& p = backward_w[with_bias][accumulate];
+    if (p) return *p;
+    p = std::make_unique<plan>();
+    auto d = with_bias
+                 ? dnnl::convolution_backward_weights::desc(
+                       dnnl::algorithm::convolution_direct, prim(src, src_md), prim(wei, wei_md),
+                       bias_md, prim(dst, dst_md), strides, dilates, pad_l, pad_r)
+                 : dnnl::convolution_backward_weights::desc(
+                       dnnl::algorithm::convolution_direct, prim(src, src_md), prim(wei, wei_md),
+                       prim(dst, dst_md), strides, dilates, pad_l, pad_r);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, onednn::detail::engine(), hint_pd());
+    step_list after;
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, p->input(X, src_md, pd.src_desc())},
+        {DNNL_ARG_DIFF_DST, p->input(DY, dst_md, pd.diff_dst_desc())},
+        {DNNL_ARG_DIFF_WEIGHTS, p->output(DW, wei_md, pd.diff_weights_desc(), accumulate, after)}};
+    if (with_bias)
+      args.emplace(DNNL_ARG_DIFF_BIAS,
+                   p->output(DB, bias_md, pd.diff_bias_desc(), accumulate, after));
+    p->add(dnnl::convolution_backward_weights(pd), std::move(args));
+    for (auto& st : after) p->steps.push_back(std::move(st));
+    return *p;
+  }
+};
+
+using pool_key = std::array<int64_t, 13>;
+
+pool_key key_of(const pool2d_shape& s) {
+  return {static_cast<int64_t>(s.kind),
+          s.batch,
+          s.channels,
+          s.in_h,
+          s.in_w,
+          s.kernel_h,
+          s.kernel_w,
+          s.stride_h,
+          s.stride_w,
+          s.pad_top,
+          s.pad_left,
+          s.pad_bottom,
+          s.pad_right};
+}
+
+void check_pool(const pool2d_shape& s) {
+  auto bad = [&](const char* what) {
+    throw std::invalid_argument(
+        std::string("pool2d: ") + what + " (batch " + std::to_string(s.batch) + ", " +
+        std::to_string(s.channels) + "x" + std::to_string(s.in_h) + "x" + std::to_string(s.in_w) +
+        ", kernel " + std::to_string(s.kernel_h) + "x" + std::to_string(s.kernel_w) + ")");
+  };
+  if (s.batch < 0 || s.channels <= 0 || s.in_h <= 0 || s.in_w <= 0)
+    bad("empty or negative dimension");
+  if (s.kernel_h <= 0 || s.kernel_w <= 0 || s.stride_h <= 0 || s.stride_w <= 0)
+    bad("kernel and stride must be >= 1");
+  // A window wholly in the padding would have no input to take.
+  if (s.pad_top < 0 || s.pad_left < 0 || s.pad_bottom < 0 || s.pad_right < 0 ||
+      s.pad_top >= s.kernel_h || s.pad_bottom >= s.kernel_h || s.pad_left >= s.kernel_w ||
+      s.pad_right >= s.kernel_w)
+    bad("padding must be in [0, kernel)");
+  if (s.out_h() <= 0 || s.out_w() <= 0) bad("the window does not fit the padded image");
+}
+
+// Pooling stays in the plain layout: it reads and writes the caller's NCHW
+// (the layers around it are), and is memory-bound either way.
+struct pool_entry {
+  memory::desc src_md, dst_md;
+  memory::dims strides, kernel, pad_l, pad_r;
+  dnnl::algorithm alg;
+  dnnl::pooling_forward::primitive_desc train_pd;
+  std::unique_ptr<plan> train, infer, backward, backward_recompute;
+
+  explicit pool_entry(const pool2d_shape& s) {
+    check_pool(s);
+    src_md = memory::desc({s.batch, s.channels, s.in_h, s.in_w}, dt::f32, tag::nchw);
+    dst_md = memory::desc({s.batch, s.channels, s.out_h(), s.out_w()}, dt::f32, tag::nchw);
+    strides = {s.stride_h, s.stride_w};
+    kernel = {s.kernel_h, s.kernel_w};
+    pad_l = {s.pad_top, s.pad_left};
+    pad_r = {s.pad_bottom, s.pad_right};
+    alg = s.kind == pool_kind::max ? dnnl::algorithm::pooling_max
+                                   : dnnl::algorithm::pooling_avg_exclude_padding;
+    train_pd = forward_pd(dnnl::prop_kind::forward_training);
+  }
+
+  dnnl::pooling_forward::primitive_desc forward_pd(dnnl::prop_kind kind) const {
+    dnnl::pooling_forward::desc d(kind, alg, src_md, dst_md, strides, kernel, pad_l, pad_r);
+    return {d, onednn::detail::engine()};
+  }
+  bool has_workspace() const { return alg == dnnl::algorithm::pooling_max; }
+  std::size_t workspace_bytes() const {
+    return has_workspace() ? train_pd.workspace_desc().get_size() : 0;
+  }
+
+  plan& forward_plan(bool training) {
+    auto& p = training ? train : infer;
+    if (p) return *p;
+    p = std::make_unique<plan>();
+    auto pd = training ? train_pd : forward_pd(dnnl::prop_kind::forward_inference);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p->user_memory(X, src_md)},
+                                         {DNNL_ARG_DST, p->user_memory(Y, dst_md)}};
+    if (training && has_workspace())
+      args.emplace(DNNL_ARG_WORKSPACE, p->user_memory(WS, pd.workspace_desc()));
+    p->add(dnnl::pooling_forward(pd), std::move(args));
+    return *p;
+  }
+
+  // With `recompute`, max pooling's winners come from a forward into the
+  // arena (the caller kept no workspace).
+  plan& backward_plan(bool recompute) {
+    auto& p = recompute ? backward_recompute : backward;
+    if (p) return *p;
+    p = std::make_unique<plan>();
+    dnnl::pooling_backward::desc d(alg, src_md, dst_md, strides, kernel, pad_l, pad_r);
+    dnnl::pooling_backward::primitive_desc pd(d, onednn::detail::engine(), train_pd);
+    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, p->user_memory(DY, dst_md)},
+                                         {DNNL_ARG_DIFF_SRC, p->user_memory(DX, src_md)}};
+    if (has_workspace()) {
+      if (recompute) {
+        memory ws = p->in_arena(train_pd.workspace_desc());
+        p->add(dnnl::pooling_forward(train_pd), {{DNNL_ARG_SRC, p->user_memory(X, src_md)},
+                                                 {DNNL_ARG_DST, p->in_arena(dst_md)},
+                                                 {DNNL_ARG_WORKSPACE, ws}});
+        args.emplace(DNNL_ARG_WORKSPACE, ws);
+      } else {
+        args.emplace(DNNL_ARG_WORKSPACE, p->user_memory(WS, train_pd.workspace_desc()));
+      }
+    }
+    p->add(dnnl::pooling_backward(pd), std::move(args));
+    return *p;
+  }
+};
+
+// Shapes come from the model and the batch sizes: a handful. The bound only
+// keeps a caller that varies them without end from growing the cache.
+constexpr std::size_t kMaxCachedShapes = 128;
+
+struct thread_layers {
+  scratch_arena arena;
+  std::map<conv_key, conv_entry> convs;
+  std::map<pool_key, pool_entry> pools;
+};
+
+thread_layers& layers() {
+  thread_local thread_layers t;
+  return t;
+}
+
+template <class Map, class Shape>
+auto& entry_for(Map& cache, const Shape& s) {
+  const auto k = key_of(s);
+  auto it = cache.find(k);
+  if (it == cache.end()) {
+    if (cache.size() >= kMaxCachedShapes) cache.clear();
+    it = cache.try_emplace(k, s).first;
+  }
+  return it->second;
+}
+
+std::size_t sz(int64_t n) {
+  return static_cast<std::size_t>(n);
+}
+
+void zero(float* p, std::size_t n) {
+  if (n > 0) std::memset(p, 0, n * sizeof(float));
+}
+
+}  // namespace
+
+// ---- convolution and pooling (oneDNN) ---------------------------------------
 
 void conv2d_forward(const conv2d_shape& s, const float* x, const float* w, const float* b,
                     float* y) {
-  throw std::logic_error("cpu conv2d_forward: not implemented yet");
+  auto& t = layers();
+  auto& e = entry_for(t.convs, s);
+  if (s.batch == 0) return;
+  buffers buf{};
+  buf[X] = x;
+  buf[W] = w;
+  buf[B] = b;
+  buf[Y] = y;
+  e.forward_plan(b != nullptr).run(buf, t.arena);
 }
 
 void conv2d_backward(const conv2d_shape& s, const float* x, const float* w, const float* dy,
                      float* dx, float* dw, float* db, bool accumulate) {
-  throw std::logic_error("cpu conv2d_backward: not implemented yet");
+  auto& t = layers();
+  auto& e = entry_for(t.convs, s);
+  if (s.batch == 0) {  // no examples: no gradient
+    if (!accumulate) {
+      zero(dw, sz(s.out_channels * (s.in_channels / s.groups) * s.kernel_h * s.kernel_w));
+      if (db) zero(db, sz(s.out_channels));
+    }
+    return;
+  }
+  buffers buf{};
+  buf[X] = x;
+  buf[W] = w;
+  buf[DY] = dy;
+  buf[DX] = dx;
+  buf[DW] = dw;
+  buf[DB] = db;
+  e.backward_weights_plan(db != nullptr, accumulate).run(buf, t.arena);
+  if (dx) e.backward_data_plan().run(buf, t.arena);
 }
 
 std::size_t pool2d_workspace_bytes(const pool2d_shape& s) {
-  throw std::logic_error("cpu pool2d_workspace_bytes: not implemented yet");
+  auto& t = layers();
+  return entry_for(t.pools, s).workspace_bytes();
 }
 
 void pool2d_forward(const pool2d_shape& s, const float* x, float* y, void* workspace) {
-  throw std::logic_error("cpu pool2d_forward: not implemented yet");
+  auto& t = layers();
+  auto& e = entry_for(t.pools, s);
+  if (s.batch == 0) return;
+  buffers buf{};
+  buf[X] = x;
+  buf[Y] = y;
+  buf[WS] = workspace;
+  e.forward_plan(workspace != nullptr).run(buf, t.arena);
 }
 
 void pool2d_backward(const pool2d_shape& s, const float* x, const float* dy, float* dx,
                      const void* workspace) {
-  throw std::logic_error("cpu pool2d_backward: not implemented yet");
+  auto& t = layers();
+  auto& e = entry_for(t.pools, s);
+  if (s.batch == 0) return;
+  buffers buf{};
+  buf[X] = x;
+  buf[DY] = dy;
+  buf[DX] = dx;
+  buf[WS] = workspace;
+  e.backward_plan(workspace == nullptr && e.has_workspace()).run(buf, t.arena);
 }
 
+std::size_t cached_layer_shapes() {
+  auto& t = layers();
+  return t.convs.size() + t.pools.size();
+}
+
+// ---- point-wise functions ---------------------------------------------------
+
 void unary_forward(unary_op op, float alpha, const float* x, float* y, std::size_t n) {
-  throw std::logic_error("cpu unary_forward: not implemented yet");
+  switch (op) {
+    case unary_op::relu:
+      for (std::size_t i = 0; i < n; ++i) y[i] = ew::relu(x[i]);
+      break;
+    case unary_op::leaky_relu:
+      for (std::size_t i = 0; i < n; ++i) y[i] = ew::leaky_relu(x[i], alpha);
+      break;
+    case unary_op::gelu:
+      for (std::size_t i = 0; i < n; ++i) y[i] = ew::gelu(x[i]);
+      break;
+    case unary_op::tanh:
+      for (std::size_t i = 0; i < n; ++i) y[i] = ew::tanh_act(x[i]);
+      break;
+    case unary_op::sigmoid:
+      for (std::size_t i = 0; i < n; ++i) y[i] = ew::sigmoid(x[i]);
+      break;
+  }
 }
 
 void unary_backward(unary_op op, float alpha, const float* x, const float* y, const float* dy,
                     float* dx, std::size_t n) {
-  throw std::logic_error("cpu unary_backward: not implemented yet");
+  switch (op) {
+    case unary_op::relu:
+      for (std::size_t i = 0; i < n; ++i) dx[i] = ew::relu_grad(y[i], dy[i]);
+      break;
+    case unary_op::leaky_relu:
+      for (std::size_t i = 0; i < n; ++i) dx[i] = ew::leaky_relu_grad(x[i], alpha, dy[i]);
+      break;
+    case unary_op::gelu:
+      for (std::size_t i = 0; i < n; ++i) dx[i] = ew::gelu_grad(x[i], dy[i]);
+      break;
+    case unary_op::tanh:
+      for (std::size_t i = 0; i < n; ++i) dx[i] = ew::tanh_grad(y[i], dy[i]);
+      break;
+    case unary_op::sigmoid:
+      for (std::size_t i = 0; i < n; ++i) dx[i] = ew::sigmoid_grad(y[i], dy[i]);
+      break;
+  }
 }
+
+// ---- batch normalisation ------------------------------------------------------
 
 void batch_norm_sums(const float* x, int64_t batch, int64_t channels, int64_t spatial,
                      float* sums) {
-  throw std::logic_error("cpu batch_norm_sums: not implemented yet");
+  const std::size_t hw = sz(spatial);
+  for (int64_t c = 0; c < channels; ++c) {
+    double s = 0, q = 0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* p = x + (sz(n) * sz(channels) + sz(c)) * hw;
+#pragma omp simd reduction(+ : s, q)
+      for (std::size_t i = 0; i < hw; ++i) {
+        const double v = p[i];
+        s += v;
+        q += v * v;
+      }
+    }
+    sums[c] = static_cast<float>(s);
+    sums[channels + c] = static_cast<float>(q);
+  }
 }
 
 void batch_norm_statistics(const float* sums, int64_t channels, double count, float eps,
                            float momentum, float* mean, float* invstd, float* running_mean,
                            float* running_var) {
-  throw std::logic_error("cpu batch_norm_statistics: not implemented yet");
+  for (int64_t c = 0; c < channels; ++c) {
+    const double m = static_cast<double>(sums[c]) / count;
+    double var = static_cast<double>(sums[channels + c]) / count - m * m;
+    if (var < 0) var = 0;  // rounding of E[x^2] - E[x]^2
+    mean[c] = static_cast<float>(m);
+    invstd[c] = static_cast<float>(1.0 / ::sqrt(var + static_cast<double>(eps)));
+    if (running_mean && running_var) {
+      const double unbiased = count > 1 ? var * count / (count - 1) : var;
+      const double mo = momentum;
+      running_mean[c] = static_cast<float>((1 - mo) * running_mean[c] + mo * m);
+      running_var[c] = static_cast<float>((1 - mo) * running_var[c] + mo * unbiased);
+    }
+  }
 }
 
 void invstd_from_variance(const float* var, float eps, float* invstd, std::size_t n) {
-  throw std::logic_error("cpu invstd_from_variance: not implemented yet");
+  for (std::size_t i = 0; i < n; ++i) invstd[i] = 1.0f / ew::sqrt_f(var[i] + eps);
 }
 
 void batch_norm_forward(const float* x, const float* mean, const float* invstd, const float* gamma,
                         const float* beta, float* y, int64_t batch, int64_t channels,
                         int64_t spatial) {
-  throw std::logic_error("cpu batch_norm_forward: not implemented yet");
+  const std::size_t hw = sz(spatial);
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t c = 0; c < channels; ++c) {
+      // y = x * a + b with the channel's scale and shift folded once.
+      const float a = invstd[c] * (gamma ? gamma[c] : 1.0f);
+      const float b = (beta ? beta[c] : 0.0f) - mean[c] * a;
+      const std::size_t off = (sz(n) * sz(channels) + sz(c)) * hw;
+      const float* xp = x + off;
+      float* yp = y + off;
+      for (std::size_t i = 0; i < hw; ++i) yp[i] = xp[i] * a + b;
+    }
 }
 
 void batch_norm_backward_sums(const float* x, const float* dy, const float* mean,
                               const float* invstd, int64_t batch, int64_t channels, int64_t spatial,
                               float* sums) {
-  throw std::logic_error("cpu batch_norm_backward_sums: not implemented yet");
+  const std::size_t hw = sz(spatial);
+  for (int64_t c = 0; c < channels; ++c) {
+    const double m = mean[c];
+    double sd = 0, sdx = 0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const std::size_t off = (sz(n) * sz(channels) + sz(c)) * hw;
+      const float* xp = x + off;
+      const float* dp = dy + off;
+#pragma omp simd reduction(+ : sd, sdx)
+      for (std::size_t i = 0; i < hw; ++i) {
+        const double d = dp[i];
+        sd += d;
+        sdx += d * (static_cast<double>(xp[i]) - m);
+      }
+    }
+    sums[c] = static_cast<float>(sd);
+    sums[channels + c] = static_cast<float>(sdx * static_cast<double>(invstd[c]));
+  }
 }
 
 void batch_norm_backward(const float* x, const float* dy, const float* mean, const float* invstd,
                          const float* gamma, const float* sums, double count, float* dx,
                          int64_t batch, int64_t channels, int64_t spatial) {
-  throw std::logic_error("cpu batch_norm_backward: not implemented yet");
+  const std::size_t hw = sz(spatial);
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t c = 0; c < channels; ++c) {
+      // dx = k (dy - sum_dy/count - xhat sum_dy_xhat/count), expanded to
+      // dx = k dy + u x + v per channel.
+      const double is = invstd[c];
+      const double k = (gamma ? gamma[c] : 1.0) * is;
+      const double md = static_cast<double>(sums[c]) / count;
+      const double mdx = static_cast<double>(sums[channels + c]) / count;
+      const float kf = static_cast<float>(k);
+      const float u = static_cast<float>(-k * is * mdx);
+      const float v = static_cast<float>(-k * md + k * is * mdx * mean[c]);
+      const std::size_t off = (sz(n) * sz(channels) + sz(c)) * hw;
+      const float* xp = x + off;
+      const float* dp = dy + off;
+      float* out = dx + off;
+      for (std::size_t i = 0; i < hw; ++i) out[i] = kf * dp[i] + u * xp[i] + v;
+    }
 }
+
+// ---- layer normalisation ------------------------------------------------------
 
 void layer_norm_forward(const float* x, const float* gamma, const float* beta, float* y,
                         float* mean, float* invstd, int64_t rows, int64_t cols, float eps) {
-  throw std::logic_error("cpu layer_norm_forward: not implemented yet");
+  const std::size_t n = sz(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + sz(r) * n;
+    float* yr = y + sz(r) * n;
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (std::size_t j = 0; j < n; ++j) s += xr[j];
+    const double m = n ? s / static_cast<double>(n) : 0.0;
+    double q = 0;  // two passes: the row is in L1, and no cancellation
+#pragma omp simd reduction(+ : q)
+    for (std::size_t j = 0; j < n; ++j) {
+      const double d = xr[j] - m;
+      q += d * d;
+    }
+    const double var = n ? q / static_cast<double>(n) : 0.0;
+    const float mf = static_cast<float>(m);
+    const float is = static_cast<float>(1.0 / ::sqrt(var + static_cast<double>(eps)));
+    mean[r] = mf;
+    invstd[r] = is;
+    for (std::size_t j = 0; j < n; ++j) {
+      const float h = (xr[j] - mf) * is;
+      yr[j] = h * (gamma ? gamma[j] : 1.0f) + (beta ? beta[j] : 0.0f);
+    }
+  }
 }
 
 void layer_norm_backward(const float* x, const float* dy, const float* gamma, const float* mean,
                          const float* invstd, float* dx, float* dgamma, float* dbeta, int64_t rows,
                          int64_t cols, bool accumulate) {
-  throw std::logic_error("cpu layer_norm_backward: not implemented yet");
+  const std::size_t n = sz(cols);
+  if (!accumulate) {
+    if (dgamma) zero(dgamma, n);
+    if (dbeta) zero(dbeta, n);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + sz(r) * n;
+    const float* dr = dy + sz(r) * n;
+    const float m = mean[r], is = invstd[r];
+    // dx = invstd (g - mean(g) - xhat mean(g xhat)), g = dy * gamma.
+    double sg = 0, sgx = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const float h = (xr[j] - m) * is;
+      const double g = static_cast<double>(dr[j]) * (gamma ? gamma[j] : 1.0f);
+      sg += g;
+      sgx += g * h;
+      if (dgamma) dgamma[j] += dr[j] * h;
+      if (dbeta) dbeta[j] += dr[j];
+    }
+    if (!dx) continue;
+    const float mg = static_cast<float>(n ? sg / static_cast<double>(n) : 0.0);
+    const float mgx = static_cast<float>(n ? sgx / static_cast<double>(n) : 0.0);
+    float* out = dx + sz(r) * n;
+    for (std::size_t j = 0; j < n; ++j) {
+      const float h = (xr[j] - m) * is;
+      const float g = dr[j] * (gamma ? gamma[j] : 1.0f);
+      out[j] = is * (g - mg - h * mgx);
+    }
+  }
 }
+
+// ---- dropout, embedding ---------------------------------------------------------
 
 void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate, uint64_t seed,
              const int64_t* ids) {
-  throw std::logic_error("cpu dropout: not implemented yet");
+  const std::size_t n = sz(cols);
+  if (rate <= 0.0f) {
+    if (y != x) std::memmove(y, x, sz(rows) * n * sizeof(float));
+    return;
+  }
+  const float scale = 1.0f / (1.0f - rate);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + sz(r) * n;
+    float* yr = y + sz(r) * n;
+    const int64_t id = ids[r];
+    for (int64_t j = 0; j < cols; ++j)
+      yr[j] = dropout_keep(seed, id, j, rate) ? xr[j] * scale : 0.0f;
+  }
 }
 
 void embedding_forward(const float* ids, const float* table, float* out, int64_t rows, int64_t len,
                        int64_t dim, bool bag_mean) {
-  throw std::logic_error("cpu embedding_forward: not implemented yet");
+  const std::size_t d = sz(dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* ir = ids + sz(r) * sz(len);
+    if (bag_mean) {
+      float* o = out + sz(r) * d;
+      zero(o, d);
+      for (int64_t l = 0; l < len; ++l) {
+        const float* row = table + static_cast<std::size_t>(ir[l]) * d;
+        for (std::size_t j = 0; j < d; ++j) o[j] += row[j];
+      }
+      if (len > 0) {
+        const float inv = 1.0f / static_cast<float>(len);
+        for (std::size_t j = 0; j < d; ++j) o[j] *= inv;
+      }
+    } else {
+      for (int64_t l = 0; l < len; ++l)
+        std::memcpy(out + (sz(r) * sz(len) + sz(l)) * d,
+                    table + static_cast<std::size_t>(ir[l]) * d, d * sizeof(float));
+    }
+  }
 }
 
 void embedding_backward(const float* ids, const float* dy, float* dtable, int64_t rows, int64_t len,
                         int64_t vocab, int64_t dim, bool bag_mean, bool accumulate) {
-  throw std::logic_error("cpu embedding_backward: not implemented yet");
+  const std::size_t d = sz(dim);
+  if (!accumulate) zero(dtable, sz(vocab) * d);
+  const float inv = len > 0 ? 1.0f / static_cast<float>(len) : 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* ir = ids + sz(r) * sz(len);
+    for (int64_t l = 0; l < len; ++l) {
+      float* row = dtable + static_cast<std::size_t>(ir[l]) * d;
+      if (bag_mean) {
+        const float* g = dy + sz(r) * d;
+        for (std::size_t j = 0; j < d; ++j) row[j] += g[j] * inv;
+      } else {
+        const float* g = dy + (sz(r) * sz(len) + sz(l)) * d;
+        for (std::size_t j = 0; j < d; ++j) row[j] += g[j];
+      }
+    }
+  }
 }
+
+// ---- losses ---------------------------------------------------------------------
 
 void sigmoid_cross_entropy(const float* logits, const float* targets, int64_t batch,
                            int64_t outputs, float grad_scale, float* dlogits, double* loss_sum,
                            int64_t* correct) {
-  throw std::logic_error("cpu sigmoid_cross_entropy: not implemented yet");
+  const std::size_t n = sz(outputs);
+  double total = 0;
+  int64_t hits = 0;
+  for (int64_t r = 0; r < batch; ++r) {
+    const float* z = logits + sz(r) * n;
+    const float* t = targets + sz(r) * n;
+    bool all = true;
+    double row = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      row += ew::bce_loss(z[j], t[j]);
+      all = all && ew::bce_correct(z[j], t[j]);
+    }
+    // Written after the row's reads: dlogits may alias logits.
+    if (dlogits) {
+      float* d = dlogits + sz(r) * n;
+      for (std::size_t j = 0; j < n; ++j) d[j] = ew::bce_dlogit(z[j], t[j], grad_scale);
+    }
+    total += row;
+    hits += all ? 1 : 0;
+  }
+  if (loss_sum) *loss_sum += total;
+  if (correct) *correct += hits;
 }
 
 void mean_squared_error(const float* pred, const float* targets, int64_t batch, int64_t outputs,
                         float grad_scale, float* dpred, double* loss_sum) {
-  throw std::logic_error("cpu mean_squared_error: not implemented yet");
+  const std::size_t n = sz(outputs);
+  const float g = outputs > 0 ? 2.0f * grad_scale / static_cast<float>(outputs) : 0.0f;
+  double total = 0;
+  for (int64_t r = 0; r < batch; ++r) {
+    const float* p = pred + sz(r) * n;
+    const float* t = targets + sz(r) * n;
+    double row = 0;
+#pragma omp simd reduction(+ : row)
+    for (std::size_t j = 0; j < n; ++j) {
+      const double e = static_cast<double>(p[j]) - t[j];
+      row += e * e;
+    }
+    if (dpred) {
+      float* d = dpred + sz(r) * n;
+      for (std::size_t j = 0; j < n; ++j) d[j] = (p[j] - t[j]) * g;
+    }
+    total += n ? row / static_cast<double>(n) : 0.0;
+  }
+  if (loss_sum) *loss_sum += total;
 }
 
 }  // namespace troupe::kernels::cpu

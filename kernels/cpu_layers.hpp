@@ -52,4 +52,8 @@ void sigmoid_cross_entropy(const float* logits, const float* targets, int64_t ba
 void mean_squared_error(const float* pred, const float* targets, int64_t batch, int64_t outputs,
                         float grad_scale, float* dpred, double* loss_sum);
 
+// Convolution and pooling shapes with primitives cached on the calling
+// thread (tests: a repeated call creates nothing).
+std::size_t cached_layer_shapes();
+
 }  // namespace troupe::kernels::cpu

@@ -51,6 +51,53 @@ TROUPE_HD static inline float tanh_grad(float y, float dy) {
   return dy * (1.0f - y * y);
 }
 
+// leaky_relu: slope alpha below 0. The gradient reads the input (a slope
+// of 0 or below would make the output ambiguous).
+TROUPE_HD static inline float leaky_relu(float x, float alpha) {
+  return x > 0.0f ? x : alpha * x;
+}
+TROUPE_HD static inline float leaky_relu_grad(float x, float alpha, float dy) {
+  return x > 0.0f ? dy : alpha * dy;
+}
+
+// The exact GELU, x * Phi(x) with Phi the standard normal CDF (PyTorch's
+// default, not the tanh approximation).
+TROUPE_HD static inline float gelu(float x) {
+  return 0.5f * x * (1.0f + ::erff(x * 0.70710678118654752f));
+}
+// x is the forward input: d/dx = Phi(x) + x * phi(x).
+TROUPE_HD static inline float gelu_grad(float x, float dy) {
+  const float cdf = 0.5f * (1.0f + ::erff(x * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * ::expf(-0.5f * x * x);
+  return dy * (cdf + x * pdf);
+}
+
+// exp of a non-positive argument only: no overflow for any x.
+TROUPE_HD static inline float sigmoid(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + ::expf(-x));
+  const float e = ::expf(x);
+  return e / (1.0f + e);
+}
+// y is the forward output.
+TROUPE_HD static inline float sigmoid_grad(float y, float dy) {
+  return dy * y * (1.0f - y);
+}
+
+// ---- binary cross-entropy on a logit z against a target t in [0, 1] ----------
+
+// max(z,0) - z*t + log(1 + exp(-|z|)): no overflow, and exact for large |z|.
+TROUPE_HD static inline float bce_loss(float z, float t) {
+  return (z > 0.0f ? z : 0.0f) - z * t + ::log1pf(::expf(-::fabsf(z)));
+}
+TROUPE_HD static inline float bce_dlogit(float z, float t, float grad_scale) {
+  return (sigmoid(z) - t) * grad_scale;
+}
+// Whether sigmoid(z) is on t's side of 0.5 (0.5 itself counts as the upper
+// side on both).
+TROUPE_HD static inline bool bce_correct(float z, float t) {
+  return (z >= 0.0f) == (t >= 0.5f);
+}
+
 // ---- softmax cross-entropy (one row: max mx, sum_exp = sum_j exp(l_j - mx)) ----
 
 // The row's term of the loss sum: log(sum_j exp(l_j)) - l_label

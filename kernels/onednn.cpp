@@ -8,6 +8,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "kernels/onednn_internal.hpp"
+
 namespace troupe::kernels::onednn {
 namespace {
 
@@ -175,6 +177,18 @@ void weight_gradient(const float* x, const float* dy, float* dw, int64_t m, int6
 void input_gradient(const float* dy, const float* w, float* dx, int64_t m, int64_t k, int64_t n) {
   run({product::input_gradient, m, k, n, activation::none, false, false}, dy, w, nullptr, dx);
 }
+
+namespace detail {
+
+const dnnl::engine& engine() {
+  return onednn::engine();
+}
+
+dnnl::stream& thread_stream() {
+  return local().stream;
+}
+
+}  // namespace detail
 
 std::string effective_isa() {
   (void)engine();
