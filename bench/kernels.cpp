@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/cpu_layers.hpp"
 #include "kernels/onednn.hpp"
 #include "kernels/vector_kernels.hpp"
 
@@ -121,6 +122,20 @@ double measured_peak_gflops(kernels::cpu_isa isa) {
 #endif
 }
 
+struct conv_case {
+  const char* name;
+  kernels::conv2d_shape shape;
+  bool input_gradient;  // the first layer has none to pass on
+};
+
+kernels::conv2d_shape same_3x3(int64_t batch, int64_t in, int64_t out, int64_t hw) {
+  kernels::conv2d_shape s;
+  s.batch = batch, s.in_channels = in, s.out_channels = out, s.in_h = s.in_w = hw;
+  s.kernel_h = s.kernel_w = 3;
+  s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+  return s;
+}
+
 struct product_case {
   const char* name;
   int64_t m, k, n;
@@ -158,6 +173,7 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
                            {"kernels", kernels::describe_cpu_kernels(false)},
                            {"peak_gflops_per_core", peak},
                            {"products", nlohmann::json::array()},
+                           {"convolutions", nlohmann::json::array()},
                            {"loops", nlohmann::json::array()}};
   if (!json) {
     char peak_line[160];
@@ -210,6 +226,76 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
       char line[160];
       std::snprintf(line, sizeof line, "%-44s %10.1f %10.1f %7.0f%%\n", p.name, t * 1e6, gflops,
                     peak > 0 ? 100.0 * gflops / peak : 0.0);
+      out << line;
+    }
+  }
+
+  // The convnet's convolutions (oneDNN, kernels/cpu_layers.cpp), batch 128:
+  // forward with bias; backward: weights and bias, and the input gradient
+  // where a layer below needs it.
+  if (!json) {
+    char head[160];
+    std::snprintf(head, sizeof head, "\n%-44s %10s %10s %8s\n", "convolution (oneDNN, 1 thread)",
+                  "ms/call", "GFLOP/s", "of peak");
+    out << head;
+  }
+  const conv_case convs[] = {
+      {"conv 1->32 3x3 same 28x28", same_3x3(128, 1, 32, 28), false},
+      {"conv 32->64 3x3 same 14x14", same_3x3(128, 32, 64, 14), true},
+  };
+  double total_s = 0, total_flop = 0;
+  for (const auto& c : convs) {
+    const auto& s = c.shape;
+    const double macs = static_cast<double>(s.batch * s.out_channels * s.out_h() * s.out_w() *
+                                            s.in_channels / s.groups * s.kernel_h * s.kernel_w);
+    std::vector<float> x(static_cast<std::size_t>(s.batch * s.in_channels * s.in_h * s.in_w), 0.5f);
+    std::vector<float> w(static_cast<std::size_t>(s.out_channels * s.in_channels / s.groups *
+                                                  s.kernel_h * s.kernel_w),
+                         0.01f);
+    std::vector<float> b(static_cast<std::size_t>(s.out_channels), 0.1f), db(b.size());
+    std::vector<float> y(
+        static_cast<std::size_t>(s.batch * s.out_channels * s.out_h() * s.out_w()));
+    std::vector<float> dx(x.size()), dw(w.size());
+    const double fwd = time_per_call(
+        [&] { kernels::cpu::conv2d_forward(s, x.data(), w.data(), b.data(), y.data()); }, seconds);
+    const double bwd = time_per_call(
+        [&] {
+          kernels::cpu::conv2d_backward(s, x.data(), w.data(), y.data(),
+                                        c.input_gradient ? dx.data() : nullptr, dw.data(),
+                                        db.data(), false);
+        },
+        seconds);
+    const double bwd_flop = 2.0 * macs * (c.input_gradient ? 2 : 1);
+    total_s += fwd + bwd;
+    total_flop += 2.0 * macs + bwd_flop;
+    const std::string names[2] = {
+        std::string(c.name) + " forward",
+        std::string(c.name) + (c.input_gradient ? " backward dx dw db" : " backward dw db")};
+    const double secs[2] = {fwd, bwd}, flops[2] = {2.0 * macs, bwd_flop};
+    for (int i = 0; i < 2; ++i) {
+      const double gflops = flops[i] / secs[i] / 1e9;
+      report["convolutions"].push_back({{"name", names[i]},
+                                        {"ms", secs[i] * 1e3},
+                                        {"gflops", gflops},
+                                        {"of_peak", peak > 0 ? gflops / peak : 0.0}});
+      if (!json) {
+        char line[160];
+        std::snprintf(line, sizeof line, "%-44s %10.2f %10.1f %7.0f%%\n", names[i].c_str(),
+                      secs[i] * 1e3, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0);
+        out << line;
+      }
+    }
+  }
+  {
+    const double gflops = total_flop / total_s / 1e9;
+    report["convolutions"].push_back({{"name", "convnet convolutions forward + backward"},
+                                      {"ms", total_s * 1e3},
+                                      {"gflops", gflops},
+                                      {"of_peak", peak > 0 ? gflops / peak : 0.0}});
+    if (!json) {
+      char line[160];
+      std::snprintf(line, sizeof line, "%-44s %10.2f %10.1f %7.0f%%\n", "both, forward + backward",
+                    total_s * 1e3, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0);
       out << line;
     }
   }
@@ -278,3 +364,12 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
 }
 
 }  // namespace troupe
+
+#ifdef TROUPE_KERNELS_MAIN
+#include <iostream>
+
+int main(int argc, char** argv) {
+  return troupe::run_kernels_bench(std::vector<std::string>(argv + 1, argv + argc), std::cout,
+                                   std::cerr);
+}
+#endif
