@@ -174,6 +174,7 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
                            {"peak_gflops_per_core", peak},
                            {"products", nlohmann::json::array()},
                            {"convolutions", nlohmann::json::array()},
+                           {"layers", nlohmann::json::array()},
                            {"loops", nlohmann::json::array()}};
   if (!json) {
     char peak_line[160];
@@ -297,6 +298,72 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
       std::snprintf(line, sizeof line, "%-44s %10.2f %10.1f %7.0f%%\n", "both, forward + backward",
                     total_s * 1e3, gflops, peak > 0 ? 100.0 * gflops / peak : 0.0);
       out << line;
+    }
+  }
+
+  // The convnet's other layers on the first convolution's output
+  // (128x32x28x28, 12.8 MB): batch norm in training (sums, statistics,
+  // normalise; backward sums and backward), relu, max pooling 2x2.
+  {
+    const int64_t n = 128, c = 32, hw = 28 * 28;
+    const std::size_t total = static_cast<std::size_t>(n * c * hw);
+    std::vector<float> x(total, 0.5f), y(total), dy(total, 0.1f), dx(total);
+    std::vector<float> sums(2 * c), mean(c), invstd(c), gamma(c, 1.0f), beta(c, 0.0f);
+    std::vector<float> rmean(c), rvar(c, 1.0f);
+    for (std::size_t i = 0; i < total; ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
+    kernels::pool2d_shape pool;
+    pool.batch = n, pool.channels = c, pool.in_h = pool.in_w = 28;
+    pool.kernel_h = pool.kernel_w = pool.stride_h = pool.stride_w = 2;
+    std::vector<unsigned char> ws(kernels::cpu::pool2d_workspace_bytes(pool));
+    std::vector<float> pooled(total / 4), dpooled(total / 4, 0.2f);
+    struct layer_case {
+      const char* name;
+      std::function<void()> run;
+    };
+    const layer_case cases[] = {
+        {"batch norm forward (training)",
+         [&] {
+           kernels::cpu::batch_norm_sums(x.data(), n, c, hw, sums.data());
+           kernels::cpu::batch_norm_statistics(sums.data(), c, double(n * hw), 1e-5f, 0.1f,
+                                               mean.data(), invstd.data(), rmean.data(),
+                                               rvar.data());
+           kernels::cpu::batch_norm_forward(x.data(), mean.data(), invstd.data(), gamma.data(),
+                                            beta.data(), y.data(), n, c, hw);
+         }},
+        {"batch norm backward",
+         [&] {
+           kernels::cpu::batch_norm_backward_sums(x.data(), dy.data(), mean.data(), invstd.data(),
+                                                  n, c, hw, sums.data());
+           kernels::cpu::batch_norm_backward(x.data(), dy.data(), mean.data(), invstd.data(),
+                                             gamma.data(), sums.data(), double(n * hw), dx.data(),
+                                             n, c, hw);
+         }},
+        {"relu forward + backward",
+         [&] {
+           kernels::cpu::unary_forward(kernels::unary_op::relu, 0, x.data(), y.data(), total);
+           kernels::cpu::unary_backward(kernels::unary_op::relu, 0, x.data(), y.data(), dy.data(),
+                                        dx.data(), total);
+         }},
+        {"max pool 2x2 forward + backward",
+         [&] {
+           kernels::cpu::pool2d_forward(pool, x.data(), pooled.data(), ws.data());
+           kernels::cpu::pool2d_backward(pool, x.data(), dpooled.data(), dx.data(), ws.data());
+         }},
+    };
+    if (!json) {
+      char head[160];
+      std::snprintf(head, sizeof head, "\n%-44s %10s\n",
+                    "convnet layers on 128x32x28x28 (1 thread)", "ms/call");
+      out << head;
+    }
+    for (const auto& l : cases) {
+      const double t = time_per_call(l.run, seconds / 2);
+      report["layers"].push_back({{"name", l.name}, {"ms", t * 1e3}});
+      if (!json) {
+        char line[160];
+        std::snprintf(line, sizeof line, "%-44s %10.2f\n", l.name, t * 1e3);
+        out << line;
+      }
     }
   }
 
