@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu_kernels.hpp"
@@ -361,6 +362,35 @@ TEST_CASE("conv2d: a repeated shape creates nothing; a shape that does not fit t
   bad.groups = 2;  // 3 input channels
   CHECK_THROWS_AS(cpu::conv2d_forward(bad, x.data(), w.data(), nullptr, y.data()),
                   std::invalid_argument);
+}
+
+TEST_CASE("conv2d and pool2d on two threads at once: each thread its own primitives") {
+  conv2d_shape s;
+  s.batch = 4, s.in_channels = 3, s.in_h = 9, s.in_w = 8, s.out_channels = 16;
+  s.kernel_h = s.kernel_w = 3, s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+  pool2d_shape p;
+  p.batch = 4, p.channels = 16, p.in_h = 9, p.in_w = 8;
+  p.kernel_h = p.kernel_w = p.stride_h = p.stride_w = 2;
+  const auto w = random_floats(conv_w_size(s), 141);
+  const dvec wd = to_double(w);
+  int failures[2] = {0, 0};
+  auto work = [&](int id) {
+    const auto x = random_floats(conv_x_size(s), 150 + unsigned(id));
+    const auto want = pool_ref(p, conv_ref(s, to_double(x), wd, nullptr)).y;
+    fvec y(conv_y_size(s)), pooled(pool_y_size(p));
+    std::vector<unsigned char> ws(cpu::pool2d_workspace_bytes(p));
+    for (int rep = 0; rep < 20; ++rep) {
+      cpu::conv2d_forward(s, x.data(), w.data(), nullptr, y.data());
+      cpu::pool2d_forward(p, y.data(), pooled.data(), ws.data());
+      for (std::size_t i = 0; i < want.size(); ++i)
+        if (std::fabs(pooled[i] - want[i]) > 1e-5) ++failures[id];
+    }
+  };
+  std::thread a(work, 0), b(work, 1);
+  a.join();
+  b.join();
+  CHECK(failures[0] == 0);
+  CHECK(failures[1] == 0);
 }
 
 TEST_CASE(
