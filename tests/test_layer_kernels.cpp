@@ -364,6 +364,39 @@ TEST_CASE("conv2d: a repeated shape creates nothing; a shape that does not fit t
                   std::invalid_argument);
 }
 
+TEST_CASE(
+    "conv2d: channels that do not fill oneDNN's blocks, after another shape left NaN in "
+    "the thread's scratch") {
+  conv2d_shape s;  // 20 channels: padded to 32 in 16-channel blocks
+  s.batch = 2, s.in_channels = 20, s.in_h = 6, s.in_w = 7, s.out_channels = 20;
+  s.kernel_h = s.kernel_w = 3, s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+  conv2d_shape other;
+  other.batch = 4, other.in_channels = 32, other.in_h = other.in_w = 8, other.out_channels = 48;
+  other.kernel_h = other.kernel_w = 3;
+  const fvec nan_x(conv_x_size(other), std::nanf("")), nan_w(conv_w_size(other), std::nanf(""));
+  fvec ny(conv_y_size(other)), ndx(nan_x.size()), ndw(nan_w.size());
+  const auto x = random_floats(conv_x_size(s), 160);
+  const auto w = random_floats(conv_w_size(s), 161);
+  const auto r = random_floats(conv_y_size(s), 162);
+  const dvec xd = to_double(x), wd = to_double(w), rd = to_double(r);
+  const auto want_y = conv_ref(s, xd, wd, nullptr);
+  const auto gx =
+      numeric_gradient(xd, [&](const dvec& p) { return dot(rd, conv_ref(s, p, wd, nullptr)); });
+  const auto gw =
+      numeric_gradient(wd, [&](const dvec& p) { return dot(rd, conv_ref(s, xd, p, nullptr)); });
+  for (int rep = 0; rep < 2; ++rep) {
+    fvec y(conv_y_size(s)), dx(x.size()), dw(w.size());
+    cpu::conv2d_forward(s, x.data(), w.data(), nullptr, y.data());
+    cpu::conv2d_backward(s, x.data(), w.data(), r.data(), dx.data(), dw.data(), nullptr, false);
+    check_near(y, want_y, 1e-5, "padded-channel conv forward");
+    check_near(dx, gx, 1e-5, "padded-channel conv dx");
+    check_near(dw, gw, 1e-5, "padded-channel conv dw");
+    cpu::conv2d_forward(other, nan_x.data(), nan_w.data(), nullptr, ny.data());
+    cpu::conv2d_backward(other, nan_x.data(), nan_w.data(), ny.data(), ndx.data(), ndw.data(),
+                         nullptr, false);
+  }
+}
+
 TEST_CASE("conv2d and pool2d on two threads at once: each thread its own primitives") {
   conv2d_shape s;
   s.batch = 4, s.in_channels = 3, s.in_h = 9, s.in_w = 8, s.out_channels = 16;
