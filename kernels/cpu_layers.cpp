@@ -132,6 +132,13 @@ struct plan {
 
 using step_list = std::vector<std::pair<dnnl::primitive, std::unordered_map<int, memory>>>;
 
+// A plan is stored only once complete: a shape oneDNN refuses midway leaves
+// nothing half-built behind for the next call.
+plan& keep(std::unique_ptr<plan>& slot, std::unique_ptr<plan> p) {
+  slot = std::move(p);
+  return *slot;
+}
+
 // The convolution primitives take the layouts oneDNN prefers (format_tag::
 // any: nChw16c activations, blocked weights at AVX-512) behind reorders from
 // and to the caller's NCHW. Measured with bench_kernels on the Fashion-MNIST
@@ -216,9 +223,9 @@ struct conv_entry {
   }
 
   plan& forward_plan(bool with_bias) {
-    auto& p = forward[with_bias];
-    if (p) return *p;
-    p = std::make_unique<plan>();
+    auto& slot = forward[with_bias];
+    if (slot) return *slot;
+    auto p = std::make_unique<plan>();
     auto pd = forward_pd(with_bias);
     step_list after;
     std::unordered_map<int, memory> args{
@@ -228,15 +235,15 @@ struct conv_entry {
     if (with_bias) args.emplace(DNNL_ARG_BIAS, p->user_memory(B, bias_md));
     p->add(dnnl::convolution_forward(pd), std::move(args));
     for (auto& st : after) p->steps.push_back(std::move(st));
-    return *p;
+    return keep(slot, std::move(p));
   }
 
   // One plan for the whole backward: the weights' (and bias') gradient, then
   // the input's, sharing the reordered dy where both want the same layout.
   plan& backward_plan(bool with_dx, bool with_bias, bool accumulate) {
-    auto& p = backward[with_dx][with_bias][accumulate];
-    if (p) return *p;
-    p = std::make_unique<plan>();
+    auto& slot = backward[with_dx][with_bias][accumulate];
+    if (slot) return *slot;
+    auto p = std::make_unique<plan>();
     const auto& eng = onednn::detail::engine();
     auto wd = with_bias
                   ? dnnl::convolution_backward_weights::desc(
@@ -256,7 +263,7 @@ struct conv_entry {
                    p->output(DB, bias_md, wpd.diff_bias_desc(), accumulate, after));
     p->add(dnnl::convolution_backward_weights(wpd), std::move(args));
     for (auto& st : after) p->steps.push_back(std::move(st));
-    if (!with_dx) return *p;
+    if (!with_dx) return keep(slot, std::move(p));
 
     after.clear();
     dnnl::convolution_backward_data::desc dd(dnnl::algorithm::convolution_direct, prim(src, src_md),
@@ -269,7 +276,7 @@ struct conv_entry {
         {DNNL_ARG_DIFF_SRC, p->output(DX, src_md, dpd.diff_src_desc(), false, after)}};
     p->add(dnnl::convolution_backward_data(dpd), std::move(dargs));
     for (auto& st : after) p->steps.push_back(std::move(st));
-    return *p;
+    return keep(slot, std::move(p));
   }
 };
 
@@ -342,24 +349,24 @@ struct pool_entry {
   }
 
   plan& forward_plan(bool training) {
-    auto& p = training ? train : infer;
-    if (p) return *p;
-    p = std::make_unique<plan>();
+    auto& slot = training ? train : infer;
+    if (slot) return *slot;
+    auto p = std::make_unique<plan>();
     auto pd = training ? train_pd : forward_pd(dnnl::prop_kind::forward_inference);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p->user_memory(X, src_md)},
                                          {DNNL_ARG_DST, p->user_memory(Y, dst_md)}};
     if (training && has_workspace())
       args.emplace(DNNL_ARG_WORKSPACE, p->user_memory(WS, pd.workspace_desc()));
     p->add(dnnl::pooling_forward(pd), std::move(args));
-    return *p;
+    return keep(slot, std::move(p));
   }
 
   // With `recompute`, max pooling's winners come from a forward into the
   // arena (the caller kept no workspace).
   plan& backward_plan(bool recompute) {
-    auto& p = recompute ? backward_recompute : backward;
-    if (p) return *p;
-    p = std::make_unique<plan>();
+    auto& slot = recompute ? backward_recompute : backward;
+    if (slot) return *slot;
+    auto p = std::make_unique<plan>();
     dnnl::pooling_backward::desc d(alg, src_md, dst_md, strides, kernel, pad_l, pad_r);
     dnnl::pooling_backward::primitive_desc pd(d, onednn::detail::engine(), train_pd);
     std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, p->user_memory(DY, dst_md)},
@@ -376,7 +383,7 @@ struct pool_entry {
       }
     }
     p->add(dnnl::pooling_backward(pd), std::move(args));
-    return *p;
+    return keep(slot, std::move(p));
   }
 };
 
