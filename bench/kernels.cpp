@@ -1,6 +1,8 @@
-// `troupe bench kernels`: what the CPU kernels reach on this machine, one
+// `troupe bench kernels` (and bench_kernels, this file built with
+// TROUPE_KERNELS_MAIN): what the CPU kernels reach on this machine, one
 // thread, the sizes of the examples' MLP (784-256-256-10, batch 128 and the
-// 64 of each of two mirrored replicas).
+// 64 of each of two mirrored replicas) and of the Fashion-MNIST convnet
+// (conv 1->32, 32->64, 3x3 same, batch 128).
 #include "bench/kernels.hpp"
 
 #if defined(__x86_64__)

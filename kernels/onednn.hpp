@@ -6,8 +6,9 @@
 // count: oneDNN's OpenMP team is limited to the calling thread, so two device
 // threads on two cores never start four.
 //
-// Matrices are row-major float32. The layer work (convolution, pooling,
-// normalisation) builds on the same engine and per-thread state.
+// Matrices are row-major float32. The layer primitives (convolution and
+// pooling, kernels/cpu_layers.cpp) use the same engine and per-thread stream
+// (kernels/onednn_internal.hpp) and keep their own per-thread cache.
 #include <cstdint>
 #include <string>
 
