@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -90,6 +91,34 @@ dvec conv_ref(const conv2d_shape& s, const dvec& x, const dvec& w, const dvec* b
   return y;
 }
 
+// The adjoint of conv_ref, for shapes too large for central differences
+// (checked against them on the small ones).
+void conv_ref_backward(const conv2d_shape& s, const dvec& x, const dvec& w, const dvec& dy,
+                       dvec& dx, dvec& dw) {
+  const int64_t oh_n = s.out_h(), ow_n = s.out_w();
+  const int64_t cin_g = s.in_channels / s.groups, cout_g = s.out_channels / s.groups;
+  dx.assign(x.size(), 0.0);
+  dw.assign(w.size(), 0.0);
+  for (int64_t n = 0; n < s.batch; ++n)
+    for (int64_t co = 0; co < s.out_channels; ++co)
+      for (int64_t oh = 0; oh < oh_n; ++oh)
+        for (int64_t ow = 0; ow < ow_n; ++ow) {
+          const double d = dy[((n * s.out_channels + co) * oh_n + oh) * ow_n + ow];
+          for (int64_t ci = 0; ci < cin_g; ++ci)
+            for (int64_t kh = 0; kh < s.kernel_h; ++kh)
+              for (int64_t kw = 0; kw < s.kernel_w; ++kw) {
+                const int64_t ih = oh * s.stride_h - s.pad_top + kh * s.dilation_h;
+                const int64_t iw = ow * s.stride_w - s.pad_left + kw * s.dilation_w;
+                if (ih < 0 || ih >= s.in_h || iw < 0 || iw >= s.in_w) continue;
+                const int64_t wi = ((co * cin_g + ci) * s.kernel_h + kh) * s.kernel_w + kw;
+                const int64_t xi =
+                    ((n * s.in_channels + co / cout_g * cin_g + ci) * s.in_h + ih) * s.in_w + iw;
+                dx[xi] += w[wi] * d;
+                dw[wi] += x[xi] * d;
+              }
+        }
+}
+
 std::size_t conv_x_size(const conv2d_shape& s) {
   return static_cast<std::size_t>(s.batch * s.in_channels * s.in_h * s.in_w);
 }
@@ -124,6 +153,10 @@ void check_conv(const conv2d_shape& s, unsigned seed) {
   const auto gb =
       numeric_gradient(bd, [&](const dvec& p) { return dot(rd, conv_ref(s, xd, wd, &p)); });
   check_near(dx, gx, 1e-5, "conv2d dx");
+  dvec adj_x, adj_w;
+  conv_ref_backward(s, xd, wd, rd, adj_x, adj_w);
+  check_near(fvec(adj_x.begin(), adj_x.end()), gx, 1e-6, "the reference adjoint's dx");
+  check_near(fvec(adj_w.begin(), adj_w.end()), gw, 1e-6, "the reference adjoint's dw");
   check_near(dw, gw, 1e-5, "conv2d dw");
   check_near(db, gb, 1e-5, "conv2d db");
 
@@ -319,23 +352,54 @@ TEST_CASE("conv2d: forward and backward on odd shapes, groups 1 and > 1") {
     check_near(y, conv_ref(s, xd, wd, &bd), 1e-5, "conv 32->64 forward");
     fvec dx(x.size()), dw(w.size()), db(64);
     cpu::conv2d_backward(s, x.data(), w.data(), r.data(), dx.data(), dw.data(), db.data(), false);
-    // The loss is linear in each operand: its gradients are exact on a few
-    // spot checks (the full central differences would be slow here).
-    for (std::size_t i : {std::size_t{0}, std::size_t{77}, w.size() / 2, w.size() - 1}) {
-      dvec e(w.size(), 0.0);
-      e[i] = 1;
-      CHECK(dw[i] == doctest::Approx(dot(rd, conv_ref(s, xd, e, nullptr))).epsilon(1e-4));
-    }
-    for (std::size_t i : {std::size_t{0}, std::size_t{31}, x.size() / 2, x.size() - 1}) {
-      dvec e(x.size(), 0.0);
-      e[i] = 1;
-      CHECK(dx[i] == doctest::Approx(dot(rd, conv_ref(s, e, wd, nullptr))).epsilon(1e-4));
-    }
+    dvec gx, gw;
+    conv_ref_backward(s, xd, wd, rd, gx, gw);
+    check_near(dx, gx, 1e-5, "conv 32->64 dx");
+    check_near(dw, gw, 1e-5, "conv 32->64 dw");
     double sum_r = 0;
     for (int64_t i = 0; i < 25; ++i) sum_r += rd[static_cast<std::size_t>(64 * 25 + 5 * 25 + i)];
     for (int64_t i = 0; i < 25; ++i) sum_r += rd[static_cast<std::size_t>(5 * 25 + i)];
     CHECK(db[5] == doctest::Approx(sum_r).epsilon(1e-5));
   }
+}
+
+TEST_CASE("conv2d and pool2d: random small shapes against the references") {
+  std::mt19937 rng(2026);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  int convs = 0, pools = 0;
+  for (int trial = 0; trial < 400 && (convs < 16 || pools < 16); ++trial) {
+    conv2d_shape s;
+    s.groups = pick(1, 3);
+    s.batch = pick(1, 3), s.in_channels = s.groups * pick(1, 4);
+    s.out_channels = s.groups * pick(1, 4);
+    s.in_h = pick(1, 9), s.in_w = pick(1, 9);
+    s.kernel_h = pick(1, 4), s.kernel_w = pick(1, 4);
+    s.stride_h = pick(1, 3), s.stride_w = pick(1, 3);
+    s.dilation_h = pick(1, 3), s.dilation_w = pick(1, 3);
+    s.pad_top = pick(0, 2), s.pad_left = pick(0, 2), s.pad_bottom = pick(0, 2);
+    s.pad_right = pick(0, 2);
+    if (convs < 16 && s.out_h() > 0 && s.out_w() > 0) {
+      CAPTURE(trial);
+      check_conv(s, 1000 + unsigned(trial));
+      ++convs;
+    }
+    pool2d_shape p;
+    p.kind = pick(0, 1) ? pool_kind::max : pool_kind::avg;
+    p.batch = pick(1, 3), p.channels = pick(1, 5), p.in_h = pick(1, 9), p.in_w = pick(1, 9);
+    p.kernel_h = pick(1, 4), p.kernel_w = pick(1, 4), p.stride_h = pick(1, 3);
+    p.stride_w = pick(1, 3);
+    p.pad_top = pick(0, p.kernel_h - 1), p.pad_bottom = pick(0, p.kernel_h - 1);
+    p.pad_left = pick(0, p.kernel_w - 1), p.pad_right = pick(0, p.kernel_w - 1);
+    if (pools < 16 && p.out_h() > 0 && p.out_w() > 0) {
+      CAPTURE(trial);
+      check_pool(p, 2000 + unsigned(trial));
+      ++pools;
+    }
+  }
+  CHECK(convs == 16);
+  CHECK(pools == 16);
 }
 
 TEST_CASE("conv2d: a repeated shape creates nothing; a shape that does not fit throws") {
@@ -380,10 +444,8 @@ TEST_CASE(
   const auto r = random_floats(conv_y_size(s), 162);
   const dvec xd = to_double(x), wd = to_double(w), rd = to_double(r);
   const auto want_y = conv_ref(s, xd, wd, nullptr);
-  const auto gx =
-      numeric_gradient(xd, [&](const dvec& p) { return dot(rd, conv_ref(s, p, wd, nullptr)); });
-  const auto gw =
-      numeric_gradient(wd, [&](const dvec& p) { return dot(rd, conv_ref(s, xd, p, nullptr)); });
+  dvec gx, gw;  // too many elements for central differences to be quick
+  conv_ref_backward(s, xd, wd, rd, gx, gw);
   for (int rep = 0; rep < 2; ++rep) {
     fvec y(conv_y_size(s)), dx(x.size()), dw(w.size());
     cpu::conv2d_forward(s, x.data(), w.data(), nullptr, y.data());
