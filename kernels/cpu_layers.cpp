@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu_isa.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/onednn_internal.hpp"
 
@@ -317,10 +318,15 @@ void check_pool(const pool2d_shape& s) {
   if (s.out_h() <= 0 || s.out_w() <= 0) bad("the window does not fit the padded image");
 }
 
-// Pooling stays in the plain layout: it reads and writes the caller's NCHW
-// (the layers around it are), and is memory-bound either way.
+// Pooling runs in oneDNN's blocked layout (channels in blocks of the vector
+// width) behind reorders when the channels fill the blocks: oneDNN 2.6
+// pools NCHW by transposing it internally. Max 2x2 on 128x32x28x28, 1
+// thread (AMD EPYC, AVX-512): forward 1.6-1.7 ms in NCHW against 1.2 ms
+// blocked (reorder 0.6 + pool 0.4 + reorder 0.2), backward 1.5-1.7 against
+// 1.2. Other channel counts stay NCHW rather than pool padding.
 struct pool_entry {
-  memory::desc src_md, dst_md;
+  memory::desc src_md, dst_md;  // the caller's NCHW
+  memory::desc in_md, out_md;   // the primitive's
   memory::dims strides, kernel, pad_l, pad_r;
   dnnl::algorithm alg;
   dnnl::pooling_forward::primitive_desc train_pd;
@@ -328,8 +334,15 @@ struct pool_entry {
 
   explicit pool_entry(const pool2d_shape& s) {
     check_pool(s);
-    src_md = memory::desc({s.batch, s.channels, s.in_h, s.in_w}, dt::f32, tag::nchw);
-    dst_md = memory::desc({s.batch, s.channels, s.out_h(), s.out_w()}, dt::f32, tag::nchw);
+    const memory::dims in{s.batch, s.channels, s.in_h, s.in_w};
+    const memory::dims out{s.batch, s.channels, s.out_h(), s.out_w()};
+    src_md = memory::desc(in, dt::f32, tag::nchw);
+    dst_md = memory::desc(out, dt::f32, tag::nchw);
+    const int64_t block = active_isa() == cpu_isa::avx512 ? 16 : 8;
+    const bool blocked = s.channels % block == 0;  // no padded channels to pool
+    const tag t = block == 16 ? tag::nChw16c : tag::nChw8c;
+    in_md = blocked ? memory::desc(in, dt::f32, t) : src_md;
+    out_md = blocked ? memory::desc(out, dt::f32, t) : dst_md;
     strides = {s.stride_h, s.stride_w};
     kernel = {s.kernel_h, s.kernel_w};
     pad_l = {s.pad_top, s.pad_left};
@@ -340,7 +353,7 @@ struct pool_entry {
   }
 
   dnnl::pooling_forward::primitive_desc forward_pd(dnnl::prop_kind kind) const {
-    dnnl::pooling_forward::desc d(kind, alg, src_md, dst_md, strides, kernel, pad_l, pad_r);
+    dnnl::pooling_forward::desc d(kind, alg, in_md, out_md, strides, kernel, pad_l, pad_r);
     return {d, onednn::detail::engine()};
   }
   bool has_workspace() const { return alg == dnnl::algorithm::pooling_max; }
@@ -353,11 +366,14 @@ struct pool_entry {
     if (slot) return *slot;
     auto p = std::make_unique<plan>();
     auto pd = training ? train_pd : forward_pd(dnnl::prop_kind::forward_inference);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, p->user_memory(X, src_md)},
-                                         {DNNL_ARG_DST, p->user_memory(Y, dst_md)}};
+    step_list after;
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, p->input(X, src_md, in_md)},
+        {DNNL_ARG_DST, p->output(Y, dst_md, out_md, false, after)}};
     if (training && has_workspace())
       args.emplace(DNNL_ARG_WORKSPACE, p->user_memory(WS, pd.workspace_desc()));
     p->add(dnnl::pooling_forward(pd), std::move(args));
+    for (auto& st : after) p->steps.push_back(std::move(st));
     return keep(slot, std::move(p));
   }
 
@@ -367,22 +383,26 @@ struct pool_entry {
     auto& slot = recompute ? backward_recompute : backward;
     if (slot) return *slot;
     auto p = std::make_unique<plan>();
-    dnnl::pooling_backward::desc d(alg, src_md, dst_md, strides, kernel, pad_l, pad_r);
+    dnnl::pooling_backward::desc d(alg, in_md, out_md, strides, kernel, pad_l, pad_r);
     dnnl::pooling_backward::primitive_desc pd(d, onednn::detail::engine(), train_pd);
-    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, p->user_memory(DY, dst_md)},
-                                         {DNNL_ARG_DIFF_SRC, p->user_memory(DX, src_md)}};
+    memory ws;
     if (has_workspace()) {
       if (recompute) {
-        memory ws = p->in_arena(train_pd.workspace_desc());
-        p->add(dnnl::pooling_forward(train_pd), {{DNNL_ARG_SRC, p->user_memory(X, src_md)},
-                                                 {DNNL_ARG_DST, p->in_arena(dst_md)},
+        ws = p->in_arena(train_pd.workspace_desc());
+        p->add(dnnl::pooling_forward(train_pd), {{DNNL_ARG_SRC, p->input(X, src_md, in_md)},
+                                                 {DNNL_ARG_DST, p->in_arena(out_md)},
                                                  {DNNL_ARG_WORKSPACE, ws}});
-        args.emplace(DNNL_ARG_WORKSPACE, ws);
       } else {
-        args.emplace(DNNL_ARG_WORKSPACE, p->user_memory(WS, train_pd.workspace_desc()));
+        ws = p->user_memory(WS, train_pd.workspace_desc());
       }
     }
+    step_list after;
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_DIFF_DST, p->input(DY, dst_md, out_md)},
+        {DNNL_ARG_DIFF_SRC, p->output(DX, src_md, in_md, false, after)}};
+    if (ws) args.emplace(DNNL_ARG_WORKSPACE, ws);
     p->add(dnnl::pooling_backward(pd), std::move(args));
+    for (auto& st : after) p->steps.push_back(std::move(st));
     return keep(slot, std::move(p));
   }
 };

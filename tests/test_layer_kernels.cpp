@@ -505,9 +505,18 @@ TEST_CASE(
     s.pad_top = 1, s.pad_bottom = 2, s.pad_left = 0, s.pad_right = 1;
     check_pool(s, 60);
   }
+  SUBCASE("32 channels (oneDNN's blocked layout): max and avg with overlapping windows") {
+    pool2d_shape s;
+    s.kind = pool_kind::max, s.batch = 2, s.channels = 32, s.in_h = 7, s.in_w = 5;
+    s.kernel_h = 3, s.kernel_w = 2, s.stride_h = 2, s.stride_w = 1;
+    s.pad_top = 1, s.pad_bottom = 2, s.pad_left = 0, s.pad_right = 1;
+    check_pool(s, 61);
+    s.kind = pool_kind::avg;
+    check_pool(s, 62);
+  }
   SUBCASE("max with padding and all-negative inputs: padding never wins") {
     pool2d_shape s;
-    s.kind = pool_kind::max, s.batch = 1, s.channels = 2, s.in_h = 4, s.in_w = 4;
+    s.kind = pool_kind::max, s.batch = 1, s.channels = 16, s.in_h = 4, s.in_w = 4;
     s.kernel_h = s.kernel_w = 3, s.stride_h = s.stride_w = 2;
     s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
     auto x = random_floats(pool_x_size(s), 65, -2.0f, -1.0f);
