@@ -441,6 +441,76 @@ void zero(float* p, std::size_t n) {
   if (n > 0) std::memset(p, 0, n * sizeof(float));
 }
 
+// The batch-norm sums in double run at two doubles a lane in SSE2, which
+// makes them compute-bound; the same loops are also built for AVX2 and
+// AVX-512 and picked by active_isa() (kernels/cpu_isa.hpp), as the vector
+// loops are. On 128x32x28x28, 1 thread (AMD EPYC): sums 0.62 ms at SSE2,
+// 0.35 AVX2, 0.24 AVX-512; backward sums 1.7-1.9, 1.3, 0.9-1.2.
+// always_inline: the body is compiled inside each target's wrapper.
+#define TROUPE_AVX2 __attribute__((target("avx2,fma")))
+#define TROUPE_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+
+__attribute__((always_inline)) inline void bn_sums(const float* x, int64_t batch, int64_t channels,
+                                                   int64_t spatial, float* sums) {
+  const std::size_t hw = sz(spatial);
+  for (int64_t c = 0; c < channels; ++c) {
+    double s = 0, q = 0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* p = x + (sz(n) * sz(channels) + sz(c)) * hw;
+#pragma omp simd reduction(+ : s, q)
+      for (std::size_t i = 0; i < hw; ++i) {
+        const double v = p[i];
+        s += v;
+        q += v * v;
+      }
+    }
+    sums[c] = static_cast<float>(s);
+    sums[channels + c] = static_cast<float>(q);
+  }
+}
+TROUPE_AVX2 void bn_sums_avx2(const float* x, int64_t batch, int64_t channels, int64_t spatial,
+                              float* sums) {
+  bn_sums(x, batch, channels, spatial, sums);
+}
+TROUPE_AVX512 void bn_sums_avx512(const float* x, int64_t batch, int64_t channels, int64_t spatial,
+                                  float* sums) {
+  bn_sums(x, batch, channels, spatial, sums);
+}
+
+__attribute__((always_inline)) inline void bn_backward_sums(const float* x, const float* dy,
+                                                            const float* mean, const float* invstd,
+                                                            int64_t batch, int64_t channels,
+                                                            int64_t spatial, float* sums) {
+  const std::size_t hw = sz(spatial);
+  for (int64_t c = 0; c < channels; ++c) {
+    const double m = mean[c];
+    double sd = 0, sdx = 0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const std::size_t off = (sz(n) * sz(channels) + sz(c)) * hw;
+      const float* xp = x + off;
+      const float* dp = dy + off;
+#pragma omp simd reduction(+ : sd, sdx)
+      for (std::size_t i = 0; i < hw; ++i) {
+        const double d = dp[i];
+        sd += d;
+        sdx += d * (static_cast<double>(xp[i]) - m);
+      }
+    }
+    sums[c] = static_cast<float>(sd);
+    sums[channels + c] = static_cast<float>(sdx * static_cast<double>(invstd[c]));
+  }
+}
+TROUPE_AVX2 void bn_backward_sums_avx2(const float* x, const float* dy, const float* mean,
+                                       const float* invstd, int64_t batch, int64_t channels,
+                                       int64_t spatial, float* sums) {
+  bn_backward_sums(x, dy, mean, invstd, batch, channels, spatial, sums);
+}
+TROUPE_AVX512 void bn_backward_sums_avx512(const float* x, const float* dy, const float* mean,
+                                           const float* invstd, int64_t batch, int64_t channels,
+                                           int64_t spatial, float* sums) {
+  bn_backward_sums(x, dy, mean, invstd, batch, channels, spatial, sums);
+}
+
 }  // namespace
 
 // ---- convolution and pooling (oneDNN) ---------------------------------------
@@ -560,21 +630,15 @@ void unary_backward(unary_op op, float alpha, const float* x, const float* y, co
 
 void batch_norm_sums(const float* x, int64_t batch, int64_t channels, int64_t spatial,
                      float* sums) {
-  const std::size_t hw = sz(spatial);
-  for (int64_t c = 0; c < channels; ++c) {
-    double s = 0, q = 0;
-    for (int64_t n = 0; n < batch; ++n) {
-      const float* p = x + (sz(n) * sz(channels) + sz(c)) * hw;
-#pragma omp simd reduction(+ : s, q)
-      for (std::size_t i = 0; i < hw; ++i) {
-        const double v = p[i];
-        s += v;
-        q += v * v;
-      }
-    }
-    sums[c] = static_cast<float>(s);
-    sums[channels + c] = static_cast<float>(q);
+  switch (active_isa()) {
+    case cpu_isa::avx512:
+      return bn_sums_avx512(x, batch, channels, spatial, sums);
+    case cpu_isa::avx2:
+      return bn_sums_avx2(x, batch, channels, spatial, sums);
+    case cpu_isa::baseline:
+      break;
   }
+  bn_sums(x, batch, channels, spatial, sums);
 }
 
 void batch_norm_statistics(const float* sums, int64_t channels, double count, float eps,
@@ -618,24 +682,15 @@ void batch_norm_forward(const float* x, const float* mean, const float* invstd, 
 void batch_norm_backward_sums(const float* x, const float* dy, const float* mean,
                               const float* invstd, int64_t batch, int64_t channels, int64_t spatial,
                               float* sums) {
-  const std::size_t hw = sz(spatial);
-  for (int64_t c = 0; c < channels; ++c) {
-    const double m = mean[c];
-    double sd = 0, sdx = 0;
-    for (int64_t n = 0; n < batch; ++n) {
-      const std::size_t off = (sz(n) * sz(channels) + sz(c)) * hw;
-      const float* xp = x + off;
-      const float* dp = dy + off;
-#pragma omp simd reduction(+ : sd, sdx)
-      for (std::size_t i = 0; i < hw; ++i) {
-        const double d = dp[i];
-        sd += d;
-        sdx += d * (static_cast<double>(xp[i]) - m);
-      }
-    }
-    sums[c] = static_cast<float>(sd);
-    sums[channels + c] = static_cast<float>(sdx * static_cast<double>(invstd[c]));
+  switch (active_isa()) {
+    case cpu_isa::avx512:
+      return bn_backward_sums_avx512(x, dy, mean, invstd, batch, channels, spatial, sums);
+    case cpu_isa::avx2:
+      return bn_backward_sums_avx2(x, dy, mean, invstd, batch, channels, spatial, sums);
+    case cpu_isa::baseline:
+      break;
   }
+  bn_backward_sums(x, dy, mean, invstd, batch, channels, spatial, sums);
 }
 
 void batch_norm_backward(const float* x, const float* dy, const float* mean, const float* invstd,
