@@ -422,6 +422,16 @@ TEST_CASE("conv2d: a repeated shape creates nothing; a shape that does not fit t
   }
   CHECK(cpu::cached_layer_shapes() == before);
 
+  // An empty batch (a replica's share of a short last batch): no output, a
+  // zero gradient.
+  conv2d_shape empty = s;
+  empty.batch = 0;
+  fvec dw0(w.size(), 5.0f), db0(4, 5.0f);
+  cpu::conv2d_forward(empty, x.data(), w.data(), nullptr, y.data());
+  cpu::conv2d_backward(empty, x.data(), w.data(), y.data(), nullptr, dw0.data(), db0.data(), false);
+  CHECK(dw0 == fvec(w.size(), 0.0f));
+  CHECK(db0 == fvec(4, 0.0f));
+
   conv2d_shape bad = s;
   bad.kernel_h = 8;  // taller than the 6 rows
   CHECK_THROWS_WITH_AS(cpu::conv2d_forward(bad, x.data(), w.data(), nullptr, y.data()),
