@@ -85,7 +85,8 @@ TROUPE_HD static inline float sigmoid_grad(float y, float dy) {
 
 // ---- binary cross-entropy on a logit z against a target t in [0, 1] ----------
 
-// max(z,0) - z*t + log(1 + exp(-|z|)): no overflow, and exact for large |z|.
+// max(z,0) - z*t + log(1 + exp(-|z|)): no overflow for any z, and log1p
+// keeps the small tail term accurate.
 TROUPE_HD static inline float bce_loss(float z, float t) {
   return (z > 0.0f ? z : 0.0f) - z * t + ::log1pf(::expf(-::fabsf(z)));
 }
