@@ -613,12 +613,19 @@ void unary_forward(unary_op op, float alpha, const float* x, float* y, std::size
 
 void unary_backward(unary_op op, float alpha, const float* x, const float* y, const float* dy,
                     float* dx, std::size_t n) {
+  const bool needs_x = op == unary_op::gelu;
+  const bool needs_y = op == unary_op::tanh || op == unary_op::sigmoid;
+  if ((needs_x && !x) || (needs_y && !y) || (!x && !y))
+    throw std::invalid_argument("unary_backward: the forward's input or output is null");
+  const float* sign = x ? x : y;
   switch (op) {
     case unary_op::relu:
-      for (std::size_t i = 0; i < n; ++i) dx[i] = ew::relu_grad(y[i], dy[i]);
+      // relu and leaky_relu read the input's sign, or the output's where
+      // only it was kept (as the CUDA side does).
+      for (std::size_t i = 0; i < n; ++i) dx[i] = ew::relu_grad(sign[i], dy[i]);
       break;
     case unary_op::leaky_relu:
-      for (std::size_t i = 0; i < n; ++i) dx[i] = ew::leaky_relu_grad(x[i], alpha, dy[i]);
+      for (std::size_t i = 0; i < n; ++i) dx[i] = ew::leaky_relu_grad(sign[i], alpha, dy[i]);
       break;
     case unary_op::gelu:
       for (std::size_t i = 0; i < n; ++i) dx[i] = ew::gelu_grad(x[i], dy[i]);
@@ -656,10 +663,10 @@ void batch_norm_statistics(const float* sums, int64_t channels, double count, fl
     if (var < 0) var = 0;  // rounding of E[x^2] - E[x]^2
     mean[c] = static_cast<float>(m);
     invstd[c] = static_cast<float>(1.0 / ::sqrt(var + static_cast<double>(eps)));
-    if (running_mean && running_var) {
+    const double mo = momentum;
+    if (running_mean) running_mean[c] = static_cast<float>((1 - mo) * running_mean[c] + mo * m);
+    if (running_var) {
       const double unbiased = count > 1 ? var * count / (count - 1) : var;
-      const double mo = momentum;
-      running_mean[c] = static_cast<float>((1 - mo) * running_mean[c] + mo * m);
       running_var[c] = static_cast<float>((1 - mo) * running_var[c] + mo * unbiased);
     }
   }
@@ -743,8 +750,8 @@ void layer_norm_forward(const float* x, const float* gamma, const float* beta, f
     const double var = n ? q / static_cast<double>(n) : 0.0;
     const float mf = static_cast<float>(m);
     const float is = static_cast<float>(1.0 / ::sqrt(var + static_cast<double>(eps)));
-    mean[r] = mf;
-    invstd[r] = is;
+    if (mean) mean[r] = mf;  // inference keeps neither
+    if (invstd) invstd[r] = is;
     for (std::size_t j = 0; j < n; ++j) {
       const float h = (xr[j] - mf) * is;
       yr[j] = h * (gamma ? gamma[j] : 1.0f) + (beta ? beta[j] : 0.0f);
@@ -837,7 +844,9 @@ void embedding_backward(const float* ids, const float* dy, float* dtable, int64_
   for (int64_t r = 0; r < rows; ++r) {
     const float* ir = ids + sz(r) * sz(len);
     for (int64_t l = 0; l < len; ++l) {
-      float* row = dtable + static_cast<std::size_t>(ir[l]) * d;
+      const int64_t id = static_cast<int64_t>(ir[l]);
+      if (id < 0 || id >= vocab) continue;  // checked by the caller; never write outside
+      float* row = dtable + sz(id) * d;
       if (bag_mean) {
         const float* g = dy + sz(r) * d;
         for (std::size_t j = 0; j < d; ++j) row[j] += g[j] * inv;

@@ -51,8 +51,8 @@ TROUPE_HD static inline float tanh_grad(float y, float dy) {
   return dy * (1.0f - y * y);
 }
 
-// leaky_relu: slope alpha below 0. The gradient reads the input (a slope
-// of 0 or below would make the output ambiguous).
+// leaky_relu: slope alpha below 0. The gradient takes the input's sign (the
+// output's is the same for alpha > 0; relu_grad likewise takes either).
 TROUPE_HD static inline float leaky_relu(float x, float alpha) {
   return x > 0.0f ? x : alpha * x;
 }
@@ -85,18 +85,19 @@ TROUPE_HD static inline float sigmoid_grad(float y, float dy) {
 
 // ---- binary cross-entropy on a logit z against a target t in [0, 1] ----------
 
-// max(z,0) - z*t + log(1 + exp(-|z|)): no overflow for any z, and log1p
-// keeps the small tail term accurate.
-TROUPE_HD static inline float bce_loss(float z, float t) {
-  return (z > 0.0f ? z : 0.0f) - z * t + ::log1pf(::expf(-::fabsf(z)));
+// max(z,0) - z*t + log(1 + exp(-|z|)) in double: no overflow for any z,
+// and log1p keeps the small tail term accurate.
+TROUPE_HD static inline double bce_loss(float z, float t) {
+  const double zd = z, td = t;
+  return (zd > 0.0 ? zd : 0.0) - zd * td + ::log1p(::exp(zd < 0.0 ? zd : -zd));
 }
 TROUPE_HD static inline float bce_dlogit(float z, float t, float grad_scale) {
   return (sigmoid(z) - t) * grad_scale;
 }
-// Whether sigmoid(z) is on t's side of 0.5 (0.5 itself counts as the upper
-// side on both).
+// Whether sigmoid(z) is on t's side of 0.5 (0.5 itself counts as the lower
+// side on both, as the CUDA kernel counts).
 TROUPE_HD static inline bool bce_correct(float z, float t) {
-  return (z >= 0.0f) == (t >= 0.5f);
+  return (z > 0.0f) == (t > 0.5f);
 }
 
 // ---- softmax cross-entropy (one row: max mx, sum_exp = sum_j exp(l_j - mx)) ----

@@ -579,6 +579,17 @@ TEST_CASE("unary functions: forward against double references, backward against 
     fvec in_place = dy;  // dx may be dy
     cpu::unary_backward(op, alpha, x.data(), y.data(), in_place.data(), in_place.data(), n);
     CHECK(in_place == dx);
+    // Each reads only what it needs: relu and leaky_relu either one.
+    fvec only(n);
+    if (op == unary_op::gelu) {
+      cpu::unary_backward(op, alpha, x.data(), nullptr, dy.data(), only.data(), n);
+      CHECK(only == dx);
+      CHECK_THROWS_AS(cpu::unary_backward(op, alpha, nullptr, y.data(), dy.data(), only.data(), n),
+                      std::invalid_argument);
+    } else {
+      cpu::unary_backward(op, alpha, nullptr, y.data(), dy.data(), only.data(), n);
+      CHECK(only == dx);
+    }
   }
 }
 
@@ -618,6 +629,12 @@ TEST_CASE(
     CHECK(running_mean[c] == doctest::Approx(0.9 * rm0[c] + 0.1 * m).epsilon(1e-6));
     CHECK(running_var[c] == doctest::Approx(0.9 * rv0[c] + 0.1 * v / (count - 1)).epsilon(1e-5));
   }
+  // Either running statistic alone.
+  fvec rm_only = rm0, mean2(ch), invstd2(ch);
+  cpu::batch_norm_statistics(sums.data(), ch, count, eps, momentum, mean2.data(), invstd2.data(),
+                             rm_only.data(), nullptr);
+  CHECK(rm_only == running_mean);
+  CHECK(mean2 == mean);
   fvec var_in = {0.0f, 1.0f, 3.0f}, inv_out(3);
   cpu::invstd_from_variance(var_in.data(), eps, inv_out.data(), 3);
   for (int i = 0; i < 3; ++i)
@@ -662,6 +679,10 @@ TEST_CASE("layer norm: forward and backward against a naive double reference; ac
   cpu::layer_norm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), invstd.data(),
                           rows, cols, eps);
   check_near(y, ln_ref(xd, gd, bd, rows, cols, eps), 1e-5, "layer norm forward");
+  fvec y_infer(total);  // inference keeps no statistics
+  cpu::layer_norm_forward(x.data(), gamma.data(), beta.data(), y_infer.data(), nullptr, nullptr,
+                          rows, cols, eps);
+  CHECK(y_infer == y);
   fvec dx(total, 3.0f), dgamma(cols, 3.0f), dbeta(cols, 3.0f);
   cpu::layer_norm_backward(x.data(), r.data(), gamma.data(), mean.data(), invstd.data(), dx.data(),
                            dgamma.data(), dbeta.data(), rows, cols, false);
@@ -777,7 +798,7 @@ TEST_CASE("sigmoid cross-entropy: stable loss, gradient, correct count") {
   cpu::sigmoid_cross_entropy(z.data(), t.data(), batch, outputs, scale, dz.data(), &loss, &correct);
   CHECK(loss - 1.5 == doctest::Approx(ref(to_double(z))).epsilon(1e-6));
   // Rows 0, 1 and 3 have every output on the target's side (z 0 with t 0.5
-  // counts: 0.5 is the upper side of both); row 2 has 5.0 for a target 0.3.
+  // counts: 0.5 is the lower side of both); row 2 has 5.0 for a target 0.3.
   CHECK(correct == 10 + 3);
   auto g = numeric_gradient(to_double(z), ref, 1e-5);
   for (auto& v : g) v *= scale;
