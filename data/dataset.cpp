@@ -589,9 +589,14 @@ train_test load_data(const troupe::data_config& cfg) {
   if (cfg.format == "idx") {
     r = load_fashion_mnist(cfg);
   } else if (cfg.format == "npy") {
-    r = from_arrays(cfg, npy_split(cfg.train), npy_split(cfg.test));
+    // In sequence, so that the training files' errors come first.
+    split_arrays train = npy_split(cfg.train);
+    split_arrays test = npy_split(cfg.test);
+    r = from_arrays(cfg, std::move(train), std::move(test));
   } else if (cfg.format == "npz") {
-    r = from_arrays(cfg, npz_split(cfg, cfg.train), npz_split(cfg, cfg.test));
+    split_arrays train = npz_split(cfg, cfg.train);
+    split_arrays test = npz_split(cfg, cfg.test);
+    r = from_arrays(cfg, std::move(train), std::move(test));
   } else if (cfg.format == "csv") {
     r = load_csv(cfg);
   } else {

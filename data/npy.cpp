@@ -179,10 +179,10 @@ class header_parser {
 };
 
 std::string dims_string(const std::vector<int64_t>& dims) {
+  // As Python writes a tuple: (), (3,), (2, 3).
   std::string r = "(";
-  for (std::size_t i = 0; i < dims.size(); ++i) r += std::to_string(dims[i]) + ",";
-  if (dims.size() > 1) r.pop_back();
-  return r + ")";
+  for (std::size_t i = 0; i < dims.size(); ++i) r += (i ? ", " : "") + std::to_string(dims[i]);
+  return r + (dims.size() == 1 ? ",)" : ")");
 }
 
 npy_dtype parse_descr(const std::string& d, const std::string& name) {
