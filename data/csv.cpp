@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <string_view>
+#include <unordered_map>
 
 #include "data/npy.hpp"  // map_file
 
@@ -129,12 +130,15 @@ csv_table read_csv(const std::string& path, const std::string& label) {
   csv_table t;
   if (!rd.next(t.columns)) fail(path, "empty: expected a header row naming the columns");
   std::size_t label_at = t.columns.size();
+  // A map, not a scan of the columns so far: a header of a million commas
+  // would make that a trillion comparisons.
+  std::unordered_map<std::string_view, std::size_t> seen;
   for (std::size_t i = 0; i < t.columns.size(); ++i) {
-    for (std::size_t j = 0; j < i; ++j)
-      if (t.columns[j] == t.columns[i])
-        fail(path, "line " + std::to_string(rd.record_line()) + ": duplicate column " +
-                       shown(t.columns[i]) + " (columns " + std::to_string(j + 1) + " and " +
-                       std::to_string(i + 1) + ")");
+    auto [at, fresh] = seen.emplace(t.columns[i], i);
+    if (!fresh)
+      fail(path, "line " + std::to_string(rd.record_line()) + ": duplicate column " +
+                     shown(t.columns[i]) + " (columns " + std::to_string(at->second + 1) + " and " +
+                     std::to_string(i + 1) + ")");
     if (t.columns[i] == label) label_at = i;
   }
   if (label_at == t.columns.size()) {

@@ -663,8 +663,7 @@ void convert_labels(train_test& tt, label_kind kind, int64_t classes) {
     for (int s = 0; s < 2; ++s) {
       dataset& d = *splits[s];
       if (!d.float_targets()) {
-        for (int32_t l : d.labels.span<int32_t>())
-          max_label = std::max<int64_t>(max_label, l);
+        for (int32_t l : d.labels.span<int32_t>()) max_label = std::max<int64_t>(max_label, l);
         continue;
       }
       if (d.targets() != 1)

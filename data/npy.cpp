@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <system_error>
+#include <unordered_set>
 
 namespace troupe::data {
 
@@ -422,6 +423,7 @@ std::vector<zip_entry> central_directory(const uint8_t* p, std::size_t n, const 
   cd_start = cd_off;
   std::vector<zip_entry> out;
   out.reserve(total);
+  std::unordered_set<std::string> names;
   std::size_t at = cd_off;
   const std::size_t cd_end = std::size_t{cd_off} + cd_size;
   for (uint16_t k = 0; k < total; ++k) {
@@ -445,8 +447,9 @@ std::vector<zip_entry> central_directory(const uint8_t* p, std::size_t n, const 
       fail(path,
            "member '" + printable(z.name) +
                "': ZIP64 archives are not supported (numpy writes them for members over 4 GiB)");
-    for (const auto& other : out)
-      if (other.name == z.name) fail(path, "duplicate member '" + printable(z.name) + "'");
+    // A set, not a scan of the entries so far: 65535 entries would make
+    // that billions of comparisons.
+    if (!names.insert(z.name).second) fail(path, "duplicate member '" + printable(z.name) + "'");
     out.push_back(std::move(z));
     at += 46 + name_len + extra_len + comment_len;
   }

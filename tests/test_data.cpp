@@ -977,6 +977,13 @@ TEST_CASE("npz: refusals name the file and the problem") {
   }
   SUBCASE("duplicate member") {
     CHECK(refused(zip_bytes({{"x.npy", x}, {"x.npy", x}}, false)) == ": duplicate member 'x.npy'");
+    // The most entries a zip without ZIP64 has (65535 means ZIP64), checked in
+    // linear time.
+    std::vector<std::pair<std::string, std::string>> many;
+    for (int i = 0; i < 65533; ++i)
+      many.emplace_back(std::string("m").append(std::to_string(i)), "");
+    many.emplace_back("m0", "");
+    CHECK(refused(zip_bytes(many, false)) == ": duplicate member 'm0'");
   }
 }
 
@@ -1075,6 +1082,18 @@ TEST_CASE("csv: refusals name the file, line and column") {
   CHECK(refused("a,b,label\n1,2,x\n") ==
         p + ": no label column \"species\" in the header (columns: \"a\", \"b\", \"label\")");
   CHECK(refused("a,a,species\n") == p + ": line 1: duplicate column \"a\" (columns 1 and 2)");
+  {
+    // Wide headers are checked in linear time (a duplicate column at the end
+    // of 300000).
+    std::string wide;
+    for (int i = 0; i < 300000; ++i) {
+      wide += 'c';
+      wide += std::to_string(i);
+      wide += ',';
+    }
+    wide += "c0,species\n";
+    CHECK(refused(wide) == p + ": line 1: duplicate column \"c0\" (columns 1 and 300001)");
+  }
   CHECK(refused("species\nx\n") ==
         p + ": no feature columns: the header has only the label column \"species\"");
   CHECK(refused("") == p + ": empty: expected a header row naming the columns");
