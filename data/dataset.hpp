@@ -93,7 +93,8 @@ void convert_labels(train_test& tt, label_kind kind, int64_t classes = 0);
 // .gz name and falling back to the plain one. Pixels are scaled to [0,1]; with
 // cfg.normalize, then (x - mean) / stddev, the statistics taken over the
 // (limited) training set and applied to both sets. cfg.train_limit and
-// cfg.test_limit > 0 keep the first N examples. Throws data_error.
+// cfg.test_limit > 0 keep the first N examples. Labels must be below
+// cfg.classes (10 when 0). Throws data_error.
 train_test load_fashion_mnist(const troupe::data_config& cfg);
 
 // The order of examples in an epoch: a permutation of [0, n) that depends only

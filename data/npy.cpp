@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -17,6 +18,10 @@
 #include <unordered_set>
 
 namespace troupe::data {
+
+// Elements are used in place (mapped, copied byte for byte), so the host's
+// byte order must be the files'.
+static_assert(std::endian::native == std::endian::little, "the .npy readers assume little-endian");
 
 namespace {
 
