@@ -26,7 +26,7 @@
 
 #include "actors/job_options.hpp"  // job_options, progress_info, job_error
 #include "config/job_config.hpp"   // job_config, load_job_config, parse_job_config
-#include "data/dataset.hpp"        // data::dataset, load_fashion_mnist
+#include "data/dataset.hpp"        // data::dataset, load_data, load_fashion_mnist
 #include "envs/env.hpp"            // register_env
 #include "kernels/optimizer.hpp"   // kernels::optimizer
 #include "messages/reduce_op.hpp"  // reduce_op

@@ -62,13 +62,33 @@ struct optimizer_config {
   schedule_config schedule;
 };
 
+// One split's files (data.train, data.test) for the formats other than idx.
+// Paths are used as written: relative ones are relative to the working
+// directory, as data.path is.
+struct data_split_files {
+  std::string file;  // npz, csv: the split's file
+  std::string x, y;  // npy: the examples' and the labels' .npy files
+};
+
 struct data_config {
-  std::string dataset = "fashion_mnist";
-  std::string path = "/usr/share/datasets/fashion-mnist";
+  // idx: Fashion-MNIST's IDX files in `path`; npy: data.{train,test}.{x,y};
+  // npz: data.{train,test} archives holding the arrays x_key and y_key;
+  // csv: data.{train,test} tables with the label in column `label`.
+  std::string format = "idx";
+  std::string dataset = "fashion_mnist";                   // idx
+  std::string path = "/usr/share/datasets/fashion-mnist";  // idx
+  data_split_files train, test;                            // npy, npz, csv
+  std::string x_key = "x", y_key = "y";                    // npz
+  std::string label;                                       // csv: the label column
+  int64_t classes = 0;       // 0 = max label + 1 over both splits (idx: 10)
+  bool standardize = false;  // per-feature (x - mean) / std, fitted on the training split
   int64_t batch_size = 128;  // the global batch
   bool shuffle = true;
-  bool normalize = true;  // scale to [0,1], then (x - mean) / std
-  int64_t prefetch = 2;   // batches prepared ahead per pipeline
+  // Byte examples (idx; npy/npz uint8): scale to [0,1], then (x - mean) / std
+  // with one mean and std over every training byte. Other examples are used
+  // as they are (see standardize).
+  bool normalize = true;
+  int64_t prefetch = 2;  // batches prepared ahead per pipeline
   // Where batches are gathered: "pipeline" (the input pipeline's own thread),
   // "device" (background work of the process's device threads, done by
   // whichever is idle: in a synchronous step, the replica that finished

@@ -128,14 +128,81 @@ void read_optimizer(const json& j, const std::string& path, optimizer_config& o)
   r.with("schedule", [&](const json& v, const std::string& p) { read_schedule(v, p, o.schedule); });
 }
 
+const std::vector<std::string> kDataFormats = {"idx", "npy", "npz", "csv"};
+
+// data.train / data.test: an object {"x", "y"} of .npy files (npy), else a
+// file (npz, csv).
+data_split_files read_split_files(const json& v, const std::string& path,
+                                  const std::string& format) {
+  data_split_files f;
+  if (format != "npy") {
+    f.file = read_string(v, path, true);
+    return f;
+  }
+  if (!v.is_object())
+    expected(path, "an object {\"x\": \"x.npy\", \"y\": \"y.npy\"} (the npy format)", v);
+  object_reader r(v, path, {"x", "y"});
+  for (const char* key : {"x", "y"})
+    if (!r.get(key))
+      fail(r.path(key),
+           "missing; the npy format reads the examples (x) and the labels (y) "
+           "from two .npy files");
+  r.with("x", [&](const json& e, const std::string& p) { f.x = read_string(e, p, true); });
+  r.with("y", [&](const json& e, const std::string& p) { f.y = read_string(e, p, true); });
+  return f;
+}
+
 void read_data(const json& j, const std::string& path, data_config& d) {
   object_reader r(j, path,
-                  {"dataset", "path", "batch_size", "shuffle", "normalize", "prefetch", "gather",
-                   "train_limit", "test_limit"});
+                  {"format", "dataset", "path", "train", "test", "x_key", "y_key", "label",
+                   "classes", "standardize", "batch_size", "shuffle", "normalize", "prefetch",
+                   "gather", "train_limit", "test_limit"});
+  r.with("format",
+         [&](const json& v, const std::string& p) { d.format = read_enum(v, p, kDataFormats); });
+  // Each format's own keys: a key of another format is named as such, not
+  // ignored (a "path" beside "format": "npy" would otherwise look used).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> owners = {
+      {"dataset", {"idx"}},
+      {"path", {"idx"}},
+      {"train", {"npy", "npz", "csv"}},
+      {"test", {"npy", "npz", "csv"}},
+      {"x_key", {"npz"}},
+      {"y_key", {"npz"}},
+      {"label", {"csv"}}};
+  for (const auto& [key, formats] : owners) {
+    const bool mine = std::find(formats.begin(), formats.end(), d.format) != formats.end();
+    if (!mine && r.get(key))
+      fail(r.path(key), "only the " + quoted_list(formats) + " format" +
+                            (formats.size() > 1 ? "s read" : " reads") +
+                            " this key (data.format is " + show(json(d.format)) + ")");
+    const bool required = key == "train" || key == "test" || key == "label";
+    if (mine && required && !r.get(key))
+      fail(r.path(key),
+           "missing; the " + d.format + " format needs it (" +
+               (key == "label"      ? std::string("the name of the label column")
+                : d.format == "npy" ? "{\"x\": \"x_" + key + ".npy\", \"y\": \"y_" + key + ".npy\"}"
+                                    : "\"" + key + "." + d.format + "\"") +
+               ")");
+  }
   r.with("dataset", [&](const json& v, const std::string& p) {
     d.dataset = read_enum(v, p, {"fashion_mnist"});
   });
   r.with("path", [&](const json& v, const std::string& p) { d.path = read_string(v, p, true); });
+  r.with("train",
+         [&](const json& v, const std::string& p) { d.train = read_split_files(v, p, d.format); });
+  r.with("test",
+         [&](const json& v, const std::string& p) { d.test = read_split_files(v, p, d.format); });
+  r.with("x_key", [&](const json& v, const std::string& p) { d.x_key = read_string(v, p, true); });
+  r.with("y_key", [&](const json& v, const std::string& p) { d.y_key = read_string(v, p, true); });
+  if (d.format == "npz" && d.x_key == d.y_key)
+    fail(r.path(r.get("y_key") ? "y_key" : "x_key"),
+         "the examples and the labels must be different arrays, both are " + show(json(d.x_key)));
+  r.with("label", [&](const json& v, const std::string& p) { d.label = read_string(v, p, true); });
+  // Bounded: the model allocates an output per class.
+  r.with("classes",
+         [&](const json& v, const std::string& p) { d.classes = read_int_in(v, p, 1, 1 << 24); });
+  r.with("standardize",
+         [&](const json& v, const std::string& p) { d.standardize = read_bool(v, p); });
   r.with("batch_size",
          [&](const json& v, const std::string& p) { d.batch_size = read_int(v, p, 1); });
   r.with("shuffle", [&](const json& v, const std::string& p) { d.shuffle = read_bool(v, p); });
@@ -149,6 +216,37 @@ void read_data(const json& j, const std::string& path, data_config& d) {
          [&](const json& v, const std::string& p) { d.train_limit = read_int(v, p, 0); });
   r.with("test_limit",
          [&](const json& v, const std::string& p) { d.test_limit = read_int(v, p, 0); });
+}
+
+// The effective data section: the keys of data.format, defaults included
+// (a key of another format would be refused when the config is read back).
+json data_to_json(const data_config& d) {
+  json j = {{"format", d.format}};
+  if (d.format == "idx") {
+    j["dataset"] = d.dataset;
+    j["path"] = d.path;
+  } else {
+    auto split = [&](const data_split_files& f) {
+      return d.format == "npy" ? json{{"x", f.x}, {"y", f.y}} : json(f.file);
+    };
+    j["train"] = split(d.train);
+    j["test"] = split(d.test);
+  }
+  if (d.format == "npz") {
+    j["x_key"] = d.x_key;
+    j["y_key"] = d.y_key;
+  }
+  if (d.format == "csv") j["label"] = d.label;
+  if (d.classes > 0) j["classes"] = d.classes;
+  j["standardize"] = d.standardize;
+  j["batch_size"] = d.batch_size;
+  j["shuffle"] = d.shuffle;
+  j["normalize"] = d.normalize;
+  j["prefetch"] = d.prefetch;
+  j["gather"] = d.gather;
+  j["train_limit"] = d.train_limit;
+  j["test_limit"] = d.test_limit;
+  return j;
 }
 
 // strategy.kind, then the keys that strategy lists (strategy_rules::keys()):
@@ -539,7 +637,6 @@ nlohmann::json to_json(const job_config& c) {
   const auto& m = c.model;
   const auto& o = c.optimizer;
   const auto& s = o.schedule;
-  const auto& d = c.data;
   json j = json::object();
   j["name"] = c.name;
   j["seed"] = c.seed;
@@ -564,11 +661,7 @@ nlohmann::json to_json(const job_config& c) {
                       {"gamma", s.gamma},
                       {"decay_steps", s.decay_steps},
                       {"min_lr", s.min_lr}}}};
-  j["data"] = {{"dataset", d.dataset},       {"path", d.path},
-               {"batch_size", d.batch_size}, {"shuffle", d.shuffle},
-               {"normalize", d.normalize},   {"prefetch", d.prefetch},
-               {"gather", d.gather},         {"train_limit", d.train_limit},
-               {"test_limit", d.test_limit}};
+  j["data"] = data_to_json(c.data);
   j["strategy"] = strategy_to_json(c.strategy);
   j["devices"] = c.devices;
   j["training"] = {{"epochs", c.training.epochs},

@@ -1,5 +1,6 @@
 #include "messages/tensor.hpp"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -141,6 +142,19 @@ tensor tensor::uninitialized(shape_t shape, dtype t) {
   r.shape_ = std::move(shape);
   r.type_ = t;
   r.buf_ = allocate(r.nbytes(), false);
+  return r;
+}
+
+tensor tensor::wrap(shape_t shape, dtype t, std::shared_ptr<void> owner) {
+  tensor r;
+  r.numel_ = shape_numel(shape);
+  r.shape_ = std::move(shape);
+  r.type_ = t;
+  if (r.nbytes() == 0) return r;
+  if (!owner) throw std::invalid_argument("tensor::wrap: no memory for " + shape_string(r.shape_));
+  if (reinterpret_cast<std::uintptr_t>(owner.get()) % 64 != 0)
+    throw std::invalid_argument("tensor::wrap: memory is not 64-byte aligned");
+  r.buf_ = std::move(owner);
   return r;
 }
 

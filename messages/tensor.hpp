@@ -50,6 +50,16 @@ class tensor {
   // buffers overwritten at once (deserializers, copies).
   static tensor uninitialized(shape_t shape, dtype t = dtype::f32);
 
+  // A tensor over memory it does not own (a memory-mapped file): `owner`
+  // points at the first element and keeps the memory alive for as long as
+  // any copy of the tensor (or of its buffer) exists, so the memory cannot be
+  // released under a reader; build it with shared_ptr's aliasing constructor.
+  // The tensor is as writable as any other: map private copy-on-write memory,
+  // not read-only pages. Throws std::invalid_argument when `owner` is null
+  // for a non-empty shape or is not 64-byte aligned (the kernels' vector
+  // loads assume every buffer is).
+  static tensor wrap(shape_t shape, dtype t, std::shared_ptr<void> owner);
+
   template <class T>
   static tensor from(shape_t shape, const std::vector<T>& values) {
     tensor r(std::move(shape), dtype_of<T>());

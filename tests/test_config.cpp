@@ -63,6 +63,37 @@ const bad_case kBad[] = {
     {R"({"data": {"gather": "gpu"}})",
      R"(data.gather: expected one of "auto", "pipeline", "device", got "gpu")"},
     {R"({"data": {"train_limit": -5}})", R"(data.train_limit: expected an integer >= 0, got -5)"},
+    {R"({"data": {"format": "parquet"}})",
+     R"(data.format: expected one of "idx", "npy", "npz", "csv", got "parquet")"},
+    {R"({"data": {"format": "npy", "path": "/d", "train": {"x": "a", "y": "b"}, "test": {"x": "c", "y": "d"}}})",
+     R"(data.path: only the "idx" format reads this key (data.format is "npy"))"},
+    {R"({"data": {"train": "t.npz"}})",
+     R"(data.train: only the "npy", "npz", "csv" formats read this key (data.format is "idx"))"},
+    {R"({"data": {"format": "npy", "test": {"x": "c", "y": "d"}}})",
+     R"(data.train: missing; the npy format needs it ({"x": "x_train.npy", "y": "y_train.npy"}))"},
+    {R"({"data": {"format": "npz", "train": "a.npz"}})",
+     R"(data.test: missing; the npz format needs it ("test.npz"))"},
+    {R"({"data": {"format": "csv", "train": "a.csv", "test": "b.csv"}})",
+     R"(data.label: missing; the csv format needs it (the name of the label column))"},
+    {R"({"data": {"format": "npz", "train": "a", "test": "b", "label": "y"}})",
+     R"(data.label: only the "csv" format reads this key (data.format is "npz"))"},
+    {R"({"data": {"format": "csv", "train": "a", "test": "b", "label": "y", "x_key": "x"}})",
+     R"(data.x_key: only the "npz" format reads this key (data.format is "csv"))"},
+    {R"({"data": {"format": "npy", "train": {"x": "a"}, "test": {"x": "c", "y": "d"}}})",
+     R"(data.train.y: missing; the npy format reads the examples (x) and the labels (y) from two .npy files)"},
+    {R"({"data": {"format": "npy", "train": {"x": "a", "y": "b", "z": 1}, "test": {"x": "c", "y": "d"}}})",
+     R"(data.train.z: unknown key (expected one of: "x", "y"))"},
+    {R"({"data": {"format": "npy", "train": "a.npy", "test": {"x": "c", "y": "d"}}})",
+     R"(data.train: expected an object {"x": "x.npy", "y": "y.npy"} (the npy format), got "a.npy")"},
+    {R"({"data": {"format": "npy", "train": {"x": "", "y": "b"}, "test": {"x": "c", "y": "d"}}})",
+     R"(data.train.x: expected a non-empty string, got "")"},
+    {R"({"data": {"format": "npz", "train": {"x": "a"}, "test": "b"}})",
+     R"(data.train: expected a non-empty string, got {"x":"a"})"},
+    {R"({"data": {"format": "npz", "train": "a", "test": "b", "y_key": "x"}})",
+     R"(data.y_key: the examples and the labels must be different arrays, both are "x")"},
+    {R"({"data": {"classes": 0}})", R"(data.classes: expected an integer >= 1, got 0)"},
+    {R"({"data": {"standardize": "yes"}})",
+     R"(data.standardize: expected true or false, got "yes")"},
     {R"({"model": {"hidden": [64, 0]}})", R"(model.hidden[1]: expected an integer >= 1, got 0)"},
     {R"({"model": {"hidden": 256}})",
      R"(model.hidden: expected an array of integers >= 1, got 256)"},
@@ -382,7 +413,7 @@ TEST_CASE("config: to_json round-trips through parse_job_config") {
   CHECK(j.size() == 10);
   CHECK(j["optimizer"].size() == 11);
   CHECK(j["optimizer"]["schedule"].size() == 6);
-  CHECK(j["data"].size() == 9);
+  CHECK(j["data"].size() == 11);
   CHECK(to_json(parse_job_config(to_json(job_config{}))) == to_json(job_config{}));
 }
 
@@ -409,6 +440,40 @@ std::string load_error(const std::string& file) {
 }
 
 }  // namespace
+
+TEST_CASE("config: each data format's keys, read and written back") {
+  const char* configs[] = {
+      R"({"data": {"format": "npy", "train": {"x": "xa.npy", "y": "ya.npy"},
+                   "test": {"x": "xb.npy", "y": "yb.npy"}, "standardize": true, "classes": 3}})",
+      R"({"data": {"format": "npz", "train": "a.npz", "test": "b.npz", "x_key": "images"}})",
+      R"({"data": {"format": "csv", "train": "a.csv", "test": "b.csv", "label": "species"}})",
+      R"({"data": {"format": "idx", "path": "/d"}})",
+  };
+  for (const char* text : configs) {
+    CAPTURE(text);
+    job_config c = parse_job_config(json::parse(text));
+    json j = to_json(c);
+    CHECK(to_json(parse_job_config(j)) == j);
+  }
+  job_config npy = parse_job_config(json::parse(configs[0]));
+  CHECK(npy.data.format == "npy");
+  CHECK(npy.data.train.x == "xa.npy");
+  CHECK(npy.data.test.y == "yb.npy");
+  CHECK(npy.data.standardize);
+  CHECK(npy.data.classes == 3);
+  CHECK(to_json(npy)["data"]["train"] == json{{"x", "xa.npy"}, {"y", "ya.npy"}});
+  CHECK_FALSE(to_json(npy)["data"].contains("path"));
+  job_config npz = parse_job_config(json::parse(configs[1]));
+  CHECK(npz.data.train.file == "a.npz");
+  CHECK(npz.data.x_key == "images");
+  CHECK(npz.data.y_key == "y");
+  CHECK(to_json(npz)["data"]["x_key"] == "images");
+  job_config csv = parse_job_config(json::parse(configs[2]));
+  CHECK(csv.data.label == "species");
+  CHECK(to_json(csv)["data"]["label"] == "species");
+  CHECK_FALSE(to_json(csv)["data"].contains("x_key"));
+  CHECK(parse_job_config(json::object()).data.format == "idx");
+}
 
 TEST_CASE("config: load_job_config reports syntax errors with line and column") {
   temp_file f("{\n  \"name\": \"x\",\n  \"seed\": ,\n}\n");

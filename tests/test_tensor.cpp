@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <memory>
+
 #include "messages/tensor.hpp"
 
 using namespace troupe;
@@ -59,6 +61,35 @@ struct sys_fixture {
   }
 };
 }  // namespace
+
+TEST_CASE("tensor::wrap: external memory lives as long as any tensor over it") {
+  struct memory {
+    alignas(64) float values[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  };
+  bool freed = false;
+  auto* m = new memory;
+  std::shared_ptr<memory> owner(m, [&freed](memory* p) {
+    freed = true;
+    delete p;
+  });
+  {
+    tensor t = tensor::wrap({2, 4}, dtype::f32, std::shared_ptr<void>(owner, m->values));
+    owner.reset();
+    CHECK_FALSE(freed);
+    CHECK(t.f32() == m->values);  // no copy
+    CHECK(t == tensor::from<float>({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}));
+    tensor row = t.reshaped({8});
+    t = tensor{};
+    CHECK_FALSE(freed);  // the reshaped copy still holds it
+    CHECK(row.f32()[7] == 8);
+  }
+  CHECK(freed);
+  auto keep = std::make_shared<memory>();
+  CHECK_THROWS_AS(tensor::wrap({4}, dtype::f32, std::shared_ptr<void>(keep, keep->values + 1)),
+                  std::invalid_argument);  // not 64-byte aligned
+  CHECK_THROWS_AS(tensor::wrap({4}, dtype::f32, nullptr), std::invalid_argument);
+  CHECK(tensor::wrap({0, 4}, dtype::f32, nullptr).numel() == 0);
+}
 
 TEST_CASE("serialization: tensors travel as one raw block and round-trip exactly") {
   sys_fixture f;

@@ -17,7 +17,9 @@
 #include "checkpoint/checkpoint.hpp"
 #include "config/cluster.hpp"
 #include "config/job_config.hpp"
+#include "data/csv.hpp"
 #include "data/idx.hpp"
+#include "data/npy.hpp"
 
 namespace troupe::fuzz {
 
@@ -60,18 +62,35 @@ inline bool manifest_text(std::string_view text) {
   }
 }
 
+namespace detail {
+// The bytes as a temporary file, removed when this goes out of scope (the
+// data readers read files: they map them).
+struct temp_file {
+  std::filesystem::path path;
+  bool ok = false;
+  temp_file(std::string_view bytes, const char* ext) {
+    static std::atomic<int> counter{0};
+    path = std::filesystem::temp_directory_path() /
+           ("troupe-fuzz-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ext);
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) return;
+    ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    ok = std::fclose(f) == 0 && ok;
+  }
+  ~temp_file() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+  temp_file(const temp_file&) = delete;
+  temp_file& operator=(const temp_file&) = delete;
+};
+}  // namespace detail
+
 // An IDX file (header and data; plain or gzip), through both readers.
 inline bool idx_file(std::string_view bytes) {
-  static std::atomic<int> counter{0};
-  const auto path =
-      std::filesystem::temp_directory_path() /
-      ("troupe-fuzz-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".idx");
-  {
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    if (!f) return false;
-    std::fwrite(bytes.data(), 1, bytes.size(), f);
-    std::fclose(f);
-  }
+  detail::temp_file file(bytes, ".idx");
+  if (!file.ok) return false;
+  const auto& path = file.path;
   bool ok = true;
   for (int which = 0; which < 2; ++which) try {
       if (which == 0)
@@ -81,9 +100,50 @@ inline bool idx_file(std::string_view bytes) {
     } catch (const data::data_error&) {
       ok = false;
     }
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
   return ok;
+}
+
+// Reads every element, so that a wrong bound shows as a sanitizer report.
+inline uint64_t touch(const data::npy_array& a) {
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < a.nbytes; ++i) sum += a.data[i];
+  return sum;
+}
+
+// A .npy file.
+inline bool npy_file(std::string_view bytes) {
+  detail::temp_file file(bytes, ".npy");
+  if (!file.ok) return false;
+  try {
+    (void)touch(data::read_npy(file.path.string()));
+    return true;
+  } catch (const data::data_error&) {
+    return false;
+  }
+}
+
+// An .npz archive holding the arrays "x" and "y".
+inline bool npz_file(std::string_view bytes) {
+  detail::temp_file file(bytes, ".npz");
+  if (!file.ok) return false;
+  try {
+    for (const auto& a : data::read_npz(file.path.string(), {"x", "y"})) (void)touch(a);
+    return true;
+  } catch (const data::data_error&) {
+    return false;
+  }
+}
+
+// A CSV table with the label in column "label".
+inline bool csv_file(std::string_view bytes) {
+  detail::temp_file file(bytes, ".csv");
+  if (!file.ok) return false;
+  try {
+    (void)data::read_csv(file.path.string(), "label");
+    return true;
+  } catch (const data::data_error&) {
+    return false;
+  }
 }
 
 }  // namespace troupe::fuzz
