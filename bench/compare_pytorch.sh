@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# troupe against PyTorch on the CPU: the same MLP (784-256-256-10, He init),
-# Adam 1e-3 with the cosine schedule to 5e-5, Fashion-MNIST normalised the
-# same way, the same global batch and epochs, every setup once per round,
-# rounds alternating (round 1: every setup, round 2: every setup, ...).
+# troupe against PyTorch on the CPU: the same network (--model mlp: the MLP
+# 784-256-256-10, He init; --model cnn: the convnet of
+# examples/fashion_mnist_cnn.json), Adam 1e-3 with the cosine schedule to
+# 5e-5, Fashion-MNIST normalised the same way, the same global batch and
+# epochs, every setup once per round, rounds alternating (round 1: every
+# setup, round 2: every setup, ...).
 #
-#   bench/compare_pytorch.sh [--rounds N (3)] [--batch B (128)] [--epochs E (12)]
-#                            [--target 0.89] [--troupe PATH (build/release/troupe)]
-#                            [--raw FILE]
+#   bench/compare_pytorch.sh [--model mlp|cnn (mlp)] [--rounds N (3)] [--batch B (128)]
+#                            [--epochs E (mlp 12, cnn 8)] [--target (mlp 0.89, cnn 0.91)]
+#                            [--troupe PATH (build/release/troupe)] [--raw FILE]
 #
+# --model mlp (the default):
 # troupe setups: one_device (examples/fashion_mnist_one_device.json);
 # mirrored 2 (examples/fashion_mnist_mirrored.json, strategy.replicas = 2 on
 # cpu:0 and cpu:1: the reducer actors' ring); mirrored 2 device collectives
@@ -21,21 +24,34 @@
 # filled (pip install torch numpy) on first use; if that fails the PyTorch
 # rows are skipped ("compare_pytorch: skipped: <reason>").
 #
+# --model cnn: troupe one_device (examples/fashion_mnist_cnn.json) and
+# mirrored 2 (examples/fashion_mnist_cnn_mirrored.json, strategy.replicas = 2
+# on cpu:0 and cpu:1); PyTorch (bench/pytorch_cpu_cnn.py) on 2 threads; 2
+# threads + fused Adam; 2 threads + channels_last + fused Adam (left out,
+# with a note, where this torch cannot train a convolution in channels_last).
+# Each run's peak RSS (of its largest process: /usr/bin/time -v's "Maximum
+# resident set size", else getrusage(RUSAGE_CHILDREN) from a python wrapper)
+# goes into its JSON line ("peak_rss_mib") and a column of the table.
+#
 # Prints a markdown table (samples/s of the training steps; training seconds,
 # evaluation excluded, to the end of the first epoch whose test accuracy
-# >= target; final test accuracy) and two ratios; the raw per-run JSON lines
-# go to a file whose path is printed.
+# >= target; final test accuracy; cnn: peak RSS) and the ratios (troupe's
+# best time to target over PyTorch's best 2-thread one; cnn: also the two
+# setups' peak RSS); the raw per-run JSON lines go to a file whose path is
+# printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 batch=128 epochs=12 target=0.89 troupe=build/release/troupe raw=""
+model=mlp rounds=3 batch=128 epochs="" target="" troupe=build/release/troupe raw=""
 usage() {
-  echo "usage: bench/compare_pytorch.sh [--rounds N (3)] [--batch B (128)] [--epochs E (12)]" >&2
-  echo "         [--target 0.89] [--troupe PATH (build/release/troupe)] [--raw FILE (runs/compare_pytorch-DATE.jsonl)]" >&2
+  echo "usage: bench/compare_pytorch.sh [--model mlp|cnn (mlp)] [--rounds N (3)] [--batch B (128)]" >&2
+  echo "         [--epochs E (mlp 12, cnn 8)] [--target (mlp 0.89, cnn 0.91)]" >&2
+  echo "         [--troupe PATH (build/release/troupe)] [--raw FILE (runs/compare_pytorch-DATE.jsonl)]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
   case "$1" in
+    --model) model=${2:?}; shift 2 ;;
     --rounds) rounds=${2:?}; shift 2 ;;
     --batch) batch=${2:?}; shift 2 ;;
     --epochs) epochs=${2:?}; shift 2 ;;
@@ -46,6 +62,15 @@ while [ $# -gt 0 ]; do
     *) echo "compare_pytorch: unknown argument: $1" >&2; usage ;;
   esac
 done
+case "$model" in
+  mlp) epochs=${epochs:-12} target=${target:-0.89}
+       examples=(examples/fashion_mnist_one_device.json examples/fashion_mnist_mirrored.json)
+       pyscript=bench/pytorch_cpu_mlp.py ;;
+  cnn) epochs=${epochs:-8} target=${target:-0.91}
+       examples=(examples/fashion_mnist_cnn.json examples/fashion_mnist_cnn_mirrored.json)
+       pyscript=bench/pytorch_cpu_cnn.py ;;
+  *) echo "compare_pytorch: --model takes mlp or cnn (got '$model')" >&2; exit 2 ;;
+esac
 for v in "$rounds" "$batch" "$epochs"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "compare_pytorch: --rounds, --batch and --epochs take positive integers (got '$v')" >&2; exit 2; }
 done
@@ -55,7 +80,7 @@ if [ ! -x "$troupe" ]; then
   echo "compare_pytorch: troupe binary not found or not executable: $troupe (build it: cmake --preset release && cmake --build --preset release, or pass --troupe PATH)" >&2
   exit 1
 fi
-for f in examples/fashion_mnist_one_device.json examples/fashion_mnist_mirrored.json bench/pytorch_cpu_mlp.py; do
+for f in "${examples[@]}" "$pyscript" bench/pytorch_cpu_common.py; do
   [ -f "$f" ] || { echo "compare_pytorch: missing $f" >&2; exit 1; }
 done
 
@@ -69,11 +94,58 @@ fi
 mkdir -p "$(dirname "$raw")"
 : > "$raw"
 
+# --- peak RSS (cnn) -------------------------------------------------------------
+# measure FILE CMD...: runs CMD, writes its peak RSS to FILE as GNU time -v
+# does ("Maximum resident set size (kbytes): N"), returns CMD's status.
+rss_tool=""
+if [ "$model" = cnn ]; then
+  if [ -x /usr/bin/time ] && /usr/bin/time -v -o "$work/time-check" true 2> /dev/null &&
+     grep -q 'Maximum resident set size' "$work/time-check"; then
+    rss_tool="/usr/bin/time -v"
+  else
+    rss_tool="getrusage"
+  fi
+fi
+measure() {
+  local f=$1; shift
+  if [ "$rss_tool" = "/usr/bin/time -v" ]; then
+    /usr/bin/time -v -o "$f" "$@"
+  else
+    python3 -c 'import resource, subprocess, sys
+try:
+    rc = subprocess.call(sys.argv[2:])
+except OSError as e:
+    print(f"measure: {sys.argv[2]}: {e}", file=sys.stderr)
+    rc = 127
+kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
+with open(sys.argv[1], "w") as f:
+    f.write(f"Maximum resident set size (kbytes): {kb}\n")
+sys.exit(rc if rc >= 0 else 128 - rc)' "$f" "$@"
+  fi
+}
+# The peak RSS in MiB from a measure file ("null" when it has none).
+peak_rss_mib() {
+  local kb
+  kb=$(sed -n 's/.*Maximum resident set size (kbytes): *\([0-9][0-9]*\).*/\1/p' "$1" 2> /dev/null | tail -n 1)
+  if [ -n "$kb" ]; then
+    python3 -c 'import sys; print(round(int(sys.argv[1]) / 1024, 1))' "$kb"
+  else
+    echo null
+  fi
+}
+# run_measured FILE CMD...: CMD, under measure in cnn mode.
+run_measured() {
+  local f=$1; shift
+  rm -f "$f"
+  if [ -n "$rss_tool" ]; then measure "$f" "$@"; else "$@"; fi
+}
+
 # --- PyTorch: a private venv, never the system python ----------------------
 venv=${TROUPE_BENCH_VENV:-$HOME/.cache/troupe-bench-venv}
 torch_ok=0 skip_reason=""
 # numpy and torch without the OpenBLAS tuning the environment sets for troupe.
-pyenv() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
+pyenv_cmd=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)  # a command, for measure to run too
+pyenv() { "${pyenv_cmd[@]}" "$@"; }
 setup_venv() {
   if [ ! -x "$venv/bin/python" ]; then
     echo "compare_pytorch: creating the venv $venv" >&2
@@ -101,12 +173,17 @@ else
 fi
 
 # --- troupe configs ----------------------------------------------------------
-python3 - "$work" "$batch" "$epochs" <<'PY'
+python3 - "$work" "$batch" "$epochs" "$model" <<'PY'
 import json, sys
-work, batch, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for name, src, replicas in (("one_device", "examples/fashion_mnist_one_device.json", None),
-                            ("mirrored2", "examples/fashion_mnist_mirrored.json", 2),
-                            ("mirrored2dc", "examples/fashion_mnist_mirrored.json", 2)):
+work, batch, epochs, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if model == "cnn":
+    setups = (("one_device", "examples/fashion_mnist_cnn.json", None),
+              ("mirrored2", "examples/fashion_mnist_cnn_mirrored.json", 2))
+else:
+    setups = (("one_device", "examples/fashion_mnist_one_device.json", None),
+              ("mirrored2", "examples/fashion_mnist_mirrored.json", 2),
+              ("mirrored2dc", "examples/fashion_mnist_mirrored.json", 2))
+for name, src, replicas in setups:
     j = json.load(open(src))
     j["data"]["batch_size"] = batch
     j["training"]["epochs"] = epochs
@@ -123,17 +200,18 @@ PY
 
 failures=0
 run_troupe() {  # setup-label config-name round
-  local out="$work/run-$2" log="$work/troupe-$2.log"
+  local out="$work/run-$2" log="$work/troupe-$2.log" rss="$work/rss-troupe-$2" mib=""
   rm -rf "$out"
-  if ! "$troupe" run "$work/$2.json" --output "$out" --overwrite --quiet > "$log" 2>&1; then
+  if ! run_measured "$rss" "$troupe" run "$work/$2.json" --output "$out" --overwrite --quiet > "$log" 2>&1; then
     echo "compare_pytorch: troupe run failed ($1, round $3):" >&2
     tail -n 5 "$log" >&2
     failures=$((failures + 1))
     return 0
   fi
-  python3 - "$out" "$1" "$batch" "$epochs" "$target" "$3" <<'PY' >> "$raw"
+  [ -z "$rss_tool" ] || mib=$(peak_rss_mib "$rss")
+  python3 - "$out" "$1" "$batch" "$epochs" "$target" "$3" "$mib" <<'PY' >> "$raw"
 import json, sys
-out, setup, batch, epochs, target, rnd = sys.argv[1:]
+out, setup, batch, epochs, target, rnd, mib = sys.argv[1:]
 s = json.load(open(f"{out}/summary.json"))
 accs, stt, eat = [], None, None
 for line in open(f"{out}/metrics.jsonl"):
@@ -146,35 +224,58 @@ for line in open(f"{out}/metrics.jsonl"):
     accs.append(round(m["test_accuracy"], 4))
     if stt is None and m["test_accuracy"] >= float(target):
         stt, eat = round(m["elapsed_seconds"], 3), len(accs)
-print(json.dumps({"system": "troupe", "setup": setup, "round": int(rnd), "batch": int(batch),
-                  "epochs": int(epochs), "target": float(target),
-                  "samples_per_second": round(s["samples_per_second"]),
-                  "seconds_to_target": stt, "epoch_at_target": eat,
-                  "final_test_accuracy": round(s["test_accuracy"], 4),
-                  "train_seconds": s.get("train_seconds"), "wall_seconds": s.get("wall_seconds"),
-                  "test_accuracy_by_epoch": accs}))
+j = {"system": "troupe", "setup": setup, "round": int(rnd), "batch": int(batch),
+     "epochs": int(epochs), "target": float(target),
+     "samples_per_second": round(s["samples_per_second"]),
+     "seconds_to_target": stt, "epoch_at_target": eat,
+     "final_test_accuracy": round(s["test_accuracy"], 4),
+     "train_seconds": s.get("train_seconds"), "wall_seconds": s.get("wall_seconds"),
+     "test_accuracy_by_epoch": accs}
+if mib:  # cnn: the run's peak RSS (null: not measured)
+    j["peak_rss_mib"] = json.loads(mib)
+print(json.dumps(j))
 PY
   rm -rf "$out"
 }
 
-run_pytorch() {  # round, then the arguments of pytorch_cpu_mlp.py
+run_pytorch() {  # round, then the arguments of $pyscript (pytorch_cpu_mlp.py or _cnn.py)
   local rnd=$1; shift
-  local log="$work/pytorch.log" line
-  if ! pyenv "$venv/bin/python" bench/pytorch_cpu_mlp.py --batch "$batch" --epochs "$epochs" \
+  local log="$work/pytorch.log" rss="$work/rss-pytorch" mib="" line
+  if ! run_measured "$rss" "${pyenv_cmd[@]}" "$venv/bin/python" "$pyscript" --batch "$batch" --epochs "$epochs" \
        --target "$target" "$@" > "$log" 2>&1; then
     echo "compare_pytorch: PyTorch run failed ($*, round $rnd):" >&2
     tail -n 5 "$log" >&2
     failures=$((failures + 1))
     return 0
   fi
+  [ -z "$rss_tool" ] || mib=$(peak_rss_mib "$rss")
   line=$(grep '^{' "$log" | tail -n 1)
-  python3 -c 'import json, sys; j = json.loads(sys.argv[1]); j["round"] = int(sys.argv[2]); print(json.dumps(j))' \
-    "$line" "$rnd" >> "$raw"
+  python3 -c 'import json, sys
+j = json.loads(sys.argv[1]); j["round"] = int(sys.argv[2])
+if sys.argv[3]:
+    j["peak_rss_mib"] = json.loads(sys.argv[3])
+print(json.dumps(j))' "$line" "$rnd" "$mib" >> "$raw"
 }
 
-setups=("troupe one_device" "troupe mirrored 2" "troupe mirrored 2 device collectives")
-if [ "$torch_ok" = 1 ]; then
-  setups+=("pytorch 1" "pytorch 2" "pytorch 2 fused" "pytorch ddp 2")
+if [ "$model" = cnn ]; then
+  setups=("troupe one_device" "troupe mirrored 2")
+  if [ "$torch_ok" = 1 ]; then
+    setups+=("pytorch 2" "pytorch 2 fused")
+    # channels_last only where this torch trains a convolution in it.
+    if cl_err=$(pyenv "$venv/bin/python" -c 'import torch
+m = torch.nn.Conv2d(1, 4, 3, padding=1).to(memory_format=torch.channels_last)
+x = torch.randn(2, 1, 8, 8).contiguous(memory_format=torch.channels_last)
+m(x).sum().backward()' 2>&1); then
+      setups+=("pytorch 2 channels_last fused")
+    else
+      echo "compare_pytorch: pytorch 2 threads + channels_last left out: $(printf '%s\n' "$cl_err" | tail -n 1)" >&2
+    fi
+  fi
+else
+  setups=("troupe one_device" "troupe mirrored 2" "troupe mirrored 2 device collectives")
+  if [ "$torch_ok" = 1 ]; then
+    setups+=("pytorch 1" "pytorch 2" "pytorch 2 fused" "pytorch ddp 2")
+  fi
 fi
 for ((r = 1; r <= rounds; r++)); do
   for s in "${setups[@]}"; do
@@ -188,15 +289,17 @@ for ((r = 1; r <= rounds; r++)); do
       "pytorch 2") run_pytorch "$r" --threads 2 ;;
       "pytorch 2 fused") run_pytorch "$r" --threads 2 --fused ;;
       "pytorch ddp 2") run_pytorch "$r" --ddp 2 ;;
+      "pytorch 2 channels_last fused") run_pytorch "$r" --threads 2 --channels-last --fused ;;
     esac
   done
 done
 
 # --- the table -----------------------------------------------------------------
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
-python3 - "$raw" "${cpu:-unknown CPU}" "$(nproc)" "$(date '+%Y-%m-%d %H:%M')" "$rounds" "$batch" "$epochs" "$target" "$skip_reason" <<'PY'
+python3 - "$raw" "${cpu:-unknown CPU}" "$(nproc)" "$(date '+%Y-%m-%d %H:%M')" "$rounds" "$batch" "$epochs" "$target" "$skip_reason" "$model" "$rss_tool" <<'PY'
 import json, statistics, sys
-raw, cpu, cores, date, rounds, batch, epochs, target, skipped = sys.argv[1:]
+raw, cpu, cores, date, rounds, batch, epochs, target, skipped, model, rss_tool = sys.argv[1:]
+cnn = model == "cnn"
 runs = [json.loads(l) for l in open(raw) if l.strip()]
 order = []
 for r in runs:
@@ -213,11 +316,18 @@ k = lambda v: f"{v / 1000:.1f}k"
 s2 = lambda v: f"{v:.2f}"
 print(f"### {cpu}, {cores} cores, {date}")
 print()
-print(f"`bench/compare_pytorch.sh --rounds {rounds} --batch {batch} --epochs {epochs} --target {target}`"
+print(f"`bench/compare_pytorch.sh{' --model cnn' if cnn else ''} --rounds {rounds} --batch {batch} --epochs {epochs} --target {target}`"
       f" (batch {batch}, {epochs} epochs, {rounds} round{'s' if rounds != '1' else ''}, setups alternated)")
 print()
-print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | final test accuracy (median) |")
-print("| --- | --- | --- | --- |")
+if cnn:
+    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | final test accuracy (median)"
+          " | peak RSS MiB (median, min–max) |")
+    print("| --- | --- | --- | --- | --- |")
+else:
+    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | final test accuracy (median) |")
+    print("| --- | --- | --- | --- |")
+mib = lambda v: f"{v:.0f}"
+rss = {}
 stats = {}
 for system, setup in order:
     rs = [r for r in runs if (r["system"], r["setup"]) == (system, setup)]
@@ -228,7 +338,12 @@ for system, setup in order:
     if tt and len(tt) < len(rs):
         t_cell += f"; not reached in {len(rs) - len(tt)} of {len(rs)}"
     stats[(system, setup)] = (statistics.median(sps), statistics.median(tt) if tt else None)
-    print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {statistics.median(acc):.4f} |")
+    if cnn:
+        rss[(system, setup)] = [r.get("peak_rss_mib") for r in rs]
+        mm = [v for v in rss[(system, setup)] if v is not None]
+        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {statistics.median(acc):.4f} | {rng(mm, mib)} |")
+    else:
+        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {statistics.median(acc):.4f} |")
 print()
 if skipped:
     print(f"PyTorch skipped: {skipped}")
@@ -240,7 +355,24 @@ def best(system, pred):
 # Every troupe setup runs on the machine's cores; PyTorch's 1-thread setup is left out.
 tb = best("troupe", lambda s: True)
 pb = best("pytorch", lambda s: not s.startswith("1 thread"))
-if tb and pb:
+if cnn:
+    # Every PyTorch convnet setup runs on 2 threads.
+    line = "troupe best time to target / PyTorch best 2-thread time to target = "
+    if tb and pb:
+        r = tb[0] / pb[0]
+        print(f"{line}{r:.2f} (troupe {tb[1]} {tb[0]:.2f} s / PyTorch {pb[1]} {pb[0]:.2f} s;"
+              f" the issue's target: <= 0.7, {'met' if r <= 0.7 else 'not met'})")
+    else:
+        print(f"{line}n/a ({'no troupe setup' if not tb else 'no PyTorch 2-thread setup'} reached {target})")
+    med = lambda key: statistics.median([v for v in rss.get(key, []) if v is not None] or [float("nan")])
+    if tb and pb:
+        a, b = med(("troupe", tb[1])), med(("pytorch", pb[1]))
+        print(f"peak RSS, troupe {tb[1]} / PyTorch {pb[1]} (the two setups above, medians) = "
+              + (f"{a / b:.2f} ({a:.0f} MiB / {b:.0f} MiB)" if a == a and b == b else "n/a (not measured)"))
+    print(f"peak RSS of each run, MiB, round 1 to {rounds} ({rss_tool}; the largest process of the run):")
+    for (system, setup), vs in rss.items():
+        print(f"- {system} {setup}: " + ", ".join("–" if v is None else f"{v:.0f}" for v in vs))
+elif tb and pb:
     print(f"troupe best 2-core time to target / PyTorch best 2-core time to target = {tb[0] / pb[0]:.2f}"
           f" (troupe {tb[1]} {tb[0]:.2f} s / PyTorch {pb[1]} {pb[0]:.2f} s)")
 else:
