@@ -26,7 +26,8 @@
 #
 # --model cnn: troupe one_device (examples/fashion_mnist_cnn.json) and
 # mirrored 2 (examples/fashion_mnist_cnn_mirrored.json, strategy.replicas = 2
-# on cpu:0 and cpu:1); PyTorch (bench/pytorch_cpu_cnn.py) on 2 threads; 2
+# on cpu:0 and cpu:1), each with data.batch_size = B and training.epochs =
+# E; PyTorch (bench/pytorch_cpu_cnn.py, the same venv) on 2 threads; 2
 # threads + fused Adam; 2 threads + channels_last + fused Adam (left out,
 # with a note, where this torch cannot train a convolution in channels_last).
 # Each run's peak RSS (of its largest process: /usr/bin/time -v's "Maximum
