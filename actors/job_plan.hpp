@@ -34,6 +34,11 @@ struct job_plan {
   std::string checkpoint_dir;
   std::shared_ptr<const data::dataset> train;
   std::shared_ptr<const data::dataset> test;
+  // data.standardize: the per-feature statistics the data was standardised
+  // with (saved with every checkpoint, as state "data/feature_mean" and
+  // "data/feature_std": a model serving new inputs needs them). Empty when
+  // not asked.
+  std::vector<float> feature_mean, feature_std;
   // Updates per epoch (0: the strategy has no epochs) and in the whole job.
   int64_t steps_per_epoch = 0;
   int64_t total_steps = 0;

@@ -46,6 +46,11 @@ std::string save_job_checkpoint(const job_plan& p, int64_t step, model_state& ms
   snap.variables = std::move(ms.variables);
   snap.slots = std::move(ms.slots);
   snap.state = std::move(ms.buffers);  // the model's buffers (running statistics)
+  if (!p.feature_mean.empty()) {
+    const auto n = static_cast<int64_t>(p.feature_mean.size());
+    snap.state.push_back({"data/feature_mean", tensor::from<float>({n}, p.feature_mean)});
+    snap.state.push_back({"data/feature_std", tensor::from<float>({n}, p.feature_std)});
+  }
   auto path = checkpoint::save(p.checkpoint_dir, snap, p.config.checkpoint.keep);
   spdlog::info("checkpoint saved: {} (step {})", path, step);
   return path;

@@ -24,7 +24,25 @@ namespace troupe {
 namespace {
 // What a model reads of the data: one example's shape and the labels.
 model_shape model_shape_of(const data::dataset& d) {
-  return {d.features(), d.classes};
+  return {d.features(), d.classes, d.example_shape, d.targets()};
+}
+
+// The labels as the model's loss reads them: class labels for softmax
+// cross-entropy (every model but a "layers" one with another loss); float
+// targets for mse and binary cross-entropy (class labels become the class
+// index, or one output per class when there are more than two).
+void labels_for_loss(data::train_test& tt, const model_config& m) {
+  const bool classes = m.layers.is_null() || m.loss == "softmax_cross_entropy";
+  try {
+    if (classes && tt.train.float_targets()) data::convert_labels(tt, data::label_kind::classes);
+    if (!classes && !tt.train.float_targets())
+      data::convert_labels(tt, m.loss == "binary_cross_entropy" && tt.train.classes > 2
+                                   ? data::label_kind::one_hot
+                                   : data::label_kind::targets);
+  } catch (const data::data_error& e) {
+    throw job_error(std::string("data: ") + e.what() + " (model.loss is " + m.loss +
+                    (classes ? ", which needs integer class labels)" : ")"));
+  }
 }
 
 }  // namespace
@@ -80,12 +98,7 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
                  tt.test.size(), data::data_source(c.data),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (tt.train.size() == 0) throw job_error("data: the training set is empty");
-    // The models train classifiers (softmax cross-entropy over class labels).
-    if (tt.train.float_targets())
-      throw job_error("data: the labels are float targets ([N, " +
-                      std::to_string(tt.train.targets()) +
-                      "]); the models train classifiers on integer class labels (store y with "
-                      "an integer dtype, or CSV labels that are whole numbers or names)");
+    labels_for_loss(tt, c.model);
     try {  // refused here, before any replica allocates it
       check_model_size(c.model, tt.train.features(), tt.train.classes);
     } catch (const std::invalid_argument& e) {
@@ -95,6 +108,8 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
     if (!c.model.layers.is_null()) check_layer_model(c.model, model_shape_of(tt.train));
     plan->train = std::make_shared<const data::dataset>(std::move(tt.train));
     plan->test = std::make_shared<const data::dataset>(std::move(tt.test));
+    plan->feature_mean = std::move(tt.feature_mean);
+    plan->feature_std = std::move(tt.feature_std);
     plan->steps_per_epoch = plan->strat->updates_per_epoch(c, plan->train->size());
     int64_t all_epochs = 0;
     const bool overflow =
@@ -124,7 +139,7 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
 shard_set plan_shards(const job_plan& plan) {
   const auto& c = plan.config;
   if (!plan.strat->has_variable_shards()) return {};
-  auto net = create_model(c.model, {plan.train->features(), plan.train->classes}, c.seed);
+  auto net = create_model(c.model, model_shape_of(*plan.train), c.seed);
   std::vector<variable_desc> descs;
   for (const auto& v : net->variables()) descs.push_back({v.name, v.value.shape(), v.value.type()});
   shard_set out;
@@ -143,7 +158,7 @@ void spawn_shards(caf::actor_system& sys, const job_plan& plan, const std::vecto
   const auto& c = plan.config;
   // The model's initial variables (the same seed as every other strategy),
   // split over the shards.
-  auto net = create_model(c.model, {plan.train->features(), plan.train->classes}, c.seed);
+  auto net = create_model(c.model, model_shape_of(*plan.train), c.seed);
   auto pieces = split_for_shards(net->variables(), set.place, c.strategy.shards);
   for (int64_t s : indices) {
     auto sc = plan.strat->shard_config(c, plan.total_steps);
