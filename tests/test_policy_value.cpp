@@ -96,6 +96,52 @@ TEST_CASE("policy_value_mlp: variables, shapes, and backward against finite diff
   }
 }
 
+TEST_CASE("policy_value_layers: a layer torso, its heads, backward against finite differences") {
+  model_config c;
+  c.kind = "policy_value_layers";
+  c.layers = nlohmann::json::parse(R"([{"type": "dense", "units": 8}, {"type": "layer_norm"},
+                                       {"type": "gelu"}, {"type": "dense", "units": 6},
+                                       {"type": "tanh"}])");
+  const int64_t obs_n = 4, actions = 3, b = 5;
+  auto m = create_policy_value_model(c, obs_n, actions, 7);
+  auto& vars = m->variables();
+  REQUIRE(vars.size() == 10);
+  CHECK(vars[0].name == "dense_0/kernel");
+  CHECK(vars[2].name == "layer_norm_0/gamma");
+  CHECK(vars[6].name == "policy/kernel");
+  CHECK(vars[6].value.shape() == shape_t{6, 3});
+  CHECK(vars[8].value.shape() == shape_t{6, 1});
+  auto obs = random_floats(static_cast<std::size_t>(b * obs_n), 1, 1.0);
+  auto dl = random_floats(static_cast<std::size_t>(b * actions), 2, 1.0);
+  auto dv = random_floats(static_cast<std::size_t>(b), 3, 1.0);
+  std::vector<float> logits(static_cast<std::size_t>(b * actions)), values(b);
+  m->forward(obs.data(), b, logits.data(), values.data());
+  auto grads = m->make_gradients();
+  m->backward(obs.data(), b, dl.data(), dv.data(), grads);
+  for (std::size_t v = 0; v < vars.size(); ++v) {
+    float* w = vars[v].value.f32();
+    for (int64_t i = 0; i < vars[v].value.numel(); i += 3) {
+      CAPTURE(vars[v].name);
+      CAPTURE(i);
+      const float keep = w[i];
+      w[i] = keep + 1e-2f;
+      const double up = probe(*m, obs, b, actions, dl, dv);
+      w[i] = keep - 1e-2f;
+      const double down = probe(*m, obs, b, actions, dl, dv);
+      w[i] = keep;
+      CHECK(grads[v].value.f32()[i] ==
+            doctest::Approx((up - down) / 2e-2).epsilon(2e-2).scale(1e-2));
+    }
+  }
+  // A torso that does not end in a vector, or keeps statistics, is refused.
+  c.layers = nlohmann::json::parse(R"([{"type": "reshape", "shape": [2, 2]}])");
+  CHECK_THROWS_WITH(create_policy_value_model(c, obs_n, actions, 7),
+                    "model.layers: the torso must end in a [features] vector (flatten), got [2,2]");
+  c.layers = nlohmann::json::parse(R"([{"type": "dense", "units": 4}, {"type": "batch_norm"}])");
+  CHECK_THROWS_WITH(create_policy_value_model(c, obs_n, actions, 7),
+                    doctest::Contains("batch_norm has no place in an actor/learner torso"));
+}
+
 TEST_CASE("IMPALA loss: terms by hand, gradients against finite differences") {
   const int64_t n = 4, a = 3;
   auto logits = random_floats(static_cast<std::size_t>(n * a), 5, 2.0);
