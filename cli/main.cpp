@@ -20,6 +20,7 @@
 #include "kernels/cpu_isa.hpp"
 #include "runtime/job.hpp"
 #include "runtime/node.hpp"
+#include "runtime/topology.hpp"
 
 namespace {
 
@@ -241,12 +242,16 @@ int cmd_validate(const std::vector<std::string>& args) {
   if (args.size() != 1) return bad_usage("validate takes one config file");
   try {
     auto cfg = troupe::load_job_config(args[0]);
+    troupe::check_model_against_data(cfg);  // layers: their shapes against the data
     std::cout << troupe::to_json(cfg).dump(2) << "\n";
     std::cerr << args[0] << ": valid\n";
     return 0;
   } catch (const troupe::config_error& e) {
     std::cerr << "troupe: " << (e.path().empty() ? "" : args[0] + ": ") << e.what() << "\n";
     return 2;
+  } catch (const troupe::job_error& e) {
+    std::cerr << "troupe: " << args[0] << ": " << e.what() << "\n";
+    return 1;
   }
 }
 

@@ -136,6 +136,19 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
   return plan;
 }
 
+void check_model_against_data(const job_config& c) {
+  auto strat = find_strategy(c.strategy.kind);
+  if (c.model.layers.is_null() || !strat || !strat->trains_classifier()) return;
+  data::train_test tt;
+  try {
+    tt = data::load_data(c.data);
+  } catch (const data::data_error& e) {
+    throw job_error(std::string("data: ") + e.what());
+  }
+  labels_for_loss(tt, c.model);
+  check_layer_model(c.model, model_shape_of(tt.train));
+}
+
 shard_set plan_shards(const job_plan& plan) {
   const auto& c = plan.config;
   if (!plan.strat->has_variable_shards()) return {};

@@ -33,6 +33,13 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
 // names, with no actors yet. Empty for a strategy without shards.
 shard_set plan_shards(const job_plan& plan);
 
+// For `troupe validate`: a model of layers against the data it would train
+// on (read as a job would: the example's shape, the labels its loss needs).
+// Throws config_error naming the JSON path of a layer or a loss that does
+// not fit, job_error for data that cannot be read; nothing for other models
+// or strategies that train from environments.
+void check_model_against_data(const job_config& c);
+
 // Spawns the variable shards with the given indices into `set.actors` (in the
 // order of `indices`).
 void spawn_shards(caf::actor_system& sys, const job_plan& plan, const std::vector<int64_t>& indices,
