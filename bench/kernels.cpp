@@ -305,7 +305,8 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
 
   // The convnet's other layers on the first convolution's output
   // (128x32x28x28, 12.8 MB): batch norm in training (sums, statistics,
-  // normalise; backward sums and backward), relu, max pooling 2x2.
+  // normalise; backward sums and backward), relu, max pooling 2x2; and its
+  // dropout on the flattened features.
   {
     const int64_t n = 128, c = 32, hw = 28 * 28;
     const std::size_t total = static_cast<std::size_t>(n * c * hw);
@@ -318,6 +319,8 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
     pool.kernel_h = pool.kernel_w = pool.stride_h = pool.stride_w = 2;
     std::vector<unsigned char> ws(kernels::cpu::pool2d_workspace_bytes(pool));
     std::vector<float> pooled(total / 4), dpooled(total / 4, 0.2f);
+    std::vector<int64_t> ids(static_cast<std::size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = i;
     struct layer_case {
       const char* name;
       std::function<void()> run;
@@ -346,6 +349,8 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
            kernels::cpu::unary_backward(kernels::unary_op::relu, 0, x.data(), y.data(), dy.data(),
                                         dx.data(), total);
          }},
+        {"dropout 0.25 on 128x3136 (flattened)",
+         [&] { kernels::cpu::dropout(x.data(), y.data(), n, 3136, 0.25f, 42, ids.data()); }},
         {"max pool 2x2 forward + backward",
          [&] {
            kernels::cpu::pool2d_forward(pool, x.data(), pooled.data(), ws.data());

@@ -421,6 +421,11 @@ struct thread_layers {
   scratch_arena arena;
   std::map<conv_key, conv_entry> convs;
   std::map<pool_key, pool_entry> pools;
+  // oneDNN sizes a primitive's thread team when it is made: the thread's
+  // OpenMP team must be held to one (onednn.cpp's thread state) before the
+  // first is, or a device thread whose first oneDNN call is a convolution
+  // runs it on two threads, spinning against the other device's.
+  thread_layers() { (void)onednn::detail::thread_stream(); }
 };
 
 thread_layers& layers() {
@@ -515,6 +520,26 @@ TROUPE_AVX512 void bn_backward_sums_avx512(const float* x, const float* dy, cons
                                            const float* invstd, int64_t batch, int64_t channels,
                                            int64_t spatial, float* sums) {
   bn_backward_sums(x, dy, mean, invstd, batch, channels, spatial, sums);
+}
+
+// The dropout hash is two 64-bit mixes per element: scalar below AVX-512
+// (no 64-bit vector multiply; AVX2 measured no faster), vectorised with
+// AVX-512DQ: 128x3136 (the convnet's dropout) 0.12 ms against 2.0.
+__attribute__((always_inline)) inline void dropout_rows(const float* x, float* y, int64_t rows,
+                                                        int64_t cols, float rate, uint64_t seed,
+                                                        const int64_t* ids) {
+  const float scale = 1.0f / (1.0f - rate);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + sz(r) * sz(cols);
+    float* yr = y + sz(r) * sz(cols);
+    const int64_t id = ids[r];
+    for (int64_t j = 0; j < cols; ++j)
+      yr[j] = dropout_keep(seed, id, j, rate) ? xr[j] * scale : 0.0f;
+  }
+}
+TROUPE_AVX512 void dropout_avx512(const float* x, float* y, int64_t rows, int64_t cols, float rate,
+                                  uint64_t seed, const int64_t* ids) {
+  dropout_rows(x, y, rows, cols, rate, seed, ids);
 }
 
 }  // namespace
@@ -802,14 +827,10 @@ void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate, u
     if (y != x) std::memmove(y, x, sz(rows) * n * sizeof(float));
     return;
   }
-  const float scale = 1.0f / (1.0f - rate);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + sz(r) * n;
-    float* yr = y + sz(r) * n;
-    const int64_t id = ids[r];
-    for (int64_t j = 0; j < cols; ++j)
-      yr[j] = dropout_keep(seed, id, j, rate) ? xr[j] * scale : 0.0f;
-  }
+  if (active_isa() == cpu_isa::avx512)
+    dropout_avx512(x, y, rows, cols, rate, seed, ids);
+  else
+    dropout_rows(x, y, rows, cols, rate, seed, ids);
 }
 
 void embedding_forward(const float* ids, const float* table, float* out, int64_t rows, int64_t len,

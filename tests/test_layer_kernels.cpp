@@ -666,6 +666,58 @@ TEST_CASE(
             .epsilon(1e-5));
 }
 
+TEST_CASE("batch norm synced over two replicas (their sums added) equals one device on the batch") {
+  const int64_t batch = 6, ch = 3, sp = 5, half = 3;
+  const std::size_t per = static_cast<std::size_t>(ch * sp);
+  const std::size_t total = static_cast<std::size_t>(batch) * per;
+  const float eps = 1e-5f;
+  const auto x = random_floats(total, 170, -1.0f, 2.0f);
+  const auto dy = random_floats(total, 171);
+  const auto gamma = random_floats(ch, 172, 0.5f, 1.5f);
+  const auto beta = random_floats(ch, 173);
+  const double count = double(batch * sp);
+
+  fvec sums(2 * ch), mean(ch), invstd(ch), y(total), bsums(2 * ch), dx(total);
+  fvec rm(ch, 0.0f), rv(ch, 1.0f);
+  cpu::batch_norm_sums(x.data(), batch, ch, sp, sums.data());
+  cpu::batch_norm_statistics(sums.data(), ch, count, eps, 0.1f, mean.data(), invstd.data(),
+                             rm.data(), rv.data());
+  cpu::batch_norm_forward(x.data(), mean.data(), invstd.data(), gamma.data(), beta.data(), y.data(),
+                          batch, ch, sp);
+  cpu::batch_norm_backward_sums(x.data(), dy.data(), mean.data(), invstd.data(), batch, ch, sp,
+                                bsums.data());
+  cpu::batch_norm_backward(x.data(), dy.data(), mean.data(), invstd.data(), gamma.data(),
+                           bsums.data(), count, dx.data(), batch, ch, sp);
+
+  // Two replicas of three examples: local sums, all-reduced (added), then
+  // each normalises its own rows with the group's statistics.
+  fvec s0(2 * ch), s1(2 * ch), m2(ch), i2(ch), y2(total), b0(2 * ch), b1(2 * ch), dx2(total);
+  fvec rm2(ch, 0.0f), rv2(ch, 1.0f);
+  cpu::batch_norm_sums(x.data(), half, ch, sp, s0.data());
+  cpu::batch_norm_sums(x.data() + half * per, half, ch, sp, s1.data());
+  for (int64_t c = 0; c < 2 * ch; ++c) s0[c] += s1[c];
+  cpu::batch_norm_statistics(s0.data(), ch, count, eps, 0.1f, m2.data(), i2.data(), rm2.data(),
+                             rv2.data());
+  for (int64_t r = 0; r < 2; ++r) {
+    const std::size_t off = static_cast<std::size_t>(r * half) * per;
+    cpu::batch_norm_forward(x.data() + off, m2.data(), i2.data(), gamma.data(), beta.data(),
+                            y2.data() + off, half, ch, sp);
+  }
+  cpu::batch_norm_backward_sums(x.data(), dy.data(), m2.data(), i2.data(), half, ch, sp, b0.data());
+  cpu::batch_norm_backward_sums(x.data() + half * per, dy.data() + half * per, m2.data(), i2.data(),
+                                half, ch, sp, b1.data());
+  for (int64_t c = 0; c < 2 * ch; ++c) b0[c] += b1[c];
+  for (int64_t r = 0; r < 2; ++r) {
+    const std::size_t off = static_cast<std::size_t>(r * half) * per;
+    cpu::batch_norm_backward(x.data() + off, dy.data() + off, m2.data(), i2.data(), gamma.data(),
+                             b0.data(), count, dx2.data() + off, half, ch, sp);
+  }
+  check_near(y2, dvec(y.begin(), y.end()), 1e-6, "synced forward");
+  check_near(dx2, dvec(dx.begin(), dx.end()), 1e-5, "synced dx");
+  check_near(b0, dvec(bsums.begin(), bsums.end()), 1e-5, "synced gamma and beta gradients");
+  check_near(rv2, dvec(rv.begin(), rv.end()), 1e-6, "synced running variance");
+}
+
 TEST_CASE("layer norm: forward and backward against a naive double reference; accumulate") {
   const int64_t rows = 4, cols = 11;
   const std::size_t total = static_cast<std::size_t>(rows * cols);
