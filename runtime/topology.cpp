@@ -80,12 +80,13 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
                  tt.test.size(), data::data_source(c.data),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (tt.train.size() == 0) throw job_error("data: the training set is empty");
-    // The models train classifiers (softmax cross-entropy over class labels).
-    if (tt.train.float_targets())
+    // Softmax cross-entropy compares with class labels: float targets would
+    // fail at the first step, far from their cause.
+    if (tt.train.float_targets() && c.model.loss == "softmax_cross_entropy")
       throw job_error("data: the labels are float targets ([N, " +
                       std::to_string(tt.train.targets()) +
-                      "]); the models train classifiers on integer class labels (store y with "
-                      "an integer dtype, or CSV labels that are whole numbers or names)");
+                      "]); model.loss softmax_cross_entropy needs integer class labels (store y "
+                      "with an integer dtype, or CSV labels that are whole numbers or names)");
     try {  // refused here, before any replica allocates it
       check_model_size(c.model, tt.train.features(), tt.train.classes);
     } catch (const std::invalid_argument& e) {

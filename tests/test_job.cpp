@@ -147,7 +147,7 @@ TEST_CASE("a job reads npz, npy and csv data (data.format)") {
   }
   CHECK(run_job(csv)["test_accuracy"].get<double>() > 0.9);
 
-  // Float targets: the classifiers refuse them by name.
+  // Float targets: softmax cross-entropy (the default loss) refuses them by name.
   std::vector<float> targets(500, 1.0f);
   data::write_file(npy.data.train.y, data::npy_bytes(data::npy_dtype::f4, {500}, targets.data(),
                                                      targets.size() * sizeof(float)));
@@ -158,7 +158,8 @@ TEST_CASE("a job reads npz, npy and csv data (data.format)") {
     FAIL("expected a job_error");
   } catch (const std::exception& e) {
     CHECK(std::string(e.what()).starts_with(
-        "data: the labels are float targets ([N, 1]); the models train classifiers"));
+        "data: the labels are float targets ([N, 1]); model.loss softmax_cross_entropy needs "
+        "integer class labels"));
   }
 }
 
