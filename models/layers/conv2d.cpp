@@ -65,16 +65,9 @@ std::unique_ptr<layer> build_conv2d(const json& spec, const std::string& path, c
   s.in_h = in[1];
   s.in_w = in[2];
   s.out_channels = filters;
-  s.kernel_h = kernel.h;
-  s.kernel_w = kernel.w;
-  s.stride_h = stride.h;
-  s.stride_w = stride.w;
+  set_window(s, kernel, stride, pad);
   s.dilation_h = dilation.h;
   s.dilation_w = dilation.w;
-  s.pad_top = pad.top;
-  s.pad_left = pad.left;
-  s.pad_bottom = pad.bottom;
-  s.pad_right = pad.right;
   s.groups = groups;
   if (s.out_h() < 1 || s.out_w() < 1)
     json_read::fail(path, "conv2d: a " + std::to_string(extent.h) + "x" + std::to_string(extent.w) +

@@ -31,6 +31,19 @@ padding read_padding(const json& v, const std::string& path, hw in, hw kernel, h
 // "auto" resolves by the activation after the layer: He (normal, std
 // sqrt(2 / fan_in)) before relu, leaky_relu and gelu, Glorot (uniform,
 // limit sqrt(6 / (fan_in + fan_out))) otherwise.
+// A window's size, stride and padding into a conv2d_shape or pool2d_shape.
+template <class Shape>
+void set_window(Shape& s, hw kernel, hw stride, const padding& pad) {
+  s.kernel_h = kernel.h;
+  s.kernel_w = kernel.w;
+  s.stride_h = stride.h;
+  s.stride_w = stride.w;
+  s.pad_top = pad.top;
+  s.pad_left = pad.left;
+  s.pad_bottom = pad.bottom;
+  s.pad_right = pad.right;
+}
+
 std::string read_init(const object_reader& r);
 std::string resolve_init(const std::string& init, const json* next);
 // Fills t seeded from stream `stream` of the job seed.

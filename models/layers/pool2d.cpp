@@ -60,14 +60,7 @@ std::unique_ptr<layer> build_pool2d(const json& spec, const std::string& path, c
                              "x" + std::to_string(size.w) + ")");
   });
   auto s = base_shape(type == "max_pool2d" ? kernels::pool_kind::max : kernels::pool_kind::avg, in);
-  s.kernel_h = size.h;
-  s.kernel_w = size.w;
-  s.stride_h = stride.h;
-  s.stride_w = stride.w;
-  s.pad_top = pad.top;
-  s.pad_left = pad.left;
-  s.pad_bottom = pad.bottom;
-  s.pad_right = pad.right;
+  set_window(s, size, stride, pad);
   if (s.out_h() < 1 || s.out_w() < 1)
     json_read::fail(path, type + ": a " + std::to_string(size.h) + "x" + std::to_string(size.w) +
                               " window does not fit the " + describe(in) + " input");
