@@ -229,7 +229,7 @@ class layer_model final : public model {
     rc.sync = group_;
     rc.step_seed = derive_seed(seed_ ^ 0x6a09e667f3bcc909ULL, static_cast<uint64_t>(step_));
     rc.vars = device_variables();
-    if (training) rc.grads = device_gradients_or_host();
+    if (training) rc.grads = device_gradients();
     for (std::size_t i = 0; i < buffers_.size(); ++i) rc.bufs.push_back(buf(i));
     return rc;
   }
@@ -326,11 +326,6 @@ class layer_model final : public model {
     if (resident_) return dgrads_.f32() + grad_offsets_[i];
     if (!host_grads_) throw std::logic_error("model: no gradients before the first train_batch");
     return (*host_grads_)[i].value.f32();
-  }
-  std::vector<float*> device_gradients_or_host() {
-    std::vector<float*> out;
-    for (std::size_t i = 0; i < net_.vars.size(); ++i) out.push_back(dgrad(i));
-    return out;
   }
 
   // The batch where the device reads it: the caller's tensors on cpu:N;

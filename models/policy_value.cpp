@@ -51,13 +51,7 @@ class policy_value_mlp final : public policy_value_model {
                        init_kernel(widths_[l], widths_[l + 1], init, derive_seed(seed, l), 1.0)});
       vars_.push_back({"torso_" + std::to_string(l) + "/bias", tensor({widths_[l + 1]})});
     }
-    const int64_t h = widths_.back();
-    // Small heads: the first policy is near uniform, the first values near 0.
-    vars_.push_back(
-        {"policy/kernel", init_kernel(h, actions, "glorot", derive_seed(seed, 1000), 0.01)});
-    vars_.push_back({"policy/bias", tensor({actions})});
-    vars_.push_back({"value/kernel", init_kernel(h, 1, "glorot", derive_seed(seed, 1001), 1.0)});
-    vars_.push_back({"value/bias", tensor({1})});
+    add_policy_value_heads(vars_, widths_.back(), actions, seed);
   }
 
   std::vector<named_tensor>& variables() override { return vars_; }
@@ -161,6 +155,15 @@ double softmax_row(const float* z, int64_t a, double* p) {
 }
 
 }  // namespace
+
+void add_policy_value_heads(std::vector<named_tensor>& vars, int64_t hidden, int64_t actions,
+                            uint64_t seed) {
+  vars.push_back(
+      {"policy/kernel", init_kernel(hidden, actions, "glorot", derive_seed(seed, 1000), 0.01)});
+  vars.push_back({"policy/bias", tensor({actions})});
+  vars.push_back({"value/kernel", init_kernel(hidden, 1, "glorot", derive_seed(seed, 1001), 1.0)});
+  vars.push_back({"value/bias", tensor({1})});
+}
 
 std::vector<named_tensor> policy_value_model::make_gradients() {
   return gradients_like(variables());

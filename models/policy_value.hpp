@@ -31,6 +31,14 @@ class policy_value_model {
   std::vector<named_tensor> make_gradients();
 };
 
+// The policy and value heads over a torso of `hidden` features, appended to
+// vars: "policy/kernel" [hidden, actions], "policy/bias", "value/kernel"
+// [hidden, 1], "value/bias". Small Glorot kernels, so that the first policy
+// is near uniform and the first values near 0; biases zero. Shared by every
+// policy/value model.
+void add_policy_value_heads(std::vector<named_tensor>& vars, int64_t hidden, int64_t actions,
+                            uint64_t seed);
+
 using policy_value_factory = std::function<std::unique_ptr<policy_value_model>(
     const model_config&, int64_t observation_size, int64_t actions, uint64_t seed)>;
 

@@ -2,24 +2,13 @@
 // stack (model.layers over the observation, ending in a [features] vector),
 // and the same two heads as policy_value_mlp: policy logits and a value.
 // Runs on the host, through the CPU backend, like the MLP it generalises.
-#include <cmath>
-
 #include "config/json_read.hpp"
 #include "devices/device_context.hpp"
 #include "models/layers/stack.hpp"
 #include "models/policy_value.hpp"
-#include "models/random.hpp"
 
 namespace troupe {
 namespace {
-
-tensor glorot(int64_t in, int64_t out, uint64_t seed, double gain) {
-  tensor w({in, out});
-  splitmix64 g(seed);
-  const double a = gain * std::sqrt(6.0 / static_cast<double>(in + out));
-  for (int64_t i = 0; i < in * out; ++i) w.f32()[i] = static_cast<float>((2 * g.uniform() - 1) * a);
-  return w;
-}
 
 class policy_value_layers final : public policy_value_model {
  public:
@@ -41,12 +30,8 @@ class policy_value_layers final : public policy_value_model {
                       "batch_norm has no place in an actor/learner torso: its "
                       "statistics would differ between actors and learner");
     h_ = torso_->output()[0];
-    // Small heads: the first policy is near uniform, the first values near 0.
     heads_ = vars_.size();
-    vars_.push_back({"policy/kernel", glorot(h_, actions, derive_seed(seed, 1000), 0.01)});
-    vars_.push_back({"policy/bias", tensor({actions})});
-    vars_.push_back({"value/kernel", glorot(h_, 1, derive_seed(seed, 1001), 1.0)});
-    vars_.push_back({"value/bias", tensor({1})});
+    add_policy_value_heads(vars_, h_, actions, seed);
   }
 
   std::vector<named_tensor>& variables() override { return vars_; }
