@@ -29,8 +29,26 @@ int gpus() {
   return cuda_device_count();
 }
 
+// The largest difference, and where a check fails, each tensor's: which one
+// differs, by how much against its own scale, and in how many elements.
 double max_diff(const std::vector<named_tensor>& a, const std::vector<named_tensor>& b) {
-  return max_abs_diff(a, b);
+  const double worst = max_abs_diff(a, b);
+  for (std::size_t i = 0; i < a.size() && worst >= kStepTolerance; ++i) {
+    auto x = a[i].value.span<float>();
+    auto y = b[i].value.span<float>();
+    double scale = 0, diff = 0;
+    std::size_t over = 0, at = 0;
+    for (std::size_t j = 0; j < x.size(); ++j) {
+      scale = std::max(scale, std::abs(double(x[j])));
+      const double d = std::abs(double(x[j]) - double(y[j]));
+      if (d > diff) diff = d, at = j;
+      over += d >= kStepTolerance;
+    }
+    MESSAGE(a[i].name << ": max |a| " << scale << ", max |a - b| " << diff << " at " << at << " ("
+                      << x[at] << " vs " << y[at] << "), " << over << " of " << x.size()
+                      << " elements differ by >= " << kStepTolerance);
+  }
+  return worst;
 }
 
 }  // namespace
@@ -39,6 +57,14 @@ TEST_CASE("one training step of the MLP on cuda:0 equals the CPU's") {
   model_config mc;
   mc.kind = "mlp";
   mc.hidden = {256, 256};
+  // tanh, not relu: relu's kink makes the comparison ill-posed. On an H100
+  // one of the 32768 hidden pre-activations of this batch lay within
+  // rounding of 0, so cuBLAS's and oneDNN's summation orders put it on
+  // either side, masked one unit's gradient for one example, and moved
+  // every gradient below it by up to 2e-3. A smooth activation
+  // keeps the difference at rounding; relu on the GPU is compared kernel by
+  // kernel in test_cuda and trained end to end below.
+  mc.activation = "tanh";
   auto host = create_model(mc, {784, 10}, 7);
   auto ctx = make_device_context(parse_device("cuda:0"));
   auto gpu = create_model_on(mc, {784, 10}, 7, ctx);
@@ -57,13 +83,16 @@ TEST_CASE("one training step of the MLP on cuda:0 equals the CPU's") {
   gpu->gradients_to_host(gg);
   CHECK(max_diff(hg, gg) < kStepTolerance);
 
+  // Momentum, not Adam: Adam's first step is about learning_rate * sign(g),
+  // so a gradient within rounding of 0 may step either way. Adam on the GPU
+  // is compared over several steps in test_cuda, and trained below.
   optimizer_config oc;
-  oc.kind = "adam";
-  oc.learning_rate = 0.001;
+  oc.kind = "momentum";
+  oc.learning_rate = 0.1;
   kernels::optimizer ho(oc, 10), go(oc, 10);
   ho.init(host->variables());
   go.init(gpu->variables());
-  device_slots slots(*ctx, *gpu, 2);
+  device_slots slots(*ctx, *gpu, 1);
   auto dg = gpu->device_gradients();
   ho.apply(host->variables(), hg);
   go.apply_on(ctx->ops(), gpu->device_variables(), {dg.begin(), dg.end()}, slots.ptrs);
