@@ -26,6 +26,7 @@
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
 #include "config/strategy_rules.hpp"
+#include "runtime/preemption.hpp"
 
 namespace troupe::launch {
 namespace {
@@ -468,6 +469,11 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
   int rc = 1;
   if (chief) {
     if (chief_on_its_own) rc = WIFEXITED(chief->status) ? WEXITSTATUS(chief->status) : 1;
+    // SIGTERM forwarded: a chief that left with its checkpoint says "resume
+    // me" (runtime/preemption.hpp), and so does the launcher.
+    const bool chief_resumable =
+        WIFEXITED(chief->status) && WEXITSTATUS(chief->status) == preemption::kResumeExitStatus;
+    if (interrupted_by == SIGTERM && chief_resumable) rc = preemption::kResumeExitStatus;
   } else if (!failure && !interrupted_by) {
     rc = 0;
     for (const auto& r : rs)

@@ -3,10 +3,12 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/allreduce.hpp"
@@ -20,6 +22,7 @@
 #include "kernels/cpu_isa.hpp"
 #include "runtime/job.hpp"
 #include "runtime/node.hpp"
+#include "runtime/preemption.hpp"
 #include "runtime/topology.hpp"
 
 namespace {
@@ -147,6 +150,25 @@ struct progress_printer {
   }
 };
 
+// After SIGTERM/SIGUSR1 the job has `grace` seconds to checkpoint and end;
+// past them the process leaves anyway, with the status that means "resume
+// me" (the latest complete checkpoint is where the next start resumes).
+void leave_after_grace(double grace, int signal) {
+  spdlog::warn("{}: checkpointing and stopping; leaving in at most {:g} s (cluster.grace_seconds)",
+               troupe::preemption::signal_name(signal), grace);
+  std::thread([grace, signal] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+    spdlog::error(
+        "{}: the job did not stop within cluster.grace_seconds ({:g} s); exiting with "
+        "status {} (resume from the latest checkpoint)",
+        troupe::preemption::signal_name(signal), grace, troupe::preemption::kResumeExitStatus);
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(troupe::preemption::kResumeExitStatus);
+  }).detach();
+}
+
 // `run` and `node` share their options, progress output and exit codes.
 int cmd_run(const std::vector<std::string>& args, bool node) {
   const char* cmd = node ? "node" : "run";
@@ -187,6 +209,10 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     return 2;
   }
   spdlog::set_level(quiet ? spdlog::level::warn : level_from(cfg.logging.level));
+  troupe::preemption::install_signal_handlers();
+  const double grace =
+      cfg.cluster ? cfg.cluster->grace_seconds : troupe::cluster_spec{}.grace_seconds;
+  troupe::preemption::watch grace_watch([grace](int signal) { leave_after_grace(grace, signal); });
   progress_printer pp;
   pp.quiet = quiet;
   opts.on_progress = [&pp](const troupe::progress_info& p) { pp.step(p); };
@@ -196,7 +222,16 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     pp.clear();
     if (node && task.job != "chief") {
       std::printf("task %s finished: the chief ended the job\n", task.str().c_str());
-      return 0;
+      return troupe::preemption::requested() ? troupe::preemption::kResumeExitStatus : 0;
+    }
+    if (s.contains("preempted")) {
+      std::printf(
+          "job %s preempted by %s at step %lld; checkpoint %s\nrun the same command "
+          "again to resume (exit status %d)\n",
+          s.value("job", "").c_str(), s.value("preempted", "").c_str(),
+          static_cast<long long>(s.value("steps", 0)), s.value("checkpoint", "").c_str(),
+          troupe::preemption::kResumeExitStatus);
+      return troupe::preemption::kResumeExitStatus;
     }
     if (s.contains("env_steps")) {
       std::printf(

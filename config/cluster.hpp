@@ -10,7 +10,7 @@
 //               "worker": ["127.0.0.1:7001", "127.0.0.1:7002"],
 //               "ps": ["127.0.0.1:7003"]},
 //     "hosts": {"worker:0": {"replicas": [0], "devices": ["cpu:0"]}, ...},  // optional
-//     "join_timeout_seconds": 30, "heartbeat_seconds": 1,
+//     "join_timeout_seconds": 30, "heartbeat_seconds": 1, "grace_seconds": 25,
 //     "secret_env": "TROUPE_SECRET", "secret_file": ""}
 //
 // Default placement (no "hosts"); the chief always runs the coordinator, and
@@ -62,6 +62,9 @@ struct cluster_spec {
   std::map<std::string, task_hosts> hosts;
   double join_timeout_seconds = 30;  // the chief waits this long for every task
   double heartbeat_seconds = 1;      // between peers; a hung peer is detected from it
+  // After SIGTERM/SIGUSR1 (runtime/preemption.hpp): the checkpoint and the
+  // exit within this many seconds, under Kubernetes' default 30 s.
+  double grace_seconds = 25;
   // The shared secret (config/secret.hpp): from secret_file when set, else
   // from the environment variable secret_env. Never from the command line.
   std::string secret_env = "TROUPE_SECRET";

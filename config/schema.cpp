@@ -423,9 +423,9 @@ std::vector<int64_t> read_index_list(const json& v, const std::string& path) {
 // The cluster spec (config/cluster.hpp): shapes and values here, the rules
 // that involve other fields (a chief, placement vs strategy) in check_cluster.
 void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
-  object_reader r(
-      j, path,
-      {"tasks", "hosts", "join_timeout_seconds", "heartbeat_seconds", "secret_env", "secret_file"});
+  object_reader r(j, path,
+                  {"tasks", "hosts", "join_timeout_seconds", "heartbeat_seconds", "grace_seconds",
+                   "secret_env", "secret_file"});
   if (!r.get("tasks"))
     fail(r.path("tasks"),
          "missing; expected an object like {\"chief\": [\"127.0.0.1:7000\"], \"worker\": "
@@ -487,6 +487,9 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
   });
   r.with("heartbeat_seconds", [&](const json& v, const std::string& p) {
     c.heartbeat_seconds = read_number(v, p, positive);
+  });
+  r.with("grace_seconds", [&](const json& v, const std::string& p) {
+    c.grace_seconds = read_number(v, p, positive);
   });
   r.with("secret_env",
          [&](const json& v, const std::string& p) { c.secret_env = read_env_name(v, p); });
@@ -708,6 +711,7 @@ nlohmann::json to_json(const job_config& c) {
                     {"hosts", std::move(hosts)},
                     {"join_timeout_seconds", k.join_timeout_seconds},
                     {"heartbeat_seconds", k.heartbeat_seconds},
+                    {"grace_seconds", k.grace_seconds},
                     {"secret_env", k.secret_env},
                     {"secret_file", k.secret_file}};
   }

@@ -16,6 +16,10 @@ using coordinator_actor = rl_reports_actor::extend<
     // A restarted task's worker is back under its index (a replica, or a
     // strategy's own worker: an rl_actor). Untyped, as troupe node forwards
     // it without knowing the strategy; the driver knows what it is.
-    caf::reacts_to<rejoin_atom, int64_t, caf::actor>>;
+    caf::reacts_to<rejoin_atom, int64_t, caf::actor>,
+    // The process is being preempted (SIGTERM, SIGUSR1; the string names
+    // the signal): stop at the next update with a checkpoint, and say so in
+    // the summary, so that the same command resumes.
+    caf::reacts_to<preempt_atom, std::string>>;
 
 }  // namespace troupe

@@ -25,6 +25,9 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 // A worker of an asynchronous strategy comes back (troupe node: its process
 // restarted): coordinator <- (worker index, its new replica).
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
+// The process was told to leave (runtime/preemption.hpp): coordinator <- the
+// signal's name.
+using preempt_atom = caf::atom_constant<caf::atom("preempt")>;
 // Reducers (actors/reducer.hpp): collectives, statistics, reducer-to-reducer.
 using allreduce_atom = caf::atom_constant<caf::atom("allreduce")>;
 using broadcast_atom = caf::atom_constant<caf::atom("broadcast")>;

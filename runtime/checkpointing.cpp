@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
+#include "runtime/preemption.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe {
@@ -107,7 +109,13 @@ int64_t start_step_for(const checkpoint::snapshot& snap, int64_t steps_per_epoch
 
 void prepare_checkpoints(job_plan& plan) {
   const auto& o = plan.options;
-  if (!o.resume) {
+  const fs::path marker = fs::path(plan.checkpoint_dir) / preemption::kMarkerFile;
+  std::error_code ec;
+  const bool after_preemption = !o.resume && !o.overwrite && fs::exists(marker, ec);
+  if (after_preemption)
+    spdlog::info("{} found: the last run was preempted; resuming from its checkpoint",
+                 marker.string());
+  if (!o.resume && !after_preemption) {
     if (auto old = checkpoint::resolve(plan.checkpoint_dir)) {
       if (!o.overwrite)
         throw job_error("checkpoint directory '" + plan.checkpoint_dir +
@@ -135,6 +143,22 @@ void prepare_checkpoints(job_plan& plan) {
                     ", outside this job's " + std::to_string(plan.total_steps) + " steps");
   spdlog::info("resuming from {} (step {}, saved under strategy {})", *dir, plan.start_step,
                plan.resume_from->meta.strategy);
+}
+
+void mark_preemption(const job_plan& plan, const nlohmann::json& summary) {
+  const fs::path marker = fs::path(plan.checkpoint_dir) / preemption::kMarkerFile;
+  std::error_code ec;
+  if (!summary.contains("preempted")) {
+    fs::remove(marker, ec);
+    return;
+  }
+  nlohmann::json m{{"signal", summary["preempted"]},
+                   {"step", summary.value("steps", int64_t{0})},
+                   {"checkpoint", summary.value("checkpoint", std::string())}};
+  fs::create_directories(marker.parent_path(), ec);
+  std::ofstream out(marker);
+  out << m.dump(2) << '\n';
+  if (!out) spdlog::error("cannot write {}: a plain restart will not resume", marker.string());
 }
 
 }  // namespace troupe

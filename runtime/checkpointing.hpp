@@ -27,6 +27,14 @@ std::optional<std::string> write_checkpoint(coordinator_host& h, int64_t step, m
 // refuses earlier checkpoints (or removes them with --overwrite); --resume
 // loads the latest into plan.resume_from and sets plan.start_step. Throws
 // job_error naming the directory.
+// A fresh run whose checkpoint directory holds a preemption's marker
+// (runtime/preemption.hpp) resumes as if --resume had been given.
 void prepare_checkpoints(job_plan& plan);
+
+// At the job's end, beside its checkpoints: a preempted job (summary field
+// "preempted") leaves the marker naming its signal, step and checkpoint;
+// any other end removes an earlier marker. Failures to write it are logged:
+// the checkpoint itself is what a resume needs.
+void mark_preemption(const job_plan& plan, const nlohmann::json& summary);
 
 }  // namespace troupe

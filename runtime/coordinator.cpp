@@ -9,6 +9,7 @@
 #include "actors/failure.hpp"
 #include "actors/worker_parts.hpp"
 #include "runtime/checkpointing.hpp"
+#include "runtime/preemption.hpp"
 
 namespace troupe {
 namespace {
@@ -254,6 +255,7 @@ void save_checkpoint(self_ptr self, std::function<void()> k) {
     auto path = write_checkpoint(*st.host, step, ms, st.driver->checkpoint_extra());
     if (!path) return;  // the host failed the job
     st.last_checkpoint = *path;
+    st.last_checkpoint_step = st.completed;
     k();
   };
   auto& st = self->state;
@@ -309,6 +311,8 @@ void finish(self_ptr self) {
   s.update(st.summary_extras);
   st.driver->summarize(s);
   if (!st.last_checkpoint.empty()) s["checkpoint"] = st.last_checkpoint;
+  if (!st.preempted.empty()) s["preempted"] = st.preempted;
+  mark_preemption(p, s);
   write_metrics(self, {{"type", "summary"}, {"summary", s}});
   st.now = phase::finished;
   st.done.deliver(s.dump());
@@ -357,11 +361,16 @@ void stop(self_ptr self, std::string reason) {
     if (updates >= 0) st.completed = updates;
     const auto& p = *st.plan;
     const auto t0 = clock_type::now();
-    const bool ckpt =
-        p.config.checkpoint.save_at_end || (p.config.checkpoint.every_steps > 0 &&
-                                            st.completed % p.config.checkpoint.every_steps == 0);
+    // A preempted job has seconds to leave: its checkpoint (unless the last
+    // boundary just wrote this step's), no evaluation, no replica check.
+    const bool preempted = !st.preempted.empty();
+    const bool ckpt = preempted ? st.last_checkpoint_step != st.completed
+                                : p.config.checkpoint.save_at_end ||
+                                      (p.config.checkpoint.every_steps > 0 &&
+                                       st.completed % p.config.checkpoint.every_steps == 0);
     // A job over a dataset ends with its epoch line and evaluation, epochs or not.
-    boundary_work(self, p.train != nullptr, replicas_checked(self), ckpt, [self, t0] {
+    const bool epoch_end = p.train != nullptr && !preempted;
+    boundary_work(self, epoch_end, replicas_checked(self) && !preempted, ckpt, [self, t0] {
       self->state.boundary_seconds += seconds_since(t0);
       finish(self);
     });
@@ -372,6 +381,7 @@ void stop(self_ptr self, std::string reason) {
 void check_stop(self_ptr self) {
   auto& st = self->state;
   if (st.now != phase::running && st.now != phase::at_boundary) return;
+  if (!st.preempted.empty()) return stop(self, "preempted by " + st.preempted);
   auto why = st.driver->stop_reason(*st.host);
   if (!why.empty()) stop(self, std::move(why));
 }
@@ -418,6 +428,7 @@ void start(self_ptr self) {
   st.boundary = next_boundary(p, st.completed);
   st.now = phase::running;
   st.driver->start(*st.host);
+  check_stop(self);  // a preemption that came while restoring
   pump(self);
 }
 
@@ -430,6 +441,18 @@ void restore_then_start(self_ptr self) {
   auto ms = std::make_shared<const model_state>(
       model_state{p.resume_from->variables, p.resume_from->slots, p.resume_from->state});
   strategy_of(self).restore(*st.host, std::move(ms), k);
+}
+
+// The process is asked to leave: the job stops at the next update (at once
+// when running; after the boundary's work when at one; after the restore
+// when restoring), with a checkpoint. A job already stopping ends as it was.
+void on_preempt(self_ptr self, std::string signal) {
+  auto& st = self->state;
+  if (st.finished() || st.now == phase::stopping || !st.preempted.empty()) return;
+  st.preempted = std::move(signal);
+  spdlog::warn("{}: the job stops at the next update with a checkpoint (step {} of {})",
+               st.preempted, st.completed, st.plan->total_steps);
+  if (st.now == phase::running) check_stop(self);
 }
 
 // Who a down message names, for the failure: a replica (and its task), a
@@ -510,6 +533,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
           start(self);
         return st.done;
       },
+      [self](preempt_atom, std::string& signal) { on_preempt(self, std::move(signal)); },
       [self](rejoin_atom, int64_t index, caf::actor& a) {
         auto& st = self->state;
         if (st.finished() || st.now == phase::stopping || !st.driver || index < 0 || !a) return;
@@ -548,6 +572,10 @@ nlohmann::json run_coordinator(caf::actor_system& sys, const coordinator_actor& 
   std::string error;
   nlohmann::json summary;
   caf::scoped_actor self{sys};
+  // SIGTERM/SIGUSR1 (runtime/preemption.hpp) reach the job as a message.
+  preemption::watch preempt([coordinator](int signal) {
+    caf::anon_send(coordinator, preempt_atom::value, preemption::signal_name(signal));
+  });
   self->request(coordinator, caf::infinite, run_atom::value)
       .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },
                [&](caf::error& e) { error = describe(e); });

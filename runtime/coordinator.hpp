@@ -51,6 +51,7 @@ struct coordinator_state {
   int64_t completed = 0;  // updates finished
   int64_t boundary = 0;   // the next update at which to stop and do epoch/checkpoint work
   std::string stop_reason;
+  std::string preempted;  // the signal that asked the job to leave; "" = none
   // Reporting.
   std::ofstream metrics;
   std::chrono::steady_clock::time_point started, window_start;
@@ -60,6 +61,7 @@ struct coordinator_state {
   int64_t samples = 0;
   nlohmann::json last_eval = nlohmann::json::object();
   std::string last_checkpoint;
+  int64_t last_checkpoint_step = -1;
   nlohmann::json summary_extras = nlohmann::json::object();  // staleness, for the summary
   coordinator_state();
   ~coordinator_state();

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -13,6 +14,7 @@
 #include "data/npy.hpp"
 #include "runtime/checkpointing.hpp"
 #include "runtime/job.hpp"
+#include "runtime/preemption.hpp"
 #include "runtime/topology.hpp"
 #include "tests/fixtures.hpp"
 
@@ -226,6 +228,62 @@ TEST_CASE("interrupted job resumed from its checkpoint equals the uninterrupted 
     CHECK(vf[i].name == vp[i].name);
     CHECK(vf[i].value == vp[i].value);  // bit-identical
   }
+}
+
+TEST_CASE(
+    "a preempted job checkpoints, leaves a marker, and a plain restart resumes to the same end") {
+  tiny_env env;
+  auto full = env.job("full");
+  full.training.epochs *= 200;  // long enough that the request lands mid-job
+  full.checkpoint.every_steps = 0;
+  full.checkpoint.save_at_end = true;
+  const auto whole = run_job(full);
+  const int64_t total = whole["steps"];
+
+  auto part = full;
+  part.logging.output_dir = env.tmp / "part";
+  job_options o;
+  // As SIGTERM's handler does; the job hears it through its watch.
+  o.on_progress = [](const progress_info& p) {
+    if (p.step >= 20) preemption::request(SIGTERM);
+  };
+  auto s = run_job(part, o);
+  preemption::reset();
+  CHECK(s["preempted"] == "SIGTERM");
+  const int64_t stopped_at = s["steps"];
+  CHECK(stopped_at >= 20);
+  CHECK(stopped_at < total);
+  const fs::path marker = env.tmp / "part/checkpoints/preempted.json";
+  REQUIRE(fs::exists(marker));
+  auto m = nlohmann::json::parse(std::ifstream(marker));
+  CHECK(m["signal"] == "SIGTERM");
+  CHECK(m["step"] == stopped_at);
+  CHECK(checkpoint::load(m["checkpoint"].get<std::string>()).meta.step == stopped_at);
+
+  // The same call again, without resume: the marker resumes it.
+  auto again = run_job(part);
+  CHECK(again["steps"] == total);
+  CHECK(again["steps_this_run"] == total - stopped_at);
+  CHECK_FALSE(again.contains("preempted"));
+  CHECK_FALSE(fs::exists(marker));
+  auto vf = final_variables(env.tmp / "full");
+  auto vp = final_variables(env.tmp / "part");
+  REQUIRE(vf.size() == vp.size());
+  for (std::size_t i = 0; i < vf.size(); ++i) CHECK(vf[i].value == vp[i].value);  // bit-identical
+
+  // Asked before the start: it stops at once, with a checkpoint of where it
+  // is; --overwrite starts over, marker or not.
+  preemption::request(SIGUSR1);
+  job_options restart;
+  restart.overwrite = true;
+  auto early = run_job(part, restart);
+  preemption::reset();
+  CHECK(early["preempted"] == "SIGUSR1");
+  CHECK(early["steps"] < total);
+  CHECK(fs::exists(marker));
+  auto over = run_job(part, restart);
+  CHECK(over["steps_this_run"] == total);
+  CHECK_FALSE(fs::exists(marker));
 }
 
 TEST_CASE("an injected replica failure ends the job quickly, naming the replica") {

@@ -24,6 +24,7 @@
 #include "messages/node_messages.hpp"
 #include "runtime/gate.hpp"
 #include "runtime/job.hpp"
+#include "runtime/preemption.hpp"
 #include "tests/attack.hpp"
 #include "tests/strategy_fixtures.hpp"
 
@@ -351,6 +352,84 @@ TEST_CASE(
   double d = max_abs_diff(expected, variables_of(summary_in(dir / "killed")));
   MESSAGE("resumed vs uninterrupted: max |diff| " << d);
   CHECK(d < 1e-6);
+}
+
+TEST_CASE(
+    "SIGTERM to every process of a mirrored job: a checkpoint, status 75, and the same commands "
+    "resume to the same end") {
+  strategy_env env(2000);
+  auto c = env.job("mirrored", "adam", 3, 16);
+  c.training.epochs = 8;  // 125 steps an epoch, 1000 in all
+  c.checkpoint.every_steps = 50;
+  c.checkpoint.keep = 3;
+  temp_dir dir;
+  c.logging.output_dir = dir / "whole";
+  fs::create_directories(dir / "a");
+  cluster_job whole(c, dir / "a", 2, 0);
+  run_all(whole, dir / "a");
+  auto expected = variables_of(summary_in(dir / "whole"));
+
+  c.logging.output_dir = dir / "pre";
+  fs::create_directories(dir / "b");
+  cluster_job job(c, dir / "b", 2, 0);
+  auto procs = start_all(job, dir / "b");
+  fs::path ckpts = dir / "pre/checkpoints";
+  auto until = clock_type::now() + std::chrono::seconds(60);
+  while (!(fs::exists(ckpts) && !fs::is_empty(ckpts)) && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(fs::exists(ckpts));
+  // What Kubernetes and scancel --signal=TERM do: every process at once.
+  for (auto& [task, p] : procs) {
+    REQUIRE_MESSAGE(p->running(), task << " ended early; its log:\n" << p->output());
+    ::kill(p->pid, SIGTERM);
+  }
+  for (auto& [task, p] : procs) {
+    int rc = p->wait(std::chrono::seconds(30));
+    CHECK_MESSAGE(rc == preemption::kResumeExitStatus, task << " exited with " << rc
+                                                            << "; its log:\n"
+                                                            << p->output());
+  }
+  procs.clear();
+  auto s = summary_in(dir / "pre");
+  CHECK(s["preempted"] == "SIGTERM");
+  const int64_t stopped_at = s["steps"];
+  CHECK(stopped_at < 1000);
+  REQUIRE(fs::exists(ckpts / "preempted.json"));
+  CHECK(nlohmann::json::parse(read_file(ckpts / "preempted.json"))["step"] == stopped_at);
+
+  // The same commands again (no --resume): the marker resumes the job.
+  run_all(job, dir / "b");
+  auto again = summary_in(dir / "pre");
+  CHECK(again["steps"] == 1000);
+  CHECK(again["steps_this_run"] == 1000 - stopped_at);
+  CHECK_FALSE(fs::exists(ckpts / "preempted.json"));
+  double d = max_abs_diff(expected, variables_of(again));
+  MESSAGE("preempted and resumed vs uninterrupted: max |diff| " << d);
+  CHECK(d < 1e-6);
+}
+
+TEST_CASE("a process told to leave that cannot finish in time exits after grace_seconds with 75") {
+  strategy_env env(200);
+  auto c = env.job("mirrored", "adam", 2, 16);
+  c.logging.level = "info";  // its "kernels:" line: the handlers are in place
+  temp_dir dir;
+  cluster_job job(c, dir.str(), 1, 0);
+  job.json["cluster"]["grace_seconds"] = 0.5;
+  std::ofstream(job.file) << job.json.dump(2);
+  // worker:0 alone: its chief never comes, so it waits to join until told to leave.
+  node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
+  REQUIRE(file_shows(dir / "worker.log", "kernels:"));
+  REQUIRE(worker.running());
+  ::kill(worker.pid, SIGTERM);
+  const auto sent = clock_type::now();
+  int rc = worker.wait(std::chrono::seconds(20));
+  const double took = std::chrono::duration<double>(clock_type::now() - sent).count();
+  MESSAGE("exited " << took << " s after SIGTERM");
+  CHECK(rc == preemption::kResumeExitStatus);
+  CHECK(took >= 0.5);
+  CHECK_MESSAGE(
+      worker.output().find("did not stop within cluster.grace_seconds") != std::string::npos,
+      worker.output());
 }
 
 TEST_CASE("actor_learner with its rl_actors in another process solves CartPole") {
