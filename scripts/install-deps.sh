@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs every system dependency troupe needs from Debian packages.
 # Idempotent: when everything is present it prints nothing and exits 0.
+#   scripts/install-deps.sh               everything: build, tests, CI's tools
+#   scripts/install-deps.sh --build-only  what building the troupe binary needs
+#                                         (deploy/Dockerfile)
 set -euo pipefail
 
 PACKAGES=(
@@ -18,6 +21,16 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev  # MPI_Allreduce comparison in `troupe bench allreduce`
   chromium              # the report test opens `troupe report`'s page headless
 )
+
+BUILD_ONLY=(
+  build-essential cmake pkgconf libcaf-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  doctest-dev zlib1g-dev libdnnl-dev
+)
+case "${1:-}" in
+  "") ;;
+  --build-only) PACKAGES=("${BUILD_ONLY[@]}") ;;
+  *) echo "usage: scripts/install-deps.sh [--build-only]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -203,6 +203,34 @@ nlohmann::json summary_in(const std::string& out) {
   return nlohmann::json::parse(read_file(out + "/summary.json"));
 }
 
+// The job the interrupting tests stop and resume: mirrored, 3 replicas over
+// 3 processes (chief, worker:0 with replicas 0 and 1, worker:1 with 2), 1000
+// steps, a checkpoint every 50.
+job_config interruptible_job(strategy_env& env) {
+  auto c = env.job("mirrored", "adam", 3, 16);
+  c.training.epochs = 8;  // 125 steps an epoch, 1000 in all
+  c.checkpoint.every_steps = 50;
+  c.checkpoint.keep = 3;
+  return c;
+}
+
+// The variables of `c`'s uninterrupted run over 3 processes (in dir/whole).
+std::vector<named_tensor> uninterrupted_variables(job_config c, const temp_dir& dir) {
+  c.logging.output_dir = dir / "whole";
+  fs::create_directories(dir / "a");
+  cluster_job whole(c, dir / "a", 2, 0);
+  run_all(whole, dir / "a");
+  return variables_of(summary_in(dir / "whole"));
+}
+
+// Waits (up to 60 s) until a running job has written its first checkpoint.
+void wait_for_checkpoint(const fs::path& ckpts) {
+  auto until = clock_type::now() + std::chrono::seconds(60);
+  while (!(fs::exists(ckpts) && !fs::is_empty(ckpts)) && clock_type::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(fs::exists(ckpts));
+}
+
 // Runs `c` as a chief, `workers` worker and `ps` ps processes (outputs in
 // dir/out); returns the summary.
 nlohmann::json run_in_processes(job_config c, const temp_dir& dir, int workers, int ps) {
@@ -311,28 +339,16 @@ TEST_CASE("parameter_server with workers and shards in other processes trains li
 TEST_CASE(
     "a worker process killed mid-job: mirrored stops naming it, and resumes to the same end") {
   strategy_env env(2000);
-  auto c = env.job("mirrored", "adam", 3, 16);
-  c.training.epochs = 8;  // 125 steps an epoch, 1000 in all
-  c.checkpoint.every_steps = 50;
-  c.checkpoint.keep = 3;
+  auto c = interruptible_job(env);
   temp_dir dir;
-  // The uninterrupted run, also over 3 processes.
-  c.logging.output_dir = dir / "whole";
-  fs::create_directories(dir / "a");
-  cluster_job whole(c, dir / "a", 2, 0);
-  run_all(whole, dir / "a");
-  auto expected = variables_of(summary_in(dir / "whole"));
+  auto expected = uninterrupted_variables(c, dir);
 
   c.logging.output_dir = dir / "killed";
   fs::create_directories(dir / "b");
   cluster_job job(c, dir / "b", 2, 0);
   auto procs = start_all(job, dir / "b");
   // Kill worker:1 once the first checkpoint is written.
-  fs::path ckpts = dir / "killed/checkpoints";
-  auto until = clock_type::now() + std::chrono::seconds(60);
-  while (!(fs::exists(ckpts) && !fs::is_empty(ckpts)) && clock_type::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  REQUIRE(fs::exists(ckpts));
+  wait_for_checkpoint(dir / "killed/checkpoints");
   REQUIRE_MESSAGE(procs["worker:1"]->running(), procs["worker:1"]->output());
   ::kill(procs["worker:1"]->pid, SIGKILL);
   auto killed_at = clock_type::now();
@@ -358,26 +374,16 @@ TEST_CASE(
     "SIGTERM to every process of a mirrored job: a checkpoint, status 75, and the same commands "
     "resume to the same end") {
   strategy_env env(2000);
-  auto c = env.job("mirrored", "adam", 3, 16);
-  c.training.epochs = 8;  // 125 steps an epoch, 1000 in all
-  c.checkpoint.every_steps = 50;
-  c.checkpoint.keep = 3;
+  auto c = interruptible_job(env);
   temp_dir dir;
-  c.logging.output_dir = dir / "whole";
-  fs::create_directories(dir / "a");
-  cluster_job whole(c, dir / "a", 2, 0);
-  run_all(whole, dir / "a");
-  auto expected = variables_of(summary_in(dir / "whole"));
+  auto expected = uninterrupted_variables(c, dir);
 
   c.logging.output_dir = dir / "pre";
   fs::create_directories(dir / "b");
   cluster_job job(c, dir / "b", 2, 0);
   auto procs = start_all(job, dir / "b");
-  fs::path ckpts = dir / "pre/checkpoints";
-  auto until = clock_type::now() + std::chrono::seconds(60);
-  while (!(fs::exists(ckpts) && !fs::is_empty(ckpts)) && clock_type::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  REQUIRE(fs::exists(ckpts));
+  const fs::path ckpts = dir / "pre/checkpoints";
+  wait_for_checkpoint(ckpts);
   // What Kubernetes and scancel --signal=TERM do: every process at once.
   for (auto& [task, p] : procs) {
     REQUIRE_MESSAGE(p->running(), task << " ended early; its log:\n" << p->output());
