@@ -11,6 +11,7 @@
 //               "ps": ["127.0.0.1:7003"]},
 //     "hosts": {"worker:0": {"replicas": [0], "devices": ["cpu:0"]}, ...},  // optional
 //     "join_timeout_seconds": 30, "heartbeat_seconds": 1, "grace_seconds": 25,
+//     "roles": {"ps": 1}, "port": 29500,  // the cluster from the environment only
 //     "secret_env": "TROUPE_SECRET", "secret_file": ""}
 //
 // Default placement (no "hosts"); the chief always runs the coordinator, and
@@ -57,11 +58,20 @@ struct task_hosts {
 
 struct cluster_spec {
   // job name -> addresses ("host:port"); task job:i listens on tasks[job][i].
+  // Empty: the cluster comes from the environment (config/cluster_env.hpp)
+  // and the rendezvous at the chief fills it in (runtime/rendezvous.hpp).
   std::map<std::string, std::vector<std::string>> tasks;
+  // The cluster from the environment: ranks 1..ps_ranks are ps tasks, the
+  // rest workers ("roles": {"ps": N}); and the chief's port under SLURM
+  // ("port"; 0: derived from SLURM_JOB_ID).
+  int64_t ps_ranks = 0;
+  uint16_t port = 0;
   // "job:index" -> what it hosts; empty = the default placement above.
   std::map<std::string, task_hosts> hosts;
-  double join_timeout_seconds = 30;  // the chief waits this long for every task
-  double heartbeat_seconds = 1;      // between peers; a hung peer is detected from it
+  // The chief waits this long for every task (and, from the environment,
+  // every rank retries joining the chief this long).
+  double join_timeout_seconds = 30;
+  double heartbeat_seconds = 1;  // between peers; a hung peer is detected from it
   // After SIGTERM/SIGUSR1 (runtime/preemption.hpp): the checkpoint and the
   // exit within this many seconds, under Kubernetes' default 30 s.
   double grace_seconds = 25;

@@ -425,11 +425,21 @@ std::vector<int64_t> read_index_list(const json& v, const std::string& path) {
 void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
   object_reader r(j, path,
                   {"tasks", "hosts", "join_timeout_seconds", "heartbeat_seconds", "grace_seconds",
-                   "secret_env", "secret_file"});
-  if (!r.get("tasks"))
-    fail(r.path("tasks"),
-         "missing; expected an object like {\"chief\": [\"127.0.0.1:7000\"], \"worker\": "
-         "[\"127.0.0.1:7001\"]}");
+                   "secret_env", "secret_file", "roles", "port"});
+  // Without "tasks", troupe node takes the cluster from the environment
+  // (config/cluster_env.hpp); "roles" and "port" are for that case only.
+  r.with("roles", [&](const json& v, const std::string& p) {
+    object_reader roles(v, p, {"ps"});
+    roles.with("ps",
+               [&](const json& n, const std::string& np) { c.ps_ranks = read_int(n, np, 0); });
+  });
+  r.with("port", [&](const json& v, const std::string& p) {
+    c.port = static_cast<uint16_t>(read_int_in(v, p, 1, 65535));
+  });
+  if (r.get("tasks") && (r.get("roles") || r.get("port")))
+    fail(r.path(r.get("roles") ? "roles" : "port"),
+         "is for a cluster from the environment; with cluster.tasks written out, place tasks "
+         "with cluster.hosts instead");
   r.with("tasks", [&](const json& v, const std::string& p) {
     object_reader t(v, p, cluster_job_names());
     std::vector<std::pair<std::string, std::string>> seen;  // normalized address, its path
@@ -461,6 +471,10 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
         }
       });
   });
+  if (r.get("tasks") && c.tasks.empty())
+    fail(r.path("tasks") + ".chief",
+         "missing; a cluster needs exactly one chief task (it runs the coordinator); leave out "
+         "cluster.tasks to take the cluster from the environment");
   r.with("hosts", [&](const json& v, const std::string& p) {
     if (!v.is_object())
       expected(p, "an object of \"job:index\" -> {\"replicas\", \"devices\", \"shards\"}", v);
@@ -707,13 +721,18 @@ nlohmann::json to_json(const job_config& c) {
       if (!h.devices.empty()) e["devices"] = h.devices;
       hosts[name] = std::move(e);
     }
-    j["cluster"] = {{"tasks", k.tasks},
-                    {"hosts", std::move(hosts)},
+    j["cluster"] = {{"hosts", std::move(hosts)},
                     {"join_timeout_seconds", k.join_timeout_seconds},
                     {"heartbeat_seconds", k.heartbeat_seconds},
                     {"grace_seconds", k.grace_seconds},
                     {"secret_env", k.secret_env},
                     {"secret_file", k.secret_file}};
+    if (!k.tasks.empty()) {
+      j["cluster"]["tasks"] = k.tasks;
+    } else {
+      j["cluster"]["roles"] = {{"ps", k.ps_ranks}};
+      if (k.port != 0) j["cluster"]["port"] = k.port;
+    }
   }
   return j;
 }
