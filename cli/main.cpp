@@ -23,6 +23,7 @@
 #include "runtime/job.hpp"
 #include "runtime/node.hpp"
 #include "runtime/preemption.hpp"
+#include "runtime/rendezvous.hpp"
 #include "runtime/topology.hpp"
 
 namespace {
@@ -37,7 +38,10 @@ Usage:
          [--trace FILE.json]
                               run one task (chief, worker:N, ps:N) of FILE's
                               cluster spec; the secret comes from the
-                              environment or a file (cluster.secret_env/_file)
+                              environment or a file (cluster.secret_env/_file);
+                              without --task and cluster.tasks, the rank comes
+                              from TROUPE_RANK/RANK/SLURM_PROCID and the cluster
+                              from a rendezvous at the chief (see README)
   troupe launch [--config] FILE [--output DIR] [--resume | --overwrite]
          [--restart-workers N] [-- ARGS]
                               start every task of FILE's cluster spec as a local
@@ -169,6 +173,30 @@ void leave_after_grace(double grace, int signal) {
   }).detach();
 }
 
+// troupe node without --task: the rank from the environment and the cluster
+// from the rendezvous at the chief (runtime/rendezvous.hpp). 0, or the exit
+// code of the failure it reported.
+int join_cluster_from_environment(troupe::job_config& cfg, const std::string& file,
+                                  troupe::task_id& task) {
+  try {
+    task = troupe::join_cluster_from_environment(cfg, troupe::process_environment());
+    return 0;
+  } catch (const troupe::cluster_env_error& e) {
+    std::cerr << "troupe: " << e.what() << "\n";
+    return 2;
+  } catch (const troupe::config_error& e) {
+    std::cerr << "troupe: " << file << ": " << e.what() << "\n";
+    return 2;
+  } catch (const troupe::secret_error& e) {
+    std::cerr << "troupe: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "troupe: job '" << cfg.name << "' could not form its cluster: " << e.what()
+              << "\n";
+    return 1;
+  }
+}
+
 // `run` and `node` share their options, progress output and exit codes.
 int cmd_run(const std::vector<std::string>& args, bool node) {
   const char* cmd = node ? "node" : "run";
@@ -187,8 +215,7 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
   if (node) options.value("--task", task_name, "--task needs a task name, e.g. worker:0");
   if (auto why = options.parse(args)) return bad_usage(*why);
   troupe::task_id task;
-  if (node) {
-    if (task_name.empty()) return bad_usage("node needs --task NAME (chief, worker:N, ps:N)");
+  if (node && !task_name.empty()) {
     try {
       task = troupe::parse_task_name(task_name);
     } catch (const std::invalid_argument& e) {
@@ -209,6 +236,15 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     return 2;
   }
   spdlog::set_level(quiet ? spdlog::level::warn : level_from(cfg.logging.level));
+  // Before the preemption handlers: a SIGTERM during the rendezvous has
+  // nothing to checkpoint and ends the process at once.
+  if (node && task_name.empty()) {
+    if (cfg.cluster && !cfg.cluster->tasks.empty())
+      return bad_usage(
+          "node needs --task NAME (chief, worker:N, ps:N), or a config without cluster.tasks to "
+          "take the cluster from the environment");
+    if (int rc = join_cluster_from_environment(cfg, file, task); rc != 0) return rc;
+  }
   troupe::preemption::install_signal_handlers();
   const double grace =
       cfg.cluster ? cfg.cluster->grace_seconds : troupe::cluster_spec{}.grace_seconds;

@@ -54,7 +54,10 @@ std::string peer_of(int fd) {
   return std::string(host) + ":" + std::to_string(port);
 }
 
-// Sends all of `data` on a non-blocking socket within `deadline`.
+}  // namespace
+
+namespace socket_io {
+
 bool send_all(int fd, std::string_view data, clock_type::time_point deadline) {
   std::size_t sent = 0;
   while (sent < data.size()) {
@@ -77,8 +80,6 @@ bool send_all(int fd, std::string_view data, clock_type::time_point deadline) {
   return true;
 }
 
-// Reads exactly `out.size()` bytes within `deadline`; false on EOF, error or
-// timeout (`why` says which).
 bool recv_exact(int fd, std::string& out, clock_type::time_point deadline, std::string* why) {
   std::size_t got = 0;
   while (got < out.size()) {
@@ -106,6 +107,13 @@ bool recv_exact(int fd, std::string& out, clock_type::time_point deadline, std::
   }
   return true;
 }
+
+}  // namespace socket_io
+
+namespace {
+
+using socket_io::recv_exact;
+using socket_io::send_all;
 
 // At most one warning a second; what was not logged is counted into the next.
 class refusal_log {
@@ -178,7 +186,8 @@ uint16_t local_port(int fd) {
 // ---------------------------------------------------------------- listener
 
 struct gate::state {
-  caf::actor_system& sys;
+  caf::actor_system* sys = nullptr;  // null: admitted sockets go to on_admitted
+  gate_admit_handler on_admitted;
   caf::actor basp;
   caf::strong_actor_ptr whom;
   std::set<std::string> ifs;
@@ -205,8 +214,6 @@ struct gate::state {
   // is less: handshakes must not take the descriptors the job needs
   // (checkpoints, data files, its peers).
   std::size_t max_pending = 0;
-
-  state(caf::actor_system& s) : sys(s) {}
 
   void count(uint64_t gate_stats::*field) {
     std::lock_guard<std::mutex> guard(stats_mutex);
@@ -310,21 +317,39 @@ struct gate::state {
 
   void admit(pending& p, const std::string& name) {
     spdlog::debug("{}: {} at {} passed the gate", opts.name, name, p.peer);
-    auto scribe = sys.middleman().backend().new_scribe(p.fd);
-    p.fd = -1;  // BASP's now
-    caf::anon_send(basp, caf::publish_atom::value, std::move(scribe), port, whom, ifs);
     count(&gate_stats::admitted);
+    const int fd = p.fd;
+    p.fd = -1;  // BASP's, or the handler's, now
+    if (on_admitted) {
+      on_admitted(fd, name, p.peer);
+      return;
+    }
+    auto scribe = sys->middleman().backend().new_scribe(fd);
+    caf::anon_send(basp, caf::publish_atom::value, std::move(scribe), port, whom, ifs);
   }
 };
 
 gate::gate(caf::actor_system& sys, caf::strong_actor_ptr whom, std::set<std::string> ifs,
            const std::string& host, uint16_t port, gate_options opts)
-    : st_(std::make_unique<state>(sys)) {
-  if (opts.name.empty() || opts.name.size() >= gate_wire::kNameBytes)
-    throw gate_error("gate: a task name of 1 to 63 bytes is needed, got '" + opts.name + "'");
+    : st_(std::make_unique<state>()) {
+  st_->sys = &sys;
   st_->basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   st_->whom = std::move(whom);
   st_->ifs = std::move(ifs);
+  start(host, port, std::move(opts));
+}
+
+gate::gate(const std::string& host, uint16_t port, gate_options opts,
+           gate_admit_handler on_admitted)
+    : st_(std::make_unique<state>()) {
+  if (!on_admitted) throw gate_error("gate: no handler for admitted connections");
+  st_->on_admitted = std::move(on_admitted);
+  start(host, port, std::move(opts));
+}
+
+void gate::start(const std::string& host, uint16_t port, gate_options opts) {
+  if (opts.name.empty() || opts.name.size() >= gate_wire::kNameBytes)
+    throw gate_error("gate: a task name of 1 to 63 bytes is needed, got '" + opts.name + "'");
   st_->opts = std::move(opts);
   st_->listener = listen_on(host, port);
   port_ = st_->port = local_port(st_->listener);
@@ -411,10 +436,9 @@ void gate::serve() {
 
 // ---------------------------------------------------------------- connector
 
-gate_connection gate_connect(caf::actor_system& sys, const std::string& host, uint16_t port,
-                             const gate_options& opts, const std::set<std::string>& ifs,
-                             caf::timespan timeout) {
-  gate_connection out;
+gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_options& opts,
+                           caf::timespan timeout) {
+  gate_socket out;
   const auto where = host + ":" + std::to_string(port);
   const auto deadline =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
@@ -479,9 +503,28 @@ gate_connection gate_connect(caf::actor_system& sys, const std::string& host, ui
   if (!recv_exact(fd, verdict, deadline, &why)) return fail(where + " " + why, true);
   auto check = gate_wire::check_verdict(opts.secret, server_challenge, client_challenge, verdict);
   if (!check.problem.empty()) return fail(where + " " + check.problem);
-  const auto& peer = check.name;
+  out.fd = fd;
+  out.peer = check.name;
+  out.error.clear();
+  return out;
+}
+
+gate_connection gate_connect(caf::actor_system& sys, const std::string& host, uint16_t port,
+                             const gate_options& opts, const std::set<std::string>& ifs,
+                             caf::timespan timeout) {
+  gate_connection out;
+  const auto where = host + ":" + std::to_string(port);
+  const auto deadline =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
+  auto authenticated = gate_handshake(host, port, opts, timeout);
+  if (authenticated.fd < 0) {
+    out.unreachable = authenticated.unreachable;
+    out.error = std::move(authenticated.error);
+    return out;
+  }
+  const auto& peer = authenticated.peer;
   // Both sides proved the secret: BASP takes the socket over.
-  auto scribe = sys.middleman().backend().new_scribe(fd);
+  auto scribe = sys.middleman().backend().new_scribe(authenticated.fd);
   auto basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   auto left = std::max(caf::timespan{std::chrono::milliseconds(100)},
                        std::chrono::duration_cast<caf::timespan>(deadline - clock_type::now()));

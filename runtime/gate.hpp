@@ -39,10 +39,12 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace troupe {
@@ -61,6 +63,13 @@ struct gate_options {
   std::size_t max_pending = 64;
 };
 
+// A connection that proved the secret, as a plain socket (non-blocking),
+// for a protocol of troupe's own after the gate's exchange rather than BASP
+// (the rendezvous at the chief, runtime/rendezvous.hpp). `name` is the task
+// the peer proved it is, `peer` its "host:port". The receiver owns `fd`.
+using gate_admit_handler =
+    std::function<void(int fd, const std::string& name, const std::string& peer)>;
+
 // What the listener has seen; counters only grow.
 struct gate_stats {
   uint64_t admitted = 0;   // proved the secret, handed to BASP
@@ -76,6 +85,9 @@ class gate {
   // Listens on host:port (port 0: one the OS picks); throws gate_error.
   gate(caf::actor_system& sys, caf::strong_actor_ptr whom, std::set<std::string> ifs,
        const std::string& host, uint16_t port, gate_options opts);
+  // Hands each admitted connection to `on_admitted` (on the gate's thread)
+  // instead of BASP: the same exchange, limits and logging in front.
+  gate(const std::string& host, uint16_t port, gate_options opts, gate_admit_handler on_admitted);
   ~gate();  // stops listening; connections already handed to BASP stay
   gate(const gate&) = delete;
   gate& operator=(const gate&) = delete;
@@ -85,6 +97,7 @@ class gate {
 
  private:
   struct state;
+  void start(const std::string& host, uint16_t port, gate_options opts);
   void loop();
   void serve();
 
@@ -107,6 +120,17 @@ struct gate_connection {
   std::string error;            // why not, e.g. "chief:0 refused this process's proof ..."
 };
 
+// The connecting side's exchange alone: the authenticated socket (blocking
+// mode off), or fd -1 with `error` and `unreachable` as above.
+struct gate_socket {
+  int fd = -1;
+  std::string peer;  // the listener's task, once it proved the secret
+  bool unreachable = false;
+  std::string error;
+};
+gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_options& opts,
+                           caf::timespan timeout);
+
 // Connects to a gate at host:port, runs the exchange within `timeout`, then
 // lets BASP connect over the same socket; checks the actor's interface
 // against `ifs`.
@@ -123,6 +147,17 @@ caf::expected<Handle> gate_remote_actor(caf::actor_system& sys, const std::strin
   if (!c.actor) return caf::make_error(caf::sec::cannot_connect_to_node, std::move(c.error));
   return caf::actor_cast<Handle>(std::move(c.actor));
 }
+
+// Blocking I/O with a deadline on a non-blocking socket: the gate's exchange
+// and the rendezvous after it.
+namespace socket_io {
+// Sends all of `data` within `deadline`.
+bool send_all(int fd, std::string_view data, std::chrono::steady_clock::time_point deadline);
+// Reads exactly `out.size()` bytes within `deadline`; false on EOF, error or
+// timeout (`why` says which).
+bool recv_exact(int fd, std::string& out, std::chrono::steady_clock::time_point deadline,
+                std::string* why);
+}  // namespace socket_io
 
 // The exchange's frames (runtime/gate_wire.cpp: no sockets, no CAF), for
 // both sides, the tests and the fuzz target.
