@@ -596,6 +596,13 @@ int cmd_launch(const std::vector<std::string>& args,
                  "troupe run for a single-process job\n";
     return 2;
   }
+  if (cfg.cluster->tasks.empty()) {
+    std::cerr << "troupe: " << file
+              << ": cluster.tasks: missing; troupe launch starts the tasks a cluster spec lists "
+                 "(a cluster from the environment is started by its launcher: torchrun, "
+                 "Kubernetes, srun)\n";
+    return 2;
+  }
   auto children = node_children(*cfg.cluster, file, opts);
   apply_failure_policy(children, cfg);
   bool survivable = false;

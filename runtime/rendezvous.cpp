@@ -289,7 +289,8 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
                              [&arrivals](int fd, const std::string& name, const std::string& peer) {
                                arrivals.push({fd, name, peer});
                              });
-  spdlog::info("chief:0: rendezvous at {}: waiting for {} more ranks", me.chief, me.world_size - 1);
+  spdlog::info("chief:0: rendezvous at {}: waiting for the {} other rank{}", me.chief,
+               me.world_size - 1, me.world_size == 2 ? "" : "s");
   std::map<int64_t, announced> ranks;
   ranks[0] = {-1, me.chief, "this process"};
   while (static_cast<int64_t>(ranks.size()) < me.world_size) {
@@ -299,9 +300,11 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
   }
   door.reset();  // no one else joins; troupe node listens here next
   if (static_cast<int64_t>(ranks.size()) < me.world_size) {
-    const std::string why =
-        "ranks " + missing_ranks(ranks, me.world_size) + " did not join the chief at " + me.chief +
-        " within " + fmt::format("{:g}", timeout.count()) + " s (cluster.join_timeout_seconds)";
+    const auto missing = me.world_size - static_cast<int64_t>(ranks.size());
+    const std::string why = (missing == 1 ? "rank " : "ranks ") +
+                            missing_ranks(ranks, me.world_size) + " did not join the chief at " +
+                            me.chief + " within " + fmt::format("{:g}", timeout.count()) +
+                            " s (cluster.join_timeout_seconds)";
     for (auto& [r, a] : ranks)
       if (a.fd >= 0) answer_and_close(a.fd, {{"error", why}});
     throw job_error("chief:0: " + why);

@@ -1,0 +1,451 @@
+// The cluster from the environment: the resolver on each flavour of
+// variables (troupe's, torchrun/Kubeflow's, SLURM's) with its errors, SLURM's
+// host lists, the rendezvous frames, and the rendezvous itself between
+// threads on 127.0.0.1 (its refusals and its timeouts).
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <thread>
+
+#include "actors/job_options.hpp"
+#include "config/cluster_env.hpp"
+#include "config/job_config.hpp"
+#include "runtime/gate.hpp"
+#include "runtime/rendezvous.hpp"
+
+using namespace troupe;
+using hosts = std::vector<std::string>;
+
+namespace {
+
+constexpr const char* kSecret = "troupe-test-secret-0123456789";
+
+// The error resolve_cluster_env gives for `env`, or "(no error)".
+std::string error_of(const environment_map& env, const cluster_spec& spec = {}) {
+  try {
+    resolve_cluster_env(env, spec, "this-host");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string hostlist_error(const std::string& list) {
+  try {
+    expand_hostlist(list);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const environment_map kTorch = {
+    {"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "master-0"}, {"MASTER_PORT", "23456"}};
+
+const environment_map kSlurm = {
+    {"SLURM_PROCID", "3"},      {"SLURM_NTASKS", "4"},
+    {"SLURM_LOCALID", "1"},     {"SLURM_JOB_NODELIST", "node[07-08,10]"},
+    {"SLURM_JOB_ID", "123456"}, {"SLURMD_NODENAME", "node08"}};
+
+environment_map with(environment_map env, const std::string& name, const std::string& value) {
+  env[name] = value;
+  return env;
+}
+
+environment_map without(environment_map env, const std::string& name) {
+  env.erase(name);
+  return env;
+}
+
+// A port nobody listens on now (the OS picks it; closed again at once).
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+cluster_env rank_env(int64_t rank, int64_t world, const std::string& chief) {
+  cluster_env e;
+  e.source = "TROUPE_RANK";
+  e.rank = rank;
+  e.world_size = world;
+  e.chief = chief;
+  e.task = role_of_rank(rank, 0);
+  e.advertise_host = "127.0.0.1";
+  return e;
+}
+
+// Whichever of two futures is ready first (the other may wait for long).
+std::future<std::string>& first_ready(std::future<std::string>& a, std::future<std::string>& b) {
+  for (;;) {
+    if (a.wait_for(std::chrono::milliseconds(5)) == std::future_status::ready) return a;
+    if (b.wait_for(std::chrono::milliseconds(5)) == std::future_status::ready) return b;
+  }
+}
+
+std::string address(uint16_t port) {
+  return "127.0.0.1:" + std::to_string(port);
+}
+
+}  // namespace
+
+TEST_CASE("SLURM host lists expand in order, zero padding kept") {
+  CHECK(expand_hostlist("node01") == hosts{"node01"});
+  CHECK(expand_hostlist("node[01-04,07]") ==
+        hosts{"node01", "node02", "node03", "node04", "node07"});
+  CHECK(expand_hostlist("a[1-2],b3") == hosts{"a1", "a2", "b3"});
+  CHECK(expand_hostlist("n[8-11]") == hosts{"n8", "n9", "n10", "n11"});
+  CHECK(expand_hostlist("n[098-101]") == hosts{"n098", "n099", "n100", "n101"});
+  CHECK(expand_hostlist("x[1-2]-y[3-4]") == hosts{"x1-y3", "x1-y4", "x2-y3", "x2-y4"});
+  CHECK(expand_hostlist("127.0.0.1") == hosts{"127.0.0.1"});
+  CHECK(expand_hostlist("gpu[1],cpu[2-3],login") == hosts{"gpu1", "cpu2", "cpu3", "login"});
+
+  CHECK(hostlist_error("") == "the host list is empty");
+  CHECK(hostlist_error("node[01-04") == "an unclosed '[' in \"node[01-04\"");
+  CHECK(hostlist_error("node]1") == "a ']' without its '[' in \"node]1\"");
+  CHECK(hostlist_error("node[4-1]") == "the range \"4-1\" runs backwards in \"node[4-1]\"");
+  CHECK(hostlist_error("node[a-b]") ==
+        "expected a number or a range like 01-04, got \"a-b\" in \"node[a-b]\"");
+  CHECK(hostlist_error("a,,b") == "an empty host name in \"a,,b\"");
+  CHECK(hostlist_error("n[0-99999999]") ==
+        "the range \"0-99999999\" names more than 65536 hosts in \"n[0-99999999]\"");
+}
+
+TEST_CASE("ranks map to roles: the chief, then cluster.roles.ps ps tasks, then workers") {
+  CHECK(role_of_rank(0, 0) == task_id{"chief", 0});
+  CHECK(role_of_rank(1, 0) == task_id{"worker", 0});
+  CHECK(role_of_rank(3, 0) == task_id{"worker", 2});
+  CHECK(role_of_rank(1, 2) == task_id{"ps", 0});
+  CHECK(role_of_rank(2, 2) == task_id{"ps", 1});
+  CHECK(role_of_rank(3, 2) == task_id{"worker", 0});
+  auto tasks = tasks_of_ranks({"c:1", "p:2", "w:3", "w:4"}, 1);
+  CHECK(tasks == std::map<std::string, hosts>{
+                     {"chief", {"c:1"}}, {"ps", {"p:2"}}, {"worker", {"w:3", "w:4"}}});
+}
+
+TEST_CASE("troupe's own variables") {
+  environment_map env = {{"TROUPE_RANK", "1"},
+                         {"TROUPE_WORLD_SIZE", "3"},
+                         {"TROUPE_CHIEF", "10.0.0.5:7000"},
+                         {"TROUPE_ADVERTISE_ADDR", "10.0.0.6"},
+                         {"TROUPE_PORT", "7100"}};
+  auto e = resolve_cluster_env(env, {}, "this-host");
+  CHECK(e.source == "TROUPE_RANK");
+  CHECK(e.rank == 1);
+  CHECK(e.world_size == 3);
+  CHECK(e.chief == "10.0.0.5:7000");
+  CHECK(e.task == task_id{"worker", 0});
+  CHECK(e.advertise_host == "10.0.0.6");
+  CHECK(e.listen_port == 7100);
+
+  // They win over torchrun's and SLURM's.
+  auto all = env;
+  all.insert(kTorch.begin(), kTorch.end());
+  all.insert(kSlurm.begin(), kSlurm.end());
+  CHECK(resolve_cluster_env(all, {}, "h").rank == 1);
+
+  // The chief listens at its own address.
+  auto chief = resolve_cluster_env(with(env, "TROUPE_RANK", "0"), {}, "h");
+  CHECK(chief.task == task_id{"chief", 0});
+  CHECK(chief.advertise_host == "10.0.0.5");
+  CHECK(chief.listen_port == 7000);
+
+  CHECK(error_of(with(env, "TROUPE_RANK", "3")) ==
+        "TROUPE_RANK: expected an integer in 0..TROUPE_WORLD_SIZE-1 (0..2), got \"3\"");
+  CHECK(error_of(with(env, "TROUPE_RANK", "-1")) ==
+        "TROUPE_RANK: expected an integer in 0..TROUPE_WORLD_SIZE-1 (0..2), got \"-1\"");
+  CHECK(error_of(without(env, "TROUPE_RANK")) ==
+        "TROUPE_RANK: not set; it says which rank this process is");
+  CHECK(error_of(with(env, "TROUPE_WORLD_SIZE", "0")) ==
+        "TROUPE_WORLD_SIZE: expected an integer in 1..65536, got \"0\"");
+  CHECK(error_of(without(env, "TROUPE_CHIEF")) ==
+        "TROUPE_CHIEF: not set; it gives the chief's address as host:port (rank 0's)");
+  CHECK(error_of(with(env, "TROUPE_CHIEF", "10.0.0.5")) ==
+        "TROUPE_CHIEF: expected \"host:port\", got \"10.0.0.5\"");
+  CHECK(error_of(with(env, "TROUPE_PORT", "70000")) ==
+        "TROUPE_PORT: expected an integer in 1..65535, got \"70000\"");
+  CHECK(error_of(with(env, "TROUPE_ADVERTISE_ADDR", "a b")) ==
+        "TROUPE_ADVERTISE_ADDR: expected a host name or an IP address, got \"a b\"; set "
+        "TROUPE_ADVERTISE_ADDR to the address other ranks reach this one at");
+}
+
+TEST_CASE("torchrun's and Kubeflow PyTorchJob's variables") {
+  auto e = resolve_cluster_env(kTorch, {}, "this-host");
+  CHECK(e.source == "RANK");
+  CHECK(e.rank == 2);
+  CHECK(e.world_size == 4);
+  CHECK(e.chief == "master-0:23456");
+  CHECK(e.task == task_id{"worker", 1});
+  CHECK(e.advertise_host == "this-host");  // the machine's name without TROUPE_ADVERTISE_ADDR
+  CHECK(e.listen_port == 0);               // the OS picks one
+  CHECK(resolve_cluster_env(with(kTorch, "LOCAL_RANK", "1"), {}, "h").local_rank == 1);
+  CHECK(resolve_cluster_env(with(kTorch, "MASTER_ADDR", "fd00::1"), {}, "h").chief ==
+        "[fd00::1]:23456");
+
+  cluster_spec ps;
+  ps.ps_ranks = 2;
+  CHECK(resolve_cluster_env(kTorch, ps, "h").task == task_id{"ps", 1});
+  ps.ps_ranks = 4;
+  CHECK(error_of(kTorch, ps) ==
+        "cluster.roles.ps: expected at most the 3 ranks after the chief (world size 4 from "
+        "RANK's set), got 4");
+
+  CHECK(error_of(with(kTorch, "RANK", "x")) ==
+        "RANK: expected an integer in 0..WORLD_SIZE-1 (0..3), got \"x\"");
+  CHECK(error_of(with(kTorch, "RANK", "4")) ==
+        "RANK: expected an integer in 0..WORLD_SIZE-1 (0..3), got \"4\"");
+  CHECK(error_of(with(kTorch, "WORLD_SIZE", "four")) ==
+        "WORLD_SIZE: expected an integer in 1..65536, got \"four\"");
+  CHECK(error_of(without(kTorch, "WORLD_SIZE")) ==
+        "WORLD_SIZE: not set; it says how many ranks the job has");
+  CHECK(error_of(without(kTorch, "MASTER_ADDR")) ==
+        "MASTER_ADDR: not set; it names the chief's (rank 0's) host");
+  CHECK(error_of(without(kTorch, "MASTER_PORT")) ==
+        "MASTER_PORT: not set; it gives the chief's (rank 0's) port");
+  CHECK(error_of(with(kTorch, "MASTER_PORT", "0")) ==
+        "MASTER_PORT: expected an integer in 1..65535, got \"0\"");
+  CHECK(error_of(with(kTorch, "MASTER_ADDR", "bad host")) ==
+        "MASTER_ADDR: expected \"host:port\", got \"bad host:23456\"");
+  CHECK(error_of(with(kTorch, "LOCAL_RANK", "-1")) ==
+        "LOCAL_RANK: expected an integer 0 or more, got \"-1\"");
+}
+
+TEST_CASE("SLURM's variables: the chief on the first host, its port from the job id") {
+  auto e = resolve_cluster_env(kSlurm, {}, "this-host");
+  CHECK(e.source == "SLURM_PROCID");
+  CHECK(e.rank == 3);
+  CHECK(e.world_size == 4);
+  CHECK(e.local_rank == 1);
+  CHECK(e.task == task_id{"worker", 2});
+  CHECK(slurm_chief_port(123456) == 20000 + 123456 % 12000);
+  CHECK(e.chief == "node07:" + std::to_string(slurm_chief_port(123456)));
+  CHECK(e.advertise_host == "node08");  // SLURMD_NODENAME
+  // The derived port stays unprivileged and below Linux's ephemeral ports.
+  for (uint64_t id : {0ull, 1ull, 11999ull, 12000ull, 987654321ull}) {
+    CHECK(slurm_chief_port(id) >= 20000);
+    CHECK(slurm_chief_port(id) < 32768);
+  }
+  CHECK(slurm_chief_port(7) != slurm_chief_port(8));
+
+  // A port given: TROUPE_CHIEF_PORT first, then cluster.port.
+  cluster_spec spec;
+  spec.port = 29400;
+  CHECK(resolve_cluster_env(kSlurm, spec, "h").chief == "node07:29400");
+  CHECK(resolve_cluster_env(with(kSlurm, "TROUPE_CHIEF_PORT", "29500"), spec, "h").chief ==
+        "node07:29500");
+  CHECK(resolve_cluster_env(without(kSlurm, "SLURM_JOB_ID"), spec, "h").chief == "node07:29400");
+  CHECK(resolve_cluster_env(with(kSlurm, "SLURM_JOB_NODELIST", "127.0.0.1"), spec, "h").chief ==
+        "127.0.0.1:29400");
+  CHECK(resolve_cluster_env(with(kSlurm, "TROUPE_ADVERTISE_ADDR", "10.1.1.1"), {}, "h")
+            .advertise_host == "10.1.1.1");
+
+  CHECK(error_of(with(kSlurm, "SLURM_PROCID", "4")) ==
+        "SLURM_PROCID: expected an integer in 0..SLURM_NTASKS-1 (0..3), got \"4\"");
+  CHECK(error_of(without(kSlurm, "SLURM_NTASKS")) ==
+        "SLURM_NTASKS: not set; it says how many tasks the job step has");
+  CHECK(error_of(with(kSlurm, "SLURM_LOCALID", "one")) ==
+        "SLURM_LOCALID: expected an integer 0 or more, got \"one\"");
+  CHECK(error_of(without(kSlurm, "SLURM_JOB_NODELIST")) ==
+        "SLURM_JOB_NODELIST: not set; the chief runs on the first host of the job's nodes");
+  CHECK(error_of(with(kSlurm, "SLURM_JOB_NODELIST", "node[1-")) ==
+        "SLURM_JOB_NODELIST: an unclosed '[' in \"node[1-\"");
+  CHECK(error_of(without(kSlurm, "SLURM_JOB_ID")) ==
+        "SLURM_JOB_ID: not set; the chief's port is derived from it when neither "
+        "TROUPE_CHIEF_PORT nor cluster.port gives one");
+  CHECK(error_of(with(kSlurm, "SLURM_JOB_ID", "12x")) ==
+        "SLURM_JOB_ID: expected an integer, got \"12x\"");
+  CHECK(error_of(with(kSlurm, "TROUPE_CHIEF_PORT", "http")) ==
+        "TROUPE_CHIEF_PORT: expected an integer in 1..65535, got \"http\"");
+}
+
+TEST_CASE("no rank in the environment: an error naming every way to give one") {
+  CHECK(!environment_has_cluster({{"HOME", "/root"}}));
+  CHECK(environment_has_cluster(kTorch));
+  CHECK(environment_has_cluster(kSlurm));
+  CHECK(error_of({{"HOME", "/root"}}) ==
+        "the config has no cluster.tasks and the environment names no rank: set TROUPE_RANK, "
+        "TROUPE_WORLD_SIZE and TROUPE_CHIEF, or torchrun's RANK, WORLD_SIZE, MASTER_ADDR and "
+        "MASTER_PORT, or run under SLURM's srun (SLURM_PROCID), or give --task");
+  // A partial set of troupe's own is reported as such, not skipped.
+  CHECK(error_of(with(kTorch, "TROUPE_WORLD_SIZE", "4")) ==
+        "TROUPE_RANK: not set; it says which rank this process is");
+}
+
+TEST_CASE("rendezvous frames: an announce round-trips; bad ones are refused, not trusted") {
+  using namespace rendezvous_wire;
+  auto frame = make_announce(2, 3, "127.0.0.1:7001");
+  REQUIRE(frame.size() == kAnnounceBytes);
+  auto ok = check_announce(frame, 3);
+  CHECK(ok.problem == "");
+  CHECK(ok.rank == 2);
+  CHECK(ok.address == "127.0.0.1:7001");
+
+  CHECK(check_announce(frame, 4).problem == "it announces a world size of 3, the chief's is 4");
+  CHECK(check_announce(make_announce(3, 3, "h:1"), 3).problem ==
+        "rank 3 is outside 1..2 (rank 0 is the chief)");
+  CHECK(check_announce(make_announce(0, 3, "h:1"), 3).problem ==
+        "rank 0 is outside 1..2 (rank 0 is the chief)");
+  CHECK(check_announce(make_announce(-1, 3, "h:1"), 3)
+            .problem.starts_with("rank 18446744073709551615"));
+  CHECK(check_announce(make_announce(1, 3, "no-port"), 3).problem ==
+        "its address: expected \"host:port\", got \"no-port\"");
+  CHECK(check_announce(frame.substr(1), 3).problem == "not a rendezvous announce");
+  auto junk_after = frame;
+  junk_after.back() = 'x';
+  CHECK(check_announce(junk_after, 3).problem == "a malformed address field");
+  auto bad_magic = frame;
+  bad_magic[0] = 'X';
+  CHECK(check_announce(bad_magic, 3).problem == "not a rendezvous announce");
+
+  auto reply = make_reply({{"tasks", {{"chief", {"a:1"}}, {"worker", {"b:2", "c:3"}}}}});
+  auto n = reply_length(reply.substr(0, kReplyHeaderBytes));
+  REQUIRE(n == static_cast<int64_t>(reply.size() - kReplyHeaderBytes));
+  CHECK(tasks_of_reply(reply.substr(kReplyHeaderBytes)) ==
+        cluster_tasks{{"chief", {"a:1"}}, {"worker", {"b:2", "c:3"}}});
+  auto huge = std::string(kMagic, kMagicBytes) + std::string("\xff\xff\xff\xff", 4);
+  CHECK(reply_length(huge) == -1);
+  CHECK(reply_length(std::string("troupeG1\0\0\0\1", 12)) == -1);  // another magic
+  CHECK_THROWS_WITH_AS(tasks_of_reply(R"({"error": "rank 2 already joined"})"),
+                       "the chief refused this rank: rank 2 already joined", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(tasks_of_reply("[1,2"), "the chief's answer is not a JSON object",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(tasks_of_reply(R"({"tasks": {"worker": [1]}})"),
+                       "the chief's tasks.worker holds a non-string", std::invalid_argument);
+}
+
+TEST_CASE("the rendezvous between threads: ranks in any order get the same cluster") {
+  const auto chief_addr = address(free_port());
+  const auto a1 = address(free_port()), a2 = address(free_port());
+  // The other ranks first: they retry until the chief listens.
+  auto r2 = std::async(std::launch::async, [&] {
+    return join_rendezvous(kSecret, rank_env(2, 3, chief_addr), a2, std::chrono::seconds(20));
+  });
+  auto r1 = std::async(std::launch::async, [&] {
+    return join_rendezvous(kSecret, rank_env(1, 3, chief_addr), a1, std::chrono::seconds(20));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto tasks = serve_rendezvous(kSecret, rank_env(0, 3, chief_addr), 0, std::chrono::seconds(20));
+  const cluster_tasks want{{"chief", {chief_addr}}, {"worker", {a1, a2}}};
+  CHECK(tasks == want);
+  CHECK(r1.get() == want);
+  CHECK(r2.get() == want);
+}
+
+TEST_CASE("the rendezvous refuses a duplicate rank, naming it, and still forms the cluster") {
+  const auto chief_addr = address(free_port());
+  const auto a1 = address(free_port()), a1_again = address(free_port());
+  const auto a2 = address(free_port());
+  auto chief = std::async(std::launch::async, [&] {
+    return serve_rendezvous(kSecret, rank_env(0, 3, chief_addr), 1, std::chrono::seconds(20));
+  });
+  // Two processes claim rank 1: whichever announces second is refused.
+  auto claim_rank_1 = [&](const std::string& at) {
+    return std::async(std::launch::async, [&chief_addr, at]() -> std::string {
+      try {
+        join_rendezvous(kSecret, rank_env(1, 3, chief_addr), at, std::chrono::seconds(20));
+        return "joined";
+      } catch (const job_error& e) {
+        return e.what();
+      }
+    });
+  };
+  auto first = claim_rank_1(a1);
+  auto second = claim_rank_1(a1_again);
+  // One of them is refused at once; the other waits for rank 2.
+  auto& refused_one = first_ready(first, second);
+  auto& joined_one = &refused_one == &first ? second : first;
+  const auto refused = refused_one.get();
+  CHECK(
+      refused.starts_with("rank:1: the chief refused this rank: rank 1 already joined from "
+                          "127.0.0.1:"));
+  auto last = std::async(std::launch::async, [&] {
+    return join_rendezvous(kSecret, rank_env(2, 3, chief_addr), a2, std::chrono::seconds(20));
+  });
+  auto tasks = chief.get();
+  CHECK(tasks.at("chief") == hosts{chief_addr});
+  CHECK(tasks.at("worker") == hosts{a2});
+  const auto& ps = tasks.at("ps");
+  REQUIRE(ps.size() == 1);
+  CHECK((ps[0] == a1 || ps[0] == a1_again));
+  CHECK(last.get() == tasks);
+  // The one that joined returns once the cluster is formed.
+  CHECK(joined_one.get() == "joined");
+}
+
+TEST_CASE("the rendezvous: a wrong secret is refused at the gate; timeouts name the chief") {
+  const auto chief_addr = address(free_port());
+  auto chief = std::async(std::launch::async, [&] {
+    return serve_rendezvous(kSecret, rank_env(0, 2, chief_addr), 0, std::chrono::seconds(2));
+  });
+  std::string wrong;
+  try {
+    join_rendezvous("another-secret-0123456789", rank_env(1, 2, chief_addr), address(free_port()),
+                    std::chrono::seconds(20));
+  } catch (const job_error& e) {
+    wrong = e.what();
+  }
+  CHECK(wrong.starts_with("rank:1: joining the chief at " + chief_addr + " failed: "));
+  CHECK(wrong.find("secret") != std::string::npos);
+  // Nobody with the secret came: the chief names who is missing.
+  CHECK_THROWS_WITH_AS(chief.get(),
+                       ("chief:0: rank 1 did not join the chief at " + chief_addr +
+                        " within 2 s (cluster.join_timeout_seconds)")
+                           .c_str(),
+                       job_error);
+  // Nobody listens at the chief's address: a rank gives up naming it.
+  const auto nobody = address(free_port());
+  std::string unreachable;
+  try {
+    join_rendezvous(kSecret, rank_env(1, 2, nobody), address(free_port()), std::chrono::seconds(1));
+  } catch (const job_error& e) {
+    unreachable = e.what();
+  }
+  CHECK(unreachable.starts_with("rank:1: cannot join the chief at " + nobody +
+                                " within 1 s (cluster.join_timeout_seconds): cannot connect to " +
+                                nobody));
+}
+
+TEST_CASE("a config without cluster.tasks takes its cluster from the rendezvous, checked") {
+  nlohmann::json j = {{"name", "env"},
+                      {"strategy", {{"kind", "parameter_server"}, {"replicas", 2}, {"shards", 1}}},
+                      {"cluster", {{"roles", {{"ps", 1}}}, {"join_timeout_seconds", 5}}}};
+  auto c = parse_job_config(j);
+  REQUIRE(c.cluster);
+  CHECK(c.cluster->tasks.empty());
+  CHECK(c.cluster->ps_ranks == 1);
+  // Round trip through the effective config.
+  CHECK(parse_job_config(to_json(c)).cluster->ps_ranks == 1);
+  j["cluster"]["tasks"] = {{"chief", {"127.0.0.1:7000"}}};
+  CHECK_THROWS_WITH_AS(parse_job_config(j),
+                       "cluster.roles: is for a cluster from the environment; with cluster.tasks "
+                       "written out, place tasks with cluster.hosts instead",
+                       config_error);
+
+  // A world of one: the chief alone, no rendezvous.
+  ::setenv("TROUPE_SECRET", kSecret, 1);
+  auto one = parse_job_config({{"name", "one"}, {"cluster", nlohmann::json::object()}});
+  auto task = join_cluster_from_environment(
+      one, {{"TROUPE_RANK", "0"}, {"TROUPE_WORLD_SIZE", "1"}, {"TROUPE_CHIEF", "127.0.0.1:7000"}});
+  CHECK(task == task_id{"chief", 0});
+  CHECK(one.cluster->tasks == cluster_tasks{{"chief", {"127.0.0.1:7000"}}});
+  // parameter_server needs a ps task: a world of one fails the same check a
+  // hand-written cluster does.
+  auto ps = parse_job_config(
+      {{"name", "ps"},
+       {"strategy", {{"kind", "parameter_server"}, {"replicas", 1}, {"shards", 1}}},
+       {"cluster", nlohmann::json::object()}});
+  CHECK_THROWS_AS(join_cluster_from_environment(ps, {{"TROUPE_RANK", "0"},
+                                                     {"TROUPE_WORLD_SIZE", "1"},
+                                                     {"TROUPE_CHIEF", "127.0.0.1:7000"}}),
+                  config_error);
+}
