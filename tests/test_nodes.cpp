@@ -256,6 +256,90 @@ TEST_CASE("mirrored over 3 processes equals the same job in one process") {
   CHECK(d < 2e-5);
 }
 
+// The cluster from the environment (config/cluster_env.hpp): no --task, no
+// cluster.tasks; each process has only its launcher's variables, and the
+// ranks meet at the chief (runtime/rendezvous.hpp).
+namespace {
+
+// `c` without cluster.tasks; the job's file.
+std::string environment_job_file(const job_config& c, const std::string& dir) {
+  auto j = to_json(c);
+  j["cluster"] = {{"join_timeout_seconds", 30}, {"heartbeat_seconds", 0.5}};
+  const auto file = dir + "/env_job.json";
+  std::ofstream(file) << j.dump(2);
+  return file;
+}
+
+// Starts rank `rank` with `env` (its launcher's variables) and nothing else.
+std::unique_ptr<node_proc> start_rank(const std::string& file, const std::string& dir, int rank,
+                                      std::map<std::string, std::string> env) {
+  env["TROUPE_ADVERTISE_ADDR"] = "127.0.0.1";
+  const auto name = "rank" + std::to_string(rank);
+  return std::make_unique<node_proc>(name, dir + "/" + name + ".log", kSecret,
+                                     std::vector<std::string>{TROUPE_BIN, "node", "--config", file},
+                                     env);
+}
+
+// A 3-replica mirrored job (chief, worker:0 with replicas 0 and 1, worker:1
+// with replica 2) started from `env_of(rank)`, ranks in `order`, rank
+// `late` (if any) `late_by` after the others; it must equal one process.
+template <class EnvOf>
+void mirrored_from_environment(EnvOf env_of, std::vector<int> order, int late = -1,
+                               std::chrono::milliseconds late_by = {}) {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 3, 48);
+  c.checkpoint.every_steps = 0;
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  const auto file = environment_job_file(c, dir.str());
+  node_procs procs;
+  for (int rank : order)
+    if (rank != late) procs[std::to_string(rank)] = start_rank(file, dir.str(), rank, env_of(rank));
+  if (late >= 0) {
+    std::this_thread::sleep_for(late_by);
+    procs[std::to_string(late)] = start_rank(file, dir.str(), late, env_of(late));
+  }
+  wait_all(procs, 120);
+  // Rank r > 0 is worker:r-1.
+  for (int rank : {1, 2})
+    CHECK(procs[std::to_string(rank)]->output().find("task worker:" + std::to_string(rank - 1) +
+                                                     " finished") != std::string::npos);
+  auto many = summary_in(dir / "out");
+  CHECK(many["steps"] == one["steps"]);
+  double d = max_abs_diff(variables_of(one), variables_of(many));
+  MESSAGE("mirrored from the environment, 3 processes vs 1: max |diff| " << d);
+  CHECK(d < 2e-5);
+}
+
+}  // namespace
+
+TEST_CASE("mirrored over 3 processes from torchrun's variables, ranks in reverse order") {
+  const auto port = std::to_string(free_port());
+  mirrored_from_environment(
+      [&](int rank) {
+        return std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
+                                                  {"WORLD_SIZE", "3"},
+                                                  {"MASTER_ADDR", "127.0.0.1"},
+                                                  {"MASTER_PORT", port}};
+      },
+      {2, 1, 0});
+}
+
+TEST_CASE("mirrored over 3 processes from SLURM's variables, one rank 3 s late") {
+  const auto port = std::to_string(free_port());
+  mirrored_from_environment(
+      [&](int rank) {
+        return std::map<std::string, std::string>{{"SLURM_PROCID", std::to_string(rank)},
+                                                  {"SLURM_NTASKS", "3"},
+                                                  {"SLURM_LOCALID", std::to_string(rank)},
+                                                  {"SLURM_JOB_NODELIST", "127.0.0.1"},
+                                                  {"SLURM_JOB_ID", "4242"},
+                                                  {"TROUPE_CHIEF_PORT", port}};
+      },
+      {0, 1, 2}, 1, std::chrono::seconds(3));
+}
+
 TEST_CASE(
     "mirrored's device all-reduce over 3 processes (hierarchical, on sim devices) equals one "
     "process") {
