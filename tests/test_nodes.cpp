@@ -264,7 +264,7 @@ namespace {
 // `c` without cluster.tasks; the job's file.
 std::string environment_job_file(const job_config& c, const std::string& dir) {
   auto j = to_json(c);
-  j["cluster"] = {{"join_timeout_seconds", 30}, {"heartbeat_seconds", 0.5}};
+  j["cluster"] = {{"join_timeout_seconds", 30}, {"heartbeat_seconds", 1}};
   const auto file = dir + "/env_job.json";
   std::ofstream(file) << j.dump(2);
   return file;
