@@ -15,6 +15,7 @@
 #include "config/job_config.hpp"
 #include "runtime/gate.hpp"
 #include "runtime/rendezvous.hpp"
+#include "tests/fuzz/mutate.hpp"
 
 using namespace troupe;
 using hosts = std::vector<std::string>;
@@ -321,6 +322,31 @@ TEST_CASE("rendezvous frames: an announce round-trips; bad ones are refused, not
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(tasks_of_reply(R"({"tasks": {"worker": [1]}})"),
                        "the chief's tasks.worker holds a non-string", std::invalid_argument);
+}
+
+TEST_CASE("mutated rendezvous frames: refused or read, never trusted past their checks") {
+  using namespace rendezvous_wire;
+  const auto announce = make_announce(2, 3, "127.0.0.1:7001");
+  const auto reply = make_reply({{"tasks", {{"chief", {"a:1"}}, {"worker", {"b:2", "c:3"}}}}});
+  fuzz::mutator mutate(25);
+  int accepted = 0;
+  for (int i = 0; i < 3000; ++i) {
+    auto a = mutate(announce);
+    a.resize(kAnnounceBytes, '\0');
+    auto check = check_announce(a, 3);
+    if (check.problem.empty()) {
+      ++accepted;
+      CHECK((check.rank == 1 || check.rank == 2));
+      CHECK_NOTHROW(parse_host_port(check.address));
+    }
+    auto r = mutate(reply);
+    CHECK(reply_length(r.substr(0, kReplyHeaderBytes)) <= static_cast<int64_t>(kMaxReplyBytes));
+    try {
+      tasks_of_reply(r.size() > kReplyHeaderBytes ? r.substr(kReplyHeaderBytes) : r);
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  CHECK(accepted > 0);  // some mutants only touch padding or keep a valid frame
 }
 
 TEST_CASE("the rendezvous between threads: ranks in any order get the same cluster") {

@@ -3,7 +3,8 @@
 // the convention: true when accepted, false when refused cleanly, anything
 // else escapes):
 //   - gate_frames: the gate's three frames (runtime/gate_wire.cpp), the only
-//     bytes a process reads from a peer before it proved the cluster secret;
+//     bytes a process reads from a peer before it proved the cluster secret,
+//     and the rendezvous' two after it (runtime/rendezvous_wire.cpp);
 //   - message_bytes: every troupe message type, deserialized as CAF does for
 //     an authenticated peer (the first byte picks the type).
 #include <caf/all.hpp>
@@ -17,6 +18,7 @@
 #include "messages/remote_ring_messages.hpp"
 #include "messages/rl_messages.hpp"
 #include "runtime/gate.hpp"
+#include "runtime/rendezvous.hpp"
 
 namespace troupe::fuzz {
 
@@ -38,6 +40,12 @@ inline bool gate_frames(std::string_view bytes) {
   any |= gate_wire::check_verdict(secret, challenge, challenge, bytes).problem.empty();
   any |= gate_wire::check_verdict(secret, challenge, challenge, sized(gate_wire::kVerdictBytes))
              .problem.empty();
+  any |= rendezvous_wire::check_announce(sized(rendezvous_wire::kAnnounceBytes), 3).problem.empty();
+  any |= rendezvous_wire::reply_length(sized(rendezvous_wire::kReplyHeaderBytes)) >= 0;
+  try {
+    any |= !rendezvous_wire::tasks_of_reply(bytes).empty();
+  } catch (const std::invalid_argument&) {
+  }
   return any;
 }
 
