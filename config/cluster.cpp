@@ -112,6 +112,11 @@ host_port parse_host_port(std::string_view s) {
   return out;
 }
 
+std::string format_host_port(const std::string& host, uint16_t port) {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 task_id parse_task_name(std::string_view name) {
   auto colon = name.find(':');
   if (colon == std::string_view::npos)

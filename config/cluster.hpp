@@ -90,6 +90,8 @@ struct host_port {
 // `expected "host:port", got "x"` or `expected "host:port" with a port in
 // 1..65535, got "h:0"`.
 host_port parse_host_port(std::string_view s);
+// The inverse: "host:port", "[::1]:7000" for an IPv6 address.
+std::string format_host_port(const std::string& host, uint16_t port);
 
 // "worker:1" -> {"worker", 1}. Throws std::invalid_argument naming what is
 // wrong (no ':', an unknown job name, an index that is not a number).

@@ -75,11 +75,6 @@ std::string host_port_of(const std::string& name, const std::string& value) {
   return value;
 }
 
-std::string join_host_port(const std::string& host, uint16_t p) {
-  const bool ipv6 = host.find(':') != std::string::npos;
-  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(p);
-}
-
 struct flavour_result {
   int64_t rank = 0, world = 1, local_rank = -1;
   std::string chief;
@@ -102,7 +97,7 @@ flavour_result torch_flavour(const environment_map& env) {
   const auto& addr = require(env, "MASTER_ADDR", "it names the chief's (rank 0's) host");
   const auto p =
       port("MASTER_PORT", require(env, "MASTER_PORT", "it gives the chief's (rank 0's) port"));
-  r.chief = host_port_of("MASTER_ADDR", join_host_port(addr, p));
+  r.chief = host_port_of("MASTER_ADDR", format_host_port(addr, p));
   if (const auto* local = find(env, "LOCAL_RANK"))
     r.local_rank = integer("LOCAL_RANK", *local, 0, kMaxWorld, "0 or more");
   return r;
@@ -135,7 +130,7 @@ flavour_result slurm_flavour(const environment_map& env, const cluster_spec& spe
       throw cluster_env_error("SLURM_JOB_ID: expected an integer, got " + quote(id));
     p = slurm_chief_port(to_number(id));
   }
-  r.chief = host_port_of("SLURM_JOB_NODELIST", join_host_port(hosts.front(), p));
+  r.chief = host_port_of("SLURM_JOB_NODELIST", format_host_port(hosts.front(), p));
   return r;
 }
 
@@ -307,7 +302,7 @@ cluster_env resolve_cluster_env(const environment_map& env, const cluster_spec& 
     out.advertise_host = host_name;
   }
   try {
-    parse_host_port(join_host_port(out.advertise_host, 1));  // the host part's rules
+    parse_host_port(format_host_port(out.advertise_host, 1));  // the host part's rules
   } catch (const std::invalid_argument&) {
     throw cluster_env_error(
         (env.count("TROUPE_ADVERTISE_ADDR") ? std::string("TROUPE_ADVERTISE_ADDR")

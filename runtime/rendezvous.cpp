@@ -26,13 +26,13 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 using seconds_d = std::chrono::duration<double>;
 
+// The name the chief's rendezvous gate proves: a rank that reaches the
+// chief's node instead (the rendezvous is over) must not speak to it, as
+// those bytes would go to BASP.
+constexpr const char* kRendezvousGate = "chief:0/rendezvous";
+
 // How long the chief gives an admitted peer to send its announce.
 constexpr auto kAnnounceTimeout = std::chrono::seconds(5);
-
-std::string join_host_port(const std::string& host, uint16_t port) {
-  const bool ipv6 = host.find(':') != std::string::npos;
-  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
 
 std::string rank_name(int64_t rank) {
   return "rank:" + std::to_string(rank);
@@ -179,7 +179,7 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
   admitted_queue arrivals;
   gate_options opts;
   opts.secret = secret;
-  opts.name = "chief:0";
+  opts.name = kRendezvousGate;
   auto door =
       std::make_unique<gate>(hp.host, hp.port, opts,
                              [&arrivals](int fd, const std::string& name, const std::string& peer) {
@@ -229,6 +229,11 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
     s = gate_handshake(
         chief.host, chief.port, opts,
         std::clamp<caf::timespan>(left, std::chrono::milliseconds(100), std::chrono::seconds(10)));
+    if (s.fd >= 0 && s.peer != kRendezvousGate) {
+      ::close(s.fd);
+      throw job_error(name + ": " + me.chief + " is " + s.peer +
+                      ", not the chief's rendezvous: its job has formed its cluster already");
+    }
     if (s.fd >= 0) break;
     if (!s.unreachable)
       throw job_error(name + ": joining the chief at " + me.chief + " failed: " + s.error);
@@ -283,7 +288,7 @@ task_id join_cluster_from_environment(job_config& c, const environment_map& env)
                                : serve_rendezvous(secret, me, spec.ps_ranks, timeout);
   } else {
     const uint16_t port = me.listen_port != 0 ? me.listen_port : free_port_at(me.advertise_host);
-    tasks = join_rendezvous(secret, me, join_host_port(me.advertise_host, port), timeout);
+    tasks = join_rendezvous(secret, me, format_host_port(me.advertise_host, port), timeout);
   }
   spec.tasks = std::move(tasks);
   check_cluster(c);

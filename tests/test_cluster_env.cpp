@@ -441,6 +441,20 @@ TEST_CASE("the rendezvous: a wrong secret is refused at the gate; timeouts name 
                                 nobody));
 }
 
+TEST_CASE("a rank that reaches a chief whose rendezvous is over sends it nothing") {
+  // The chief's node gate (named chief:0) in place of its rendezvous.
+  const auto port = free_port();
+  gate node_gate("127.0.0.1", port, {kSecret, "chief:0"},
+                 [](int fd, const std::string&, const std::string&) { ::close(fd); });
+  CHECK_THROWS_WITH_AS(join_rendezvous(kSecret, rank_env(1, 2, address(port)), address(free_port()),
+                                       std::chrono::seconds(5)),
+                       ("rank:1: " + address(port) +
+                        " is chief:0, not the chief's rendezvous: its job has formed its cluster "
+                        "already")
+                           .c_str(),
+                       job_error);
+}
+
 TEST_CASE("a config without cluster.tasks takes its cluster from the rendezvous, checked") {
   nlohmann::json j = {{"name", "env"},
                       {"strategy", {{"kind", "parameter_server"}, {"replicas", 2}, {"shards", 1}}},
