@@ -281,8 +281,8 @@ std::unique_ptr<node_proc> start_rank(const std::string& file, const std::string
 }
 
 // A 3-replica mirrored job (chief, worker:0 with replicas 0 and 1, worker:1
-// with replica 2) started from `env_of(rank)`, ranks in `order`, rank
-// `late` (if any) `late_by` after the others; it must equal one process.
+// with replica 2) started from `env_of(rank)`, ranks in `order` 0.3 s apart,
+// rank `late` (if any) `late_by` after the others; it must equal one process.
 template <class EnvOf>
 void mirrored_from_environment(EnvOf env_of, std::vector<int> order, int late = -1,
                                std::chrono::milliseconds late_by = {}) {
@@ -294,8 +294,12 @@ void mirrored_from_environment(EnvOf env_of, std::vector<int> order, int late = 
   c.logging.output_dir = dir / "out";
   const auto file = environment_job_file(c, dir.str());
   node_procs procs;
-  for (int rank : order)
-    if (rank != late) procs[std::to_string(rank)] = start_rank(file, dir.str(), rank, env_of(rank));
+  for (int rank : order) {
+    if (rank == late) continue;
+    procs[std::to_string(rank)] = start_rank(file, dir.str(), rank, env_of(rank));
+    // Apart, so that a rank started before the chief finds nobody there yet.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
   if (late >= 0) {
     std::this_thread::sleep_for(late_by);
     procs[std::to_string(late)] = start_rank(file, dir.str(), late, env_of(late));
