@@ -3,9 +3,11 @@
 // Prometheus registry's text, the /metrics endpoint against hostile peers,
 // and both during real jobs, against the job's metrics.jsonl.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <doctest/doctest.h>
@@ -21,6 +23,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/system_config.hpp"
@@ -709,4 +712,120 @@ TEST_CASE("a process without a coordinator (a troupe node task) exports its live
   c.logging.metrics_port = 0;
   process_monitoring off(c, tmp / "off", "worker:2", sys);
   CHECK_FALSE(fs::exists(tmp / "off/metrics_port.worker-2"));
+}
+
+// ------------------------------------------------------- troupe node tasks
+
+namespace {
+
+uint16_t free_port() {
+  monitoring::prometheus_exporter probe(std::make_shared<monitoring::prometheus_registry>(), {});
+  return probe.port();  // closed again when probe ends
+}
+
+// One `troupe node` process, its output in `log`; killed if still running
+// when destroyed.
+struct node_process {
+  pid_t pid = -1;
+  int status = -1;
+  std::string log;
+  node_process(const std::string& config, const std::string& task, const std::string& log_path)
+      : log(log_path) {
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::setenv("TROUPE_SECRET", "troupe-test-secret-0123456789", 1);
+      std::vector<std::string> args{TROUPE_BIN, "node", "--config", config, "--task", task};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~node_process() {
+    if (status < 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+  }
+  bool running() {
+    if (status >= 0) return false;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return false;
+    status = -1;
+    return true;
+  }
+  // The exit code; kills it when it is still running after `limit`.
+  int wait(std::chrono::seconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (running() && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (status < 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  std::string output() const { return read_file(log); }
+};
+
+// The port in `file` once a running process wrote it (0 if it never did).
+uint16_t wait_for_port_file(const fs::path& file, node_process& p) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  uint16_t port = 0;
+  while ((port = read_port_file(file)) == 0 && p.running() &&
+         std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return port;
+}
+
+}  // namespace
+
+TEST_CASE("every troupe node task serves /metrics: workers their liveness, the chief the step") {
+  test::strategy_env env(2000);
+  auto c = env.job("mirrored", "adam", 2, 16);
+  c.training.epochs = 5;
+  c.logging.every_steps = 1;
+  c.logging.metrics_port = logging_config::kMetricsPortAuto;
+  c.checkpoint.every_steps = 0;
+  test::temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  auto j = to_json(c);
+  j["cluster"] = {{"tasks",
+                   {{"chief", {"127.0.0.1:" + std::to_string(free_port())}},
+                    {"worker", {"127.0.0.1:" + std::to_string(free_port())}}}},
+                  {"join_timeout_seconds", 30},
+                  {"heartbeat_seconds", 0.5}};
+  const std::string config = dir / "job.json";
+  std::ofstream(config) << j.dump(2);
+  node_process worker(config, "worker:0", dir / "worker.log");
+  node_process chief(config, "chief:0", dir / "chief.log");
+
+  // The worker serves from its start until the chief ends the job.
+  const uint16_t worker_port = wait_for_port_file(dir / "out/metrics_port.worker-0", worker);
+  REQUIRE_MESSAGE(worker_port != 0, worker.output());
+  const auto wbody = body_of(request(worker_port, "GET /metrics HTTP/1.1\r\n\r\n"));
+  CHECK(sample_value(wbody, "troupe_up", "task=\"worker:0\"") == 1);
+  CHECK(sample_value(wbody, "troupe_actors_running") >= 1);
+  CHECK(status_of(request(worker_port, "GET /healthz HTTP/1.1\r\n\r\n")) == 200);
+
+  // The chief's step, scraped while it trains, only grows.
+  const uint16_t chief_port = wait_for_port_file(dir / "out/metrics_port.chief-0", chief);
+  REQUIRE_MESSAGE(chief_port != 0, chief.output());
+  std::vector<int64_t> steps;
+  while (chief.running()) {
+    const auto r = request(chief_port, "GET /metrics HTTP/1.1\r\n\r\n");
+    const double step = sample_value(body_of(r), "troupe_step", "task=\"chief:0\"");
+    if (!std::isnan(step) && (steps.empty() || int64_t(step) != steps.back()))
+      steps.push_back(static_cast<int64_t>(step));
+    if (steps.size() >= 3) break;
+  }
+  CHECK_MESSAGE(steps.size() >= 3, chief.output());
+  for (std::size_t i = 1; i < steps.size(); ++i) CHECK(steps[i] > steps[i - 1]);
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(120)) == 0, chief.output());
+  CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
 }
