@@ -21,6 +21,10 @@
 #include "data/dataset.hpp"
 #include "messages/protocols.hpp"
 
+namespace troupe::monitoring {
+class metrics_sink;  // monitoring/metrics_sink.hpp
+}  // namespace troupe::monitoring
+
 namespace troupe {
 
 class strategy;
@@ -52,6 +56,9 @@ struct job_plan {
   // this long; troupe node sets it for remote peers, whose pending requests
   // CAF never fails on its own when the peer vanishes.
   caf::duration request_timeout = caf::infinite;
+  // Where the coordinator's metrics lines go besides metrics.jsonl
+  // (TensorBoard, /metrics: runtime/process_monitoring.hpp); null = nowhere.
+  std::shared_ptr<monitoring::metrics_sink> metrics_sink;
 };
 
 // Strategies with variable shards: where the variables live.

@@ -32,10 +32,11 @@ constexpr const char* usage = R"(troupe — an actor-model runtime for distribut
 
 Usage:
   troupe run FILE [--output DIR] [--resume | --overwrite] [--trace FILE.json] [--quiet]
+         [--tensorboard DIR]
                               train the job described by FILE (JSON)
   troupe validate FILE        check a job config; prints the effective config
   troupe node --config FILE --task NAME [--output DIR] [--resume | --overwrite]
-         [--trace FILE.json]
+         [--trace FILE.json] [--tensorboard DIR]
                               run one task (chief, worker:N, ps:N) of FILE's
                               cluster spec; the secret comes from the
                               environment or a file (cluster.secret_env/_file);
@@ -84,6 +85,9 @@ run options:
   --trace FILE   write a timeline of every actor and device thread to FILE
                  (Chrome trace-event JSON: open it in Perfetto or
                  chrome://tracing); a node writes its own file
+  --tensorboard DIR
+                 also write the metrics as TensorBoard event files under DIR
+                 (logging.tensorboard, logging.tensorboard_dir; a node: the chief)
   --quiet        no progress line, warnings and errors only
 Exit status: 0 on success, 1 when the job fails, 2 on bad usage or config.
 )";
@@ -204,6 +208,7 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
   std::string task_name;
   troupe::job_options opts;
   bool quiet = false;
+  std::string tensorboard_dir;
   troupe::cli::option_parser options(cmd);
   options.config_file(file, node, std::string(cmd) + " needs a config file")
       .value("--output", opts.output_dir, "--output needs a directory")
@@ -211,7 +216,8 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
       .flag("--overwrite", opts.overwrite)
       .exclusive("--resume", "--overwrite")
       .flag("--quiet", quiet)
-      .value("--trace", opts.trace_path, "--trace needs a file, e.g. trace.json");
+      .value("--trace", opts.trace_path, "--trace needs a file, e.g. trace.json")
+      .value("--tensorboard", tensorboard_dir, "--tensorboard needs a directory");
   if (node) options.value("--task", task_name, "--task needs a task name, e.g. worker:0");
   if (auto why = options.parse(args)) return bad_usage(*why);
   troupe::task_id task;
@@ -228,6 +234,10 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
   } catch (const troupe::config_error& e) {
     std::cerr << "troupe: " << (e.path().empty() ? "" : file + ": ") << e.what() << "\n";
     return 2;
+  }
+  if (!tensorboard_dir.empty()) {
+    cfg.logging.tensorboard = true;
+    cfg.logging.tensorboard_dir = tensorboard_dir;
   }
   try {
     (void)troupe::kernels::requested_isa();  // a bad TROUPE_CPU_ISA is a usage error

@@ -219,6 +219,16 @@ struct logging_config {
   std::string level = "info";  // trace | debug | info | warn | error | off
   int64_t every_steps = 50;    // metrics line + progress every N steps
   std::string output_dir;      // "" = runs/<name>
+  // The metrics lines as TensorBoard event files too, one run directory per
+  // role under tensorboard_dir ("" = <output>/tensorboard).
+  bool tensorboard = false;
+  std::string tensorboard_dir;
+  // GET /metrics (Prometheus) and /healthz on every process of the job:
+  // 0 = off, a port, or kMetricsPortAuto ("auto": one the OS picks, written
+  // to <output>/metrics_port). Outside the cluster gate; read-only.
+  static constexpr int64_t kMetricsPortAuto = -1;
+  int64_t metrics_port = 0;
+  std::string metrics_address = "127.0.0.1";  // a numeric IPv4 or IPv6 address
 };
 
 struct job_config {

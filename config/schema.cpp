@@ -1,5 +1,7 @@
 // The JSON schema of a job: names, types, ranges, cross-field rules, and the
 // error messages a user reads when a config is wrong.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -391,13 +393,47 @@ void read_checkpoint(const json& j, const std::string& path, checkpoint_config& 
          [&](const json& v, const std::string& p) { c.save_local_copies = read_bool(v, p); });
 }
 
+int64_t read_metrics_port(const json& v, const std::string& path) {
+  if (v == "auto") return logging_config::kMetricsPortAuto;
+  const std::string want = "an integer in 0..65535 (0: off) or \"auto\" (a free port)";
+  if (!v.is_number_integer()) expected(path, want, v);
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= 65535
+                                               : v.get<int64_t>() >= 0 && v.get<int64_t>() <= 65535;
+  if (!in_range) expected(path, want, v);
+  return v.get<int64_t>();
+}
+
+// A numeric address, so that what is exposed is exactly what was written
+// (a host name could resolve to a public interface).
+std::string read_listen_address(const json& v, const std::string& path) {
+  const std::string want = "a numeric IPv4 or IPv6 address such as \"127.0.0.1\"";
+  if (!v.is_string()) expected(path, want, v);
+  const auto& s = v.get_ref<const std::string&>();
+  unsigned char buf[sizeof(in6_addr)];
+  if (inet_pton(AF_INET, s.c_str(), buf) != 1 && inet_pton(AF_INET6, s.c_str(), buf) != 1)
+    expected(path, want, v);
+  return s;
+}
+
 void read_logging(const json& j, const std::string& path, logging_config& l) {
-  object_reader r(j, path, {"level", "every_steps", "output_dir"});
+  object_reader r(j, path,
+                  {"level", "every_steps", "output_dir", "tensorboard", "tensorboard_dir",
+                   "metrics_port", "metrics_address"});
   r.with("level", [&](const json& v, const std::string& p) { l.level = read_enum(v, p, kLevels); });
   r.with("every_steps",
          [&](const json& v, const std::string& p) { l.every_steps = read_int(v, p, 1); });
   r.with("output_dir",
          [&](const json& v, const std::string& p) { l.output_dir = read_string(v, p, false); });
+  r.with("tensorboard",
+         [&](const json& v, const std::string& p) { l.tensorboard = read_bool(v, p); });
+  r.with("tensorboard_dir", [&](const json& v, const std::string& p) {
+    l.tensorboard_dir = read_string(v, p, false);
+  });
+  r.with("metrics_port",
+         [&](const json& v, const std::string& p) { l.metrics_port = read_metrics_port(v, p); });
+  r.with("metrics_address", [&](const json& v, const std::string& p) {
+    l.metrics_address = read_listen_address(v, p);
+  });
 }
 
 // An environment variable's name: letters, digits and '_', not starting with a digit.
@@ -710,9 +746,16 @@ nlohmann::json to_json(const job_config& c) {
                      {"keep", c.checkpoint.keep},
                      {"save_at_end", c.checkpoint.save_at_end},
                      {"save_local_copies", c.checkpoint.save_local_copies}};
-  j["logging"] = {{"level", c.logging.level},
-                  {"every_steps", c.logging.every_steps},
-                  {"output_dir", c.logging.output_dir}};
+  const auto& l = c.logging;
+  j["logging"] = {
+      {"level", l.level},
+      {"every_steps", l.every_steps},
+      {"output_dir", l.output_dir},
+      {"tensorboard", l.tensorboard},
+      {"tensorboard_dir", l.tensorboard_dir},
+      {"metrics_port",
+       l.metrics_port == logging_config::kMetricsPortAuto ? json("auto") : json(l.metrics_port)},
+      {"metrics_address", l.metrics_address}};
   if (c.cluster) {
     const auto& k = *c.cluster;
     json hosts = json::object();

@@ -8,6 +8,7 @@
 
 #include "actors/failure.hpp"
 #include "actors/worker_parts.hpp"
+#include "monitoring/jsonl_sink.hpp"
 #include "runtime/checkpointing.hpp"
 #include "runtime/preemption.hpp"
 
@@ -24,8 +25,7 @@ double seconds_since(clock_type::time_point t) {
 
 void write_metrics(self_ptr self, const nlohmann::json& j) {
   trace::scoped_span span(self->state.track, "write_metrics", trace::category::io);
-  self->state.metrics << j.dump() << '\n';
-  self->state.metrics.flush();
+  self->state.metrics.write(j, self->state.completed);
 }
 
 void fail(self_ptr self, const std::string& why) {
@@ -513,8 +513,10 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
   st.parts = std::move(parts);
   st.host = std::make_unique<coordinator_host_impl>(self);
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
-  st.metrics.open(std::filesystem::path(st.plan->output_dir) / "metrics.jsonl",
-                  st.plan->resume_from ? std::ios::app : std::ios::trunc);
+  st.metrics.add(std::make_shared<monitoring::jsonl_sink>(
+      (std::filesystem::path(st.plan->output_dir) / "metrics.jsonl").string(),
+      st.plan->resume_from.has_value()));
+  st.metrics.add(st.plan->metrics_sink);
   return {
       [self](run_atom) -> caf::result<std::string> {
         auto& st = self->state;

@@ -6,7 +6,6 @@
 // the summary. What an update is, who makes it when, the progress measure
 // and the stop criterion are the strategy's (actors/strategy_api.hpp).
 #include <chrono>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "actors/job_plan.hpp"
 #include "actors/strategy_api.hpp"
 #include "messages/coordinator_messages.hpp"
+#include "monitoring/metrics_sink.hpp"
 #include "strategies/strategy.hpp"
 #include "trace/trace.hpp"
 
@@ -53,7 +53,7 @@ struct coordinator_state {
   std::string stop_reason;
   std::string preempted;  // the signal that asked the job to leave; "" = none
   // Reporting.
-  std::ofstream metrics;
+  monitoring::metrics_fanout metrics;  // metrics.jsonl and the plan's metrics_sink
   std::chrono::steady_clock::time_point started, window_start;
   double boundary_seconds = 0;  // time spent in evaluation and checkpoints
   double window_loss = 0;

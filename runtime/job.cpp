@@ -11,6 +11,7 @@
 #include "actors/system_config.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "runtime/coordinator.hpp"
+#include "runtime/process_monitoring.hpp"
 #include "runtime/topology.hpp"
 #include "strategies/strategy.hpp"
 #include "trace/trace.hpp"
@@ -58,6 +59,9 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
 
   system_config cfg;
   caf::actor_system sys{cfg};
+  // /metrics and TensorBoard (logging.*); ends before the actor system.
+  process_monitoring monitor(c, plan->output_dir, "local", sys);
+  plan->metrics_sink = monitor.job_sinks(*plan);
   // The coordinator first: a strategy's own actors report to it.
   auto parts = std::make_shared<job_parts>();
   auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), parts);

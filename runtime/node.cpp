@@ -20,6 +20,7 @@
 #include "kernels/cpu_kernels.hpp"
 #include "runtime/job_trace.hpp"
 #include "runtime/node_process.hpp"
+#include "runtime/process_monitoring.hpp"
 #include "strategies/strategy.hpp"
 #include "trace/trace.hpp"
 
@@ -100,6 +101,9 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   auto plan = make_plan(c, o, chief);
   std::optional<trace::session> tracing;  // this task's own trace file
   start_trace(tracing, c, o);
+  // /metrics on every task; TensorBoard where the coordinator runs.
+  process_monitoring monitor(c, plan->output_dir, task.str(), sys);
+  if (chief) plan->metrics_sink = monitor.job_sinks(*plan);
   if (chief)
     spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), {} tasks, output {}", c.name,
                  c.strategy.kind, plan->total_steps, plan->steps_per_epoch, placement.size(),

@@ -1,0 +1,291 @@
+#include "monitoring/prometheus_exporter.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "monitoring/http_request.hpp"
+
+namespace troupe::monitoring {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr const char* kMetricsType = "text/plain; version=0.0.4; charset=utf-8";
+constexpr const char* kTextType = "text/plain; charset=utf-8";
+constexpr int kBacklog = 64;
+// How long a peer that has its response may keep its connection open.
+constexpr std::chrono::milliseconds kDrainLimit{500};
+
+// One connection's slot; its buffer is allocated once, with the exporter.
+struct connection {
+  enum class phase { idle, reading, writing, draining };
+  phase now = phase::idle;
+  int fd = -1;
+  clock_type::time_point deadline;
+  std::vector<char> in;  // max_request_bytes, fixed
+  std::size_t received = 0;
+  std::string out;  // our response
+  std::size_t sent = 0;
+};
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+struct listen_address {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+};
+
+listen_address parse_address(const std::string& host, uint16_t port) {
+  listen_address a;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&a.addr);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    a.len = sizeof(sockaddr_in);
+    return a;
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a.addr);
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    a.len = sizeof(sockaddr_in6);
+    return a;
+  }
+  throw exporter_error("'" + host + "' is not a numeric IPv4 or IPv6 address");
+}
+
+std::string show_endpoint(const std::string& host, uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+struct prometheus_exporter::state {
+  std::shared_ptr<prometheus_registry> registry;
+  exporter_options opts;
+  int listen_fd = -1;
+  int wake[2] = {-1, -1};  // the destructor writes to wake[1]
+  std::vector<connection> slots;
+
+  ~state() {
+    for (auto& c : slots) close_fd(c.fd);
+    close_fd(listen_fd);
+    close_fd(wake[0]);
+    close_fd(wake[1]);
+  }
+
+  void count(int code) {
+    registry->add("troupe_metrics_http_responses_total",
+                  "responses of this process's /metrics endpoint, by status code",
+                  {{"code", std::to_string(code)}}, 1);
+  }
+
+  void respond(connection& c, int code, const std::string& type, const std::string& body,
+               bool head_only = false) {
+    count(code);
+    c.out = http_response(code, type, body, head_only);
+    c.sent = 0;
+    c.now = connection::phase::writing;
+  }
+
+  void finish(connection& c) {
+    close_fd(c.fd);
+    c.now = connection::phase::idle;
+    c.out.clear();
+    c.out.shrink_to_fit();
+  }
+
+  void route(connection& c, const request_line& r) {
+    const bool metrics = r.path == "/metrics";
+    const bool health = r.path == "/healthz";
+    if (!metrics && !health) return respond(c, 404, kTextType, "not found: try /metrics\n");
+    const bool head = r.method == "HEAD";
+    if (r.method != "GET" && !head) return respond(c, 405, kTextType, "only GET and HEAD\n");
+    if (health) return respond(c, 200, kTextType, "ok\n", head);
+    respond(c, 200, kMetricsType, registry->render(), head);
+  }
+
+  // A peer's bytes: into the fixed buffer, never past it.
+  void on_readable(connection& c) {
+    if (c.now == connection::phase::draining) {
+      char sink[1024];
+      const ssize_t n = ::recv(c.fd, sink, sizeof sink, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) finish(c);
+      return;
+    }
+    const ssize_t n = ::recv(c.fd, c.in.data() + c.received, c.in.size() - c.received, 0);
+    if (n == 0) return finish(c);  // closed before a whole request: no answer
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EINTR) finish(c);
+      return;
+    }
+    c.received += static_cast<std::size_t>(n);
+    request_line r;
+    switch (parse_head(std::string_view(c.in.data(), c.received), r)) {
+      case head_status::complete:
+        return route(c, r);
+      case head_status::bad:
+        return respond(c, 400, kTextType, "bad request\n");
+      case head_status::incomplete:
+        if (c.received == c.in.size()) respond(c, 431, kTextType, "request too large\n");
+        return;
+    }
+  }
+
+  void on_writable(connection& c) {
+    const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EINTR) finish(c);
+      return;
+    }
+    c.sent += static_cast<std::size_t>(n);
+    if (c.sent < c.out.size()) return;
+    // Whatever the peer still sends is read and dropped until it closes (or
+    // the deadline): closing with unread bytes would reset the connection
+    // and could lose the response on the way.
+    ::shutdown(c.fd, SHUT_WR);
+    c.now = connection::phase::draining;
+    c.deadline = std::min(c.deadline, clock_type::now() + kDrainLimit);
+  }
+
+  // Past its deadline: a request still incomplete gets 408 (one try, never
+  // waiting for the peer); any other phase just ends.
+  void on_deadline(connection& c) {
+    if (c.now == connection::phase::reading) {
+      count(408);
+      const auto r = http_response(408, kTextType, "request timeout\n");
+      (void)::send(c.fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    finish(c);
+  }
+
+  void accept_all() {
+    for (;;) {
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;  // EAGAIN: none left (or an error on one connection)
+      connection* free_slot = nullptr;
+      for (auto& c : slots)
+        if (c.now == connection::phase::idle) {
+          free_slot = &c;
+          break;
+        }
+      if (!free_slot) {
+        count(503);
+        const auto r = http_response(503, kTextType, "too many connections\n");
+        (void)::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        ::close(fd);
+        continue;
+      }
+      auto& c = *free_slot;
+      c.fd = fd;
+      c.now = connection::phase::reading;
+      c.received = 0;
+      c.deadline = clock_type::now() + opts.request_timeout;
+    }
+  }
+};
+
+prometheus_exporter::prometheus_exporter(std::shared_ptr<prometheus_registry> registry,
+                                         exporter_options opts)
+    : st_(std::make_unique<state>()) {
+  auto& st = *st_;
+  st.registry = std::move(registry);
+  st.opts = std::move(opts);
+  st.opts.max_connections = std::max<std::size_t>(1, st.opts.max_connections);
+  st.opts.max_request_bytes = std::max<std::size_t>(64, st.opts.max_request_bytes);
+  const std::string where = show_endpoint(st.opts.address, st.opts.port);
+  auto a = parse_address(st.opts.address, st.opts.port);
+  st.listen_fd = ::socket(a.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (st.listen_fd < 0)
+    throw exporter_error("cannot serve /metrics on " + where + ": " + std::strerror(errno));
+  const int one = 1;
+  ::setsockopt(st.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(st.listen_fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len) != 0 ||
+      ::listen(st.listen_fd, kBacklog) != 0)
+    throw exporter_error("cannot serve /metrics on " + where + ": " + std::strerror(errno));
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(st.listen_fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  if (::pipe2(st.wake, O_NONBLOCK | O_CLOEXEC) != 0)
+    throw exporter_error("cannot serve /metrics: pipe: " + std::string(std::strerror(errno)));
+  st.slots.resize(st.opts.max_connections);
+  for (auto& c : st.slots) c.in.resize(st.opts.max_request_bytes);
+  thread_ = std::thread([this] { serve(); });
+}
+
+prometheus_exporter::~prometheus_exporter() {
+  const char byte = 1;
+  (void)!::write(st_->wake[1], &byte, 1);
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string prometheus_exporter::endpoint() const {
+  return show_endpoint(st_->opts.address, port_);
+}
+
+void prometheus_exporter::serve() {
+  auto& st = *st_;
+  std::vector<pollfd> fds;
+  std::vector<connection*> polled;  // the connection of fds[2 + k]
+  for (;;) {
+    fds.clear();
+    polled.clear();
+    fds.push_back({st.wake[0], POLLIN, 0});
+    fds.push_back({st.listen_fd, POLLIN, 0});
+    auto wait = std::chrono::milliseconds(1000);
+    const auto now = clock_type::now();
+    for (auto& c : st.slots) {
+      if (c.now == connection::phase::idle) continue;
+      if (c.deadline <= now) {
+        st.on_deadline(c);
+        continue;
+      }
+      wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(c.deadline - now));
+      const short events = c.now == connection::phase::writing ? POLLOUT : POLLIN;
+      fds.push_back({c.fd, events, 0});
+      polled.push_back(&c);
+    }
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      spdlog::warn("/metrics: poll failed ({}); the endpoint stops", std::strerror(errno));
+      return;
+    }
+    if (fds[0].revents) return;  // the exporter ends
+    if (fds[1].revents & POLLIN) st.accept_all();
+    for (std::size_t k = 0; k < polled.size(); ++k) {
+      auto& c = *polled[k];
+      const short ev = fds[2 + k].revents;
+      if (!ev) continue;
+      const bool writing = c.now == connection::phase::writing;
+      if (ev & POLLERR)
+        st.finish(c);
+      else if (writing && (ev & POLLOUT))
+        st.on_writable(c);
+      else if (writing)
+        st.finish(c);  // hung up before our response
+      else
+        st.on_readable(c);
+    }
+  }
+}
+
+}  // namespace troupe::monitoring
