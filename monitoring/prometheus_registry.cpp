@@ -118,7 +118,10 @@ double prometheus_registry::value(const std::string& name, const metric_labels& 
 std::string prometheus_registry::render() const {
   std::lock_guard<std::mutex> g(mu_);
   std::string out;
-  for (const auto& [name, f] : families_) {
+  for (const auto& family : families_) {
+    // Not a structured binding: clang 14 (the fuzz build) refuses to capture one.
+    const std::string& name = family.first;
+    const auto& f = family.second;
     out += "# HELP " + name + " " + escape_help(f.help) + "\n";
     out += "# TYPE " + name + (f.kind == metric_kind::counter ? " counter\n" : " gauge\n");
     auto sample = [&](const std::string& labels, double v) {
