@@ -270,4 +270,28 @@ bool verify_challenge_response(std::string_view secret, std::string_view challen
   return constant_time_equal(challenge_response(secret, challenge, prover), response);
 }
 
+std::string hkdf_sha256(std::string_view salt, std::string_view ikm, std::string_view info,
+                        std::size_t length) {
+  if (length > 255 * 32) throw std::invalid_argument("hkdf_sha256: at most 8160 bytes");
+  // Extract: an empty salt is a string of HashLen zeros (RFC 5869 2.2).
+  const std::string zeros(32, '\0');
+  const auto prk = hmac_sha256(salt.empty() ? std::string_view(zeros) : salt, ikm);
+  // Expand: T(i) = HMAC(PRK, T(i-1) | info | i).
+  std::string out, t;
+  for (uint8_t i = 1; out.size() < length; ++i) {
+    std::string block = t;
+    block.append(info);
+    block += static_cast<char>(i);
+    auto d = hmac_sha256(as_view(prk), block);
+    t.assign(as_view(d));
+    out += t;
+  }
+  out.resize(length);
+  return out;
+}
+
+std::string derive_key(std::string_view secret, std::string_view purpose) {
+  return hkdf_sha256("troupe-cluster-secret-kdf", secret, purpose, 32);
+}
+
 }  // namespace troupe

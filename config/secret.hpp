@@ -64,4 +64,24 @@ std::string challenge_response(std::string_view secret, std::string_view challen
 bool verify_challenge_response(std::string_view secret, std::string_view challenge,
                                std::string_view prover, std::string_view response);
 
+// HKDF-SHA256 (RFC 5869): `length` (at most 255 * 32) bytes of key material
+// from `ikm`, bound to `salt` and `info`.
+std::string hkdf_sha256(std::string_view salt, std::string_view ikm, std::string_view info,
+                        std::size_t length);
+
+// What each derived key is for. One secret, one KDF, a key per purpose, so a
+// MAC computed for one purpose (a gate proof, the node handshake, the TLS
+// pre-shared key) is never valid for another: a peer that makes a node sign
+// something in one protocol learns nothing it can use in the others.
+namespace key_purpose {
+inline constexpr std::string_view gate = "troupe gate v2";
+inline constexpr std::string_view node_handshake = "troupe node handshake v2";
+inline constexpr std::string_view tls_psk = "troupe tls13 psk v1";
+}  // namespace key_purpose
+
+// 32 bytes derived from the cluster secret for `purpose` (key_purpose::...),
+// with HKDF-SHA256 and a fixed troupe salt; the raw secret is never used as a
+// key.
+std::string derive_key(std::string_view secret, std::string_view purpose);
+
 }  // namespace troupe

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -337,6 +339,31 @@ TEST_CASE("secret: SHA-256 and HMAC-SHA256 test vectors") {
   CHECK(to_hex(hmac_sha256(std::string(131, '\xaa'),
                            "Test Using Larger Than Block-Size Key - Hash Key First")) ==
         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST_CASE("secret: HKDF-SHA256 test vectors and a key per purpose") {
+  auto hex = [](const std::string& bytes) {
+    std::string out;
+    for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+    return out;
+  };
+  std::string salt, info;
+  for (int i = 0; i <= 0x0c; ++i) salt += static_cast<char>(i);
+  for (int i = 0xf0; i <= 0xf9; ++i) info += static_cast<char>(i);
+  // RFC 5869 test cases 1 and 3 (no salt, no info).
+  CHECK(hex(hkdf_sha256(salt, std::string(22, '\x0b'), info, 42)) ==
+        "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865");
+  CHECK(hex(hkdf_sha256("", std::string(22, '\x0b'), "", 42)) ==
+        "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8");
+  const std::string secret = "0123456789abcdef0123456789abcdef";
+  auto gate = derive_key(secret, key_purpose::gate);
+  CHECK(gate.size() == 32);
+  CHECK(gate == derive_key(secret, key_purpose::gate));
+  CHECK(gate != derive_key(secret, key_purpose::node_handshake));
+  CHECK(derive_key(secret, key_purpose::tls_psk) !=
+        derive_key(secret, key_purpose::node_handshake));
+  CHECK(gate != derive_key(secret + "x", key_purpose::gate));
+  CHECK(gate.find(secret) == std::string::npos);
 }
 
 TEST_CASE("secret: constant-time comparison") {
