@@ -311,11 +311,12 @@ struct gate::state {
       refuse(p, check.name + " left during the handshake", &gate_stats::refused);
       return true;
     }
-    admit(p, check.name);
+    admit(p, check.name, check.client_challenge);
     return true;
   }
 
-  void admit(pending& p, const std::string& name) {
+  void admit(pending& p, const std::string& name,
+             [[maybe_unused]] const std::string& client_challenge) {
     spdlog::debug("{}: {} at {} passed the gate", opts.name, name, p.peer);
     count(&gate_stats::admitted);
     const int fd = p.fd;
@@ -505,6 +506,8 @@ gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_op
   if (!check.problem.empty()) return fail(where + " " + check.problem);
   out.fd = fd;
   out.peer = check.name;
+  out.server_challenge = server_challenge;
+  out.client_challenge = client_challenge;
   out.error.clear();
   return out;
 }

@@ -125,6 +125,9 @@ struct gate_connection {
 struct gate_socket {
   int fd = -1;
   std::string peer;  // the listener's task, once it proved the secret
+  // The exchange's two challenges: the TLS session after it is bound to them
+  // (runtime/secure_link.hpp).
+  std::string server_challenge, client_challenge;
   bool unreachable = false;
   std::string error;
 };
