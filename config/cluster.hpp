@@ -12,7 +12,9 @@
 //     "hosts": {"worker:0": {"replicas": [0], "devices": ["cpu:0"]}, ...},  // optional
 //     "join_timeout_seconds": 30, "heartbeat_seconds": 1, "grace_seconds": 25,
 //     "roles": {"ps": 1}, "port": 29500,  // the cluster from the environment only
-//     "secret_env": "TROUPE_SECRET", "secret_file": ""}
+//     "secret_env": "TROUPE_SECRET", "secret_file": "",
+//     "tls": {"ca": "ca.pem", "cert": "worker0.pem", "key": "worker0.key"},  // optional
+//     "insecure": false, "max_message_mb": 512}                               // optional
 //
 // Default placement (no "hosts"); the chief always runs the coordinator, and
 // the strategy's rules (config/strategy_rules.hpp) say whether there are
@@ -79,6 +81,19 @@ struct cluster_spec {
   // from the environment variable secret_env. Never from the command line.
   std::string secret_env = "TROUPE_SECRET";
   std::string secret_file;
+  // Between tasks every connection is TLS 1.3 (runtime/secure_link.hpp):
+  // keyed from the secret (a pre-shared key derived with HKDF) by default, or
+  // with mutual certificates from a cluster CA when `tls` names the files
+  // (each task's certificate names its task, e.g. CN=worker:1). `insecure`
+  // turns encryption off (a warning at every start); never with `tls`.
+  struct tls_files {
+    std::string ca, cert, key;  // PEM files; all three, or none
+  };
+  tls_files tls;
+  bool insecure = false;
+  // The largest BASP frame a task accepts from an authenticated peer, in MiB;
+  // 0: derived from the job's model (runtime/secure_link.hpp).
+  double max_message_mb = 0;
 };
 
 struct host_port {

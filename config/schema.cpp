@@ -459,9 +459,10 @@ std::vector<int64_t> read_index_list(const json& v, const std::string& path) {
 // The cluster spec (config/cluster.hpp): shapes and values here, the rules
 // that involve other fields (a chief, placement vs strategy) in check_cluster.
 void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
-  object_reader r(j, path,
-                  {"tasks", "hosts", "join_timeout_seconds", "heartbeat_seconds", "grace_seconds",
-                   "secret_env", "secret_file", "roles", "port"});
+  object_reader r(
+      j, path,
+      {"tasks", "hosts", "join_timeout_seconds", "heartbeat_seconds", "grace_seconds", "secret_env",
+       "secret_file", "roles", "port", "tls", "insecure", "max_message_mb"});
   // Without "tasks", troupe node takes the cluster from the environment
   // (config/cluster_env.hpp); "roles" and "port" are for that case only.
   r.with("roles", [&](const json& v, const std::string& p) {
@@ -545,6 +546,28 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
          [&](const json& v, const std::string& p) { c.secret_env = read_env_name(v, p); });
   r.with("secret_file",
          [&](const json& v, const std::string& p) { c.secret_file = read_string(v, p, false); });
+  r.with("tls", [&](const json& v, const std::string& p) {
+    object_reader t(v, p, {"ca", "cert", "key"});
+    for (const char* key : {"ca", "cert", "key"})
+      if (!t.get(key))
+        fail(t.path(key), "missing; cluster.tls needs \"ca\", \"cert\" and \"key\" (PEM files)");
+    t.with("ca",
+           [&](const json& f, const std::string& fp) { c.tls.ca = read_string(f, fp, true); });
+    t.with("cert",
+           [&](const json& f, const std::string& fp) { c.tls.cert = read_string(f, fp, true); });
+    t.with("key",
+           [&](const json& f, const std::string& fp) { c.tls.key = read_string(f, fp, true); });
+  });
+  r.with("insecure", [&](const json& v, const std::string& p) {
+    if (!v.is_boolean()) expected(p, "true or false", v);
+    c.insecure = v.get<bool>();
+  });
+  if (c.insecure && r.get("tls"))
+    fail(r.path("insecure"),
+         "true turns TLS off, but cluster.tls names certificates; remove one of them");
+  r.with("max_message_mb", [&](const json& v, const std::string& p) {
+    c.max_message_mb = read_number(v, p, positive);
+  });
 }
 
 // Rules that involve more than one field; run after every field is valid.
@@ -770,6 +793,10 @@ nlohmann::json to_json(const job_config& c) {
                     {"grace_seconds", k.grace_seconds},
                     {"secret_env", k.secret_env},
                     {"secret_file", k.secret_file}};
+    if (!k.tls.ca.empty())
+      j["cluster"]["tls"] = {{"ca", k.tls.ca}, {"cert", k.tls.cert}, {"key", k.tls.key}};
+    if (k.insecure) j["cluster"]["insecure"] = true;
+    if (k.max_message_mb > 0) j["cluster"]["max_message_mb"] = k.max_message_mb;
     if (!k.tasks.empty()) {
       j["cluster"]["tasks"] = k.tasks;
     } else {

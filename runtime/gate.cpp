@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "config/secret.hpp"
+#include "runtime/basp_guard.hpp"
 
 namespace troupe {
 
@@ -315,17 +316,35 @@ struct gate::state {
     return true;
   }
 
-  void admit(pending& p, const std::string& name,
-             [[maybe_unused]] const std::string& client_challenge) {
+  void admit(pending& p, const std::string& name, const std::string& client_challenge) {
     spdlog::debug("{}: {} at {} passed the gate", opts.name, name, p.peer);
     count(&gate_stats::admitted);
     const int fd = p.fd;
-    p.fd = -1;  // BASP's, or the handler's, now
-    if (on_admitted) {
-      on_admitted(fd, name, p.peer);
+    p.fd = -1;  // the link's, now
+    // TLS on the socket; BASP (or the handler) gets the plain end, where
+    // nothing arrives before the TLS handshake succeeded.
+    link_params lp;
+    lp.listener = true;
+    lp.me = opts.name;
+    lp.peer_task = name;
+    lp.peer_address = p.peer;
+    lp.server_challenge = p.challenge;
+    lp.client_challenge = client_challenge;
+    if (!on_admitted) lp.local_node = serialized_node_id(sys->node());
+    link_end end;
+    try {
+      end = open_link(fd, opts.link, std::move(lp));
+    } catch (const link_error& e) {
+      spdlog::error("{}: cannot secure the connection with {} ({}): {}", opts.name, name, p.peer,
+                    e.what());
+      ::close(fd);
       return;
     }
-    auto scribe = sys->middleman().backend().new_scribe(fd);
+    if (on_admitted) {
+      on_admitted(end.plain_fd, name, p.peer);
+      return;
+    }
+    auto scribe = sys->middleman().backend().new_scribe(end.plain_fd);
     caf::anon_send(basp, caf::publish_atom::value, std::move(scribe), port, whom, ifs);
   }
 };
@@ -348,9 +367,21 @@ gate::gate(const std::string& host, uint16_t port, gate_options opts,
   start(host, port, std::move(opts));
 }
 
+namespace {
+
+// A psk link without its key takes it from the secret.
+gate_options with_link_key(gate_options opts) {
+  if (opts.link.kind == link_security::trust::psk && opts.link.psk_key.empty())
+    opts.link.psk_key = derive_key(opts.secret, key_purpose::tls_psk);
+  return opts;
+}
+
+}  // namespace
+
 void gate::start(const std::string& host, uint16_t port, gate_options opts) {
   if (opts.name.empty() || opts.name.size() >= gate_wire::kNameBytes)
     throw gate_error("gate: a task name of 1 to 63 bytes is needed, got '" + opts.name + "'");
+  opts = with_link_key(std::move(opts));
   st_->opts = std::move(opts);
   st_->listener = listen_on(host, port);
   port_ = st_->port = local_port(st_->listener);
@@ -512,6 +543,52 @@ gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_op
   return out;
 }
 
+namespace {
+
+// TLS on an authenticated socket, waiting for its handshake until
+// `deadline`: the plain end, or fd -1 with the reason.
+gate_socket secure(gate_socket authenticated, const std::string& where, const gate_options& opts,
+                   std::vector<char> local_node, clock_type::time_point deadline) {
+  link_params lp;
+  lp.listener = false;
+  lp.me = opts.name;
+  lp.peer_task = authenticated.peer;
+  lp.peer_address = where;
+  lp.server_challenge = authenticated.server_challenge;
+  lp.client_challenge = authenticated.client_challenge;
+  lp.local_node = std::move(local_node);
+  link_end end;
+  try {
+    end = open_link(authenticated.fd, with_link_key(opts).link, std::move(lp));
+  } catch (const link_error& e) {
+    ::close(authenticated.fd);
+    authenticated.fd = -1;
+    authenticated.error = where + ": " + e.what();
+    return authenticated;
+  }
+  std::string problem = "no TLS handshake in time";
+  if (end.ready.wait_until(deadline) == std::future_status::ready) problem = end.ready.get();
+  if (!problem.empty()) {
+    ::close(end.plain_fd);
+    authenticated.fd = -1;
+    authenticated.error = authenticated.peer + " at " + where + ": " + problem;
+    return authenticated;
+  }
+  authenticated.fd = end.plain_fd;
+  return authenticated;
+}
+
+}  // namespace
+
+gate_socket gate_secure_handshake(const std::string& host, uint16_t port, const gate_options& opts,
+                                  caf::timespan timeout) {
+  const auto deadline =
+      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
+  auto authenticated = gate_handshake(host, port, opts, timeout);
+  if (authenticated.fd < 0) return authenticated;
+  return secure(std::move(authenticated), host + ":" + std::to_string(port), opts, {}, deadline);
+}
+
 gate_connection gate_connect(caf::actor_system& sys, const std::string& host, uint16_t port,
                              const gate_options& opts, const std::set<std::string>& ifs,
                              caf::timespan timeout) {
@@ -525,8 +602,15 @@ gate_connection gate_connect(caf::actor_system& sys, const std::string& host, ui
     out.error = std::move(authenticated.error);
     return out;
   }
-  const auto& peer = authenticated.peer;
-  // Both sides proved the secret: BASP takes the socket over.
+  const auto peer = authenticated.peer;
+  // Both sides proved the secret: TLS on the socket, then BASP on the plain
+  // end of the link.
+  authenticated =
+      secure(std::move(authenticated), where, opts, serialized_node_id(sys.node()), deadline);
+  if (authenticated.fd < 0) {
+    out.error = std::move(authenticated.error);
+    return out;
+  }
   auto scribe = sys.middleman().backend().new_scribe(authenticated.fd);
   auto basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   auto left = std::max(caf::timespan{std::chrono::milliseconds(100)},

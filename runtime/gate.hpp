@@ -47,6 +47,8 @@
 #include <string_view>
 #include <thread>
 
+#include "runtime/secure_link.hpp"
+
 namespace troupe {
 
 // A listener that cannot be opened (address in use, bad host); what() names
@@ -61,6 +63,10 @@ struct gate_options {
   std::string name;    // this process's task, e.g. "chief:0" (at most 63 bytes)
   std::chrono::milliseconds handshake_timeout{5000};
   std::size_t max_pending = 64;
+  // What runs on an admitted connection (runtime/secure_link.hpp): TLS 1.3
+  // keyed from `secret` unless it says otherwise (a psk_key left empty is
+  // derived from `secret`).
+  link_security link;
 };
 
 // A connection that proved the secret, as a plain socket (non-blocking),
@@ -121,7 +127,7 @@ struct gate_connection {
 };
 
 // The connecting side's exchange alone: the authenticated socket (blocking
-// mode off), or fd -1 with `error` and `unreachable` as above.
+// mode off) in the clear, or fd -1 with `error` and `unreachable` as above.
 struct gate_socket {
   int fd = -1;
   std::string peer;  // the listener's task, once it proved the secret
@@ -133,6 +139,10 @@ struct gate_socket {
 };
 gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_options& opts,
                            caf::timespan timeout);
+// The exchange, then TLS (opts.link) on the socket: `fd` is the plain end
+// of the link (runtime/secure_link.hpp), for a protocol of troupe's own.
+gate_socket gate_secure_handshake(const std::string& host, uint16_t port, const gate_options& opts,
+                                  caf::timespan timeout);
 
 // Connects to a gate at host:port, runs the exchange within `timeout`, then
 // lets BASP connect over the same socket; checks the actor's interface

@@ -226,7 +226,7 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
   gate_socket s;
   for (;;) {
     const auto left = std::chrono::duration_cast<caf::timespan>(deadline - clock_type::now());
-    s = gate_handshake(
+    s = gate_secure_handshake(
         chief.host, chief.port, opts,
         std::clamp<caf::timespan>(left, std::chrono::milliseconds(100), std::chrono::seconds(10)));
     if (s.fd >= 0 && s.peer != kRendezvousGate) {

@@ -14,6 +14,7 @@ PACKAGES=(
   nlohmann-json3-dev
   doctest-dev
   zlib1g-dev
+  libssl-dev openssl    # TLS 1.3 between tasks; the tests make their certificates with openssl
   libdnnl-dev           # oneDNN: the CPU matrix products, dispatched on CPUID features
   dataset-fashion-mnist # /usr/share/datasets/fashion-mnist
   clang-format
@@ -24,7 +25,7 @@ PACKAGES=(
 
 BUILD_ONLY=(
   build-essential cmake pkgconf libcaf-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  doctest-dev zlib1g-dev libdnnl-dev
+  doctest-dev zlib1g-dev libssl-dev libdnnl-dev
 )
 case "${1:-}" in
   "") ;;

@@ -1,0 +1,218 @@
+#include "runtime/basp_guard.hpp"
+
+#include <fmt/format.h>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace troupe {
+
+namespace {
+
+// BASP 0.17's message types (caf/io/basp/message_type.hpp).
+enum : uint8_t {
+  server_handshake = 0,
+  client_handshake = 1,
+  direct_message = 2,
+  routed_message = 3,
+  monitor_message = 4,
+  down_message = 5,
+  heartbeat = 6,
+};
+
+const char* type_name(uint8_t op) {
+  static const char* names[] = {"server_handshake", "client_handshake", "direct_message",
+                                "routed_message",   "monitor_message",  "down_message",
+                                "heartbeat"};
+  return op <= heartbeat ? names[op] : "unknown";
+}
+
+std::string mib(uint64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+// Which task each peer node id belongs to, per local node: the first
+// connection that authenticates a node id binds it. Node ids are claims a
+// peer writes into its handshake; tasks are what TLS proved.
+class node_claims {
+ public:
+  // Empty when `task` may be `node`; else the task that holds it.
+  std::string claim(const std::vector<char>& local, const std::vector<char>& node,
+                    const std::string& task) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto key =
+        std::string(local.begin(), local.end()) + '|' + std::string(node.begin(), node.end());
+    auto [it, inserted] = owners_.emplace(std::move(key), task);
+    if (inserted || it->second == task) return {};
+    return it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::string> owners_;
+};
+
+node_claims& claims() {
+  static node_claims c;
+  return c;
+}
+
+}  // namespace
+
+std::vector<char> serialized_node_id(const caf::node_id& node) {
+  std::vector<char> out;
+  caf::binary_serializer sink{nullptr, out};
+  if (auto err = sink(const_cast<caf::node_id&>(node))) out.clear();
+  return out;
+}
+
+basp_guard::basp_guard(side me, std::vector<char> local_node, std::string peer_task,
+                       uint64_t max_frame_bytes)
+    : me_(me),
+      local_node_(std::move(local_node)),
+      peer_task_(std::move(peer_task)),
+      cap_(max_frame_bytes) {}
+
+basp_guard::drops basp_guard::take_drops() {
+  return std::exchange(drops_, drops{});
+}
+
+void basp_guard::drop(std::string why) {
+  ++dropped_total_;
+  if (drops_.count++ == 0) drops_.first_reason = std::move(why);
+}
+
+std::string basp_guard::feed(const char* data, std::size_t n, std::vector<char>& out) {
+  while (n > 0) {
+    switch (phase_) {
+      case phase::header: {
+        auto k = std::min(n, kHeaderBytes - header_got_);
+        std::copy(data, data + k, header_ + header_got_);
+        header_got_ += k;
+        data += k;
+        n -= k;
+        if (header_got_ == kHeaderBytes) {
+          if (auto problem = on_header(); !problem.empty()) return problem;
+          if (need_ == 0)
+            if (auto problem = decide(out); !problem.empty()) return problem;
+        }
+        break;
+      }
+      case phase::inspect: {
+        auto k = std::min(n, need_ - inspect_.size());
+        inspect_.insert(inspect_.end(), data, data + k);
+        data += k;
+        n -= k;
+        if (inspect_.size() == need_)
+          if (auto problem = decide(out); !problem.empty()) return problem;
+        break;
+      }
+      case phase::pass:
+      case phase::skip: {
+        auto k = static_cast<std::size_t>(std::min<uint64_t>(n, left_));
+        if (phase_ == phase::pass) out.insert(out.end(), data, data + k);
+        data += k;
+        n -= k;
+        left_ -= k;
+        if (left_ == 0) phase_ = phase::header;
+        break;
+      }
+    }
+  }
+  return {};
+}
+
+std::string basp_guard::on_header() {
+  header_got_ = 0;
+  operation_ = static_cast<uint8_t>(header_[0]);
+  const auto* len = reinterpret_cast<const unsigned char*>(header_ + 4);
+  payload_len_ = (uint32_t{len[0]} << 24) | (uint32_t{len[1]} << 16) | (uint32_t{len[2]} << 8) |
+                 uint32_t{len[3]};
+  if (operation_ > heartbeat)
+    return fmt::format("sent a frame of unknown type {} (not BASP)", operation_);
+  if (payload_len_ > cap_)
+    return fmt::format("announced a {} of {}, over this job's cap of {} (cluster.max_message_mb)",
+                       type_name(operation_), mib(payload_len_), mib(cap_));
+  const uint8_t first = me_ == side::listener ? client_handshake : server_handshake;
+  if (peer_node_.empty() && operation_ != first)
+    return fmt::format("sent a {} before its {}", type_name(operation_), type_name(first));
+  inspect_.clear();
+  switch (operation_) {
+    case server_handshake:
+    case client_handshake:
+      if (payload_len_ > kMaxHandshakeBytes)
+        return fmt::format("sent a {} of {}", type_name(operation_), mib(payload_len_));
+      need_ = payload_len_;
+      break;
+    case routed_message:
+    case monitor_message:
+    case down_message:
+      // Source and destination node ids lead the payload.
+      need_ = std::min<std::size_t>(payload_len_, peer_node_.size() + local_node_.size());
+      break;
+    default:
+      need_ = 0;
+  }
+  phase_ = phase::inspect;
+  return {};
+}
+
+std::string basp_guard::decide(std::vector<char>& out) {
+  bool pass = true;
+  switch (operation_) {
+    case server_handshake:
+    case client_handshake: {
+      caf::binary_deserializer source{static_cast<caf::execution_unit*>(nullptr), inspect_.data(),
+                                      inspect_.size()};
+      caf::node_id node;
+      if (source(node) || !node)
+        return fmt::format("sent a {} without a valid node id", type_name(operation_));
+      auto bytes = serialized_node_id(node);
+      if (peer_node_.empty()) {
+        if (bytes == local_node_) return "claims this node's own id";
+        auto owner = claims().claim(local_node_, bytes, peer_task_);
+        if (!owner.empty()) return "claims the node id of " + owner;
+        peer_node_ = std::move(bytes);
+      } else if (operation_ != client_handshake || me_ != side::listener || bytes != peer_node_) {
+        pass = false;
+        drop(fmt::format("a repeated {} naming {} node", type_name(operation_),
+                         bytes == peer_node_ ? "its own" : "another"));
+      }
+      break;
+    }
+    case routed_message:
+    case monitor_message:
+    case down_message: {
+      const auto k = peer_node_.size();
+      const bool from_peer = inspect_.size() == k + local_node_.size() &&
+                             std::equal(peer_node_.begin(), peer_node_.end(), inspect_.begin());
+      const bool to_me = from_peer && std::equal(local_node_.begin(), local_node_.end(),
+                                                 inspect_.begin() + static_cast<std::ptrdiff_t>(k));
+      if (!from_peer) {
+        pass = false;
+        drop(fmt::format("a {} claiming another source node", type_name(operation_)));
+      } else if (!to_me) {
+        pass = false;
+        drop(fmt::format("a {} for another node (no forwarding through this one)",
+                         type_name(operation_)));
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  left_ = payload_len_ - inspect_.size();
+  if (pass) {
+    out.insert(out.end(), header_, header_ + kHeaderBytes);
+    out.insert(out.end(), inspect_.begin(), inspect_.end());
+  }
+  inspect_.clear();
+  phase_ = left_ == 0 ? phase::header : (pass ? phase::pass : phase::skip);
+  return {};
+}
+
+}  // namespace troupe

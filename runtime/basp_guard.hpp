@@ -1,0 +1,89 @@
+#pragma once
+// The guard on every BASP frame a peer sends, before CAF parses it.
+//
+// CAF 0.17's BASP broker trusts the wire once a connection is up: it sizes
+// a buffer from a header's payload_len (32 bytes can make it zero-fill
+// 4 GiB), it takes the node ids in a payload as given (a routed_message
+// names its own source node; a client_handshake with the select-connection
+// flag reroutes that node's traffic to the connection it came on). TLS
+// says which task is at the other end of a connection (runtime/
+// secure_link.hpp); this guard makes BASP believe nothing else:
+//
+//   - every frame: a known message type, and payload_len at most the job's
+//     cap, or the connection closes (the only answer to a peer that lies
+//     about sizes: nothing later in the stream can be trusted);
+//   - the first frame is the handshake the peer's role sends (a listener
+//     sends server_handshake, a connector client_handshake); the node id in
+//     it becomes the connection's identity. A node id already bound to
+//     another task (by an earlier connection) closes the connection;
+//   - later handshakes pass only from the connector, for its own node id
+//     (CAF repeats it with the select-connection flag); any other is
+//     dropped;
+//   - routed, monitor and down messages pass only when their payload names
+//     the connection's node as source and this node as destination (no
+//     spoofed senders, no forwarding through this node); others are dropped;
+//   - direct messages and heartbeats carry no node id: CAF attributes them
+//     to the connection's node already.
+//
+// Streaming: a frame's bytes pass on as they arrive once its first bytes
+// are checked; only handshakes (at most kMaxHandshakeBytes) are held whole.
+#include <caf/node_id.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+class basp_guard {
+ public:
+  enum class side { listener, connector };  // this end's role
+  static constexpr std::size_t kHeaderBytes = 32;
+  static constexpr uint32_t kMaxHandshakeBytes = 1 << 20;
+
+  // `local_node`: this node's id as BASP serializes it; `peer_task`: the
+  // task the connection authenticated as; `max_frame_bytes`: the cap.
+  basp_guard(side me, std::vector<char> local_node, std::string peer_task,
+             uint64_t max_frame_bytes);
+
+  // Reads `n` bytes from the peer, appending what BASP may see to `out`.
+  // Returns empty, or why the connection must close (for the log).
+  std::string feed(const char* data, std::size_t n, std::vector<char>& out);
+
+  // Dropped frames since the last call, with the reason of the first.
+  struct drops {
+    uint64_t count = 0;
+    std::string first_reason;
+  };
+  drops take_drops();
+  uint64_t dropped_total() const { return dropped_total_; }
+  // The peer's node id once its handshake arrived (serialized), else empty.
+  const std::vector<char>& peer_node() const { return peer_node_; }
+
+ private:
+  enum class phase { header, inspect, pass, skip };
+  std::string on_header();
+  std::string decide(std::vector<char>& out);
+  void drop(std::string why);
+
+  side me_;
+  std::vector<char> local_node_;
+  std::string peer_task_;
+  uint64_t cap_;
+  phase phase_ = phase::header;
+  char header_[kHeaderBytes] = {};
+  std::size_t header_got_ = 0;
+  uint8_t operation_ = 0;
+  uint32_t payload_len_ = 0;
+  std::vector<char> inspect_;  // the payload's first bytes, held until decided
+  std::size_t need_ = 0;       // how many of them decide
+  uint64_t left_ = 0;          // payload bytes still to pass or skip
+  std::vector<char> peer_node_;
+  uint64_t dropped_total_ = 0;
+  drops drops_;
+};
+
+// A node id's bytes as BASP writes them (the guard compares these).
+std::vector<char> serialized_node_id(const caf::node_id& node);
+
+}  // namespace troupe

@@ -1,0 +1,98 @@
+#pragma once
+// Every byte between two troupe processes after the gate's exchange: TLS 1.3
+// on the peer's socket, the BASP guard (runtime/basp_guard.hpp) on what comes
+// out of it, and CAF's BASP broker on the other end of a socketpair.
+//
+//   peer ==TLS 1.3 over TCP==> link thread --guard--> socketpair ==> BASP
+//   peer <==TLS 1.3 over TCP== link thread <---------- socketpair <== BASP
+//
+// Why a thread of our own rather than CAF's openssl module: caf::openssl
+// 0.17 has no pre-shared keys and no TLS 1.3 setting, it would parse BASP
+// frames straight from the decrypted stream (the guard has to see every
+// header first), and it reads exactly the bytes BASP asks for, so bytes
+// already decrypted inside OpenSSL can wait for a socket event that never
+// comes. One thread per process serves every link (poll over all of them);
+// a job has a handful of peers.
+//
+// Two ways to trust (link_security::trust):
+//   - psk (the default): the TLS 1.3 external pre-shared key is
+//     HKDF(derive_key(secret, "tls"), salt = the gate's two challenges,
+//     info = listener and connector task): fresh for each connection, bound
+//     to the gate exchange that preceded it, never the secret itself; the
+//     PSK identity is the connector's task. (EC)DHE is always mixed in
+//     (psk_dhe_ke), so a later leak of the secret does not open recorded
+//     traffic.
+//   - certificates: mutual X.509 from a cluster CA; each side's certificate
+//     must name its task (subject CN, or a DNS/URI subject alternative name,
+//     e.g. "worker:1"); expired, other-CA or other-task certificates fail.
+//   - insecure: plain TCP (cluster.insecure); the guard still runs.
+// Either way the link checks the peer is the task the gate named, and BASP
+// sees nothing before the TLS handshake completed.
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+struct cluster_spec;
+
+struct link_security {
+  enum class trust { psk, certificates, insecure };
+  trust kind = trust::psk;
+  std::string psk_key;  // derive_key(secret, key_purpose::tls_psk)
+  std::string ca_file, cert_file, key_file;
+  uint64_t max_frame_bytes = uint64_t{256} << 20;  // the guard's cap
+  std::chrono::milliseconds handshake_timeout{10000};
+};
+
+// A link that cannot be set up here (unreadable certificate, no
+// socketpair); what() names the file or the call.
+class link_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The security a cluster spec asks for (cluster.tls, cluster.insecure);
+// `max_frame_bytes` from cluster.max_message_mb or the caller's derivation.
+link_security link_security_for(const cluster_spec& spec, const std::string& secret,
+                                uint64_t max_frame_bytes);
+// Loads the certificates now, so a bad file is an error at start-up naming
+// it (cluster.tls.cert "x.pem": ...), not a failed connection later.
+void check_link_security(const link_security& sec);
+
+struct link_params {
+  bool listener = false;  // this end accepted the connection (the TLS server)
+  std::string me;         // this process's task
+  std::string peer_task;  // the task the gate's exchange named
+  std::string peer_address;
+  std::string server_challenge, client_challenge;  // the gate's
+  // This node's id as BASP writes it (serialized_node_id); empty: not BASP
+  // (the rendezvous), no guard.
+  std::vector<char> local_node;
+};
+
+struct link_end {
+  int plain_fd = -1;  // the caller's end: hand it to BASP (new_scribe)
+  // "" once TLS is up and the peer is the expected task; else why not.
+  std::shared_future<std::string> ready;
+};
+
+// Takes `tcp_fd` (non-blocking, after the gate's exchange) over; throws
+// link_error.
+link_end open_link(int tcp_fd, const link_security& sec, link_params p);
+
+// The links of this process, for tests and metrics; counters only grow.
+struct link_stats {
+  uint64_t opened = 0;
+  uint64_t failed_handshakes = 0;
+  uint64_t closed_by_guard = 0;  // an oversized or malformed frame
+  uint64_t frames_dropped = 0;   // spoofed node ids, repeated handshakes
+  uint64_t bytes_in = 0;         // decrypted, from peers
+  uint64_t bytes_out = 0;        // to peers, before encryption
+};
+link_stats link_totals();
+
+}  // namespace troupe
