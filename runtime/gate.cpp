@@ -337,8 +337,7 @@ struct gate::state {
     } catch (const link_error& e) {
       spdlog::error("{}: cannot secure the connection with {} ({}): {}", opts.name, name, p.peer,
                     e.what());
-      ::close(fd);
-      return;
+      return;  // open_link closed the socket
     }
     if (on_admitted) {
       on_admitted(end.plain_fd, name, p.peer);
@@ -369,8 +368,11 @@ gate::gate(const std::string& host, uint16_t port, gate_options opts,
 
 namespace {
 
-// A psk link without its key takes it from the secret.
+// A psk link without its key takes it from the secret; certificates
+// without a secret run the exchange with the public stand-in.
 gate_options with_link_key(gate_options opts) {
+  if (opts.link.kind == link_security::trust::certificates && opts.secret.empty())
+    opts.secret = kCertificatesOnlySecret;
   if (opts.link.kind == link_security::trust::psk && opts.link.psk_key.empty())
     opts.link.psk_key = derive_key(opts.secret, key_purpose::tls_psk);
   return opts;
@@ -561,8 +563,7 @@ gate_socket secure(gate_socket authenticated, const std::string& where, const ga
   try {
     end = open_link(authenticated.fd, with_link_key(opts).link, std::move(lp));
   } catch (const link_error& e) {
-    ::close(authenticated.fd);
-    authenticated.fd = -1;
+    authenticated.fd = -1;  // open_link closed it
     authenticated.error = where + ": " + e.what();
     return authenticated;
   }
@@ -584,7 +585,7 @@ gate_socket gate_secure_handshake(const std::string& host, uint16_t port, const 
                                   caf::timespan timeout) {
   const auto deadline =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
-  auto authenticated = gate_handshake(host, port, opts, timeout);
+  auto authenticated = gate_handshake(host, port, with_link_key(opts), timeout);
   if (authenticated.fd < 0) return authenticated;
   return secure(std::move(authenticated), host + ":" + std::to_string(port), opts, {}, deadline);
 }
@@ -596,7 +597,7 @@ gate_connection gate_connect(caf::actor_system& sys, const std::string& host, ui
   const auto where = host + ":" + std::to_string(port);
   const auto deadline =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
-  auto authenticated = gate_handshake(host, port, opts, timeout);
+  auto authenticated = gate_handshake(host, port, with_link_key(opts), timeout);
   if (authenticated.fd < 0) {
     out.unreachable = authenticated.unreachable;
     out.error = std::move(authenticated.error);

@@ -21,6 +21,8 @@
 #include "runtime/job_trace.hpp"
 #include "runtime/node_process.hpp"
 #include "runtime/process_monitoring.hpp"
+#include "runtime/secure_link.hpp"
+#include "runtime/topology.hpp"
 #include "strategies/strategy.hpp"
 #include "trace/trace.hpp"
 
@@ -87,6 +89,50 @@ std::shared_ptr<const fault_injection> faults_from_environment(
 
 // `held_past_shutdown` gets a shard handle under the hold_shard_at_exit
 // fault: the caller releases it only after the bounded shutdown.
+namespace {
+
+// The cluster secret; with certificates (cluster.tls) it may be absent: they
+// alone authenticate then.
+std::string node_secret(const cluster_spec& spec, const std::string& me) {
+  if (spec.tls.ca.empty()) return load_cluster_secret(spec);
+  try {
+    return load_cluster_secret(spec);
+  } catch (const secret_error&) {
+    spdlog::info("{}: no cluster secret; the certificates of cluster.tls authenticate tasks", me);
+    return kCertificatesOnlySecret;
+  }
+}
+
+// TLS between tasks, with the cap on a frame from the model: its state with
+// three optimizer slots (a checkpoint's), and room for the build order.
+link_security node_link_security(const cluster_spec& spec, const std::string& secret,
+                                 const job_plan& plan, const std::string& me) {
+  constexpr uint64_t mib = uint64_t{1} << 20;
+  const uint64_t state = model_state_bytes(plan);
+  const uint64_t cap = state == 0 ? 256 * mib : std::max(64 * mib, 4 * state + 16 * mib);
+  link_security s;
+  try {
+    s = link_security_for(spec, secret, cap);
+    check_link_security(s);
+  } catch (const link_error& e) {
+    throw job_error(me + ": " + e.what());
+  }
+  const char* kind = s.kind == link_security::trust::psk ? "TLS 1.3, keyed from the cluster secret"
+                     : s.kind == link_security::trust::certificates
+                         ? "TLS 1.3 with the certificates of cluster.tls"
+                         : "PLAINTEXT (cluster.insecure)";
+  if (s.kind == link_security::trust::insecure)
+    spdlog::warn(
+        "{}: cluster.insecure is true: traffic between tasks is not encrypted, and "
+        "anyone on the network path can read and change it",
+        me);
+  spdlog::info("{}: connections between tasks: {}; frames up to {} MiB", me, kind,
+               s.max_frame_bytes / mib);
+  return s;
+}
+
+}  // namespace
+
 nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const task_id& task,
                            const job_options& o,
                            std::vector<variable_shard_actor>& held_past_shutdown) {
@@ -95,10 +141,11 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   auto shared = std::make_shared<node_shared>();
   shared->task = task.str();
   shared->chief = chief;
-  shared->secret = load_cluster_secret(spec);
+  shared->secret = node_secret(spec, task.str());
   auto placement = resolve_placement(c);
   auto mine = placement_of(placement, task);
   auto plan = make_plan(c, o, chief);
+  shared->link = node_link_security(spec, shared->secret, *plan, task.str());
   std::optional<trace::session> tracing;  // this task's own trace file
   start_trace(tracing, c, o);
   // /metrics on every task; TensorBoard where the coordinator runs.

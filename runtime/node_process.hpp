@@ -73,6 +73,7 @@ class event_queue {
 struct node_shared {
   std::string task;
   std::string secret;
+  link_security link;  // what runs on every connection (runtime/secure_link.hpp)
   bool chief = false;
   event_queue events;
 };
@@ -104,6 +105,7 @@ struct node_process {
     gate_options g;
     g.secret = shared->secret;
     g.name = name();
+    g.link = shared->link;
     return g;
   }
   const cluster_spec& spec() const { return *c.cluster; }

@@ -7,6 +7,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -234,7 +236,16 @@ class link_hub {
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
       throw link_error(std::string("TLS links: pipe: ") + std::strerror(errno));
     scratch_.resize(kChunk);
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      // OpenSSL writes with write(2): a peer that vanished would raise
+      // SIGPIPE and end the process. Blocked on this thread, the write
+      // fails with EPIPE instead, and the link closes.
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+      run();
+    });
   }
   ~link_hub() {
     stopping_ = true;
@@ -370,7 +381,10 @@ void link_hub::handshake(link& l) {
     if (auto problem = check_peer(l); !problem.empty()) return fail(l, problem, true);
     l.open = true;
     spdlog::debug("{}: TLS 1.3 with {} ({})", l.p.me, l.who(), SSL_get_cipher_name(l.ssl));
-    decide(l, {});
+    // A TLS 1.3 client finishes before the server has checked its
+    // certificate; BASP's listener speaks first, so its first bytes are the
+    // verdict (a refusal arrives as an alert instead).
+    if (l.p.listener || !l.guard) decide(l, {});
     return;
   }
   int e = SSL_get_error(l.ssl, r);
@@ -415,9 +429,14 @@ long link_hub::read_peer(link& l, char* buf, std::size_t len) {
     l.tcp_wants_write = true;
     return 0;
   }
-  if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0)) {
+  const bool eof = e == SSL_ERROR_ZERO_RETURN ||
+                   (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) ||
+                   (e == SSL_ERROR_SSL &&
+                    ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
+  if (eof) {
     l.peer_gone = true;  // close_notify, or the socket closed
     l.linger_until = clock_type::now() + kLinger;
+    decide(l, "the peer closed the connection after the TLS handshake");
     return -1;
   }
   fail(l, "TLS: " + ssl_errors(), false);  // a record that fails authentication lands here
@@ -493,6 +512,7 @@ void link_hub::service(link& l) {
   while (!l.done && !l.peer_gone && l.pending_in() < kHighWater) {
     long n = read_peer(l, scratch_.data(), scratch_.size());
     if (n <= 0) break;
+    decide(l, {});
     stats_bytes_in_ += static_cast<uint64_t>(n);
     if (!l.guard) {
       l.in.insert(l.in.end(), scratch_.data(), scratch_.data() + n);
@@ -548,7 +568,7 @@ link_end open_link(int tcp_fd, const link_security& sec, link_params p) {
   l->tcp = tcp_fd;
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) != 0)
-    throw link_error(std::string("socketpair: ") + std::strerror(errno));
+    throw link_error(std::string("socketpair: ") + std::strerror(errno));  // ~link closes tcp_fd
   l->plain = pair[0];
   link_end end;
   end.plain_fd = pair[1];
@@ -561,7 +581,13 @@ link_end open_link(int tcp_fd, const link_security& sec, link_params p) {
   }
   if (sec.kind != link_security::trust::insecure) {
     auto& hub = link_hub::instance();
-    SSL* ssl = SSL_new(hub.context(sec));
+    SSL* ssl = nullptr;
+    try {
+      ssl = SSL_new(hub.context(sec));
+    } catch (...) {
+      ::close(end.plain_fd);
+      throw;
+    }
     if (!ssl) {
       ::close(end.plain_fd);
       throw link_error("TLS: SSL_new: " + ssl_errors());

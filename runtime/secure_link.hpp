@@ -39,6 +39,11 @@ namespace troupe {
 
 struct cluster_spec;
 
+// With certificates and no cluster secret, the gate's exchange and the node
+// handshake run with this public stand-in: they then prove nothing, and the
+// certificates authenticate every connection.
+inline constexpr const char* kCertificatesOnlySecret = "troupe: certificates only, no secret";
+
 struct link_security {
   enum class trust { psk, certificates, insecure };
   trust kind = trust::psk;
@@ -80,8 +85,8 @@ struct link_end {
   std::shared_future<std::string> ready;
 };
 
-// Takes `tcp_fd` (non-blocking, after the gate's exchange) over; throws
-// link_error.
+// Takes `tcp_fd` (non-blocking, after the gate's exchange) over, also when
+// it throws link_error (then it has closed it).
 link_end open_link(int tcp_fd, const link_security& sec, link_params p);
 
 // The links of this process, for tests and metrics; counters only grow.

@@ -149,6 +149,14 @@ void check_model_against_data(const job_config& c) {
   check_layer_model(c.model, model_shape_of(tt.train));
 }
 
+uint64_t model_state_bytes(const job_plan& plan) {
+  if (!plan.train) return 0;
+  auto net = create_model(plan.config.model, model_shape_of(*plan.train), plan.config.seed);
+  uint64_t elements = 0;
+  for (const auto& v : net->variables()) elements += static_cast<uint64_t>(v.value.numel());
+  return 4 * elements;
+}
+
 shard_set plan_shards(const job_plan& plan) {
   const auto& c = plan.config;
   if (!plan.strat->has_variable_shards()) return {};

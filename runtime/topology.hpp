@@ -32,6 +32,9 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
 // variables; the same in every process) and the shards' optimizer slot
 // names, with no actors yet. Empty for a strategy without shards.
 shard_set plan_shards(const job_plan& plan);
+// The bytes of the job's model variables (4 per element), or 0 for a job
+// without a dataset (reinforcement learning); sizes the largest message.
+uint64_t model_state_bytes(const job_plan& plan);
 
 // For `troupe validate`: a model of layers against the data it would train
 // on (read as a job would: the example's shape, the labels its loss needs).

@@ -1,0 +1,602 @@
+// After the gate: TLS 1.3 on the wire (runtime/secure_link.hpp) and the
+// guard on every BASP frame (runtime/basp_guard.hpp). What an on-path
+// attacker sees and changes, what a holder of the secret can make a node do,
+// and the certificates' checks.
+#include <doctest/doctest.h>
+#include <poll.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/net_system_config.hpp"
+#include "runtime/basp_guard.hpp"
+#include "runtime/gate.hpp"
+#include "runtime/secure_link.hpp"
+#include "tests/attack.hpp"
+#include "tests/fixtures.hpp"
+#include "tests/tls_fixtures.hpp"
+
+using namespace troupe;
+using namespace troupe::attack;
+using troupe::test::temp_dir;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kSecret = "link-test-secret-0123456789abcdef";
+
+// Every log line, kept for the assertions (installed before any thread runs).
+struct log_capture {
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> ring =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
+  log_capture() {
+    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    spdlog::set_default_logger(
+        std::make_shared<spdlog::logger>("troupe", spdlog::sinks_init_list{console, ring}));
+  }
+  bool contains(const std::string& text) const {
+    for (const auto& line : ring->last_formatted())
+      if (line.find(text) != std::string::npos) return true;
+    return false;
+  }
+};
+log_capture logs;
+
+gate_options opts(const std::string& name) {
+  gate_options o;
+  o.secret = kSecret;
+  o.name = name;
+  return o;
+}
+
+// What the listener's actor received.
+struct inbox {
+  std::atomic<int> strings{0};
+  std::mutex mutex;
+  std::vector<std::string> got;
+};
+
+// The listener: an actor that counts the strings it gets, behind a gate.
+struct listener {
+  net_system_config cfg;
+  caf::actor_system sys{cfg};
+  inbox box;
+  caf::actor counter = sys.spawn(
+      [](caf::event_based_actor*, inbox* b) -> caf::behavior {
+        return {[b](const std::string& s) {
+                  {
+                    std::lock_guard<std::mutex> guard(b->mutex);
+                    b->got.push_back(s);
+                  }
+                  ++b->strings;
+                  return static_cast<int>(s.size());
+                },
+                [](int x) { return 2 * x; }};
+      },
+      &box);
+  std::unique_ptr<gate> door;
+  explicit listener(gate_options o = opts("chief:0")) {
+    door = open_gate(sys, counter, "127.0.0.1", 0, std::move(o));
+  }
+  ~listener() {
+    door.reset();
+    caf::anon_send_exit(counter, caf::exit_reason::user_shutdown);
+  }
+  uint16_t port() const { return door->port(); }
+};
+
+struct connector {
+  net_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::expected<caf::actor> connect(uint16_t port, const gate_options& o) {
+    return gate_remote_actor<caf::actor>(sys, "127.0.0.1", port, o, std::chrono::seconds(5));
+  }
+  // Sends `s` and waits for the length back; -1 on error or timeout.
+  int ask(const caf::actor& a, const std::string& s,
+          std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+    caf::scoped_actor self{sys};
+    int out = -1;
+    self->request(a, limit, s).receive([&](int r) { out = r; }, [&](caf::error&) {});
+    return out;
+  }
+};
+
+template <class Pred>
+bool eventually(Pred p, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  auto end = clock_type::now() + limit;
+  while (!p()) {
+    if (clock_type::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+long rss_mb() {
+  std::ifstream in("/proc/self/statm");
+  long pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE) / (1024 * 1024);
+}
+
+// A relay between a connector and the gate on `target`: records every byte
+// each way and, when `flip` is set, flips one byte inside the next TLS
+// application-data record from the connector.
+class relay {
+ public:
+  explicit relay(uint16_t target) : target_(target) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(listen_fd_, 4) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~relay() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+  std::atomic<bool> flip{false};
+  std::atomic<int> flipped{0};
+  std::string upstream() {  // connector -> gate
+    std::lock_guard<std::mutex> g(mutex_);
+    return up_;
+  }
+  std::string downstream() {
+    std::lock_guard<std::mutex> g(mutex_);
+    return down_;
+  }
+
+ private:
+  void run() {
+    pollfd l{listen_fd_, POLLIN, 0};
+    while (!stop_ && ::poll(&l, 1, 50) <= 0) {
+    }
+    if (stop_) return;
+    int client = ::accept(listen_fd_, nullptr, nullptr);
+    int server = raw_connect(target_);
+    char buf[65536];
+    while (!stop_) {
+      pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      if (::poll(p, 2, 50) <= 0) continue;
+      bool closed = false;
+      for (int i = 0; i < 2; ++i) {
+        if (p[i].revents == 0) continue;
+        ssize_t n = ::recv(p[i].fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+          closed = true;
+          break;
+        }
+        std::string chunk(buf, static_cast<std::size_t>(n));
+        if (i == 0) tamper(chunk);
+        {
+          std::lock_guard<std::mutex> g(mutex_);
+          (i == 0 ? up_ : down_) += chunk;
+        }
+        ::send(i == 0 ? server : client, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      }
+      if (closed) break;
+    }
+    ::close(client);
+    ::close(server);
+  }
+  // Follows the TLS records after the gate's proof; flips a byte of the
+  // first application-data record once `flip` is set.
+  void tamper(std::string& chunk) {
+    for (std::size_t i = 0; i < chunk.size(); ++i, ++offset_) {
+      if (offset_ < gate_wire::kProofBytes) continue;
+      if (record_left_ == 0) {
+        header_ += chunk[i];
+        if (header_.size() == 5) {
+          record_type_ = static_cast<uint8_t>(header_[0]);
+          record_left_ = (static_cast<uint8_t>(header_[3]) << 8) | static_cast<uint8_t>(header_[4]);
+          record_pos_ = 0;
+          header_.clear();
+        }
+        continue;
+      }
+      if (record_type_ == 0x17 && record_pos_ == 8 && flip.exchange(false)) {
+        chunk[i] = static_cast<char>(chunk[i] ^ 0x01);
+        ++flipped;
+      }
+      ++record_pos_;
+      --record_left_;
+    }
+  }
+
+  uint16_t target_, port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mutex_;
+  std::string up_, down_;
+  std::size_t offset_ = 0, record_left_ = 0, record_pos_ = 0;
+  uint8_t record_type_ = 0;
+  std::string header_;
+};
+
+// Whether `bytes` is a whole sequence of TLS records (handshake, alert,
+// application data, version 3.x, at most 2^14 + 256 bytes each).
+bool all_tls_records(const std::string& bytes) {
+  std::size_t i = 0;
+  while (i + 5 <= bytes.size()) {
+    auto type = static_cast<uint8_t>(bytes[i]);
+    auto major = static_cast<uint8_t>(bytes[i + 1]);
+    std::size_t len =
+        (static_cast<uint8_t>(bytes[i + 3]) << 8) | static_cast<uint8_t>(bytes[i + 4]);
+    if ((type != 0x14 && type != 0x15 && type != 0x16 && type != 0x17) || major != 3 ||
+        len > 16384 + 256)
+      return false;
+    i += 5 + len;
+  }
+  return i == bytes.size();
+}
+
+// A BASP frame as CAF 0.17 writes it.
+std::string basp_frame(uint8_t op, uint8_t flags, const std::vector<char>& payload,
+                       uint64_t dest_actor = 0, uint32_t claimed_len = 0) {
+  std::string h(32, '\0');
+  h[0] = static_cast<char>(op);
+  h[3] = static_cast<char>(flags);
+  uint32_t len = claimed_len ? claimed_len : static_cast<uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i) h[4 + i] = static_cast<char>((len >> (24 - 8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i) h[24 + i] = static_cast<char>((dest_actor >> (56 - 8 * i)) & 0xff);
+  return h + std::string(payload.begin(), payload.end());
+}
+
+caf::node_id some_node(uint8_t tag) {
+  caf::node_id::default_data::host_id_type host{};
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(tag + i);
+  return caf::make_node_id(4000u + tag, host);
+}
+
+// A routed_message's payload as CAF writes it: source, destination, an
+// empty forwarding stack, the message.
+std::vector<char> routed_payload(caf::actor_system& sys, const caf::node_id& from,
+                                 const caf::node_id& to, const std::string& text) {
+  std::vector<char> out;
+  caf::binary_serializer sink{sys, out};
+  std::vector<caf::strong_actor_ptr> stack;
+  auto msg = caf::make_message(text);
+  REQUIRE(!sink(const_cast<caf::node_id&>(from), const_cast<caf::node_id&>(to), stack, msg));
+  return out;
+}
+
+// True when the other end closed the connection within `ms`.
+bool closed_within_ms(int fd, int ms) {
+  auto end = clock_type::now() + std::chrono::milliseconds(ms);
+  char buf[4096];
+  while (clock_type::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
+  return false;
+}
+
+bool send_all(int fd, const std::string& bytes) {
+  return socket_io::send_all(fd, bytes, clock_type::now() + std::chrono::seconds(5));
+}
+
+// A holder of the secret talking BASP by hand over an authenticated TLS
+// link to `port`, as node `me`.
+struct hand_session {
+  int fd = -1;
+  hand_session(uint16_t port, const std::string& task, const caf::node_id& me) {
+    auto s = gate_secure_handshake("127.0.0.1", port, opts(task), std::chrono::seconds(5));
+    REQUIRE_MESSAGE(s.fd >= 0, s.error);
+    fd = s.fd;
+    REQUIRE(send_all(fd, basp_frame(1, 0, serialized_node_id(me))));
+  }
+  ~hand_session() { ::close(fd); }
+};
+
+// ------------------------------------------------------------------ guard
+
+std::vector<char> handshake_payload(const caf::node_id& n) {
+  auto p = serialized_node_id(n);
+  p.insert(p.end(), 40, 'x');  // app ids, actor, interface: not the guard's business
+  return p;
+}
+
+std::string as_string(const std::vector<char>& v) {
+  return {v.begin(), v.end()};
+}
+
+}  // namespace
+
+TEST_CASE("guard: frames pass byte for byte however the stream is cut") {
+  auto me = some_node(1), peer = some_node(2);
+  std::string stream = basp_frame(0, 0, handshake_payload(peer));
+  std::vector<char> body(5000);
+  for (std::size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>(i * 7);
+  stream += basp_frame(2, 0, body, 42);
+  stream += basp_frame(6, 0, {});
+  std::vector<char> routed = serialized_node_id(peer);
+  auto mine = serialized_node_id(me);
+  routed.insert(routed.end(), mine.begin(), mine.end());
+  routed.insert(routed.end(), 100, 'm');
+  stream += basp_frame(3, 0, routed, 7);
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    basp_guard g(basp_guard::side::connector, serialized_node_id(me), "chief:0", 1 << 20);
+    std::vector<char> out;
+    std::size_t i = 0;
+    while (i < stream.size()) {
+      std::size_t k = std::min<std::size_t>(stream.size() - i, rng() % 97 + 1);
+      REQUIRE(g.feed(stream.data() + i, k, out).empty());
+      i += k;
+    }
+    CHECK(as_string(out) == stream);
+    CHECK(g.dropped_total() == 0);
+  }
+}
+
+TEST_CASE("guard: a header over the cap, an unknown type or no handshake first closes") {
+  auto me = some_node(1), peer = some_node(2);
+  std::vector<char> out;
+  {
+    basp_guard g(basp_guard::side::connector, serialized_node_id(me), "chief:0", 1 << 20);
+    auto hs = basp_frame(0, 0, handshake_payload(peer));
+    REQUIRE(g.feed(hs.data(), hs.size(), out).empty());
+    auto huge = basp_frame(2, 0, {}, 42, 0xfffffff0u);
+    auto why = g.feed(huge.data(), huge.size(), out);
+    CHECK(why.find("over this job's cap of 1.0 MiB") != std::string::npos);
+    CHECK(as_string(out) == hs);  // nothing of the lie reached BASP
+  }
+  {
+    basp_guard g(basp_guard::side::connector, serialized_node_id(me), "chief:0", 1 << 20);
+    auto bad = basp_frame(9, 0, {});
+    CHECK(g.feed(bad.data(), bad.size(), out).find("unknown type 9") != std::string::npos);
+  }
+  {
+    basp_guard g(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
+    auto direct = basp_frame(2, 0, {'a'}, 1);
+    CHECK(g.feed(direct.data(), direct.size(), out) ==
+          "sent a direct_message before its client_handshake");
+  }
+}
+
+TEST_CASE("guard: spoofed sources, forwarding and foreign handshakes are dropped") {
+  auto me = some_node(51), peer = some_node(52), other = some_node(53);
+  basp_guard g(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
+  std::vector<char> out;
+  auto feed = [&](const std::string& s) {
+    auto why = g.feed(s.data(), s.size(), out);
+    REQUIRE_MESSAGE(why.empty(), why);
+  };
+  auto routed = [&](const caf::node_id& from, const caf::node_id& to) {
+    auto p = serialized_node_id(from);
+    auto t = serialized_node_id(to);
+    p.insert(p.end(), t.begin(), t.end());
+    p.insert(p.end(), 10, 'z');
+    return basp_frame(3, 0, p, 5);
+  };
+  auto first = basp_frame(1, 0, serialized_node_id(peer));
+  feed(first);
+  auto select_same = basp_frame(1, 0x02, serialized_node_id(peer));
+  feed(select_same);                                     // CAF's own repeat: passes
+  feed(basp_frame(1, 0x02, serialized_node_id(other)));  // takes over another node's routes
+  feed(routed(other, me));                               // a spoofed sender
+  feed(routed(peer, other));                             // forwarding through this node
+  feed(basp_frame(0, 0, handshake_payload(peer)));       // a listener's handshake from a connector
+  auto good = routed(peer, me);
+  feed(good);
+  CHECK(g.dropped_total() == 4);
+  CHECK(as_string(out) == first + select_same + good);
+  auto d = g.take_drops();
+  CHECK(d.count == 4);
+  CHECK(d.first_reason == "a repeated client_handshake naming another node");
+}
+
+TEST_CASE("guard: a node id bound to one task is refused to another") {
+  auto me = some_node(11), peer = some_node(12);
+  std::vector<char> out;
+  auto hs = basp_frame(1, 0, serialized_node_id(peer));
+  basp_guard first(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
+  CHECK(first.feed(hs.data(), hs.size(), out).empty());
+  basp_guard again(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
+  CHECK(again.feed(hs.data(), hs.size(), out).empty());  // the same task reconnecting
+  basp_guard thief(basp_guard::side::listener, serialized_node_id(me), "worker:1", 1 << 20);
+  CHECK(thief.feed(hs.data(), hs.size(), out) == "claims the node id of worker:0");
+  auto self = basp_frame(1, 0, serialized_node_id(me));
+  basp_guard mirror(basp_guard::side::listener, serialized_node_id(me), "worker:2", 1 << 20);
+  CHECK(mirror.feed(self.data(), self.size(), out) == "claims this node's own id");
+}
+
+TEST_CASE("guard: every corrupted byte of a valid stream is refused or passed, never more") {
+  auto me = some_node(21), peer = some_node(22);
+  std::string stream = basp_frame(0, 0, handshake_payload(peer));
+  auto p = serialized_node_id(peer);
+  auto m = serialized_node_id(me);
+  p.insert(p.end(), m.begin(), m.end());
+  stream += basp_frame(3, 0, p, 5) + basp_frame(2, 0, {'a', 'b'}, 5) + basp_frame(6, 0, {});
+  for (std::size_t i = 0; i < stream.size(); ++i) {
+    for (int bit = 0; bit < 8; bit += 3) {
+      auto bad = stream;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      basp_guard g(basp_guard::side::connector, serialized_node_id(me), "chief:0", 4096);
+      std::vector<char> out;
+      auto why = g.feed(bad.data(), bad.size(), out);
+      CHECK(out.size() <= bad.size());
+      if (why.empty()) CHECK(out.size() + 0 <= stream.size());
+    }
+  }
+}
+
+// ------------------------------------------------------------------ on the wire
+
+TEST_CASE("after the gate's exchange the wire carries TLS records only") {
+  listener l;
+  relay r(l.port());
+  connector c;
+  auto a = c.connect(r.port(), opts("worker:0"));
+  REQUIRE_MESSAGE(a, c.sys.render(a.error()));
+  const std::string marker = "variable dense_1/kernel of job fashion-mnist-secret";
+  CHECK(c.ask(*a, marker) == static_cast<int>(marker.size()));
+  auto up = r.upstream();
+  auto down = r.downstream();
+  REQUIRE(up.size() > gate_wire::kProofBytes);
+  auto up_tls = up.substr(gate_wire::kProofBytes);
+  auto down_tls = down.substr(gate_wire::kHelloBytes + gate_wire::kVerdictBytes);
+  CHECK(all_tls_records(up_tls));
+  CHECK(all_tls_records(down_tls));
+  CHECK(static_cast<uint8_t>(up_tls[0]) == 0x16);  // a ClientHello first
+  for (const auto* s : {"dense_1", "fashion-mnist", "kernel"}) {
+    CHECK(up.find(s) == std::string::npos);
+    CHECK(down.find(s) == std::string::npos);
+  }
+}
+
+TEST_CASE("a byte flipped on the wire ends the connection and never reaches a handler") {
+  listener l;
+  relay r(l.port());
+  connector c;
+  auto a = c.connect(r.port(), opts("worker:0"));
+  REQUIRE_MESSAGE(a, c.sys.render(a.error()));
+  CHECK(c.ask(*a, "before") == 6);
+  const auto failures = link_totals();
+  r.flip = true;
+  CHECK(c.ask(*a, "tampered", std::chrono::seconds(2)) == -1);
+  CHECK(r.flipped == 1);
+  CHECK(eventually([&] { return logs.contains("bad record mac") || logs.contains("decrypt"); }));
+  std::lock_guard<std::mutex> g(l.box.mutex);
+  CHECK(l.box.got == std::vector<std::string>{"before"});
+  (void)failures;
+}
+
+TEST_CASE("a holder of the secret: a 4 GiB header closes its connection, memory stays bounded") {
+  listener l;
+  const long before = rss_mb();
+  const auto guard_closed = link_totals().closed_by_guard;
+  hand_session s(l.port(), "worker:7", some_node(31));
+  // A header CAF accepts as is: a direct message to the published actor.
+  REQUIRE(send_all(s.fd, basp_frame(2, 0, {}, l.counter.id(), 0xfffffff0u)));
+  CHECK(closed_within_ms(s.fd, 3000));
+  CHECK(link_totals().closed_by_guard == guard_closed + 1);
+  CHECK(rss_mb() - before < 100);
+  CHECK(eventually(
+      [&] { return logs.contains("worker:7") && logs.contains("over this job's cap"); }));
+  // The node goes on serving others.
+  connector c;
+  auto a = c.connect(l.port(), opts("worker:0"));
+  REQUIRE(a);
+  CHECK(c.ask(*a, "still here") == 10);
+}
+
+TEST_CASE("a message naming another node as its sender is dropped; its own passes") {
+  listener l;
+  auto mine = some_node(41);
+  hand_session s(l.port(), "worker:8", mine);
+  const auto dropped = link_totals().frames_dropped;
+  // The same message, as CAF writes it, first from the connection's own
+  // node (delivered: the frame is valid), then claiming another node.
+  REQUIRE(send_all(
+      s.fd, basp_frame(3, 0, routed_payload(l.sys, mine, l.sys.node(), "honest"), l.counter.id())));
+  REQUIRE(eventually([&] { return l.box.strings.load() == 1; }));
+  REQUIRE(
+      send_all(s.fd, basp_frame(3, 0, routed_payload(l.sys, some_node(42), l.sys.node(), "spoofed"),
+                                l.counter.id())));
+  CHECK(eventually([&] { return link_totals().frames_dropped == dropped + 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(l.box.strings == 1);
+  CHECK(logs.contains("claiming another source node"));
+}
+
+// ------------------------------------------------------------------ certificates
+
+namespace {
+
+gate_options cert_opts(const std::string& name, const tls_test::test_ca& ca,
+                       const tls_test::pem_files& mine) {
+  gate_options o;
+  o.name = name;
+  o.link.kind = link_security::trust::certificates;
+  o.link.ca_file = ca.ca_file;
+  o.link.cert_file = mine.cert;
+  o.link.key_file = mine.key;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("certificates: the cluster CA's admit; another CA, expired, another task are refused") {
+  temp_dir dir;
+  tls_test::test_ca ca(dir.str(), "cluster-ca");
+  tls_test::test_ca rogue(dir.str(), "rogue-ca");
+  auto chief = ca.issue("chief:0", "chief");
+  listener l(cert_opts("chief:0", ca, chief));
+  connector c;
+
+  auto good = c.connect(l.port(), cert_opts("worker:0", ca, ca.issue("worker:0", "w0")));
+  REQUIRE_MESSAGE(good, c.sys.render(good.error()));
+  CHECK(c.ask(*good, "hello") == 5);
+
+  auto other_ca = c.connect(l.port(), cert_opts("worker:1", ca, rogue.issue("worker:1", "w1r")));
+  REQUIRE(!other_ca);
+  MESSAGE(c.sys.render(other_ca.error()));
+  CHECK(c.sys.render(other_ca.error()).find("TLS") != std::string::npos);
+
+  auto expired =
+      c.connect(l.port(), cert_opts("worker:2", ca, ca.issue("worker:2", "w2", -7200, -3600)));
+  REQUIRE(!expired);
+  CHECK(eventually([&] { return logs.contains("certificate has expired"); }));
+
+  auto stolen = c.connect(l.port(), cert_opts("worker:3", ca, ca.issue("worker:4", "w4")));
+  REQUIRE(!stolen);
+  CHECK(eventually([&] { return logs.contains("does not name the task worker:3"); }));
+
+  // The connector checks the listener's certificate too.
+  connector d;
+  auto imposter_listener = ca.issue("worker:9", "imposter");
+  listener wrong(cert_opts("chief:0", ca, imposter_listener));
+  auto to_wrong = d.connect(wrong.port(), cert_opts("worker:0", ca, ca.issue("worker:0", "w0b")));
+  REQUIRE(!to_wrong);
+  CHECK(d.sys.render(to_wrong.error()).find("does not name the task chief:0") != std::string::npos);
+  CHECK(l.box.strings == 1);
+}
+
+TEST_CASE("certificates: a bad file is an error naming it") {
+  link_security s;
+  s.kind = link_security::trust::certificates;
+  s.ca_file = "/nonexistent/ca.pem";
+  s.cert_file = "/nonexistent/c.pem";
+  s.key_file = "/nonexistent/c.key";
+  CHECK_THROWS_WITH_AS(check_link_security(s),
+                       doctest::Contains("cluster.tls.ca \"/nonexistent/ca.pem\""), link_error);
+}
+
+TEST_CASE("insecure links still guard frames") {
+  gate_options o = opts("chief:0");
+  o.link.kind = link_security::trust::insecure;
+  listener l(o);
+  relay r(l.port());
+  connector c;
+  gate_options co = opts("worker:0");
+  co.link.kind = link_security::trust::insecure;
+  auto a = c.connect(r.port(), co);
+  REQUIRE(a);
+  CHECK(c.ask(*a, "plain words") == 11);
+  CHECK(r.upstream().find("plain words") != std::string::npos);  // what insecure means
+  auto psk_side = c.connect(l.port(), opts("worker:1"));         // TLS against plaintext
+  CHECK(!psk_side);
+}
