@@ -4,6 +4,7 @@
 //   bench_remote_allreduce [--sizes-mb=1,16,64] [--iters=10] [--chunk-kb=1024]
 //                          [--window=8] [--reads=N] [--workers=N] [--threads=N]
 //                          [--heartbeat-ms=200] [--mm-thread=1] [--gate=0]
+//                          [--tls=psk|insecure]
 //
 // Starts itself as rank 1 (`--peer ...`), publishes rank 0 on a free port,
 // and for each size runs 2 warm-up + `iters` mean all-reduces of that many
@@ -18,7 +19,9 @@
 // nodes as plain actors instead of on the middleman's thread
 // (ring_options::on_middleman_thread), --gate=1 connects the ranks through
 // troupe node's gate (runtime/gate.hpp) instead of CAF's publish/remote_actor
-// (the cost of authenticating: the data path after it is the same BASP). Rank 1 stays until rank 0
+// and TLS 1.3 after it (runtime/secure_link.hpp); --tls=insecure keeps the
+// gate and its frame guard but no encryption (cluster.insecure), to measure
+// what TLS costs. Rank 1 stays until rank 0
 // closes its stdin (rank 0's last collective waits for rank 1's last acknowledgement).
 #include <signal.h>
 #include <spawn.h>
@@ -56,6 +59,7 @@ struct options {
   int64_t heartbeat_ms = 200;
   bool mm_thread = true;
   bool gate = false;
+  bool tls = true;  // with --gate: TLS 1.3 (psk), or plaintext (insecure)
   // peer mode
   int peer_port = -1;
 };
@@ -87,6 +91,12 @@ void parse_one(options& o, const std::string& a) {
     o.mm_thread = v != "0";
   } else if (auto v = value_of(a, "--gate="); !v.empty()) {
     o.gate = std::stoi(v) != 0;
+  } else if (auto v = value_of(a, "--tls="); !v.empty()) {
+    if (v != "psk" && v != "insecure") {
+      std::cerr << "--tls: expected psk or insecure, got " << v << "\n";
+      std::exit(2);
+    }
+    o.tls = v == "psk";
   } else if (auto v = value_of(a, "--peer="); !v.empty()) {
     o.peer_port = std::stoi(v);
   } else {
@@ -167,10 +177,12 @@ int run_rank(caf::actor_system& sys, const ring_node_actor& node, const options&
     double t = median(secs);
     double busbw = static_cast<double>(bytes) / t * 2.0 * (2 - 1) / 2;
     std::printf(
-        "{\"bench\":\"remote_allreduce\",\"processes\":2,\"bytes\":%lld,\"chunk_bytes\":%lld,"
-        "\"window\":%d,\"iters\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,\"busbw_gbps\":%.3f}\n",
-        static_cast<long long>(bytes), static_cast<long long>(o.chunk_kb * 1024), o.window, o.iters,
-        t * 1e3, *std::min_element(secs.begin(), secs.end()) * 1e3, busbw / 1e9);
+        "{\"bench\":\"remote_allreduce\",\"processes\":2,\"transport\":\"%s\",\"bytes\":%lld,"
+        "\"chunk_bytes\":%lld,\"window\":%d,\"iters\":%d,\"median_ms\":%.3f,\"min_ms\":%.3f,"
+        "\"busbw_gbps\":%.3f}\n",
+        !o.gate ? "caf" : (o.tls ? "gate+tls13" : "gate+plaintext"), static_cast<long long>(bytes),
+        static_cast<long long>(o.chunk_kb * 1024), o.window, o.iters, t * 1e3,
+        *std::min_element(secs.begin(), secs.end()) * 1e3, busbw / 1e9);
     std::fflush(stdout);
   }
   return 0;
@@ -197,6 +209,7 @@ int main(int argc, char** argv) {
     gate_options g;
     g.secret = std::getenv("TROUPE_BENCH_SECRET");
     g.name = o.peer_port < 0 ? "rank:0" : "rank:1";
+    if (!o.tls) g.link.kind = link_security::trust::insecure;
     door = open_gate(sys, node, "127.0.0.1", 0, g);
     port = door->port();
     connect = [&sys, g](const std::string& host, uint16_t p,

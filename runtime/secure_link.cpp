@@ -73,9 +73,10 @@ struct link {
   std::size_t in_off = 0;
   std::vector<char> out;  // plain -> peer
   std::size_t out_off = 0;
-  bool tcp_wants_write = false;  // an SSL call waits for the socket to be writable
-  bool peer_gone = false;        // the peer closed: flush `in`, then end
-  bool plain_gone = false;       // BASP closed: flush `out`, then end
+  bool tcp_wants_write = false;    // an SSL call waits for the socket to be writable
+  bool read_stopped_full = false;  // reading stopped with `in` full, not for want of bytes
+  bool peer_gone = false;          // the peer closed: flush `in`, then end
+  bool plain_gone = false;         // BASP closed: flush `out`, then end
   clock_type::time_point linger_until;
 
   ~link() {
@@ -175,6 +176,10 @@ ctx_ptr make_context(const link_security& sec) {
   SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
   SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Read whole socket buffers, not a record header and then its body: half
+  // the system calls. (Records read ahead are drained by the read loop.)
+  SSL_CTX_set_read_ahead(c, 1);
+  SSL_CTX_set_default_read_buffer_len(c, 64 * 1024);
   if (sec.kind == link_security::trust::psk) {
     SSL_CTX_set_psk_use_session_callback(c, use_psk);
     SSL_CTX_set_psk_find_session_callback(c, find_psk);
@@ -313,7 +318,9 @@ void link_hub::run() {
         if (l.tcp_wants_write || (!l.ssl && l.pending_out() > 0)) tcp_events |= POLLOUT;
         if (l.pending_in() > 0) plain_events |= POLLOUT;
         if (!l.plain_gone && l.pending_out() < kHighWater) plain_events |= POLLIN;
-        if (l.ssl && SSL_has_pending(l.ssl) && l.pending_in() < kHighWater) next = now;
+        // Records OpenSSL has read ahead, left when `in` was full, do not
+        // make the socket readable again.
+        if (l.read_stopped_full && l.pending_in() < kHighWater) next = now;
         if (l.peer_gone || l.plain_gone) next = std::min(next, l.linger_until);
       }
       fds.push_back({l.tcp, tcp_events, 0});
@@ -329,7 +336,7 @@ void link_hub::run() {
       auto& l = *links_[i];
       const bool active = (fds[1 + 2 * i].revents | fds[2 + 2 * i].revents) != 0;
       // A new link's first handshake step sends its hello unprompted.
-      if (active || !l.started || (l.ssl && SSL_has_pending(l.ssl))) service(l);
+      if (active || !l.started || l.read_stopped_full) service(l);
       l.started = true;
       if (!l.done && !l.open && now >= l.deadline)
         fail(l, "no TLS handshake within " + std::to_string(l.timeout_ms) + " ms", true);
@@ -509,7 +516,12 @@ void link_hub::service(link& l) {
     if (!l.open || l.done) return;
   }
   // Peer -> BASP, through the guard.
-  while (!l.done && !l.peer_gone && l.pending_in() < kHighWater) {
+  l.read_stopped_full = false;
+  while (!l.done && !l.peer_gone) {
+    if (l.pending_in() >= kHighWater) {
+      l.read_stopped_full = true;
+      break;
+    }
     long n = read_peer(l, scratch_.data(), scratch_.size());
     if (n <= 0) break;
     decide(l, {});
