@@ -265,6 +265,10 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   shards = {};
   np.joined.clear();
   here.join(sys);
+  const auto traffic = link_totals();
+  spdlog::info("{}: {:.1f} MB sent to and {:.1f} MB received from other tasks", task.str(),
+               static_cast<double>(traffic.bytes_out) / 1e6,
+               static_cast<double>(traffic.bytes_in) / 1e6);
   if (!error.empty())
     throw job_error(error.rfind(task.str(), 0) == 0 ? error : task.str() + ": " + error);
   finish_trace(tracing, summary);

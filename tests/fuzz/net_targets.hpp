@@ -6,7 +6,9 @@
 //     bytes a process reads from a peer before it proved the cluster secret,
 //     and the rendezvous' two after it (runtime/rendezvous_wire.cpp);
 //   - message_bytes: every troupe message type, deserialized as CAF does for
-//     an authenticated peer (the first byte picks the type).
+//     an authenticated peer (the first byte picks the type);
+//   - basp_frames: the BASP stream an authenticated peer sends, through the
+//     frame guard (runtime/basp_guard.cpp) as a listener and as a connector.
 #include <caf/all.hpp>
 #include <caf/binary_deserializer.hpp>
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "messages/node_messages.hpp"
 #include "messages/remote_ring_messages.hpp"
 #include "messages/rl_messages.hpp"
+#include "runtime/basp_guard.hpp"
 #include "runtime/gate.hpp"
 #include "runtime/rendezvous.hpp"
 
@@ -105,6 +108,39 @@ inline bool message_bytes(std::string_view bytes) {
     default:
       return detail::load_as<queue_stats>(rest);
   }
+}
+
+// The input after a valid handshake (so the fuzzer reaches the checks of
+// later frames) and on its own; whatever passes is never more than came in.
+inline bool basp_frames(std::string_view bytes) {
+  static const auto local = [] {
+    caf::node_id::default_data::host_id_type host{};
+    host[0] = 1;
+    return serialized_node_id(caf::make_node_id(1, host));
+  }();
+  static const auto peer = [] {
+    caf::node_id::default_data::host_id_type host{};
+    host[0] = 2;
+    return serialized_node_id(caf::make_node_id(2, host));
+  }();
+  bool any = false;
+  for (auto side : {basp_guard::side::listener, basp_guard::side::connector}) {
+    for (bool prefixed : {true, false}) {
+      basp_guard g(side, local, "fuzz:0", 1 << 16);
+      std::vector<char> out;
+      if (prefixed) {
+        std::string hs(32, '\0');
+        hs[0] = side == basp_guard::side::listener ? 1 : 0;
+        hs[7] = static_cast<char>(peer.size());
+        hs.append(peer.begin(), peer.end());
+        if (!g.feed(hs.data(), hs.size(), out).empty()) __builtin_trap();
+      }
+      const auto before = out.size();
+      any |= g.feed(bytes.data(), bytes.size(), out).empty();
+      if (out.size() - before > bytes.size()) __builtin_trap();
+    }
+  }
+  return any;
 }
 
 }  // namespace troupe::fuzz
