@@ -73,7 +73,11 @@ struct link {
   std::size_t in_off = 0;
   std::vector<char> out;  // plain -> peer
   std::size_t out_off = 0;
-  bool tcp_wants_write = false;    // an SSL call waits for the socket to be writable
+  // TLS records OpenSSL wrote (into a memory BIO), waiting for the socket:
+  // one send() for many 16 KiB records rather than one each.
+  BIO* wbio = nullptr;  // owned by `ssl`
+  std::vector<char> wire;
+  std::size_t wire_off = 0;
   bool read_stopped_full = false;  // reading stopped with `in` full, not for want of bytes
   bool peer_gone = false;          // the peer closed: flush `in`, then end
   bool plain_gone = false;         // BASP closed: flush `out`, then end
@@ -86,6 +90,7 @@ struct link {
   }
   std::size_t pending_in() const { return in.size() - in_off; }
   std::size_t pending_out() const { return out.size() - out_off; }
+  std::size_t pending_wire() const { return wire.size() - wire_off; }
   std::string who() const { return p.peer_task + " (" + p.peer_address + ")"; }
 };
 
@@ -281,6 +286,8 @@ class link_hub {
   void flush_plain(link& l);
   void read_plain(link& l);
   void flush_peer(link& l);
+  // Moves what OpenSSL wrote to `wire` and sends what the socket takes.
+  void send_wire(link& l);
 
   std::mutex mutex_;
   std::vector<std::unique_ptr<link>> incoming_;
@@ -311,11 +318,11 @@ void link_hub::run() {
       auto& l = *lp;
       short tcp_events = 0, plain_events = 0;
       if (!l.open) {
-        tcp_events = static_cast<short>(POLLIN | (l.tcp_wants_write ? POLLOUT : 0));
+        tcp_events = static_cast<short>(POLLIN | (l.pending_wire() > 0 ? POLLOUT : 0));
         next = std::min(next, l.deadline);
       } else {
         if (!l.peer_gone && l.pending_in() < kHighWater) tcp_events |= POLLIN;
-        if (l.tcp_wants_write || (!l.ssl && l.pending_out() > 0)) tcp_events |= POLLOUT;
+        if (l.pending_wire() > 0 || (!l.ssl && l.pending_out() > 0)) tcp_events |= POLLOUT;
         if (l.pending_in() > 0) plain_events |= POLLOUT;
         if (!l.plain_gone && l.pending_out() < kHighWater) plain_events |= POLLIN;
         // Records OpenSSL has read ahead, left when `in` was full, do not
@@ -342,8 +349,11 @@ void link_hub::run() {
         fail(l, "no TLS handshake within " + std::to_string(l.timeout_ms) + " ms", true);
       if (!l.done && (l.peer_gone || l.plain_gone) &&
           (now >= l.linger_until || (l.peer_gone && l.pending_in() == 0) ||
-           (l.plain_gone && l.pending_out() == 0))) {
-        if (l.plain_gone && l.ssl) SSL_shutdown(l.ssl);  // close_notify, best effort
+           (l.plain_gone && l.pending_out() == 0 && l.pending_wire() == 0))) {
+        if (l.plain_gone && l.ssl) {  // close_notify, best effort
+          SSL_shutdown(l.ssl);
+          send_wire(l);
+        }
         l.done = true;
       }
     }
@@ -353,8 +363,35 @@ void link_hub::run() {
   }
 }
 
+void link_hub::send_wire(link& l) {
+  if (l.wbio) {
+    char* data = nullptr;
+    long n = BIO_get_mem_data(l.wbio, &data);
+    if (n > 0) {
+      l.wire.insert(l.wire.end(), data, data + n);
+      (void)BIO_reset(l.wbio);
+    }
+  }
+  while (l.pending_wire() > 0) {
+    ssize_t n = ::send(l.tcp, l.wire.data() + l.wire_off, l.pending_wire(), MSG_NOSIGNAL);
+    if (n > 0) {
+      l.wire_off += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+    l.wire.clear();  // the peer is gone; the read side will say so
+    l.wire_off = 0;
+    return;
+  }
+  if (l.pending_wire() == 0) {
+    l.wire.clear();
+    l.wire_off = 0;
+  }
+}
+
 void link_hub::fail(link& l, const std::string& why, bool handshake_failure) {
   if (handshake_failure) ++stats_failed_;
+  send_wire(l);  // an alert OpenSSL wrote, best effort
   spdlog::warn("{}: closed the connection with {}: {}", l.p.me, l.who(), why);
   decide(l, why);
   l.done = true;
@@ -395,11 +432,8 @@ void link_hub::handshake(link& l) {
     return;
   }
   int e = SSL_get_error(l.ssl, r);
-  if (e == SSL_ERROR_WANT_READ) return;
-  if (e == SSL_ERROR_WANT_WRITE) {
-    l.tcp_wants_write = true;
-    return;
-  }
+  // (Writes go to memory: OpenSSL never waits to write.)
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return;
   std::string why = "TLS handshake failed: ";
   if (!l.psk_problem.empty()) {
     why += l.psk_problem;
@@ -431,11 +465,7 @@ long link_hub::read_peer(link& l, char* buf, std::size_t len) {
   int n = SSL_read(l.ssl, buf, static_cast<int>(len));
   if (n > 0) return n;
   int e = SSL_get_error(l.ssl, n);
-  if (e == SSL_ERROR_WANT_READ) return 0;
-  if (e == SSL_ERROR_WANT_WRITE) {
-    l.tcp_wants_write = true;
-    return 0;
-  }
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
   const bool eof = e == SSL_ERROR_ZERO_RETURN ||
                    (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) ||
                    (e == SSL_ERROR_SSL &&
@@ -483,15 +513,16 @@ void link_hub::flush_peer(link& l) {
     const auto len = std::min(l.pending_out(), kMaxWrite);
     long n;
     if (l.ssl) {
+      if (l.pending_wire() >= kHighWater) break;  // the socket is behind: wait for it
       ERR_clear_error();
       n = SSL_write(l.ssl, l.out.data() + l.out_off, static_cast<int>(len));
       if (n <= 0) {
         int e = SSL_get_error(l.ssl, static_cast<int>(n));
-        if (e == SSL_ERROR_WANT_WRITE) l.tcp_wants_write = true;
-        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return;
+        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) break;
         fail(l, "TLS: " + ssl_errors(), false);
         return;
       }
+      send_wire(l);
     } else {
       n = ::send(l.tcp, l.out.data() + l.out_off, len, MSG_NOSIGNAL);
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
@@ -503,6 +534,7 @@ void link_hub::flush_peer(link& l) {
     l.out_off += static_cast<std::size_t>(n);
     stats_bytes_out_ += static_cast<uint64_t>(n);
   }
+  if (l.ssl) send_wire(l);
   if (l.pending_out() == 0) {
     l.out.clear();
     l.out_off = 0;
@@ -510,9 +542,9 @@ void link_hub::flush_peer(link& l) {
 }
 
 void link_hub::service(link& l) {
-  l.tcp_wants_write = false;
   if (!l.open) {
     handshake(l);
+    if (l.ssl && !l.done) send_wire(l);  // the handshake's flights
     if (!l.open || l.done) return;
   }
   // Peer -> BASP, through the guard.
@@ -546,6 +578,7 @@ void link_hub::service(link& l) {
   // BASP -> peer.
   read_plain(l);
   flush_peer(l);
+  if (l.ssl && !l.done) send_wire(l);  // what reading wrote (a key update's answer)
 }
 
 }  // namespace
@@ -605,7 +638,10 @@ link_end open_link(int tcp_fd, const link_security& sec, link_params p) {
       throw link_error("TLS: SSL_new: " + ssl_errors());
     }
     l->ssl = ssl;
-    SSL_set_fd(ssl, tcp_fd);
+    // Reads straight from the socket; writes into memory, sent in batches.
+    BIO* rbio = BIO_new_socket(tcp_fd, BIO_NOCLOSE);
+    l->wbio = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl, rbio, l->wbio);
     SSL_set_app_data(ssl, l.get());
     if (p.listener)
       SSL_set_accept_state(ssl);
