@@ -11,17 +11,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <caf/io/all.hpp>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "messages/node_messages.hpp"
+#include "runtime/basp_guard.hpp"
 #include "runtime/gate.hpp"
 #include "runtime/job.hpp"
 #include "runtime/preemption.hpp"
@@ -602,8 +607,10 @@ TEST_CASE("a worker process killed mid-job: parameter_server goes on, and takes 
   strategy_env env(2000);
   auto c = env.job("parameter_server", "adam", 3, 16);
   c.strategy.shards = 1;
-  c.training.epochs = 40;  // 42 rounds of 3 pushes an epoch: time to restart the process
-  c.training.eval_every_epochs = 40;
+  // 42 rounds of 3 pushes an epoch: time to restart the process (and for it
+  // to join, TLS included) before the job ends.
+  c.training.epochs = 80;
+  c.training.eval_every_epochs = 80;
   temp_dir dir;
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 3, 1);
@@ -623,7 +630,7 @@ TEST_CASE("a worker process killed mid-job: parameter_server goes on, and takes 
     CHECK_MESSAGE(rc == 0, t << " exited with " << rc << "; its log:\n" << procs[t]->output());
   }
   auto s = summary_in(dir / "out");
-  CHECK(s["steps"] == 40 * 42 * 3);
+  CHECK(s["steps"] == 80 * 42 * 3);
   CHECK(s["test_accuracy"].get<double>() > 0.9);
   auto lost = metrics_of(s, "worker_lost");
   REQUIRE(lost.size() == 1);
@@ -730,6 +737,106 @@ long rss_mb_of(pid_t pid) {
   return 0;
 }
 
+// The listening TCP sockets process `pid` holds (from /proc: its socket
+// descriptors against the kernel's LISTEN table).
+int listening_sockets_of(pid_t pid) {
+  std::set<std::string> inodes;
+  for (const auto* table : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in("/proc/" + std::to_string(pid) + table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state == "0A") inodes.insert(inode);
+    }
+  }
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    std::error_code ec;
+    auto target = fs::read_symlink(e.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0 && inodes.count(target.substr(8, target.size() - 9)) > 0)
+      ++n;
+  }
+  return n;
+}
+
+template <class Pred>
+bool eventually(Pred p, std::chrono::seconds limit) {
+  const auto end = clock_type::now() + limit;
+  while (!p()) {
+    if (clock_type::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// What keeps hitting a port until stopped: random bytes, half-open
+// connections, and a holder of the secret that authenticates (gate and
+// TLS), sends a valid BASP handshake, then a header announcing 4 GiB.
+struct continuous_attack {
+  uint16_t port;
+  std::atomic<bool> stop{false};
+  std::atomic<int> rounds{0}, authenticated{0};
+  std::thread thread;
+  explicit continuous_attack(uint16_t p) : port(p) {
+    thread = std::thread([this] { run(); });
+  }
+  ~continuous_attack() {
+    stop = true;
+    thread.join();
+  }
+  // A connection, or -1 (the chief may be gone: no REQUIRE off the test's
+  // thread).
+  int try_connect() const {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  void run() {
+    std::mt19937 rng(11);
+    std::deque<int> half_open;
+    gate_options o;
+    o.secret = kSecret;
+    o.name = "worker:0";
+    while (!stop) {
+      if (int fd = try_connect(); fd >= 0) {
+        std::string junk(rng() % 2048 + 1, '\0');
+        for (auto& ch : junk) ch = static_cast<char>(rng());
+        (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+        ::close(fd);
+      }
+      if (int fd = try_connect(); fd >= 0) half_open.push_back(fd);
+      if (half_open.size() > 20) {
+        ::close(half_open.front());
+        half_open.pop_front();
+      }
+      auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(2));
+      if (s.fd >= 0) {
+        ++authenticated;
+        caf::node_id::default_data::host_id_type host{};
+        host[0] = static_cast<uint8_t>(rng());
+        host[1] = static_cast<uint8_t>(rounds.load());
+        auto node = serialized_node_id(caf::make_node_id(rng(), host));
+        auto frames = attack::basp_header(1, 0, static_cast<uint32_t>(node.size())) +
+                      std::string(node.begin(), node.end()) +
+                      attack::basp_header(2, 0, 0xfffffff0u);
+        (void)socket_io::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
+        ::close(s.fd);
+      }
+      ++rounds;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int fd : half_open) ::close(fd);
+  }
+};
+
 TEST_CASE("a chief attacked at its port stays small, gives nothing away, and finishes its job") {
   strategy_env env(480);
   auto c = env.job("mirrored", "adam", 2, 48);
@@ -741,6 +848,9 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
   node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
   const auto port = parse_host_port(job.address.at("chief:0")).port;
   REQUIRE_MESSAGE(attack::wait_listening(port, std::chrono::seconds(30)), chief.output());
+  // One socket listens: the gate's (CAF never listens; TLS runs on the
+  // gate's connections).
+  CHECK(listening_sockets_of(chief.pid) == 1);
   const long before = rss_mb_of(chief.pid);
   // Before BASP had a gate: 4 GiB allocated per header, GBs for random
   // bytes, and the forged handshake took the worker's routes.
@@ -750,6 +860,15 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
     peak = std::max(peak, rss_mb_of(chief.pid));
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
+  // From here until the job ends the attack goes on, an authenticated
+  // attacker among it; the worker joins during it.
+  continuous_attack ongoing(port);
+  const auto attack_start = clock_type::now();
+  REQUIRE_MESSAGE(
+      eventually([&] { return ongoing.authenticated.load() >= 3; }, std::chrono::seconds(20)),
+      "rounds " << ongoing.rounds.load() << "; " << chief.output());
+  MESSAGE("3 authenticated attacks in "
+          << std::chrono::duration<double>(clock_type::now() - attack_start).count() << " s");
   node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
   auto got = attack::forged_handshake(port);
   CHECK(got.size() == gate_wire::kHelloBytes);  // the gate's hello, then the close
@@ -760,9 +879,13 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
   for (int fd : fds) ::close(fd);
   CHECK_MESSAGE(chief.wait(std::chrono::seconds(60)) == 0, chief.output());
   CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
-  MESSAGE("chief RSS " << before << " MB before the attack, at most " << peak << " MB during it");
+  MESSAGE("chief RSS " << before << " MB before the attack, at most " << peak
+                       << " MB during it; attack rounds " << ongoing.rounds.load() << ", "
+                       << ongoing.authenticated.load() << " authenticated");
   CHECK(peak - before < 100);
+  CHECK(ongoing.authenticated > 0);
   CHECK(chief.output().find("refused a connection from 127.0.0.1") != std::string::npos);
+  CHECK(chief.output().find("over this job's cap") != std::string::npos);
   // The job is the one the attack did not touch.
   double d = max_abs_diff(variables_of(one), variables_of(summary_in(dir / "out")));
   CHECK(d < 2e-5);
@@ -840,8 +963,10 @@ int launch_ps_and_kill_worker(const temp_dir& dir, const std::vector<std::string
   strategy_env env(2000);
   auto c = env.job("parameter_server", "adam", 3, 16);
   c.strategy.shards = 1;
-  c.training.epochs = 40;  // 42 rounds of 3 pushes an epoch: time to restart the process
-  c.training.eval_every_epochs = 40;
+  // 42 rounds of 3 pushes an epoch: time to restart the process (and for it
+  // to join, TLS included) before the job ends.
+  c.training.epochs = 80;
+  c.training.eval_every_epochs = 80;
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 3, 1);
   std::vector<std::string> args{TROUPE_BIN, "launch", job.file};
