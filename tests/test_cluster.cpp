@@ -13,6 +13,7 @@
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
 #include "fixtures.hpp"
+#include "runtime/secure_link.hpp"
 
 using namespace troupe;
 using nlohmann::json;
@@ -193,6 +194,49 @@ TEST_CASE("cluster: bad entries are named by their JSON path") {
   j = mirrored_job();
   j["cluster"]["secret"] = "hunter2";
   CHECK(error_of(j).starts_with("cluster.secret: unknown key"));
+}
+
+TEST_CASE("cluster: tls, insecure and max_message_mb") {
+  auto j = ps_job();
+  j["cluster"]["tls"] = {{"ca", "ca.pem"}, {"cert", "w.pem"}, {"key", "w.key"}};
+  j["cluster"]["max_message_mb"] = 48.5;
+  auto c = parse_job_config(j);
+  CHECK(c.cluster->tls.ca == "ca.pem");
+  CHECK(c.cluster->tls.key == "w.key");
+  CHECK(c.cluster->max_message_mb == 48.5);
+  CHECK_FALSE(c.cluster->insecure);
+  auto out = to_json(c);
+  CHECK(to_json(parse_job_config(out)) == out);
+  auto security = link_security_for(*c.cluster, "", 1 << 20);
+  CHECK(security.kind == link_security::trust::certificates);
+  CHECK(security.max_frame_bytes == static_cast<uint64_t>(48.5 * (1 << 20)));
+
+  auto bad = ps_job();
+  bad["cluster"]["tls"] = {{"ca", "ca.pem"}, {"cert", "w.pem"}};
+  CHECK(error_of(bad).starts_with("cluster.tls.key: missing"));
+  bad["cluster"]["tls"] = {{"ca", "ca.pem"}, {"cert", ""}, {"key", "k"}};
+  CHECK(error_of(bad).starts_with("cluster.tls.cert:"));
+  bad = ps_job();
+  bad["cluster"]["insecure"] = "yes";
+  CHECK(error_of(bad).starts_with("cluster.insecure: expected true or false"));
+  bad["cluster"]["insecure"] = true;
+  bad["cluster"]["tls"] = {{"ca", "a"}, {"cert", "b"}, {"key", "c"}};
+  CHECK(error_of(bad).starts_with("cluster.insecure: true turns TLS off"));
+  bad = ps_job();
+  bad["cluster"]["max_message_mb"] = -1;
+  CHECK(error_of(bad).starts_with("cluster.max_message_mb:"));
+
+  auto plain = ps_job();
+  plain["cluster"]["insecure"] = true;
+  auto p = parse_job_config(plain);
+  CHECK(link_security_for(*p.cluster, "", 1 << 20).kind == link_security::trust::insecure);
+  // The default: a key derived from the secret, never the secret itself.
+  auto d = parse_job_config(ps_job());
+  auto psk = link_security_for(*d.cluster, "a-secret-of-enough-length", 1 << 20);
+  CHECK(psk.kind == link_security::trust::psk);
+  CHECK(psk.psk_key == derive_key("a-secret-of-enough-length", key_purpose::tls_psk));
+  CHECK(psk.max_frame_bytes == (1u << 20));
+  CHECK_THROWS_AS(link_security_for(*d.cluster, "", 1 << 20), link_error);
 }
 
 TEST_CASE("cluster: default placement") {
