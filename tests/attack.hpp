@@ -11,8 +11,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace troupe::attack {
@@ -102,6 +104,38 @@ inline std::string forged_handshake(uint16_t port) {
   auto got = drain(fd, std::chrono::seconds(3));
   ::close(fd);
   return got;
+}
+
+// True when the other end closed the connection within `limit`.
+inline bool closed_within(int fd, std::chrono::milliseconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
+  return false;
+}
+
+// This process's resident memory, in MB.
+inline long rss_mb() {
+  std::ifstream in("/proc/self/statm");
+  long pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE) / (1024 * 1024);
+}
+
+// Whether `p` holds within `limit` (polled every 10 ms).
+template <class Pred>
+bool eventually(Pred p, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (!p()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 }  // namespace troupe::attack

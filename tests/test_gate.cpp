@@ -72,36 +72,6 @@ struct connector {
   }
 };
 
-// True when the other end closed the connection within `limit`.
-bool closed_within(int fd, std::chrono::milliseconds limit) {
-  auto end = clock_type::now() + limit;
-  char buf[256];
-  while (clock_type::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
-  }
-  return false;
-}
-
-long rss_mb() {
-  std::ifstream in("/proc/self/statm");
-  long pages = 0, resident = 0;
-  in >> pages >> resident;
-  return resident * ::sysconf(_SC_PAGESIZE) / (1024 * 1024);
-}
-
-template <class Pred>
-bool eventually(Pred p, std::chrono::seconds limit = std::chrono::seconds(10)) {
-  auto end = clock_type::now() + limit;
-  while (!p()) {
-    if (clock_type::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("a peer with the secret gets through the gate and talks BASP") {

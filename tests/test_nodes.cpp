@@ -762,16 +762,6 @@ int listening_sockets_of(pid_t pid) {
   return n;
 }
 
-template <class Pred>
-bool eventually(Pred p, std::chrono::seconds limit) {
-  const auto end = clock_type::now() + limit;
-  while (!p()) {
-    if (clock_type::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
 // What keeps hitting a port until stopped: random bytes, half-open
 // connections, and a holder of the secret that authenticates (gate and
 // TLS), sends a valid BASP handshake, then a header announcing 4 GiB.
@@ -864,9 +854,9 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
   // attacker among it; the worker joins during it.
   continuous_attack ongoing(port);
   const auto attack_start = clock_type::now();
-  REQUIRE_MESSAGE(
-      eventually([&] { return ongoing.authenticated.load() >= 3; }, std::chrono::seconds(20)),
-      "rounds " << ongoing.rounds.load() << "; " << chief.output());
+  REQUIRE_MESSAGE(attack::eventually([&] { return ongoing.authenticated.load() >= 3; },
+                                     std::chrono::seconds(20)),
+                  "rounds " << ongoing.rounds.load() << "; " << chief.output());
   MESSAGE("3 authenticated attacks in "
           << std::chrono::duration<double>(clock_type::now() - attack_start).count() << " s");
   node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);

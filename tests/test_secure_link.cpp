@@ -114,23 +114,6 @@ struct connector {
   }
 };
 
-template <class Pred>
-bool eventually(Pred p, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
-  auto end = clock_type::now() + limit;
-  while (!p()) {
-    if (clock_type::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
-long rss_mb() {
-  std::ifstream in("/proc/self/statm");
-  long pages = 0, resident = 0;
-  in >> pages >> resident;
-  return resident * ::sysconf(_SC_PAGESIZE) / (1024 * 1024);
-}
-
 // A relay between a connector and the gate on `target`: records every byte
 // each way and, when `flip` is set, flips one byte inside the next TLS
 // application-data record from the connector.
@@ -278,19 +261,6 @@ std::vector<char> routed_payload(caf::actor_system& sys, const caf::node_id& fro
   auto msg = caf::make_message(text);
   REQUIRE(!sink(const_cast<caf::node_id&>(from), const_cast<caf::node_id&>(to), stack, msg));
   return out;
-}
-
-// True when the other end closed the connection within `ms`.
-bool closed_within_ms(int fd, int ms) {
-  auto end = clock_type::now() + std::chrono::milliseconds(ms);
-  char buf[4096];
-  while (clock_type::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
-  }
-  return false;
 }
 
 bool send_all(int fd, const std::string& bytes) {
@@ -491,7 +461,7 @@ TEST_CASE("a holder of the secret: a 4 GiB header closes its connection, memory 
   hand_session s(l.port(), "worker:7", some_node(31));
   // A header CAF accepts as is: a direct message to the published actor.
   REQUIRE(send_all(s.fd, basp_frame(2, 0, {}, l.counter.id(), 0xfffffff0u)));
-  CHECK(closed_within_ms(s.fd, 3000));
+  CHECK(closed_within(s.fd, std::chrono::seconds(3)));
   CHECK(link_totals().closed_by_guard == guard_closed + 1);
   CHECK(rss_mb() - before < 100);
   CHECK(eventually(
