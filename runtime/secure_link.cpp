@@ -243,6 +243,10 @@ class link_hub {
 
  private:
   link_hub() {
+    // OpenSSL's own exit handler is registered now, before this hub's
+    // destructor is: at exit the hub (its thread, its contexts) goes first,
+    // then OpenSSL's cleanup.
+    OPENSSL_init_ssl(0, nullptr);
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
       throw link_error(std::string("TLS links: pipe: ") + std::strerror(errno));
     scratch_.resize(kChunk);
@@ -255,12 +259,16 @@ class link_hub {
       sigaddset(&pipe, SIGPIPE);
       pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
       run();
+      OPENSSL_thread_stop();
     });
   }
   ~link_hub() {
     stopping_ = true;
     wake();
     if (thread_.joinable()) thread_.join();
+    links_.clear();
+    incoming_.clear();
+    contexts_.clear();
     ::close(wake_[0]);
     ::close(wake_[1]);
   }
