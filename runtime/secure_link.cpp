@@ -32,7 +32,7 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 constexpr std::size_t kChunk = 256 * 1024;         // one read from either side
-constexpr std::size_t kHighWater = 8 << 20;        // buffered per direction before reading stops
+constexpr std::size_t kHighWater = 2 << 20;        // buffered per direction before reading stops
 constexpr std::size_t kMaxWrite = 1 << 20;         // one SSL_write
 constexpr auto kLinger = std::chrono::seconds(2);  // to flush after the other side closed
 

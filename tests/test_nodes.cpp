@@ -984,7 +984,7 @@ TEST_CASE("troupe launch: parameter_server goes on when a worker process is SIGK
   CHECK_MESSAGE(rc == 0, out);
   CHECK(out.find("restarting") == std::string::npos);
   auto s = summary_in(dir / "out");
-  CHECK(s["steps"] == 40 * 42 * 3);
+  CHECK(s["steps"] == 80 * 42 * 3);
   auto lost = metrics_of(s, "worker_lost");
   REQUIRE(lost.size() == 1);
   CHECK(lost[0]["task"] == "worker:2");
@@ -998,7 +998,7 @@ TEST_CASE("troupe launch --restart-workers 1: a SIGKILLed worker process is star
   CHECK_MESSAGE(rc == 0, out);
   CHECK(out.find("troupe launch: restarting task worker:2 (restart 1 of 1)") != std::string::npos);
   auto s = summary_in(dir / "out");
-  CHECK(s["steps"] == 40 * 42 * 3);
+  CHECK(s["steps"] == 80 * 42 * 3);
   auto lost = metrics_of(s, "worker_lost");
   REQUIRE(lost.size() == 1);
   CHECK(lost[0]["task"] == "worker:2");
