@@ -61,6 +61,16 @@ struct gate_options {
   std::string name;    // this process's task, e.g. "chief:0" (at most 63 bytes)
   std::chrono::milliseconds handshake_timeout{5000};
   std::size_t max_pending = 64;
+  // Connector: the task it dials, whose name the proof carries and MACs and
+  // the verdict must bear (empty: any, e.g. the rendezvous). Listener: unused.
+  std::string expect_peer;
+  // Listener: the only tasks it admits (empty: any).
+  std::set<std::string> allowed_peers;
+  // Listener: called (on the gate's thread, after the listener is closed)
+  // when the gate stops on an error, with why.
+  std::function<void(const std::string&)> on_failure;
+  // Tests: called at the start of each turn of the gate's loop.
+  std::function<void()> on_turn;
 };
 
 // A connection that proved the secret, as a plain socket (non-blocking),
@@ -169,36 +179,42 @@ inline constexpr std::size_t kMagicBytes = 8;
 inline constexpr std::size_t kNameBytes = 64;
 inline constexpr std::size_t kHexBytes = 64;
 inline constexpr std::size_t kHelloBytes = kMagicBytes + kHexBytes;
-inline constexpr std::size_t kProofBytes = kMagicBytes + kNameBytes + 2 * kHexBytes;
+inline constexpr std::size_t kProofBytes = kMagicBytes + 2 * kNameBytes + 2 * kHexBytes;
 inline constexpr std::size_t kVerdictBytes = kMagicBytes + 1 + kNameBytes + kHexBytes;
-inline constexpr char kMagic[kMagicBytes + 1] = "troupeG1";
+inline constexpr char kMagic[kMagicBytes + 1] = "troupeG2";
 
 // The listener's first frame, and the connector's reading of it: the
 // challenge, or empty when the frame is not a gate's hello.
 std::string make_hello(const std::string& server_challenge);
 std::string check_hello(std::string_view frame);
 
-// The connector's proof for the listener's hello `server_challenge`.
-std::string make_proof(const std::string& secret, const std::string& name,
+// `key` below is the gate's key, derive_key(secret, key_purpose::gate), never
+// the raw secret.
+
+// The connector `name`'s proof for the listener's hello `server_challenge`,
+// aimed at the task `target` (empty: any).
+std::string make_proof(const std::string& key, const std::string& name, const std::string& target,
                        const std::string& server_challenge, const std::string& client_challenge);
 // The listener's check of a proof frame.
 struct proof_check {
-  std::string name;              // the connector's claimed task, when the frame is well formed
+  std::string name;              // the connector's task, once its MAC checked out
+  std::string target;            // the task it dialed (empty: any), idem
   std::string client_challenge;  // its challenge, idem
-  std::string problem;           // empty: admitted; else why not
+  std::string problem;           // empty: the MAC checked out; else why not
 };
-proof_check check_proof(const std::string& secret, const std::string& server_challenge,
+proof_check check_proof(const std::string& key, const std::string& server_challenge,
                         std::string_view frame);
 
-// The listener's answer: admitted (with its own proof) or refused.
-std::string make_verdict(bool admitted, const std::string& secret, const std::string& name,
+// The listener `name`'s answer, admitted or refused, MAC'd either way.
+std::string make_verdict(bool admitted, const std::string& key, const std::string& name,
                          const std::string& server_challenge, const std::string& client_challenge);
 // The connector's check of it.
 struct verdict_check {
-  std::string name;     // the listener's task, when it proved the secret
-  std::string problem;  // empty: trusted; else what is wrong ("refused this process: ...")
+  std::string name;        // the listener's task, when the verdict is authentic
+  std::string problem;     // empty: trusted; else what is wrong ("refused this process: ...")
+  bool authentic = false;  // the verdict (admitted or refused) is MAC'd by the key
 };
-verdict_check check_verdict(const std::string& secret, const std::string& server_challenge,
+verdict_check check_verdict(const std::string& key, const std::string& server_challenge,
                             const std::string& client_challenge, std::string_view frame);
 }  // namespace gate_wire
 

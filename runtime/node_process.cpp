@@ -22,8 +22,10 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
   std::string last;
   for (;;) {
     bool retry = false;
-    auto h = gate_remote_actor<node_actor>(sys, hp.host, hp.port, gate_opts(),
-                                           std::chrono::seconds(10), &retry);
+    auto opts = gate_opts();
+    opts.expect_peer = task.str();  // a proof for `task` only, a verdict from it only
+    auto h = gate_remote_actor<node_actor>(sys, hp.host, hp.port, opts, std::chrono::seconds(10),
+                                           &retry);
     if (h) {
       peer = std::move(*h);
       break;
@@ -44,11 +46,13 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
   if (!failure.empty())
     throw job_error(name() + ": handshake with " + task.str() + " failed: " + failure);
   auto mine_challenge = make_challenge();
-  auto response = challenge_response(shared->secret, challenge, name());
+  auto response = challenge_response(derive_key(shared->secret, key_purpose::node_handshake),
+                                     challenge, name());
   self->request(peer, std::chrono::seconds(10), hello_atom::value, name(), response, mine_challenge)
       .receive(
           [&](std::string& theirs) {
-            if (!verify_challenge_response(shared->secret, mine_challenge, task.str(), theirs))
+            if (!verify_challenge_response(derive_key(shared->secret, key_purpose::node_handshake),
+                                           mine_challenge, task.str(), theirs))
               failure = task.str() + " did not prove it knows the cluster secret";
           },
           [&](caf::error& e) { failure = describe(e); });

@@ -104,6 +104,8 @@ struct node_process {
     gate_options g;
     g.secret = shared->secret;
     g.name = name();
+    // Only the cluster's tasks get in.
+    for (const auto& t : all_tasks(spec())) g.allowed_peers.insert(t.str());
     return g;
   }
   const cluster_spec& spec() const { return *c.cluster; }
