@@ -451,7 +451,10 @@ TEST_CASE("the rendezvous: a wrong secret is refused at the gate; timeouts name 
 TEST_CASE("a rank that reaches a chief whose rendezvous is over sends it nothing") {
   // The chief's node gate (named chief:0) in place of its rendezvous.
   const auto port = free_port();
-  gate node_gate("127.0.0.1", port, {kSecret, "chief:0"},
+  gate_options node_opts;
+  node_opts.secret = kSecret;
+  node_opts.name = "chief:0";
+  gate node_gate("127.0.0.1", port, node_opts,
                  [](int fd, const std::string&, const std::string&) { ::close(fd); });
   CHECK_THROWS_WITH_AS(join_rendezvous(kSecret, rank_env(1, 2, address(port)), address(free_port()),
                                        std::chrono::seconds(5)),
