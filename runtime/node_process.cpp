@@ -19,7 +19,7 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
   const auto& address = task_address(spec(), task);
   auto hp = parse_host_port(address);
   node_actor peer;
-  std::string last;
+  std::string last, refusal;
   for (;;) {
     bool retry = false;
     auto opts = gate_opts();
@@ -31,10 +31,18 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
       break;
     }
     last = describe(h.error());
+    // Only a refusal MAC'd by `task` itself is final; anything else on the
+    // port (a squatter, a restarting task, a wrong secret that makes the
+    // refusal unverifiable) is retried until the deadline, which then names
+    // the refusal seen.
     if (!retry) throw job_error(name() + ": joining " + task.str() + " failed: " + last);
+    if (last.find("refused") != std::string::npos || last.find("secret") != std::string::npos)
+      refusal = last;
     if (clock_type::now() >= deadline)
       throw job_error(name() + ": cannot reach " + task.str() + " at " + address + " within " +
-                      fmt::format("{:g}", spec().join_timeout_seconds) + " s (" + last + ")");
+                      fmt::format("{:g}", spec().join_timeout_seconds) + " s (" + last +
+                      (refusal.empty() || refusal == last ? "" : "; before that: " + refusal) +
+                      ")");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   caf::scoped_actor self{sys};
