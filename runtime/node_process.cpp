@@ -36,7 +36,8 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
     // refusal unverifiable) is retried until the deadline, which then names
     // the refusal seen.
     if (!retry) throw job_error(name() + ": joining " + task.str() + " failed: " + last);
-    if (last.find("refused") != std::string::npos || last.find("secret") != std::string::npos)
+    if (last.find("refused this process") != std::string::npos ||
+        last.find("secret") != std::string::npos)
       refusal = last;
     if (clock_type::now() >= deadline)
       throw job_error(name() + ": cannot reach " + task.str() + " at " + address + " within " +
