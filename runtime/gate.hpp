@@ -15,25 +15,39 @@
 // connection (every frame has one length, known before reading; nothing is
 // allocated from a peer's bytes):
 //
-//   listener -> connector  hello: magic, challenge S          (72 bytes)
-//   connector -> listener  proof: magic, name C, challenge C,
-//                          HMAC(secret, "gate-client" S C, C) (200 bytes)
-//   listener -> connector  verdict: magic, 'A' or 'R', name L,
-//                          HMAC(secret, "gate-server" C S, L) (137 bytes)
+//   listener -> connector  hello: magic "troupeG2", challenge S          (72 bytes)
+//   connector -> listener  proof: magic, name C, target T, challenge C,
+//                          HMAC(K, "gate-client" S C T, C)               (264 bytes)
+//   listener -> connector  verdict: magic, V = 'A' or 'R', name L,
+//                          HMAC(K, "gate-server" C S V, L)               (137 bytes)
 //
-// Both sides prove the secret (config/secret.hpp's challenge_response, with
-// its own labels so a proof of one direction is never valid for the other),
-// and only then is the socket handed to the BASP broker: as a new incoming
-// connection on the listener's side, as a connect on the connector's side.
+// K = derive_key(secret, key_purpose::gate) (config/secret.hpp): never the
+// raw secret, and not the node handshake's key, so neither protocol can be
+// used to make a node sign something valid in the other. Both sides prove K
+// (challenge_response, with a label per direction, so a proof of one
+// direction is never valid for the other). T is the task the connector
+// dialed (gate_options::expect_peer; empty: any, as the rendezvous): the
+// listener refuses a proof for another task than itself, so a proof cannot
+// be relayed from a squatted port to another node, and a name outside
+// gate_options::allowed_peers; the connector refuses a verdict whose MAC'd
+// name L is not T. Refusals are MAC'd too: a connector treats only a refusal
+// that proves K as final; garbage, a bad MAC or an unproven refusal is
+// `unreachable` (retried until the caller's deadline), since anyone may sit
+// on a port. Only after an 'A' is the socket handed to the BASP broker: as a
+// new incoming connection on the listener's side, as a connect on the
+// connector's side.
 // From there on it is plain BASP between two authenticated processes.
 //
-// Limits before authentication: at most `max_pending` connections, and at
-// most a quarter of the descriptor limit (a new one beyond that, or one that
-// finds the process out of descriptors, evicts the oldest, so idle
-// connections cannot lock real peers out), each closed after
-// `handshake_timeout`; a refused or timed-out
-// connection is logged with the peer's address, at most one line a second
-// (the rest counted in the next line).
+// Limits before authentication: at most `max_pending` connections, at most
+// half of them from one address, and at most a quarter of the descriptor
+// limit; a new one beyond that, or one that finds the process out of
+// descriptors, evicts the oldest that has sent nothing, else one at random,
+// so neither idle connections nor partial proofs lock real peers out. At
+// most 32 accepts per turn of the loop, after the pending proofs are read.
+// Each is closed after `handshake_timeout`. An admission is logged at info;
+// a refused or timed-out connection is logged with the peer's address, at
+// most one line a second (the rest counted in the next line). If the gate's
+// thread fails, it closes the listener and calls `on_failure`.
 #include <atomic>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
