@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "config/job_config.hpp"
+#include "config/json_read.hpp"
 #include "config/strategy_rules.hpp"
 
 namespace troupe {
@@ -15,9 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string quote(std::string_view s) {
-  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
-}
+using json_read::quote;
 
 [[noreturn]] void fail(const std::string& path, const std::string& message) {
   throw config_error(path, message);
@@ -243,7 +242,7 @@ std::vector<task_placement> resolve_placement(const job_config& job) {
 
   // An explicit "hosts": check every key names a task of the spec.
   for (const auto& [key, th] : spec.hosts) {
-    const std::string path = "cluster.hosts." + key;
+    const std::string path = json_read::join("cluster.hosts", key);
     task_id t;
     try {
       t = parse_task_name(key);

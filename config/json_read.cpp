@@ -47,11 +47,15 @@ std::string show(const json& v) {
   return s;
 }
 
+std::string quote(std::string_view s) {
+  return json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string quoted_list(const std::vector<std::string>& names) {
   std::string out;
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (i) out += ", ";
-    out += '"' + names[i] + '"';
+    out += quote(names[i]);
   }
   return out;
 }
@@ -69,6 +73,10 @@ std::string one_of(const std::vector<std::string>& names) {
 }
 
 std::string join(const std::string& path, std::string_view key) {
+  const bool plain = std::none_of(key.begin(), key.end(), [](char ch) {
+    return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
+  });
+  if (!plain) return path + "[" + quote(key) + "]";
   return path.empty() ? std::string(key) : path + "." + std::string(key);
 }
 

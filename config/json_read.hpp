@@ -18,7 +18,10 @@ using nlohmann::json;
 
 // A JSON value as the user wrote it, for "got ..." (short values verbatim).
 std::string show(const json& v);
-// "a", "b" -> "\"a\", \"b\"".
+// A user's string as a JSON string literal, for messages: control
+// characters escaped (a newline is \n), so a message stays one line.
+std::string quote(std::string_view s);
+// "a", "b" -> "\"a\", \"b\"" (each as quote() writes it).
 std::string quoted_list(const std::vector<std::string>& names);
 // What "expected ..." says of a choice: "\"a\"" or "one of \"a\", \"b\"".
 std::string one_of(const std::vector<std::string>& names);
@@ -27,7 +30,8 @@ std::string one_of(const std::vector<std::string>& names);
 // "<path>: expected <what>, got <v>".
 [[noreturn]] void expected(const std::string& path, const std::string& what, const json& got);
 
-// "a.b" from "a" and "b"; "a[3]" from "a" and 3.
+// "a.b" from "a" and "b" (a["b\n"] when the key holds a control character);
+// "a[3]" from "a" and 3.
 std::string join(const std::string& path, std::string_view key);
 std::string index(const std::string& path, std::size_t i);
 

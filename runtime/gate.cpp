@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #include "config/secret.hpp"
@@ -53,6 +54,12 @@ std::string peer_of(int fd) {
     port = ntohs(in->sin6_port);
   }
   return std::string(host) + ":" + std::to_string(port);
+}
+
+// The host part of peer_of's "host:port".
+std::string host_of(const std::string& peer) {
+  auto colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
 }
 
 }  // namespace
@@ -193,6 +200,7 @@ struct gate::state {
   caf::strong_actor_ptr whom;
   std::set<std::string> ifs;
   gate_options opts;
+  std::string key;  // derive_key(opts.secret, key_purpose::gate)
   int listener = -1;
   uint16_t port = 0;  // also the key BASP files the served actor under
   int wake[2] = {-1, -1};
@@ -205,6 +213,7 @@ struct gate::state {
   struct pending {
     int fd;
     std::string peer;
+    std::string host;  // peer without the port
     std::string challenge;
     std::string frame;  // kProofBytes, filled as bytes arrive
     std::size_t got = 0;
@@ -215,6 +224,33 @@ struct gate::state {
   // is less: handshakes must not take the descriptors the job needs
   // (checkpoints, data files, its peers).
   std::size_t max_pending = 0;
+  // At most this many of them from one address (half of max_pending), so
+  // one host flooding the gate leaves room for the others.
+  std::size_t max_per_host = 0;
+  // New connections taken per turn of the loop, so proofs already on their
+  // way are read between accepts rather than after a flood of them.
+  static constexpr int kAcceptsPerTurn = 32;
+  std::minstd_rand rng{std::random_device{}()};
+
+  // Which pending handshake makes room: among those (from `host`, when not
+  // empty) the oldest that has sent nothing yet, else one at random, so
+  // neither holding connections idle nor sending partial proofs keeps a
+  // real peer's handshake from finishing.
+  std::size_t victim(const std::string& host) {
+    std::vector<std::size_t> candidates;
+    for (std::size_t i = 0; i < waiting.size(); ++i) {
+      if (!host.empty() && waiting[i].host != host) continue;
+      if (waiting[i].got == 0) return i;
+      candidates.push_back(i);
+    }
+    if (candidates.empty()) return 0;
+    return candidates[std::uniform_int_distribution<std::size_t>(0, candidates.size() - 1)(rng)];
+  }
+  void evict(const std::string& host, const std::string& why) {
+    auto i = victim(host);
+    refuse(waiting[i], why, &gate_stats::evicted);
+    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
+  }
 
   void count(uint64_t gate_stats::*field) {
     std::lock_guard<std::mutex> guard(stats_mutex);
@@ -231,17 +267,15 @@ struct gate::state {
     p.fd = -1;
   }
 
-  void accept_all() {
-    for (;;) {
+  void accept_some() {
+    for (int taken = 0; taken < kAcceptsPerTurn; ++taken) {
       int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EINTR) continue;
         if ((errno == EMFILE || errno == ENFILE) && !waiting.empty()) {
           // Out of descriptors: the oldest handshake makes room, as when
           // max_pending is reached, so held connections cannot lock peers out.
-          refuse(waiting.front(), "this process is out of file descriptors (oldest dropped)",
-                 &gate_stats::evicted);
-          waiting.pop_front();
+          evict({}, "this process is out of file descriptors (a pending handshake dropped)");
           continue;
         }
         if ((errno == EMFILE || errno == ENFILE) && reserve >= 0) {
@@ -261,13 +295,17 @@ struct gate::state {
         }
         return;  // EAGAIN, or an error the next poll retries
       }
-      if (waiting.size() >= max_pending) {
-        refuse(waiting.front(), "too many connections still in their handshake (oldest dropped)",
-               &gate_stats::evicted);
-        waiting.pop_front();
-      }
+      auto peer = peer_of(fd);
+      auto host = host_of(peer);
+      const auto from_host = static_cast<std::size_t>(std::count_if(
+          waiting.begin(), waiting.end(), [&](const pending& w) { return w.host == host; }));
+      if (from_host >= max_per_host)
+        evict(host, "too many connections from " + host + " still in their handshake");
+      else if (waiting.size() >= max_pending)
+        evict({}, "too many connections still in their handshake");
       pending p{fd,
-                peer_of(fd),
+                std::move(peer),
+                std::move(host),
                 make_challenge(),
                 std::string(gate_wire::kProofBytes, '\0'),
                 0,
@@ -297,17 +335,33 @@ struct gate::state {
       refuse(p, "closed the connection during the handshake", &gate_stats::refused);
       return true;
     }
-    auto check = gate_wire::check_proof(opts.secret, p.challenge, p.frame);
+    auto check = gate_wire::check_proof(key, p.challenge, p.frame);
+    auto tell_refused = [&](const std::string& client_challenge) {
+      send_all(p.fd, gate_wire::make_verdict(false, key, opts.name, p.challenge, client_challenge),
+               clock_type::now() + std::chrono::milliseconds(100));
+    };
     if (!check.problem.empty()) {
-      if (!check.name.empty()) {  // a well-formed proof with a wrong secret is told so
-        send_all(p.fd, gate_wire::make_verdict(false, opts.secret, opts.name, p.challenge, {}),
-                 clock_type::now() + std::chrono::milliseconds(100));
-      }
-      refuse(p, check.problem, &gate_stats::refused, check.name);
+      if (check.problem == "wrong or missing cluster secret")  // well formed: it is told so
+        tell_refused(p.frame.substr(gate_wire::kMagicBytes + 2 * gate_wire::kNameBytes,
+                                    gate_wire::kHexBytes));
+      refuse(p, check.problem, &gate_stats::refused);
+      return true;
+    }
+    // The proof is genuine; is it meant for this task, from a task of the
+    // cluster?
+    if (!check.target.empty() && check.target != opts.name) {
+      tell_refused(check.client_challenge);
+      refuse(p, "its proof is meant for " + check.target + ", not this task", &gate_stats::refused,
+             check.name);
+      return true;
+    }
+    if (!opts.allowed_peers.empty() && opts.allowed_peers.count(check.name) == 0) {
+      tell_refused(check.client_challenge);
+      refuse(p, check.name + " is not a task of this cluster", &gate_stats::refused, check.name);
       return true;
     }
     auto verdict =
-        gate_wire::make_verdict(true, opts.secret, opts.name, p.challenge, check.client_challenge);
+        gate_wire::make_verdict(true, key, opts.name, p.challenge, check.client_challenge);
     if (!send_all(p.fd, verdict, clock_type::now() + std::chrono::seconds(1))) {
       refuse(p, check.name + " left during the handshake", &gate_stats::refused);
       return true;
@@ -317,7 +371,7 @@ struct gate::state {
   }
 
   void admit(pending& p, const std::string& name, const std::string& client_challenge) {
-    spdlog::debug("{}: {} at {} passed the gate", opts.name, name, p.peer);
+    spdlog::info("{}: {} at {} passed the gate", opts.name, name, p.peer);
     count(&gate_stats::admitted);
     const int fd = p.fd;
     p.fd = -1;  // the link's, now
@@ -385,6 +439,7 @@ void gate::start(const std::string& host, uint16_t port, gate_options opts) {
     throw gate_error("gate: a task name of 1 to 63 bytes is needed, got '" + opts.name + "'");
   opts = with_link_key(std::move(opts));
   st_->opts = std::move(opts);
+  st_->key = derive_key(st_->opts.secret, key_purpose::gate);
   st_->listener = listen_on(host, port);
   port_ = st_->port = local_port(st_->listener);
   if (::pipe2(st_->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -397,6 +452,7 @@ void gate::start(const std::string& host, uint16_t port, gate_options opts) {
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
     st_->max_pending =
         std::max<std::size_t>(1, std::min<std::size_t>(st_->max_pending, nofile.rlim_cur / 4));
+  st_->max_per_host = std::max<std::size_t>(1, st_->max_pending / 2);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -418,19 +474,36 @@ gate_stats gate::stats() const {
 
 void gate::loop() {
   // Nothing a peer sends can throw here; the kernel failing to supply random
-  // bytes for a challenge can. The gate then stops listening, saying why,
-  // rather than take the process down from its own thread.
+  // bytes for a challenge can, or poll failing. The gate then closes its
+  // port (no one is left to answer it), says why, and tells its owner
+  // (opts.on_failure), rather than take the process down from its own thread.
+  std::string why;
   try {
     serve();
+    return;
   } catch (const std::exception& e) {
-    spdlog::error("{}: the gate stopped listening: {}", st_->opts.name, e.what());
+    why = e.what();
+  } catch (...) {
+    why = "unknown error";
   }
+  if (st_->listener >= 0) {
+    ::close(st_->listener);
+    st_->listener = -1;
+  }
+  for (auto& p : st_->waiting)
+    if (p.fd >= 0) {
+      ::close(p.fd);
+      p.fd = -1;
+    }
+  spdlog::error("{}: the gate stopped listening: {}", st_->opts.name, why);
+  if (st_->opts.on_failure) st_->opts.on_failure(why);
 }
 
 void gate::serve() {
   auto& st = *st_;
   std::vector<pollfd> fds;
   while (!st.stopping) {
+    if (st.opts.on_turn) st.opts.on_turn();
     fds.clear();
     fds.push_back({st.wake[0], POLLIN, 0});
     fds.push_back({st.listener, POLLIN, 0});
@@ -442,11 +515,7 @@ void gate::serve() {
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
     int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0) + 1));
-    if (n < 0 && errno != EINTR) {
-      spdlog::error("{}: the gate's poll failed ({}); it stops listening", st.opts.name,
-                    errno_text(errno));
-      return;
-    }
+    if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed: " + errno_text(errno));
     if (st.stopping) return;
     // Pending connections first (the indices match `fds` from 2 on), then
     // new ones, which may evict from the front of `waiting`.
@@ -464,7 +533,7 @@ void gate::serve() {
     st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(),
                                     [](const state::pending& p) { return p.fd < 0; }),
                      st.waiting.end());
-    if (fds[1].revents != 0) st.accept_all();
+    if (fds[1].revents != 0) st.accept_some();
   }
 }
 
@@ -527,16 +596,26 @@ gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_op
   std::string hello(gate_wire::kHelloBytes, '\0');
   if (!recv_exact(fd, hello, deadline, &why)) return fail(where + " " + why, true);
   auto server_challenge = gate_wire::check_hello(hello);
-  if (server_challenge.empty()) return fail(where + " is not a troupe node (no gate handshake)");
+  // Whatever is on the port may not be the task (a squatter, a process of
+  // another job, the task restarting): only a verdict MAC'd with the
+  // cluster's key is final; all else is worth retrying.
+  if (server_challenge.empty())
+    return fail(where + " is not a troupe node (no gate handshake)", true);
+  const auto key = derive_key(opts.secret, key_purpose::gate);
   auto client_challenge = make_challenge();
   if (!send_all(fd,
-                gate_wire::make_proof(opts.secret, opts.name, server_challenge, client_challenge),
+                gate_wire::make_proof(key, opts.name, opts.expect_peer, server_challenge,
+                                      client_challenge),
                 deadline))
     return fail(where + " closed the connection during the handshake", true);
   std::string verdict(gate_wire::kVerdictBytes, '\0');
   if (!recv_exact(fd, verdict, deadline, &why)) return fail(where + " " + why, true);
-  auto check = gate_wire::check_verdict(opts.secret, server_challenge, client_challenge, verdict);
-  if (!check.problem.empty()) return fail(where + " " + check.problem);
+  auto check = gate_wire::check_verdict(key, server_challenge, client_challenge, verdict);
+  // Another task of the cluster on that port (e.g. the chief's rendezvous
+  // before its node listens there) is not the one dialed: retried too.
+  if (check.authentic && !opts.expect_peer.empty() && check.name != opts.expect_peer)
+    return fail(where + " is " + check.name + ", not " + opts.expect_peer, true);
+  if (!check.problem.empty()) return fail(where + " " + check.problem, !check.authentic);
   out.fd = fd;
   out.peer = check.name;
   out.server_challenge = server_challenge;

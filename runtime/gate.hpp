@@ -15,25 +15,39 @@
 // connection (every frame has one length, known before reading; nothing is
 // allocated from a peer's bytes):
 //
-//   listener -> connector  hello: magic, challenge S          (72 bytes)
-//   connector -> listener  proof: magic, name C, challenge C,
-//                          HMAC(secret, "gate-client" S C, C) (200 bytes)
-//   listener -> connector  verdict: magic, 'A' or 'R', name L,
-//                          HMAC(secret, "gate-server" C S, L) (137 bytes)
+//   listener -> connector  hello: magic "troupeG2", challenge S          (72 bytes)
+//   connector -> listener  proof: magic, name C, target T, challenge C,
+//                          HMAC(K, "gate-client" S C T, C)               (264 bytes)
+//   listener -> connector  verdict: magic, V = 'A' or 'R', name L,
+//                          HMAC(K, "gate-server" C S V, L)               (137 bytes)
 //
-// Both sides prove the secret (config/secret.hpp's challenge_response, with
-// its own labels so a proof of one direction is never valid for the other),
-// and only then is the socket handed to the BASP broker: as a new incoming
-// connection on the listener's side, as a connect on the connector's side.
+// K = derive_key(secret, key_purpose::gate) (config/secret.hpp): never the
+// raw secret, and not the node handshake's key, so neither protocol can be
+// used to make a node sign something valid in the other. Both sides prove K
+// (challenge_response, with a label per direction, so a proof of one
+// direction is never valid for the other). T is the task the connector
+// dialed (gate_options::expect_peer; empty: any, as the rendezvous): the
+// listener refuses a proof for another task than itself, so a proof cannot
+// be relayed from a squatted port to another node, and a name outside
+// gate_options::allowed_peers; the connector refuses a verdict whose MAC'd
+// name L is not T. Refusals are MAC'd too: a connector treats only a refusal
+// that proves K as final; garbage, a bad MAC or an unproven refusal is
+// `unreachable` (retried until the caller's deadline), since anyone may sit
+// on a port. Only after an 'A' is the socket handed to the BASP broker: as a
+// new incoming connection on the listener's side, as a connect on the
+// connector's side.
 // From there on it is plain BASP between two authenticated processes.
 //
-// Limits before authentication: at most `max_pending` connections, and at
-// most a quarter of the descriptor limit (a new one beyond that, or one that
-// finds the process out of descriptors, evicts the oldest, so idle
-// connections cannot lock real peers out), each closed after
-// `handshake_timeout`; a refused or timed-out
-// connection is logged with the peer's address, at most one line a second
-// (the rest counted in the next line).
+// Limits before authentication: at most `max_pending` connections, at most
+// half of them from one address, and at most a quarter of the descriptor
+// limit; a new one beyond that, or one that finds the process out of
+// descriptors, evicts the oldest that has sent nothing, else one at random,
+// so neither idle connections nor partial proofs lock real peers out. At
+// most 32 accepts per turn of the loop, after the pending proofs are read.
+// Each is closed after `handshake_timeout`. An admission is logged at info;
+// a refused or timed-out connection is logged with the peer's address, at
+// most one line a second (the rest counted in the next line). If the gate's
+// thread fails, it closes the listener and calls `on_failure`.
 #include <atomic>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -67,6 +81,16 @@ struct gate_options {
   // keyed from `secret` unless it says otherwise (a psk_key left empty is
   // derived from `secret`).
   link_security link;
+  // Connector: the task it dials, whose name the proof carries and MACs and
+  // the verdict must bear (empty: any, e.g. the rendezvous). Listener: unused.
+  std::string expect_peer;
+  // Listener: the only tasks it admits (empty: any).
+  std::set<std::string> allowed_peers;
+  // Listener: called (on the gate's thread, after the listener is closed)
+  // when the gate stops on an error, with why.
+  std::function<void(const std::string&)> on_failure;
+  // Tests: called at the start of each turn of the gate's loop.
+  std::function<void()> on_turn;
 };
 
 // A connection that proved the secret, as a plain socket (non-blocking),
@@ -179,36 +203,42 @@ inline constexpr std::size_t kMagicBytes = 8;
 inline constexpr std::size_t kNameBytes = 64;
 inline constexpr std::size_t kHexBytes = 64;
 inline constexpr std::size_t kHelloBytes = kMagicBytes + kHexBytes;
-inline constexpr std::size_t kProofBytes = kMagicBytes + kNameBytes + 2 * kHexBytes;
+inline constexpr std::size_t kProofBytes = kMagicBytes + 2 * kNameBytes + 2 * kHexBytes;
 inline constexpr std::size_t kVerdictBytes = kMagicBytes + 1 + kNameBytes + kHexBytes;
-inline constexpr char kMagic[kMagicBytes + 1] = "troupeG1";
+inline constexpr char kMagic[kMagicBytes + 1] = "troupeG2";
 
 // The listener's first frame, and the connector's reading of it: the
 // challenge, or empty when the frame is not a gate's hello.
 std::string make_hello(const std::string& server_challenge);
 std::string check_hello(std::string_view frame);
 
-// The connector's proof for the listener's hello `server_challenge`.
-std::string make_proof(const std::string& secret, const std::string& name,
+// `key` below is the gate's key, derive_key(secret, key_purpose::gate), never
+// the raw secret.
+
+// The connector `name`'s proof for the listener's hello `server_challenge`,
+// aimed at the task `target` (empty: any).
+std::string make_proof(const std::string& key, const std::string& name, const std::string& target,
                        const std::string& server_challenge, const std::string& client_challenge);
 // The listener's check of a proof frame.
 struct proof_check {
-  std::string name;              // the connector's claimed task, when the frame is well formed
+  std::string name;              // the connector's task, once its MAC checked out
+  std::string target;            // the task it dialed (empty: any), idem
   std::string client_challenge;  // its challenge, idem
-  std::string problem;           // empty: admitted; else why not
+  std::string problem;           // empty: the MAC checked out; else why not
 };
-proof_check check_proof(const std::string& secret, const std::string& server_challenge,
+proof_check check_proof(const std::string& key, const std::string& server_challenge,
                         std::string_view frame);
 
-// The listener's answer: admitted (with its own proof) or refused.
-std::string make_verdict(bool admitted, const std::string& secret, const std::string& name,
+// The listener `name`'s answer, admitted or refused, MAC'd either way.
+std::string make_verdict(bool admitted, const std::string& key, const std::string& name,
                          const std::string& server_challenge, const std::string& client_challenge);
 // The connector's check of it.
 struct verdict_check {
-  std::string name;     // the listener's task, when it proved the secret
-  std::string problem;  // empty: trusted; else what is wrong ("refused this process: ...")
+  std::string name;        // the listener's task, when the verdict is authentic
+  std::string problem;     // empty: trusted; else what is wrong ("refused this process: ...")
+  bool authentic = false;  // the verdict (admitted or refused) is MAC'd by the key
 };
-verdict_check check_verdict(const std::string& secret, const std::string& server_challenge,
+verdict_check check_verdict(const std::string& key, const std::string& server_challenge,
                             const std::string& client_challenge, std::string_view frame);
 }  // namespace gate_wire
 

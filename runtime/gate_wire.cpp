@@ -39,13 +39,26 @@ bool has_magic(std::string_view frame) {
   return frame.size() >= kMagicBytes && frame.substr(0, kMagicBytes) == kMagic;
 }
 
-// What each side's HMAC covers: both challenges, in an order and with a label
-// of its own, so a proof of one direction never answers the other.
-std::string client_label(const std::string& server_challenge, const std::string& client_challenge) {
-  return "gate-client|" + server_challenge + "|" + client_challenge;
+// The name in a fixed field that may also be empty (all NULs): the proof's
+// target when the connector accepts any task.
+std::string read_optional_name(std::string_view field, bool* ok) {
+  *ok = true;
+  if (field.find_first_not_of('\0') == std::string_view::npos) return {};
+  auto name = read_name(field);
+  *ok = !name.empty();
+  return name;
 }
-std::string server_label(const std::string& server_challenge, const std::string& client_challenge) {
-  return "gate-server|" + client_challenge + "|" + server_challenge;
+
+// What each side's HMAC covers: both challenges, in an order and with a label
+// of its own, so a proof of one direction never answers the other; the
+// connector's also the task it dialed, the listener's also its verdict.
+std::string client_label(const std::string& server_challenge, const std::string& client_challenge,
+                         const std::string& target) {
+  return "gate-client|" + server_challenge + "|" + client_challenge + "|" + target;
+}
+std::string server_label(const std::string& server_challenge, const std::string& client_challenge,
+                         char verdict) {
+  return "gate-server|" + client_challenge + "|" + server_challenge + "|" + verdict;
 }
 
 }  // namespace
@@ -60,64 +73,86 @@ std::string check_hello(std::string_view frame) {
   return is_hex64(challenge) ? std::string(challenge) : std::string{};
 }
 
-std::string make_proof(const std::string& secret, const std::string& name,
+std::string make_proof(const std::string& key, const std::string& name, const std::string& target,
                        const std::string& server_challenge, const std::string& client_challenge) {
   std::string p(kMagic, kMagicBytes);
   p += fixed_name(name);
+  p += fixed_name(target);
   p += client_challenge;
-  p += challenge_response(secret, client_label(server_challenge, client_challenge), name);
+  p += challenge_response(key, client_label(server_challenge, client_challenge, target), name);
   return p;
 }
 
-proof_check check_proof(const std::string& secret, const std::string& server_challenge,
+proof_check check_proof(const std::string& key, const std::string& server_challenge,
                         std::string_view frame) {
   proof_check out;
   if (frame.size() != kProofBytes || !has_magic(frame)) {
     out.problem = "not a troupe peer (no gate handshake)";
     return out;
   }
-  auto name = read_name(frame.substr(kMagicBytes, kNameBytes));
-  auto challenge = frame.substr(kMagicBytes + kNameBytes, kHexBytes);
-  auto mac = frame.substr(kMagicBytes + kNameBytes + kHexBytes, kHexBytes);
-  if (name.empty() || !is_hex64(challenge) || !is_hex64(mac)) {
+  std::size_t at = kMagicBytes;
+  auto name = read_name(frame.substr(at, kNameBytes));
+  at += kNameBytes;
+  bool target_ok = false;
+  auto target = read_optional_name(frame.substr(at, kNameBytes), &target_ok);
+  at += kNameBytes;
+  auto challenge = frame.substr(at, kHexBytes);
+  auto mac = frame.substr(at + kHexBytes, kHexBytes);
+  if (name.empty() || !target_ok || !is_hex64(challenge) || !is_hex64(mac)) {
     out.problem = "malformed gate handshake";
     return out;
   }
   out.name = name;
+  out.target = target;
   out.client_challenge = std::string(challenge);
-  if (!verify_challenge_response(secret, client_label(server_challenge, out.client_challenge), name,
-                                 mac))
+  if (!verify_challenge_response(
+          key, client_label(server_challenge, out.client_challenge, out.target), name, mac)) {
     out.problem = "wrong or missing cluster secret";
+    out.name.clear();  // unproven: nothing of the frame is to be trusted
+    out.target.clear();
+    out.client_challenge.clear();
+  }
   return out;
 }
 
-std::string make_verdict(bool admitted, const std::string& secret, const std::string& name,
+std::string make_verdict(bool admitted, const std::string& key, const std::string& name,
                          const std::string& server_challenge, const std::string& client_challenge) {
   std::string v(kMagic, kMagicBytes);
-  v += admitted ? 'A' : 'R';
-  v += fixed_name(admitted ? name : std::string{});
-  v += admitted ? challenge_response(secret, server_label(server_challenge, client_challenge), name)
-                : std::string(kHexBytes, '0');
+  const char letter = admitted ? 'A' : 'R';
+  v += letter;
+  v += fixed_name(name);
+  v += challenge_response(key, server_label(server_challenge, client_challenge, letter), name);
   return v;
 }
 
-verdict_check check_verdict(const std::string& secret, const std::string& server_challenge,
+verdict_check check_verdict(const std::string& key, const std::string& server_challenge,
                             const std::string& client_challenge, std::string_view frame) {
   verdict_check out;
   if (frame.size() != kVerdictBytes || !has_magic(frame)) {
     out.problem = "is not a troupe node (no gate handshake)";
     return out;
   }
-  if (frame[kMagicBytes] != 'A') {
-    out.problem = "refused this process: wrong or missing cluster secret";
+  const char letter = frame[kMagicBytes];
+  if (letter != 'A' && letter != 'R') {
+    out.problem = "is not a troupe node (no gate handshake)";
     return out;
   }
-  out.name = read_name(frame.substr(kMagicBytes + 1, kNameBytes));
+  auto name = read_name(frame.substr(kMagicBytes + 1, kNameBytes));
   auto mac = frame.substr(kMagicBytes + 1 + kNameBytes);
-  if (out.name.empty() ||
-      !verify_challenge_response(secret, server_label(server_challenge, client_challenge), out.name,
-                                 mac))
-    out.problem = "did not prove it knows the cluster secret";
+  out.authentic = !name.empty() &&
+                  verify_challenge_response(
+                      key, server_label(server_challenge, client_challenge, letter), name, mac);
+  if (out.authentic) out.name = name;
+  if (letter == 'R') {
+    out.problem = out.authentic
+                      ? "refused this process (" + name +
+                            " named it not a task of its cluster, "
+                            "or not the task it dialed)"
+                      : "refused this process: wrong or missing cluster secret (an unauthenticated "
+                        "refusal)";
+    return out;
+  }
+  if (!out.authentic) out.problem = "did not prove it knows the cluster secret";
   return out;
 }
 

@@ -185,7 +185,15 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   // Peers reach the node actor only through the gate (runtime/gate.hpp).
   std::unique_ptr<gate> door;
   try {
-    door = open_gate(sys, node, hp.host, hp.port, np.gate_opts());
+    auto gopts = np.gate_opts();
+    // A gate that stops leaves a port no one answers: this process ends its
+    // run with the error, as when it loses a peer.
+    gopts.on_failure = [shared, name = task.str()](const std::string& why) {
+      spdlog::error("{}: its gate stopped ({}); ending this process's run", name, why);
+      shared->events.push(
+          {node_event::lost, name, {}, {}, {}, "its gate stopped listening: " + why});
+    };
+    door = open_gate(sys, node, hp.host, hp.port, std::move(gopts));
   } catch (const gate_error& e) {
     caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
     if (ring) caf::anon_send_exit(ring, caf::exit_reason::user_shutdown);

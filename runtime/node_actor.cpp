@@ -114,8 +114,10 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         const auto& s = self->current_sender();
         if (!s) return caf::make_error(caf::sec::runtime_error, "hello: no sender");
         auto i = st.challenges.find(s->node());
-        bool ok = i != st.challenges.end() && i->second.first == task &&
-                  verify_challenge_response(st.shared->secret, i->second.second, task, response);
+        bool ok =
+            i != st.challenges.end() && i->second.first == task &&
+            verify_challenge_response(derive_key(st.shared->secret, key_purpose::node_handshake),
+                                      i->second.second, task, response);
         if (i != st.challenges.end()) st.challenges.erase(i);
         if (!ok) {
           spdlog::warn("{}: refused a peer claiming to be {} ({}): wrong or missing secret",
@@ -125,7 +127,8 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         }
         st.trusted.insert(s->node());
         st.names[s->node()] = task;
-        return challenge_response(st.shared->secret, their_challenge, st.shared->task);
+        return challenge_response(derive_key(st.shared->secret, key_purpose::node_handshake),
+                                  their_challenge, st.shared->task);
       },
       [self](joined_atom, caf::actor& their_node, node_parts& parts) {
         if (!trusted_sender(self)) {

@@ -19,20 +19,31 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
   const auto& address = task_address(spec(), task);
   auto hp = parse_host_port(address);
   node_actor peer;
-  std::string last;
+  std::string last, refusal;
   for (;;) {
     bool retry = false;
-    auto h = gate_remote_actor<node_actor>(sys, hp.host, hp.port, gate_opts(),
-                                           std::chrono::seconds(10), &retry);
+    auto opts = gate_opts();
+    opts.expect_peer = task.str();  // a proof for `task` only, a verdict from it only
+    auto h = gate_remote_actor<node_actor>(sys, hp.host, hp.port, opts, std::chrono::seconds(10),
+                                           &retry);
     if (h) {
       peer = std::move(*h);
       break;
     }
     last = describe(h.error());
+    // Only a refusal MAC'd by `task` itself is final; anything else on the
+    // port (a squatter, a restarting task, a wrong secret that makes the
+    // refusal unverifiable) is retried until the deadline, which then names
+    // the refusal seen.
     if (!retry) throw job_error(name() + ": joining " + task.str() + " failed: " + last);
+    if (last.find("refused this process") != std::string::npos ||
+        last.find("secret") != std::string::npos)
+      refusal = last;
     if (clock_type::now() >= deadline)
       throw job_error(name() + ": cannot reach " + task.str() + " at " + address + " within " +
-                      fmt::format("{:g}", spec().join_timeout_seconds) + " s (" + last + ")");
+                      fmt::format("{:g}", spec().join_timeout_seconds) + " s (" + last +
+                      (refusal.empty() || refusal == last ? "" : "; before that: " + refusal) +
+                      ")");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   caf::scoped_actor self{sys};
@@ -44,11 +55,13 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
   if (!failure.empty())
     throw job_error(name() + ": handshake with " + task.str() + " failed: " + failure);
   auto mine_challenge = make_challenge();
-  auto response = challenge_response(shared->secret, challenge, name());
+  auto response = challenge_response(derive_key(shared->secret, key_purpose::node_handshake),
+                                     challenge, name());
   self->request(peer, std::chrono::seconds(10), hello_atom::value, name(), response, mine_challenge)
       .receive(
           [&](std::string& theirs) {
-            if (!verify_challenge_response(shared->secret, mine_challenge, task.str(), theirs))
+            if (!verify_challenge_response(derive_key(shared->secret, key_purpose::node_handshake),
+                                           mine_challenge, task.str(), theirs))
               failure = task.str() + " did not prove it knows the cluster secret";
           },
           [&](caf::error& e) { failure = describe(e); });

@@ -106,6 +106,8 @@ struct node_process {
     g.secret = shared->secret;
     g.name = name();
     g.link = shared->link;
+    // Only the cluster's tasks get in.
+    for (const auto& t : all_tasks(spec())) g.allowed_peers.insert(t.str());
     return g;
   }
   const cluster_spec& spec() const { return *c.cluster; }

@@ -224,6 +224,7 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
   opts.name = name;
   auto backoff = std::chrono::milliseconds(100);
   gate_socket s;
+  std::string refusal;
   for (;;) {
     const auto left = std::chrono::duration_cast<caf::timespan>(deadline - clock_type::now());
     s = gate_secure_handshake(
@@ -237,10 +238,17 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
     if (s.fd >= 0) break;
     if (!s.unreachable)
       throw job_error(name + ": joining the chief at " + me.chief + " failed: " + s.error);
+    // A refusal that is not authenticated (a wrong secret on either side, or
+    // someone else on the port) is retried; it is the likelier cause if the
+    // deadline passes, so it is named then.
+    if (s.error.find("refused this process") != std::string::npos ||
+        s.error.find("secret") != std::string::npos)
+      refusal = s.error;
     if (clock_type::now() + backoff >= deadline)
       throw job_error(name + ": cannot join the chief at " + me.chief + " within " +
                       fmt::format("{:g}", timeout.count()) +
-                      " s (cluster.join_timeout_seconds): " + s.error);
+                      " s (cluster.join_timeout_seconds): " + s.error +
+                      (refusal.empty() || refusal == s.error ? "" : "; before that: " + refusal));
     spdlog::debug("{}: the chief at {} is not there yet ({}); again in {} ms", name, me.chief,
                   s.error, backoff.count());
     std::this_thread::sleep_for(backoff);

@@ -324,6 +324,14 @@ TEST_CASE("cluster: an explicit hosts override") {
         "tasks: worker:0..worker:1)");
   CHECK(with_hosts({{"ps:0", {{"replicas", {0, 1}}}}}) ==
         "cluster.hosts.ps:0: no task ps:0 in cluster.tasks (it has no \"ps\" job)");
+  // A control character in a key (a newline) stays escaped: the error is one
+  // line, naming the key as JSON writes it.
+  auto two_lines = with_hosts({{"worker:0\nworker:1", {{"replicas", {0, 1}}}}});
+  CHECK_MESSAGE(two_lines.find('\n') == std::string::npos, two_lines);
+  CHECK(two_lines.rfind("cluster.hosts[\"worker:0\\nworker:1\"]: ", 0) == 0);
+  CHECK(two_lines.find("\"worker:0\\nworker:1\"") != std::string::npos);
+  auto bell = with_hosts({{"worker:\x07", {{"replicas", {0, 1}}}}});
+  CHECK_MESSAGE(bell.find('\x07') == std::string::npos, bell);
   CHECK(with_hosts({{"worker", {{"replicas", {0, 1}}}}}) ==
         "cluster.hosts.worker: expected a task name \"job:index\" like \"worker:1\", got "
         "\"worker\"");

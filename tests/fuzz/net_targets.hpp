@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "config/secret.hpp"
 #include "messages/messages.hpp"
 #include "messages/node_messages.hpp"
 #include "messages/remote_ring_messages.hpp"
@@ -28,7 +29,9 @@ namespace troupe::fuzz {
 // The input as each frame, cut or zero-padded to the frame's size (so the
 // fuzzer reaches the checks behind the size check), and as it is.
 inline bool gate_frames(std::string_view bytes) {
-  static const std::string secret = "fuzz-secret-0123456789abcdef";
+  // The frames are MAC'd with the gate's derived key (the seed corpus's
+  // frames are made with this one).
+  static const std::string secret = derive_key("fuzz-secret-0123456789abcdef", key_purpose::gate);
   static const std::string challenge(gate_wire::kHexBytes, 'a');
   auto sized = [&](std::size_t n) {
     std::string s(bytes.substr(0, n));
@@ -43,6 +46,8 @@ inline bool gate_frames(std::string_view bytes) {
   any |= gate_wire::check_verdict(secret, challenge, challenge, bytes).problem.empty();
   any |= gate_wire::check_verdict(secret, challenge, challenge, sized(gate_wire::kVerdictBytes))
              .problem.empty();
+  any |= gate_wire::check_verdict(secret, challenge, challenge, sized(gate_wire::kVerdictBytes))
+             .authentic;
   any |= rendezvous_wire::check_announce(sized(rendezvous_wire::kAnnounceBytes), 3).problem.empty();
   any |= rendezvous_wire::reply_length(sized(rendezvous_wire::kReplyHeaderBytes)) >= 0;
   try {
