@@ -771,7 +771,7 @@ int listening_sockets_of(pid_t pid) {
 struct continuous_attack {
   uint16_t port;
   std::atomic<bool> stop{false};
-  std::atomic<int> rounds{0}, authenticated{0};
+  std::atomic<int> rounds{0}, authenticated{0}, cut_off{0};
   std::thread thread;
   explicit continuous_attack(uint16_t p) : port(p) {
     thread = std::thread([this] { run(); });
@@ -821,6 +821,8 @@ struct continuous_attack {
                       std::string(node.begin(), node.end()) +
                       attack::basp_header(2, 0, 0xfffffff0u);
         (void)socket_io::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
+        // The chief, not this end, closes the connection.
+        if (attack::closed_within(s.fd, std::chrono::seconds(3))) ++cut_off;
         ::close(s.fd);
       }
       ++rounds;
@@ -874,9 +876,11 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
   CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
   MESSAGE("chief RSS " << before << " MB before the attack, at most " << peak
                        << " MB during it; attack rounds " << ongoing.rounds.load() << ", "
-                       << ongoing.authenticated.load() << " authenticated");
+                       << ongoing.authenticated.load() << " authenticated, "
+                       << ongoing.cut_off.load() << " cut off by the chief");
   CHECK(peak - before < 100);
   CHECK(ongoing.authenticated > 0);
+  CHECK(ongoing.cut_off == ongoing.authenticated);
   CHECK(chief.output().find("refused a connection from 127.0.0.1") != std::string::npos);
   CHECK(chief.output().find("over this job's cap") != std::string::npos);
   // The job is the one the attack did not touch.
