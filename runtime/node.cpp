@@ -188,10 +188,30 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
     auto gopts = np.gate_opts();
     // A gate that stops leaves a port no one answers: this process ends its
     // run with the error, as when it loses a peer.
+    // Fault injection for the tests (tests/test_nodes.cpp): the gate's
+    // thread fails this many seconds after it starts.
+    if (const char* after = std::getenv("TROUPE_TEST_GATE_FAILS_AFTER_S")) {
+      const auto at = std::chrono::steady_clock::now() +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(std::atof(after)));
+      gopts.on_turn = [at] {
+        if (std::chrono::steady_clock::now() >= at)
+          throw std::runtime_error("injected failure (TROUPE_TEST_GATE_FAILS_AFTER_S)");
+      };
+    }
     gopts.on_failure = [shared, name = task.str()](const std::string& why) {
       spdlog::error("{}: its gate stopped ({}); ending this process's run", name, why);
       shared->events.push(
           {node_event::lost, name, {}, {}, {}, "its gate stopped listening: " + why});
+      caf::actor watch;
+      {
+        std::lock_guard<std::mutex> guard(shared->gate_watch_mutex);
+        watch = shared->gate_watch;
+      }
+      if (watch)  // its exit, with the reason, is what the coordinator sees
+        caf::anon_send(watch, caf::exit_msg{caf::actor_addr{},
+                                            caf::make_error(caf::sec::runtime_error,
+                                                            "it stopped listening: " + why)});
     };
     door = open_gate(sys, node, hp.host, hp.port, std::move(gopts));
   } catch (const gate_error& e) {

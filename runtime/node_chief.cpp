@@ -106,6 +106,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   plan->request_timeout = kRequestTimeout;
   auto parts = std::make_shared<job_parts>();
   auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), parts);
+
   if (strat.own_job()) hub = strat.spawn_hub(sys, plan, coord);
   auto order = build_order(np, shards, hub.get());
 
@@ -161,6 +162,15 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   // one ends the job, except a worker task under a strategy that goes on
   // without it (its replicas are dropped instead).
   parts->others = workers.named();
+  // (Spawned with an argument: CAF 0.17 dereferences a null argument tuple
+  // for a functor without one.)
+  auto gate_watch =
+      sys.spawn([](caf::event_based_actor*, int) -> caf::behavior { return {[](int) {}}; }, 0);
+  {
+    std::lock_guard<std::mutex> guard(np.shared->gate_watch_mutex);
+    np.shared->gate_watch = gate_watch;
+  }
+  parts->others.emplace_back("its gate", gate_watch);
   for (auto& [t, ev] : np.joined) {
     bool worker_only = ev.parts.shard_indices.empty();
     if (strat.survives_lost_workers() && worker_only) continue;
@@ -176,6 +186,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   } catch (const job_error& e) {
     failure = e.what();
   }
+  self->send_exit(gate_watch, caf::exit_reason::user_shutdown);
   self->send_exit(coord, caf::exit_reason::user_shutdown);
   if (!failure.empty()) throw job_error(with_lost_tasks(np, failure));
   return summary;

@@ -76,6 +76,11 @@ struct node_shared {
   link_security link;  // what runs on every connection (runtime/secure_link.hpp)
   bool chief = false;
   event_queue events;
+  // On the chief while its job runs (run_chief sets it): an actor its
+  // coordinator watches as "its gate". A gate that fails mid-job ends it, so
+  // the job stops with the error instead of training on behind a closed port.
+  std::mutex gate_watch_mutex;
+  caf::actor gate_watch;
 };
 
 // The node actor of this process (the handshake, build orders, stops);

@@ -888,6 +888,26 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
   CHECK(d < 2e-5);
 }
 
+TEST_CASE("a chief whose gate fails mid-job ends with the error, and so does its worker") {
+  strategy_env env(2000);
+  auto c = env.job("mirrored", "adam", 2, 16);
+  c.training.epochs = 2000;  // far longer than the test waits
+  c.checkpoint.every_steps = 0;
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret, {},
+                  {{"TROUPE_TEST_GATE_FAILS_AFTER_S", "4"}});
+  node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
+  REQUIRE(file_shows(dir / "out/metrics.jsonl", "\"step\""));
+  const int rc = chief.wait(std::chrono::seconds(60));
+  CHECK_MESSAGE(rc == 1, chief.output());
+  CHECK_MESSAGE(
+      chief.output().find("its gate stopped listening: injected failure") != std::string::npos,
+      chief.output());
+  CHECK(worker.wait(std::chrono::seconds(60)) != 0);
+}
+
 TEST_CASE(
     "a chief out of file descriptors under a flood of idle connections still takes its worker") {
   strategy_env env(240);
