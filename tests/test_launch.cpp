@@ -373,11 +373,14 @@ TEST_CASE("launch: a survivable task that dies is reported, the job goes on, the
   pid_files pids;
   pids.files = {dir / "w0.pid", dir / "w1.pid"};
   // worker:0 dies of SIGKILL; the chief waits until the launcher has reaped
-  // it, then ends with 7 (the launcher's code); worker:1 follows the chief.
+  // it (and until worker:1 has written its pid, which the test checks
+  // later: under load it may start after worker:0 died), then ends with 7
+  // (the launcher's code); worker:1 follows the chief.
   const std::string w0 = dir / "w0.pid";
+  const std::string w1 = dir / "w1.pid";
   auto r = run_with(
       {chief_sh(until("[ -s " + w0 + " ]") + until("! kill -0 $(cat " + w0 + ") 2>/dev/null") +
-                "echo chief done; exit 7"),
+                until("[ -s " + w1 + " ]") + "echo chief done; exit 7"),
        survivable_sh("worker:0", "echo $$ > " + w0 + "; kill -9 $$"),
        survivable_sh("worker:1", "echo $$ > " + dir / "w1.pid" + "; sleep 30 & wait")},
       {});
