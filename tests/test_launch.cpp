@@ -80,6 +80,11 @@ pid_t read_pid(const std::string& file) {
   return static_cast<pid_t>(pid);
 }
 
+// A shell loop until `cond` holds.
+std::string until(const std::string& cond) {
+  return "until " + cond + "; do sleep 0.02; done; ";
+}
+
 // The process no longer runs (gone, or a zombie waiting for init to reap it).
 bool gone(pid_t pid) {
   for (int i = 0; i < 500; ++i) {  // up to 10 s: CI runs it beside the sanitizer builds
@@ -168,7 +173,8 @@ TEST_CASE("launch: a task that ignores SIGTERM is killed after the grace period"
   test::temp_dir dir;
   pid_files pids;
   pids.files.push_back(dir / "stubborn.pid");
-  auto r = run({sh("worker:0", "sleep 0.2; exit 1"),
+  // worker:0 ends the job once worker:1 is in its loop (its pid written).
+  auto r = run({sh("worker:0", until("[ -s " + dir / "stubborn.pid" + " ]") + "sleep 0.2; exit 1"),
                 sh("worker:1", "trap '' TERM; echo $$ > " + dir / "stubborn.pid" +
                                    "; while :; do sleep 0.05; done")},
                0.5);
@@ -204,9 +210,10 @@ TEST_CASE("launch: SIGTERM to the launcher is forwarded to every task") {
   struct sigaction before {};
   ::sigaction(SIGTERM, nullptr, &before);
   // worker:0 plays the user: it sends SIGTERM to its parent, the launcher.
-  auto r = run({sh("worker:0",
-                   "echo $$ > " + dir / "a.pid" + "; sleep 0.2; kill -TERM $PPID; sleep 30 & wait"),
-                sh("worker:1", "echo $$ > " + dir / "b.pid" + "; sleep 30 & wait")});
+  auto r = run(
+      {sh("worker:0", "echo $$ > " + dir / "a.pid" + "; " + until("[ -s " + dir / "b.pid" + " ]") +
+                          "sleep 0.2; kill -TERM $PPID; sleep 30 & wait"),
+       sh("worker:1", "echo $$ > " + dir / "b.pid" + "; sleep 30 & wait")});
   CHECK(r.rc == 1);
   CHECK(r.seconds < 2.5);
   CHECK(r.err.find("troupe launch: got SIGTERM; stopping all tasks") != std::string::npos);
@@ -336,11 +343,6 @@ child survivable_sh(const std::string& name, const std::string& script) {
   auto c = sh(name, script);
   c.survivable = true;
   return c;
-}
-
-// A shell loop until `cond` holds.
-std::string until(const std::string& cond) {
-  return "until " + cond + "; do sleep 0.02; done; ";
 }
 
 supervise_options with_restarts(int n) {
