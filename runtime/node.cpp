@@ -201,17 +201,19 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
     }
     gopts.on_failure = [shared, name = task.str()](const std::string& why) {
       spdlog::error("{}: its gate stopped ({}); ending this process's run", name, why);
-      shared->events.push(
-          {node_event::lost, name, {}, {}, {}, "its gate stopped listening: " + why});
       caf::actor watch;
       {
         std::lock_guard<std::mutex> guard(shared->gate_watch_mutex);
         watch = shared->gate_watch;
       }
-      if (watch)  // its exit, with the reason, is what the coordinator sees
+      if (watch) {  // a chief's running job: its coordinator sees the watch exit
         caf::anon_send(watch, caf::exit_msg{caf::actor_addr{},
                                             caf::make_error(caf::sec::runtime_error,
                                                             "it stopped listening: " + why)});
+        return;
+      }
+      shared->events.push(
+          {node_event::lost, name, {}, {}, {}, "its gate stopped listening: " + why});
     };
     door = open_gate(sys, node, hp.host, hp.port, std::move(gopts));
   } catch (const gate_error& e) {

@@ -903,7 +903,8 @@ TEST_CASE("a chief whose gate fails mid-job ends with the error, and so does its
   const int rc = chief.wait(std::chrono::seconds(60));
   CHECK_MESSAGE(rc == 1, chief.output());
   CHECK_MESSAGE(
-      chief.output().find("its gate stopped listening: injected failure") != std::string::npos,
+      chief.output().find("troupe: job 'tiny' failed: chief:0: its gate stopped: it stopped "
+                          "listening: injected failure") != std::string::npos,
       chief.output());
   CHECK(worker.wait(std::chrono::seconds(60)) != 0);
 }
