@@ -60,6 +60,8 @@ int64_t epoch_of(const job_plan& p, int64_t completed) {
 void pump(self_ptr self);
 void at_boundary(self_ptr self);
 void step_done(self_ptr self, const step_stats& sum);
+void drained_check(self_ptr self);
+void last_boundary(self_ptr self);
 void steps_given_up(self_ptr self);
 void check_stop(self_ptr self);
 
@@ -155,7 +157,7 @@ void step_done(self_ptr self, const step_stats& sum) {
   if (st.completed % p.config.logging.every_steps == 0 || st.completed == st.boundary)
     report_progress(self, sum);
   // Updates that finish while the job stops still count, nothing more.
-  if (st.now == phase::stopping) return;
+  if (st.now == phase::stopping) return drained_check(self);
   const auto& shard_fault = faults_or_none(p.options.faults).fail_shard;
   const auto& shards = st.parts->shards.actors;
   if (shard_fault.index >= 0 && shard_fault.index < static_cast<int64_t>(shards.size()) &&
@@ -172,6 +174,7 @@ void step_done(self_ptr self, const step_stats& sum) {
 
 void steps_given_up(self_ptr self) {
   auto& st = self->state;
+  if (st.now == phase::stopping) return drained_check(self);
   if (st.now != phase::running) return;
   if (st.issued == st.completed && st.completed == st.boundary)
     at_boundary(self);
@@ -359,22 +362,39 @@ void stop(self_ptr self, std::string reason) {
     auto& st = self->state;
     if (st.finished()) return;
     if (updates >= 0) st.completed = updates;
-    const auto& p = *st.plan;
-    const auto t0 = clock_type::now();
-    // A preempted job has seconds to leave: its checkpoint (unless the last
-    // boundary just wrote this step's), no evaluation, no replica check.
-    const bool preempted = !st.preempted.empty();
-    const bool ckpt = preempted ? st.last_checkpoint_step != st.completed
-                                : p.config.checkpoint.save_at_end ||
-                                      (p.config.checkpoint.every_steps > 0 &&
-                                       st.completed % p.config.checkpoint.every_steps == 0);
-    // A job over a dataset ends with its epoch line and evaluation, epochs or not.
-    const bool epoch_end = p.train != nullptr && !preempted;
-    boundary_work(self, epoch_end, replicas_checked(self) && !preempted, ckpt, [self, t0] {
-      self->state.boundary_seconds += seconds_since(t0);
-      finish(self);
-    });
+    st.when_drained = [self] { last_boundary(self); };
+    drained_check(self);
   });
+}
+
+// The stopped job's last boundary, once its steps in flight are in: a
+// preempted job has seconds to leave, so only its checkpoint (unless the last
+// boundary just wrote this step's), no evaluation, no replica check.
+void last_boundary(self_ptr self) {
+  auto& st = self->state;
+  const auto& p = *st.plan;
+  const auto t0 = clock_type::now();
+  const bool preempted = !st.preempted.empty();
+  const bool ckpt = preempted ? st.last_checkpoint_step != st.completed
+                              : p.config.checkpoint.save_at_end ||
+                                    (p.config.checkpoint.every_steps > 0 &&
+                                     st.completed % p.config.checkpoint.every_steps == 0);
+  // A job over a dataset ends with its epoch line and evaluation, epochs or not.
+  const bool epoch_end = p.train != nullptr && !preempted;
+  boundary_work(self, epoch_end, replicas_checked(self) && !preempted, ckpt, [self, t0] {
+    self->state.boundary_seconds += seconds_since(t0);
+    finish(self);
+  });
+}
+
+// A stop can come with steps in flight (a preemption, a stop criterion met
+// mid-pipeline): the replicas answer a snapshot between a step's all-reduce
+// and its update, so the last boundary starts when every issued step is in.
+void drained_check(self_ptr self) {
+  auto& st = self->state;
+  if (!st.when_drained || st.issued > st.completed) return;
+  auto k = std::exchange(st.when_drained, {});
+  k();
 }
 
 // After every update and report: the strategy's stop criterion.

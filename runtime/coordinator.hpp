@@ -52,6 +52,9 @@ struct coordinator_state {
   int64_t boundary = 0;   // the next update at which to stop and do epoch/checkpoint work
   std::string stop_reason;
   std::string preempted;  // the signal that asked the job to leave; "" = none
+  // A stopping job's last boundary waits for the steps still in flight, so
+  // its checkpoint holds the state of the step it names.
+  std::function<void()> when_drained;
   // Reporting.
   monitoring::metrics_fanout metrics;  // metrics.jsonl and the plan's metrics_sink
   std::chrono::steady_clock::time_point started, window_start;

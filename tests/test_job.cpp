@@ -286,6 +286,35 @@ TEST_CASE(
   CHECK_FALSE(fs::exists(marker));
 }
 
+TEST_CASE("a job stopped with steps in flight checkpoints the step it names") {
+  // A preemption lands while the next steps are in the replicas' mailboxes
+  // or between their all-reduce and their update; the checkpoint must still
+  // hold the state of the step its manifest names (the loader checks the
+  // optimizer's own step count against it).
+  tiny_env env;
+  auto c = env.job("inflight");
+  c.strategy.kind = "mirrored";
+  c.strategy.replicas = 2;
+  c.training.epochs *= 20;
+  c.logging.every_steps = 1;
+  c.checkpoint.every_steps = 0;
+  for (int64_t at = 3; at < 30; ++at) {
+    job_options o;
+    o.overwrite = true;
+    o.on_progress = [at](const progress_info& p) {
+      if (p.step == at) preemption::request(SIGTERM);
+    };
+    auto s = run_job(c, o);
+    preemption::reset();
+    REQUIRE(s["preempted"] == "SIGTERM");
+    auto latest = checkpoint::resolve(env.tmp / "inflight/checkpoints");
+    REQUIRE(latest.has_value());
+    checkpoint::snapshot snap;
+    REQUIRE_NOTHROW(snap = checkpoint::load(*latest));
+    CHECK(snap.meta.step == s["steps"]);
+  }
+}
+
 TEST_CASE("an injected replica failure ends the job quickly, naming the replica") {
   tiny_env env;
   auto c = env.job("fail");
