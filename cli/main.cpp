@@ -268,7 +268,10 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     pp.clear();
     if (node && task.job != "chief") {
       std::printf("task %s finished: the chief ended the job\n", task.str().c_str());
-      return troupe::preemption::requested() ? troupe::preemption::kResumeExitStatus : 0;
+      // Every task of a preempted job asks to be started again.
+      return troupe::preemption::requested() || s.contains("preempted")
+                 ? troupe::preemption::kResumeExitStatus
+                 : 0;
     }
     if (s.contains("preempted")) {
       std::printf(

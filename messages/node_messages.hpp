@@ -92,10 +92,16 @@ using node_actor = caf::typed_actor<
     // handshake, trust it; with the flag, also monitor it (its loss ends
     // this task).
     caf::reacts_to<watch_atom, caf::actor, std::string, bool>,
-    // chief -> task: the job is over (reason "" = success); the task exits.
-    // On the chief, from its own main thread: tell every task that joined.
-    // Replies with the number of tasks told.
-    caf::replies_to<stop_atom, std::string>::with<int32_t>,
+    // chief -> task: the job is over (reason "" = success; preempted: the
+    // signal that stopped it with a checkpoint to resume from, "" = none);
+    // the task exits. On the chief, from its own main thread: tell every
+    // task that joined. Replies with the number of tasks told.
+    caf::replies_to<stop_atom, std::string, std::string>::with<int32_t>,
+    // Inside a task's process: it was asked to leave (signal); its node actor
+    // tells the chief's, which stops the job with a checkpoint ("SIGTERM to
+    // worker:1"), so one evicted pod does not cost the steps since the last
+    // checkpoint.
+    caf::reacts_to<preempt_atom, std::string>,
     // On the chief, from its main thread: the job runs with this coordinator
     // (a coordinator_actor); a worker task that joins from now on (a
     // restarted process) gets `order` and its replicas or actors rejoin

@@ -20,6 +20,7 @@
 #include "kernels/cpu_kernels.hpp"
 #include "runtime/job_trace.hpp"
 #include "runtime/node_process.hpp"
+#include "runtime/preemption.hpp"
 #include "runtime/process_monitoring.hpp"
 #include "runtime/secure_link.hpp"
 #include "runtime/topology.hpp"
@@ -213,7 +214,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
         return;
       }
       shared->events.push(
-          {node_event::lost, name, {}, {}, {}, "its gate stopped listening: " + why});
+          {node_event::lost, name, {}, {}, {}, "its gate stopped listening: " + why, {}});
     };
     door = open_gate(sys, node, hp.host, hp.port, std::move(gopts));
   } catch (const gate_error& e) {
@@ -251,6 +252,10 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
           if (!p.shards.empty() && p.task.job != "chief") np.connect(p.task, {}, deadline);
       auto chief_node = np.connect({"chief", 0}, hello_parts, deadline);
       (void)chief_node;
+      // Asked to leave: the chief stops the whole job with a checkpoint.
+      preemption::watch preempt([node](int signal) {
+        caf::anon_send(node, preempt_atom::value, preemption::signal_name(signal));
+      });
       for (bool done = false; !done;) {
         auto ev = events.pop_until(clock_type::time_point::max());
         if (!ev) continue;
@@ -268,6 +273,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
             break;
           case node_event::stop:
             if (!ev->reason.empty()) error = "the chief ended the job: " + ev->reason;
+            if (!ev->preempted.empty()) summary["preempted"] = ev->preempted;
             done = true;
             break;
           case node_event::lost:
@@ -287,7 +293,8 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   if (chief) {
     // Every task that joined, restarted ones included, learns the end.
     caf::scoped_actor self{sys};
-    self->request(node, std::chrono::seconds(5), stop_atom::value, error)
+    self->request(node, std::chrono::seconds(5), stop_atom::value, error,
+                  summary.value("preempted", std::string()))
         .receive([](int32_t) {}, [](caf::error&) {});
   }
   here.stop({caf::actor_cast<caf::actor>(ring), caf::actor_cast<caf::actor>(node)});

@@ -27,6 +27,11 @@ struct node_state {
   // Chief, once the job runs: where rejoining workers go.
   bool started = false;
   coordinator_actor coordinator;
+  // Chief: the job's coordinator, and a task's preemption that came before
+  // it ran. A task: the chief's node actor, once connected.
+  coordinator_actor job_coordinator;
+  std::string early_preemption;
+  node_actor chief;
   node_build order;
   const job_config* config = nullptr;
   static inline const char* name = "node";
@@ -86,6 +91,44 @@ void rejoin(node_ptr self, const std::string& task, const node_actor& peer) {
           });
 }
 
+// A task asked to leave (SIGTERM, SIGUSR1): the whole job stops at its next
+// update with a checkpoint, all tasks exit with the "resume me" status, and
+// the same commands resume it. From this process's signal watch, a task tells
+// the chief (the chief's own coordinator heard the signal itself); from a
+// peer, the chief tells its coordinator. A worker that the job can lose
+// (parameter_server, elastic_average, actor_learner) leaves alone instead.
+void on_preempt(node_ptr self, std::string signal) {
+  auto& st = self->state;
+  const auto& s = self->current_sender();
+  if (!s || s->node() == self->home_system().node()) {
+    if (st.shared->chief || !st.chief) return;
+    // A worker of a strategy that goes on without it (and takes it back when
+    // it starts again) just leaves.
+    if (st.shared->task.rfind("worker", 0) == 0 &&
+        find_strategy_rules(st.config->strategy.kind)->survives_lost_workers()) {
+      spdlog::warn("{}: {}: leaving; the job goes on and takes this task back when it starts again",
+                   st.shared->task, signal);
+      node_event ev{node_event::stop, {}, {}, {}, {}, {}, {}};
+      ev.preempted = std::move(signal);
+      st.shared->events.push(std::move(ev));
+      return;
+    }
+    spdlog::warn("{}: {}: asking the chief to stop the job with a checkpoint", st.shared->task,
+                 signal);
+    self->send(st.chief, preempt_atom::value, signal + " to " + st.shared->task);
+    return;
+  }
+  if (!trusted_sender(self)) {
+    (void)refuse(self, "preempt");
+    return;
+  }
+  if (!st.shared->chief) return;
+  if (st.job_coordinator)
+    caf::anon_send(st.job_coordinator, preempt_atom::value, std::move(signal));
+  else if (st.early_preemption.empty())
+    st.early_preemption = std::move(signal);
+}
+
 node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> shared,
                                     ring_node_actor ring, const job_config* config) {
   keep_exception_cause(self, "node actor of " + shared->task);
@@ -97,7 +140,7 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
     auto i = st.peers.find(dm.source);
     if (i == st.peers.end()) return;
     st.shared->events.push(
-        {node_event::lost, i->second, {}, {}, {}, dm.reason ? describe(dm.reason) : "exited"});
+        {node_event::lost, i->second, {}, {}, {}, dm.reason ? describe(dm.reason) : "exited", {}});
     st.peers.erase(i);
   });
   return {
@@ -150,13 +193,14 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
                 task);
             self->request(caf::actor_cast<node_actor>(their_node), std::chrono::seconds(2),
                           stop_atom::value,
-                          std::string("the job was already running without this task"))
+                          std::string("the job was already running without this task"),
+                          std::string())
                 .then([](int32_t) {}, [](caf::error&) {});
           }
           return;
         }
         parts.task = task;
-        st.shared->events.push({node_event::joined, task, std::move(parts), their_node, {}, {}});
+        st.shared->events.push({node_event::joined, task, std::move(parts), their_node, {}, {}, {}});
       },
       [self](build_atom, node_build& order) -> caf::result<node_parts> {
         if (!trusted_sender(self)) return refuse(self, "build");
@@ -164,7 +208,7 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         if (st.building)
           return caf::make_error(caf::sec::runtime_error, st.shared->task + ": already building");
         st.building = self->make_response_promise<node_parts>();
-        st.shared->events.push({node_event::build, {}, {}, {}, std::move(order), {}});
+        st.shared->events.push({node_event::build, {}, {}, {}, std::move(order), {}, {}});
         return *st.building;
       },
       [self](ring_node_atom) -> caf::result<ring_node_actor> {
@@ -193,8 +237,10 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         if (s && s->node() != self->home_system().node()) return;
         if (peer) self->state.trusted.insert(peer.node());
         if (monitor) watch_peer(self, peer, task);
+        if (monitor && task.rfind("chief", 0) == 0)
+          self->state.chief = caf::actor_cast<node_actor>(peer);
       },
-      [self](stop_atom, std::string& reason) -> caf::result<int32_t> {
+      [self](stop_atom, std::string& reason, std::string& preempted) -> caf::result<int32_t> {
         auto& st = self->state;
         if (!trusted_sender(self)) return refuse(self, "stop");
         const auto& s = self->current_sender();
@@ -203,23 +249,31 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
           for (auto& [addr, task] : st.peers) {
             auto peer = caf::actor_cast<node_actor>(addr);
             if (!peer) continue;
-            self->request(peer, std::chrono::seconds(2), stop_atom::value, reason)
+            self->request(peer, std::chrono::seconds(2), stop_atom::value, reason, preempted)
                 .then([](int32_t) {}, [](caf::error&) {});
             ++told;
           }
           return told;
         }
-        st.shared->events.push({node_event::stop, {}, {}, {}, {}, std::move(reason)});
+        node_event ev{node_event::stop, {}, {}, {}, {}, std::move(reason), {}};
+        ev.preempted = std::move(preempted);
+        st.shared->events.push(std::move(ev));
         return 0;
       },
+      [self](preempt_atom, std::string& signal) { on_preempt(self, std::move(signal)); },
       [self](running_atom, caf::actor& coord, node_build& order) {
         const auto& s = self->current_sender();
         if (s && s->node() != self->home_system().node()) return;
-        self->state.started = true;
+        auto& st = self->state;
+        st.started = true;
+        st.job_coordinator = caf::actor_cast<coordinator_actor>(coord);
+        if (!st.early_preemption.empty())
+          caf::anon_send(st.job_coordinator, preempt_atom::value,
+                         std::exchange(st.early_preemption, {}));
         // Strategies that go on without a lost worker take a restarted one back.
-        if (find_strategy_rules(self->state.config->strategy.kind)->survives_lost_workers())
-          self->state.coordinator = caf::actor_cast<coordinator_actor>(std::move(coord));
-        self->state.order = std::move(order);
+        if (find_strategy_rules(st.config->strategy.kind)->survives_lost_workers())
+          st.coordinator = caf::actor_cast<coordinator_actor>(std::move(coord));
+        st.order = std::move(order);
       },
   };
 }

@@ -45,6 +45,7 @@ struct node_event {
   caf::actor node;   // joined: the peer's node actor
   node_build order;  // build
   std::string reason;
+  std::string preempted;  // stop: the job ended preempted by this ("" = it did not)
 };
 
 class event_queue {

@@ -278,7 +278,7 @@ std::string environment_job_file(const job_config& c, const std::string& dir) {
 // Starts rank `rank` with `env` (its launcher's variables) and nothing else.
 std::unique_ptr<node_proc> start_rank(const std::string& file, const std::string& dir, int rank,
                                       std::map<std::string, std::string> env) {
-  env["TROUPE_ADVERTISE_ADDR"] = "127.0.0.1";
+  env.emplace("TROUPE_ADVERTISE_ADDR", "127.0.0.1");  // unless the launcher gives one
   const auto name = "rank" + std::to_string(rank);
   return std::make_unique<node_proc>(name, dir + "/" + name + ".log", kSecret,
                                      std::vector<std::string>{TROUPE_BIN, "node", "--config", file},
@@ -335,7 +335,41 @@ TEST_CASE("mirrored over 3 processes from torchrun's variables, ranks in reverse
       {2, 1, 0});
 }
 
-TEST_CASE("mirrored over 3 processes from SLURM's variables, one rank 3 s late") {
+// What a Kubeflow PyTorchJob pod sees: the training operator's variables
+// (kubeflow/training-operator, pkg/controller.v1/pytorch/envvar.go,
+// setPodEnv: PYTHONUNBUFFERED, then MASTER_ADDR = "<job>-master-0" and
+// MASTER_PORT = the master container's "pytorchjob-port", WORLD_SIZE = all
+// replicas, RANK = the replica index, plus 1 for workers) and those our
+// deploy/kubernetes/pytorchjob.yaml adds (TROUPE_ADVERTISE_ADDR = the pod's
+// IP, TROUPE_PORT = the same port in every pod). Each pod has its own
+// address: 127.0.0.<1 + rank> here. The master's Service name does not
+// resolve outside a cluster, so "localhost" (a name, resolved like it)
+// stands for it.
+std::map<std::string, std::string> kubeflow_pod_env(const std::string& type, int index,
+                                                    int workers, const std::string& master_port,
+                                                    const std::string& troupe_port) {
+  const int rank = type == "worker" ? index + 1 : index;
+  return {{"PYTHONUNBUFFERED", "0"},
+          {"MASTER_ADDR", "localhost"},
+          {"MASTER_PORT", master_port},
+          {"WORLD_SIZE", std::to_string(1 + workers)},
+          {"RANK", std::to_string(rank)},
+          {"TROUPE_ADVERTISE_ADDR", "127.0.0." + std::to_string(1 + rank)},
+          {"TROUPE_PORT", troupe_port}};
+}
+
+TEST_CASE("mirrored over 3 processes as Kubeflow's PyTorchJob starts them, workers first") {
+  const auto master_port = std::to_string(free_port());
+  const auto troupe_port = std::to_string(free_port());
+  mirrored_from_environment(
+      [&](int rank) {
+        return rank == 0 ? kubeflow_pod_env("master", 0, 2, master_port, troupe_port)
+                         : kubeflow_pod_env("worker", rank - 1, 2, master_port, troupe_port);
+      },
+      {1, 2, 0});
+}
+
+TEST_CASE("mirrored over 3 processes from SLURM's variables, one rank 10 s late") {
   const auto port = std::to_string(free_port());
   mirrored_from_environment(
       [&](int rank) {
@@ -346,7 +380,7 @@ TEST_CASE("mirrored over 3 processes from SLURM's variables, one rank 3 s late")
                                                   {"SLURM_JOB_ID", "4242"},
                                                   {"TROUPE_CHIEF_PORT", port}};
       },
-      {0, 1, 2}, 1, std::chrono::seconds(3));
+      {0, 1, 2}, 1, std::chrono::seconds(10));
 }
 
 TEST_CASE(
@@ -463,9 +497,12 @@ TEST_CASE(
   CHECK(d < 1e-6);
 }
 
-TEST_CASE(
-    "SIGTERM to every process of a mirrored job: a checkpoint, status 75, and the same commands "
-    "resume to the same end") {
+// Sends SIGTERM to `signalled` tasks of a running mirrored job: every
+// process must exit with the "resume me" status, leaving a checkpoint and
+// the marker (its summary's "preempted" starts with `said`: the first
+// signal the chief hears may be its own or a worker's), and the same commands
+// started again resume to the uninterrupted run's end.
+void preempt_and_resume(const std::vector<std::string>& signalled, const std::string& said) {
   strategy_env env(2000);
   auto c = interruptible_job(env);
   temp_dir dir;
@@ -477,8 +514,8 @@ TEST_CASE(
   auto procs = start_all(job, dir / "b");
   const fs::path ckpts = dir / "pre/checkpoints";
   wait_for_checkpoint(ckpts);
-  // What Kubernetes and scancel --signal=TERM do: every process at once.
-  for (auto& [task, p] : procs) {
+  for (const auto& task : signalled) {
+    auto& p = procs.at(task);
     REQUIRE_MESSAGE(p->running(), task << " ended early; its log:\n" << p->output());
     ::kill(p->pid, SIGTERM);
   }
@@ -490,7 +527,8 @@ TEST_CASE(
   }
   procs.clear();
   auto s = summary_in(dir / "pre");
-  CHECK(s["preempted"] == "SIGTERM");
+  const std::string preempted = s.value("preempted", "");
+  CHECK_MESSAGE(preempted.rfind(said, 0) == 0, "preempted by '" << preempted << "'");
   const int64_t stopped_at = s["steps"];
   CHECK(stopped_at < 1000);
   REQUIRE(fs::exists(ckpts / "preempted.json"));
@@ -505,6 +543,19 @@ TEST_CASE(
   double d = max_abs_diff(expected, variables_of(again));
   MESSAGE("preempted and resumed vs uninterrupted: max |diff| " << d);
   CHECK(d < 1e-6);
+}
+
+TEST_CASE(
+    "SIGTERM to every process of a mirrored job: a checkpoint, status 75, and the same commands "
+    "resume to the same end") {
+  // What Kubernetes and scancel --signal=TERM do: every process at once.
+  preempt_and_resume({"chief:0", "worker:0", "worker:1"}, "SIGTERM");
+}
+
+TEST_CASE(
+    "SIGTERM to one worker process of a mirrored job (one evicted pod): the chief stops the whole "
+    "job with a checkpoint, every process exits 75, and they resume to the same end") {
+  preempt_and_resume({"worker:1"}, "SIGTERM to worker:1");
 }
 
 TEST_CASE("a process told to leave that cannot finish in time exits after grace_seconds with 75") {
@@ -603,7 +654,9 @@ TEST_CASE("a hung worker process (SIGSTOP) is detected by the heartbeats") {
   ::kill(procs["worker:1"]->pid, SIGKILL);
 }
 
-TEST_CASE("a worker process killed mid-job: parameter_server goes on, and takes it back") {
+TEST_CASE(
+    "worker processes killed (SIGKILL) and asked to leave (SIGTERM) mid-job: parameter_server "
+    "goes on, and takes them back") {
   strategy_env env(2000);
   auto c = env.job("parameter_server", "adam", 3, 16);
   c.strategy.shards = 1;
@@ -617,14 +670,21 @@ TEST_CASE("a worker process killed mid-job: parameter_server goes on, and takes 
   auto procs = start_all(job, dir.str());
   auto metrics = dir / "out/metrics.jsonl";
   auto wait_for = [&](const std::string& text) { return file_shows(metrics, text); };
-  REQUIRE(wait_for("\"push\""));
+  REQUIRE_MESSAGE(wait_for("\"push\""), "no push; the chief's log:\n" << procs["chief:0"]->output());
   REQUIRE(procs["worker:2"]->running());
   ::kill(procs["worker:2"]->pid, SIGKILL);
   CHECK(procs["worker:2"]->wait(std::chrono::seconds(5)) == -SIGKILL);
   REQUIRE(wait_for("\"worker_lost\""));
-  // The same task again, as a supervisor would restart it.
-  procs["worker:2"] =
-      std::make_unique<node_proc>(job.file, "worker:2", dir / "worker2-again.log", kSecret);
+  // An evicted pod: asked to leave, the worker goes at once (well inside
+  // grace_seconds), asking to be started again, and the job goes on.
+  REQUIRE(procs["worker:1"]->running());
+  ::kill(procs["worker:1"]->pid, SIGTERM);
+  CHECK(procs["worker:1"]->wait(std::chrono::seconds(10)) == preemption::kResumeExitStatus);
+  REQUIRE(wait_for("\"task\":\"worker:1\""));
+  // The same tasks again, as a supervisor would restart them.
+  for (auto t : {"worker:1", "worker:2"})
+    procs[t] = std::make_unique<node_proc>(job.file, t, dir / (std::string(t) + "-again.log"),
+                                           kSecret);
   for (auto t : {"chief:0", "worker:0", "worker:1", "worker:2", "ps:0"}) {
     int rc = procs[t]->wait(std::chrono::seconds(120));
     CHECK_MESSAGE(rc == 0, t << " exited with " << rc << "; its log:\n" << procs[t]->output());
@@ -633,25 +693,31 @@ TEST_CASE("a worker process killed mid-job: parameter_server goes on, and takes 
   CHECK(s["steps"] == 80 * 42 * 3);
   CHECK(s["test_accuracy"].get<double>() > 0.9);
   auto lost = metrics_of(s, "worker_lost");
-  REQUIRE(lost.size() == 1);
+  REQUIRE(lost.size() == 2);
   CHECK(lost[0]["worker"] == 2);
   CHECK(lost[0]["task"] == "worker:2");
+  CHECK(lost[1]["worker"] == 1);
+  CHECK(lost[1]["task"] == "worker:1");
   auto back = metrics_of(s, "worker_joined");
-  REQUIRE(back.size() == 1);
-  CHECK(back[0]["worker"] == 2);
-  CHECK(back[0]["step"].get<int64_t>() >= lost[0]["step"].get<int64_t>());
-  // It took steps again: pushes by worker 2 after it came back.
-  int64_t later = 0;
-  bool is_back = false;
+  REQUIRE(back.size() == 2);
+  // Each took steps again: its pushes after it came back.
+  std::map<int64_t, int64_t> later;
+  std::set<int64_t> is_back;
   std::ifstream in(metrics);
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line);
-    if (j["type"] == "worker_joined") is_back = true;
-    if (is_back && j["type"] == "push" && j["worker"] == 2) ++later;
+    if (j["type"] == "worker_joined") is_back.insert(j["worker"].get<int64_t>());
+    if (j["type"] == "push" && is_back.count(j["worker"].get<int64_t>()))
+      ++later[j["worker"].get<int64_t>()];
   }
-  MESSAGE("worker 2: lost at update " << lost[0]["step"] << ", back at " << back[0]["step"] << ", "
-                                      << later << " pushes after");
-  CHECK(later > 5);
+  for (const auto& b : back) {
+    const int64_t w = b["worker"];
+    CHECK((w == 1 || w == 2));
+    MESSAGE("worker " << w << ": back at update " << b["step"] << ", " << later[w]
+                      << " pushes after");
+    CHECK(later[w] > 5);
+  }
+  CHECK(back[0]["step"].get<int64_t>() >= lost[1]["step"].get<int64_t>());
   CHECK(procs["chief:0"]->output().find("worker:2") != std::string::npos);
 }
 
