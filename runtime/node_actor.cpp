@@ -200,7 +200,8 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
           return;
         }
         parts.task = task;
-        st.shared->events.push({node_event::joined, task, std::move(parts), their_node, {}, {}, {}});
+        st.shared->events.push(
+            {node_event::joined, task, std::move(parts), their_node, {}, {}, {}});
       },
       [self](build_atom, node_build& order) -> caf::result<node_parts> {
         if (!trusted_sender(self)) return refuse(self, "build");

@@ -345,8 +345,8 @@ TEST_CASE("mirrored over 3 processes from torchrun's variables, ranks in reverse
 // address: 127.0.0.<1 + rank> here. The master's Service name does not
 // resolve outside a cluster, so "localhost" (a name, resolved like it)
 // stands for it.
-std::map<std::string, std::string> kubeflow_pod_env(const std::string& type, int index,
-                                                    int workers, const std::string& master_port,
+std::map<std::string, std::string> kubeflow_pod_env(const std::string& type, int index, int workers,
+                                                    const std::string& master_port,
                                                     const std::string& troupe_port) {
   const int rank = type == "worker" ? index + 1 : index;
   return {{"PYTHONUNBUFFERED", "0"},
@@ -670,7 +670,8 @@ TEST_CASE(
   auto procs = start_all(job, dir.str());
   auto metrics = dir / "out/metrics.jsonl";
   auto wait_for = [&](const std::string& text) { return file_shows(metrics, text); };
-  REQUIRE_MESSAGE(wait_for("\"push\""), "no push; the chief's log:\n" << procs["chief:0"]->output());
+  REQUIRE_MESSAGE(wait_for("\"push\""), "no push; the chief's log:\n"
+                                            << procs["chief:0"]->output());
   REQUIRE(procs["worker:2"]->running());
   ::kill(procs["worker:2"]->pid, SIGKILL);
   CHECK(procs["worker:2"]->wait(std::chrono::seconds(5)) == -SIGKILL);
@@ -683,8 +684,8 @@ TEST_CASE(
   REQUIRE(wait_for("\"task\":\"worker:1\""));
   // The same tasks again, as a supervisor would restart them.
   for (auto t : {"worker:1", "worker:2"})
-    procs[t] = std::make_unique<node_proc>(job.file, t, dir / (std::string(t) + "-again.log"),
-                                           kSecret);
+    procs[t] =
+        std::make_unique<node_proc>(job.file, t, dir / (std::string(t) + "-again.log"), kSecret);
   for (auto t : {"chief:0", "worker:0", "worker:1", "worker:2", "ps:0"}) {
     int rc = procs[t]->wait(std::chrono::seconds(120));
     CHECK_MESSAGE(rc == 0, t << " exited with " << rc << "; its log:\n" << procs[t]->output());
