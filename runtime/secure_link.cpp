@@ -20,11 +20,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "config/cluster.hpp"
 #include "config/secret.hpp"
 #include "runtime/basp_guard.hpp"
+#include "runtime/tls_records.hpp"
 
 namespace troupe {
 
@@ -32,8 +34,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 constexpr std::size_t kChunk = 256 * 1024;         // one read from either side
-constexpr std::size_t kHighWater = 2 << 20;        // buffered per direction before reading stops
-constexpr std::size_t kMaxWrite = 1 << 20;         // one SSL_write
 constexpr auto kLinger = std::chrono::seconds(2);  // to flush after the other side closed
 
 std::string ssl_errors() {
@@ -52,8 +52,17 @@ struct ctx_free {
 };
 using ctx_ptr = std::unique_ptr<SSL_CTX, ctx_free>;
 
+// The process's link counters (link_totals()).
+struct link_counters {
+  std::atomic<uint64_t> opened{0}, failed{0}, guard_closed{0}, dropped{0}, bytes_in{0},
+      bytes_out{0};
+};
+
 // One connection: the peer's socket (with its TLS session) and the plain end
-// of the socketpair whose other end BASP (or the rendezvous) reads.
+// of the socketpair whose other end BASP (or the rendezvous) reads. The hub
+// thread runs its handshake; then two threads of its own move its bytes,
+// one per direction, each with its own half of the TLS 1.3 record layer
+// (runtime/tls_records.hpp), so encryption and decryption run side by side.
 struct link {
   int tcp = -1;
   int plain = -1;
@@ -61,37 +70,47 @@ struct link {
   link_params p;
   std::string psk;  // this connection's pre-shared key
   std::string psk_problem;
+  // The application traffic secrets, from OpenSSL's key log as the
+  // handshake derives them.
+  std::string client_secret, server_secret;
   std::unique_ptr<basp_guard> guard;
   std::promise<std::string> ready;
-  bool decided = false;
+  std::atomic<bool> decided{false};
   bool started = false;  // serviced once (the connector's hello goes out then)
   bool open = false;     // the TLS handshake is done and the peer checked
-  bool done = false;
+  bool done = false;     // the handshake failed: the hub drops it
   clock_type::time_point deadline;
   long long timeout_ms = 0;
-  std::vector<char> in;  // peer -> plain
-  std::size_t in_off = 0;
-  std::vector<char> out;  // plain -> peer
-  std::size_t out_off = 0;
-  // TLS records OpenSSL wrote (into a memory BIO), waiting for the socket:
-  // one send() for many 16 KiB records rather than one each.
+  // TLS records OpenSSL wrote during the handshake (into a memory BIO),
+  // waiting for the socket.
   BIO* wbio = nullptr;  // owned by `ssl`
   std::vector<char> wire;
   std::size_t wire_off = 0;
-  bool read_stopped_full = false;  // reading stopped with `in` full, not for want of bytes
-  bool peer_gone = false;          // the peer closed: flush `in`, then end
-  bool plain_gone = false;         // BASP closed: flush `out`, then end
-  clock_type::time_point linger_until;
+  // Once open: the two directions' threads, and a pipe that wakes both when
+  // either ends (the link ends as a whole).
+  std::thread inbound, outbound;
+  int stop_pipe[2] = {-1, -1};
+  std::atomic<bool> stopping{false};
+  std::atomic<int> running{0};
 
   ~link() {
+    if (inbound.joinable()) inbound.join();
+    if (outbound.joinable()) outbound.join();
     if (ssl) SSL_free(ssl);
-    for (int fd : {tcp, plain})
+    for (int fd : {tcp, plain, stop_pipe[0], stop_pipe[1]})
       if (fd >= 0) ::close(fd);
   }
-  std::size_t pending_in() const { return in.size() - in_off; }
-  std::size_t pending_out() const { return out.size() - out_off; }
   std::size_t pending_wire() const { return wire.size() - wire_off; }
   std::string who() const { return p.peer_task + " (" + p.peer_address + ")"; }
+  // The first answer wins: "" ready, else why not.
+  void decide(const std::string& why) {
+    if (!decided.exchange(true)) ready.set_value(why);
+  }
+  void stop() {
+    if (stopping.exchange(true)) return;
+    char b = 1;
+    [[maybe_unused]] auto n = ::write(stop_pipe[1], &b, 1);
+  }
 };
 
 link* link_of(SSL* ssl) {
@@ -167,6 +186,25 @@ bool certificate_names(X509* cert, const std::string& task) {
   return found;
 }
 
+// OpenSSL hands every secret the handshake derives to its key log; a link
+// keeps the two application traffic secrets (never written anywhere) to
+// key its record layer.
+void keep_traffic_secret(const SSL* ssl, const char* line) {
+  auto* l = link_of(const_cast<SSL*>(ssl));
+  if (!l) return;
+  const std::string text(line);
+  std::string* slot = nullptr;
+  if (text.rfind("CLIENT_TRAFFIC_SECRET_0 ", 0) == 0)
+    slot = &l->client_secret;
+  else if (text.rfind("SERVER_TRAFFIC_SECRET_0 ", 0) == 0)
+    slot = &l->server_secret;
+  if (!slot) return;
+  const auto hex = text.substr(text.rfind(' ') + 1);
+  slot->clear();
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    slot->push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+}
+
 ctx_ptr make_context(const link_security& sec) {
   ERR_clear_error();
   ctx_ptr ctx(SSL_CTX_new(TLS_method()));
@@ -174,17 +212,19 @@ ctx_ptr make_context(const link_security& sec) {
   SSL_CTX* c = ctx.get();
   SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION);
   SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION);
-  SSL_CTX_set_ciphersuites(c,
-                           "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
-                           "TLS_CHACHA20_POLY1305_SHA256");
+  // The record layer after the handshake is ours (runtime/tls_records.hpp),
+  // for this suite: AES-GCM runs in hardware on every x86 CPU we target.
+  SSL_CTX_set_ciphersuites(c, "TLS_AES_128_GCM_SHA256");
+  // Nothing after the handshake: no tickets (a NewSessionTicket would be a
+  // record of the application keys that OpenSSL, not our layer, sent).
   SSL_CTX_set_num_tickets(c, 0);
   SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
   SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
-  SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  // Read whole socket buffers, not a record header and then its body: half
-  // the system calls. (Records read ahead are drained by the read loop.)
-  SSL_CTX_set_read_ahead(c, 1);
-  SSL_CTX_set_default_read_buffer_len(c, 64 * 1024);
+  // No read-ahead: OpenSSL reads the handshake record by record and stops
+  // at its end, so the first application record is still in the socket
+  // for our layer.
+  SSL_CTX_set_read_ahead(c, 0);
+  SSL_CTX_set_keylog_callback(c, keep_traffic_secret);
   if (sec.kind == link_security::trust::psk) {
     SSL_CTX_set_psk_use_session_callback(c, use_psk);
     SSL_CTX_set_psk_find_session_callback(c, find_psk);
@@ -212,7 +252,57 @@ std::string context_key(const link_security& sec) {
   return sec.ca_file + '\0' + sec.cert_file + '\0' + sec.key_file;
 }
 
-// The thread that runs every link of this process.
+// Blocks SIGPIPE on the calling thread: a write to a peer that vanished then
+// fails with EPIPE and the link closes, instead of ending the process.
+void block_sigpipe() {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+}
+
+// Waits until `fd` is ready for `events` or the link is told to stop (false
+// then), at most until `until` when given.
+bool wait_for(link& l, int fd, short events,
+              std::optional<clock_type::time_point> until = std::nullopt) {
+  while (!l.stopping) {
+    pollfd fds[2] = {{fd, events, 0}, {l.stop_pipe[0], POLLIN, 0}};
+    int ms = -1;
+    if (until) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*until - clock_type::now());
+      if (left.count() <= 0) return false;
+      ms = static_cast<int>(left.count());
+    }
+    int r = ::poll(fds, 2, ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (fds[1].revents != 0) return false;
+    if (r > 0) return true;
+  }
+  return false;
+}
+
+// Sends all of [data, data + n) to `fd`; false when the link stops, the
+// deadline passes or the socket fails.
+bool send_all(link& l, int fd, const char* data, std::size_t n,
+              std::optional<clock_type::time_point> until = std::nullopt) {
+  while (n > 0) {
+    ssize_t k = ::send(fd, data, n, MSG_NOSIGNAL);
+    if (k > 0) {
+      data += k;
+      n -= static_cast<std::size_t>(k);
+      continue;
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (!wait_for(l, fd, POLLOUT, until)) return false;
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+// The thread that runs every link's handshake, and reaps the links that
+// ended.
 class link_hub {
  public:
   static link_hub& instance() {
@@ -232,32 +322,30 @@ class link_hub {
       std::lock_guard<std::mutex> guard(mutex_);
       incoming_.push_back(std::move(l));
     }
-    ++stats_opened_;
+    ++counters_.opened;
     wake();
   }
 
   link_stats totals() const {
-    return {stats_opened_.load(),  stats_failed_.load(),   stats_guard_closed_.load(),
-            stats_dropped_.load(), stats_bytes_in_.load(), stats_bytes_out_.load()};
+    return {counters_.opened.load(),  counters_.failed.load(),   counters_.guard_closed.load(),
+            counters_.dropped.load(), counters_.bytes_in.load(), counters_.bytes_out.load()};
+  }
+
+  void wake() {
+    char b = 1;
+    [[maybe_unused]] auto n = ::write(wake_[1], &b, 1);
   }
 
  private:
   link_hub() {
     // OpenSSL's own exit handler is registered now, before this hub's
-    // destructor is: at exit the hub (its thread, its contexts) goes first,
-    // then OpenSSL's cleanup.
+    // destructor is: at exit the hub (its threads, its contexts) goes
+    // first, then OpenSSL's cleanup.
     OPENSSL_init_ssl(0, nullptr);
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
       throw link_error(std::string("TLS links: pipe: ") + std::strerror(errno));
-    scratch_.resize(kChunk);
     thread_ = std::thread([this] {
-      // OpenSSL writes with write(2): a peer that vanished would raise
-      // SIGPIPE and end the process. Blocked on this thread, the write
-      // fails with EPIPE instead, and the link closes.
-      sigset_t pipe;
-      sigemptyset(&pipe);
-      sigaddset(&pipe, SIGPIPE);
-      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+      block_sigpipe();
       run();
       OPENSSL_thread_stop();
     });
@@ -266,6 +354,8 @@ class link_hub {
     stopping_ = true;
     wake();
     if (thread_.joinable()) thread_.join();
+    for (auto& l : open_) l->stop();
+    open_.clear();  // joins their threads
     links_.clear();
     incoming_.clear();
     contexts_.clear();
@@ -273,41 +363,25 @@ class link_hub {
     ::close(wake_[1]);
   }
 
-  void wake() {
-    char b = 1;
-    [[maybe_unused]] auto n = ::write(wake_[1], &b, 1);
-  }
-
   void run();
-  void service(link& l);
   void handshake(link& l);
   std::string check_peer(link& l);
   void fail(link& l, const std::string& why, bool handshake_failure);
-  void decide(link& l, const std::string& why) {
-    if (l.decided) return;
-    l.decided = true;
-    l.ready.set_value(why);
-  }
-  // > 0 bytes, 0 nothing now, -1 the peer closed or failed (l.done or
-  // l.peer_gone set).
-  long read_peer(link& l, char* buf, std::size_t len);
-  void flush_plain(link& l);
-  void read_plain(link& l);
-  void flush_peer(link& l);
+  // Hands an open link to its two threads.
+  void start_pumps(std::unique_ptr<link> l);
   // Moves what OpenSSL wrote to `wire` and sends what the socket takes.
   void send_wire(link& l);
 
   std::mutex mutex_;
   std::vector<std::unique_ptr<link>> incoming_;
-  std::vector<std::unique_ptr<link>> links_;  // the hub thread's
-  std::vector<char> scratch_;
+  std::vector<std::unique_ptr<link>> links_;  // in their handshake: the hub thread's
+  std::vector<std::unique_ptr<link>> open_;   // running on their own threads
   std::mutex ctx_mutex_;
   std::map<std::string, ctx_ptr> contexts_;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   std::thread thread_;
-  std::atomic<uint64_t> stats_opened_{0}, stats_failed_{0}, stats_guard_closed_{0},
-      stats_dropped_{0}, stats_bytes_in_{0}, stats_bytes_out_{0};
+  link_counters counters_;
 };
 
 void link_hub::run() {
@@ -318,28 +392,17 @@ void link_hub::run() {
       for (auto& l : incoming_) links_.push_back(std::move(l));
       incoming_.clear();
     }
+    // Links whose threads both ended: joined and closed here.
+    open_.erase(std::remove_if(open_.begin(), open_.end(),
+                               [](const std::unique_ptr<link>& l) { return l->running == 0; }),
+                open_.end());
     fds.clear();
     fds.push_back({wake_[0], POLLIN, 0});
     auto now = clock_type::now();
     auto next = now + std::chrono::seconds(1);
-    for (auto& lp : links_) {
-      auto& l = *lp;
-      short tcp_events = 0, plain_events = 0;
-      if (!l.open) {
-        tcp_events = static_cast<short>(POLLIN | (l.pending_wire() > 0 ? POLLOUT : 0));
-        next = std::min(next, l.deadline);
-      } else {
-        if (!l.peer_gone && l.pending_in() < kHighWater) tcp_events |= POLLIN;
-        if (l.pending_wire() > 0 || (!l.ssl && l.pending_out() > 0)) tcp_events |= POLLOUT;
-        if (l.pending_in() > 0) plain_events |= POLLOUT;
-        if (!l.plain_gone && l.pending_out() < kHighWater) plain_events |= POLLIN;
-        // Records OpenSSL has read ahead, left when `in` was full, do not
-        // make the socket readable again.
-        if (l.read_stopped_full && l.pending_in() < kHighWater) next = now;
-        if (l.peer_gone || l.plain_gone) next = std::min(next, l.linger_until);
-      }
-      fds.push_back({l.tcp, tcp_events, 0});
-      fds.push_back({l.plain, plain_events, 0});
+    for (auto& l : links_) {
+      fds.push_back({l->tcp, static_cast<short>(POLLIN | (l->pending_wire() > 0 ? POLLOUT : 0)), 0});
+      next = std::min(next, l->deadline);
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
     ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0)));
@@ -349,24 +412,19 @@ void link_hub::run() {
     now = clock_type::now();
     for (std::size_t i = 0; i < links_.size(); ++i) {
       auto& l = *links_[i];
-      const bool active = (fds[1 + 2 * i].revents | fds[2 + 2 * i].revents) != 0;
       // A new link's first handshake step sends its hello unprompted.
-      if (active || !l.started || l.read_stopped_full) service(l);
+      if (fds[1 + i].revents != 0 || !l.started) {
+        handshake(l);
+        if (l.ssl && !l.done) send_wire(l);  // the handshake's flights
+      }
       l.started = true;
       if (!l.done && !l.open && now >= l.deadline)
         fail(l, "no TLS handshake within " + std::to_string(l.timeout_ms) + " ms", true);
-      if (!l.done && (l.peer_gone || l.plain_gone) &&
-          (now >= l.linger_until || (l.peer_gone && l.pending_in() == 0) ||
-           (l.plain_gone && l.pending_out() == 0 && l.pending_wire() == 0))) {
-        if (l.plain_gone && l.ssl) {  // close_notify, best effort
-          SSL_shutdown(l.ssl);
-          send_wire(l);
-        }
-        l.done = true;
-      }
     }
+    for (auto& l : links_)
+      if (l->open && !l->done) start_pumps(std::move(l));
     links_.erase(std::remove_if(links_.begin(), links_.end(),
-                                [](const std::unique_ptr<link>& l) { return l->done; }),
+                                [](const std::unique_ptr<link>& l) { return !l || l->done; }),
                  links_.end());
   }
 }
@@ -398,10 +456,10 @@ void link_hub::send_wire(link& l) {
 }
 
 void link_hub::fail(link& l, const std::string& why, bool handshake_failure) {
-  if (handshake_failure) ++stats_failed_;
+  if (handshake_failure) ++counters_.failed;
   send_wire(l);  // an alert OpenSSL wrote, best effort
   spdlog::warn("{}: closed the connection with {}: {}", l.p.me, l.who(), why);
-  decide(l, why);
+  l.decide(why);
   l.done = true;
 }
 
@@ -424,19 +482,23 @@ std::string link_hub::check_peer(link& l) {
 void link_hub::handshake(link& l) {
   if (!l.ssl) {
     l.open = true;
-    decide(l, {});
+    l.decide({});
     return;
   }
   ERR_clear_error();
   int r = SSL_do_handshake(l.ssl);
   if (r == 1) {
     if (auto problem = check_peer(l); !problem.empty()) return fail(l, problem, true);
+    if (l.client_secret.size() != 32 || l.server_secret.size() != 32)
+      return fail(l, "TLS: the handshake left no application traffic secrets", true);
+    if (SSL_has_pending(l.ssl))  // read_ahead is off: the peer sent early data
+      return fail(l, "TLS: application data before the handshake ended", true);
     l.open = true;
     spdlog::debug("{}: TLS 1.3 with {} ({})", l.p.me, l.who(), SSL_get_cipher_name(l.ssl));
     // A TLS 1.3 client finishes before the server has checked its
     // certificate; BASP's listener speaks first, so its first bytes are the
     // verdict (a refusal arrives as an alert instead).
-    if (l.p.listener || !l.guard) decide(l, {});
+    if (l.p.listener || !l.guard) l.decide({});
     return;
   }
   int e = SSL_get_error(l.ssl, r);
@@ -456,137 +518,136 @@ void link_hub::handshake(link& l) {
   fail(l, why, true);
 }
 
-long link_hub::read_peer(link& l, char* buf, std::size_t len) {
-  if (!l.ssl) {
-    ssize_t n = ::recv(l.tcp, buf, len, 0);
-    if (n > 0) return n;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
-    if (n == 0) {
-      l.peer_gone = true;
-      l.linger_until = clock_type::now() + kLinger;
-    } else {
-      fail(l, std::strerror(errno), false);
-    }
-    return -1;
-  }
-  ERR_clear_error();
-  int n = SSL_read(l.ssl, buf, static_cast<int>(len));
-  if (n > 0) return n;
-  int e = SSL_get_error(l.ssl, n);
-  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
-  const bool eof = e == SSL_ERROR_ZERO_RETURN ||
-                   (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) ||
-                   (e == SSL_ERROR_SSL &&
-                    ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
-  if (eof) {
-    l.peer_gone = true;  // close_notify, or the socket closed
-    l.linger_until = clock_type::now() + kLinger;
-    decide(l, "the peer closed the connection after the TLS handshake");
-    return -1;
-  }
-  fail(l, "TLS: " + ssl_errors(), false);  // a record that fails authentication lands here
-  return -1;
-}
-
-void link_hub::flush_plain(link& l) {
-  while (l.pending_in() > 0) {
-    ssize_t n = ::send(l.plain, l.in.data() + l.in_off, l.pending_in(), MSG_NOSIGNAL);
-    if (n > 0) {
-      l.in_off += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    l.done = true;  // BASP went away; the link has nobody to deliver to
-    return;
-  }
-  l.in.clear();
-  l.in_off = 0;
-}
-
-void link_hub::read_plain(link& l) {
-  while (!l.plain_gone && l.pending_out() < kHighWater) {
-    ssize_t n = ::recv(l.plain, scratch_.data(), scratch_.size(), 0);
-    if (n > 0) {
-      l.out.insert(l.out.end(), scratch_.data(), scratch_.data() + n);
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    l.plain_gone = true;  // BASP closed this connection: flush, then close
-    l.linger_until = clock_type::now() + kLinger;
-  }
-}
-
-void link_hub::flush_peer(link& l) {
-  while (l.pending_out() > 0 && !l.done) {
-    const auto len = std::min(l.pending_out(), kMaxWrite);
-    long n;
-    if (l.ssl) {
-      if (l.pending_wire() >= kHighWater) break;  // the socket is behind: wait for it
-      ERR_clear_error();
-      n = SSL_write(l.ssl, l.out.data() + l.out_off, static_cast<int>(len));
-      if (n <= 0) {
-        int e = SSL_get_error(l.ssl, static_cast<int>(n));
-        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) break;
-        fail(l, "TLS: " + ssl_errors(), false);
-        return;
+// Peer -> BASP: records opened, frames checked by the guard, written to the
+// plain end. Ends when the peer closes or misbehaves, or the link stops.
+void pump_inbound(link& l, link_counters& counters) {
+  std::unique_ptr<tls13::record_reader> records;
+  if (l.ssl)
+    records = std::make_unique<tls13::record_reader>(l.p.listener ? l.client_secret
+                                                                  : l.server_secret);
+  std::vector<char> buf(kChunk), opened, checked;
+  std::string why;
+  bool peer_closed = false;
+  while (!l.stopping && !peer_closed) {
+    ssize_t n = ::recv(l.tcp, buf.data(), buf.size(), 0);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        if (!wait_for(l, l.tcp, POLLIN)) break;
+        continue;
       }
-      send_wire(l);
-    } else {
-      n = ::send(l.tcp, l.out.data() + l.out_off, len, MSG_NOSIGNAL);
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-      if (n < 0) {
-        fail(l, std::strerror(errno), false);
-        return;
-      }
-    }
-    l.out_off += static_cast<std::size_t>(n);
-    stats_bytes_out_ += static_cast<uint64_t>(n);
-  }
-  if (l.ssl) send_wire(l);
-  if (l.pending_out() == 0) {
-    l.out.clear();
-    l.out_off = 0;
-  }
-}
-
-void link_hub::service(link& l) {
-  if (!l.open) {
-    handshake(l);
-    if (l.ssl && !l.done) send_wire(l);  // the handshake's flights
-    if (!l.open || l.done) return;
-  }
-  // Peer -> BASP, through the guard.
-  l.read_stopped_full = false;
-  while (!l.done && !l.peer_gone) {
-    if (l.pending_in() >= kHighWater) {
-      l.read_stopped_full = true;
+      why = std::strerror(errno);
       break;
     }
-    long n = read_peer(l, scratch_.data(), scratch_.size());
-    if (n <= 0) break;
-    decide(l, {});
-    stats_bytes_in_ += static_cast<uint64_t>(n);
-    if (!l.guard) {
-      l.in.insert(l.in.end(), scratch_.data(), scratch_.data() + n);
-      continue;
+    if (n == 0) {
+      peer_closed = true;
+      break;
     }
-    auto problem = l.guard->feed(scratch_.data(), static_cast<std::size_t>(n), l.in);
-    if (auto drops = l.guard->take_drops(); drops.count > 0) {
-      stats_dropped_ += drops.count;
-      spdlog::warn("{}: dropped {} frame(s) from {}: {}", l.p.me, drops.count, l.who(),
-                   drops.first_reason);
+    const std::vector<char>* data = &buf;
+    std::size_t len = static_cast<std::size_t>(n);
+    if (records) {
+      opened.clear();
+      if (auto problem = records->feed(buf.data(), len, opened); !problem.empty()) {
+        why = "TLS: " + problem;  // a record that fails authentication lands here
+        break;
+      }
+      peer_closed = records->closed();
+      data = &opened;
+      len = opened.size();
     }
-    if (!problem.empty()) {
-      ++stats_guard_closed_;
-      return fail(l, problem, false);
+    if (len == 0) continue;
+    counters.bytes_in += len;
+    l.decide({});
+    if (l.guard) {
+      checked.clear();
+      auto problem = l.guard->feed(data->data(), len, checked);
+      if (auto drops = l.guard->take_drops(); drops.count > 0) {
+        counters.dropped += drops.count;
+        spdlog::warn("{}: dropped {} frame(s) from {}: {}", l.p.me, drops.count, l.who(),
+                     drops.first_reason);
+      }
+      if (!problem.empty()) {
+        ++counters.guard_closed;
+        why = problem;
+        break;
+      }
+      data = &checked;
+      len = checked.size();
     }
+    if (!send_all(l, l.plain, data->data(), len)) break;  // BASP went away, or the link stops
   }
-  if (l.done) return;
-  flush_plain(l);
-  // BASP -> peer.
-  read_plain(l);
-  flush_peer(l);
-  if (l.ssl && !l.done) send_wire(l);  // what reading wrote (a key update's answer)
+  if (!why.empty()) {
+    spdlog::warn("{}: closed the connection with {}: {}", l.p.me, l.who(), why);
+    l.decide(why);
+  } else if (peer_closed) {
+    l.decide("the peer closed the connection after the TLS handshake");
+  }
+  l.stop();
+}
+
+// BASP -> peer: what BASP writes, sealed into records and sent. When BASP
+// closes its end, what is left goes out (within kLinger) with a
+// close_notify.
+void pump_outbound(link& l, link_counters& counters, std::vector<char> pending) {
+  std::unique_ptr<tls13::record_writer> records;
+  if (l.ssl)
+    records = std::make_unique<tls13::record_writer>(l.p.listener ? l.server_secret
+                                                                  : l.client_secret);
+  // The handshake's last flight first, if the socket had not taken it all.
+  if (!pending.empty() && !send_all(l, l.tcp, pending.data(), pending.size())) return l.stop();
+  std::vector<char> buf(kChunk), sealed;
+  while (!l.stopping) {
+    ssize_t n = ::recv(l.plain, buf.data(), buf.size(), 0);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        if (!wait_for(l, l.plain, POLLIN)) break;
+        continue;
+      }
+      break;
+    }
+    if (n == 0) {  // BASP closed this connection: say so, then end
+      if (records) {
+        sealed.clear();
+        records->seal_close_notify(sealed);
+        send_all(l, l.tcp, sealed.data(), sealed.size(), clock_type::now() + kLinger);
+      }
+      ::shutdown(l.tcp, SHUT_WR);
+      break;
+    }
+    const auto len = static_cast<std::size_t>(n);
+    bool sent;
+    if (records) {
+      sealed.clear();
+      records->seal(buf.data(), len, sealed);
+      sent = send_all(l, l.tcp, sealed.data(), sealed.size());
+    } else {
+      sent = send_all(l, l.tcp, buf.data(), len);
+    }
+    if (!sent) break;
+    counters.bytes_out += len;
+  }
+  l.stop();
+}
+
+void link_hub::start_pumps(std::unique_ptr<link> owned) {
+  auto& l = *owned;
+  if (::pipe2(l.stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    fail(l, std::string("pipe: ") + std::strerror(errno), false);
+    return;
+  }
+  std::vector<char> pending(l.wire.begin() + static_cast<std::ptrdiff_t>(l.wire_off), l.wire.end());
+  l.wire.clear();
+  l.running = 2;
+  auto body = [this, &l](auto pump) {
+    block_sigpipe();
+    pump();
+    OPENSSL_thread_stop();
+    if (--l.running == 0) wake();  // the hub joins and closes it
+  };
+  l.inbound = std::thread(body, [this, &l] { pump_inbound(l, counters_); });
+  l.outbound = std::thread(body, [this, &l, pending = std::move(pending)]() mutable {
+    pump_outbound(l, counters_, std::move(pending));
+  });
+  open_.push_back(std::move(owned));
 }
 
 }  // namespace

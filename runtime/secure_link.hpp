@@ -3,16 +3,23 @@
 // on the peer's socket, the BASP guard (runtime/basp_guard.hpp) on what comes
 // out of it, and CAF's BASP broker on the other end of a socketpair.
 //
-//   peer ==TLS 1.3 over TCP==> link thread --guard--> socketpair ==> BASP
-//   peer <==TLS 1.3 over TCP== link thread <---------- socketpair <== BASP
+//   peer ==TLS 1.3 over TCP==> inbound thread --guard--> socketpair ==> BASP
+//   peer <==TLS 1.3 over TCP== outbound thread <-------- socketpair <== BASP
 //
-// Why a thread of our own rather than CAF's openssl module: caf::openssl
+// Why threads of our own rather than CAF's openssl module: caf::openssl
 // 0.17 has no pre-shared keys and no TLS 1.3 setting, it would parse BASP
 // frames straight from the decrypted stream (the guard has to see every
 // header first), and it reads exactly the bytes BASP asks for, so bytes
 // already decrypted inside OpenSSL can wait for a socket event that never
-// comes. One thread per process serves every link (poll over all of them);
-// a job has a handful of peers.
+// comes.
+//
+// One hub thread per process runs every link's handshake (OpenSSL, TLS 1.3
+// only, TLS_AES_128_GCM_SHA256, no tickets). Then the link gets two threads,
+// one per direction, each with its half of the record layer keyed from that
+// direction's application traffic secret (runtime/tls_records.hpp, what
+// kernel TLS does): encryption and decryption of one connection run side by
+// side, where one SSL object would serialise them on one thread. The wire
+// stays TLS 1.3 records.
 //
 // Two ways to trust (link_security::trust):
 //   - psk (the default): the TLS 1.3 external pre-shared key is

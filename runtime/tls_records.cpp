@@ -1,0 +1,381 @@
+#include "runtime/tls_records.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace troupe::tls13 {
+
+namespace {
+
+constexpr unsigned char type_ccs = 20;
+constexpr unsigned char type_alert = 21;
+constexpr unsigned char type_handshake = 22;
+constexpr unsigned char type_app_data = 23;
+// Per record on the wire beyond the content: header, inner type, tag.
+constexpr std::size_t record_overhead = header_size + 1 + tag_size;
+
+// HKDF-Expand (RFC 5869) over SHA-256.
+void hkdf_expand(const std::string& prk, const std::string& info, unsigned char* out,
+                 std::size_t len) {
+  unsigned char t[32];
+  std::size_t t_len = 0;
+  std::string block;
+  for (unsigned char i = 1; len > 0; ++i) {
+    block.assign(reinterpret_cast<const char*>(t), t_len);
+    block += info;
+    block.push_back(static_cast<char>(i));
+    unsigned int md_len = 0;
+    if (!HMAC(EVP_sha256(), prk.data(), static_cast<int>(prk.size()),
+              reinterpret_cast<const unsigned char*>(block.data()), block.size(), t, &md_len) ||
+        md_len != sizeof t)
+      throw std::runtime_error("TLS 1.3 traffic keys: HMAC-SHA256 failed");
+    t_len = md_len;
+    std::size_t take = std::min(len, t_len);
+    std::memcpy(out, t, take);
+    out += take;
+    len -= take;
+  }
+  OPENSSL_cleanse(t, sizeof t);
+  OPENSSL_cleanse(block.data(), block.size());
+}
+
+// HKDF-Expand-Label(secret, label, "", len) of RFC 8446 section 7.1.
+void expand_label(const std::string& secret, const std::string& label, unsigned char* out,
+                  std::size_t len) {
+  std::string full = "tls13 " + label;
+  std::string info;
+  info.push_back(static_cast<char>(len >> 8));
+  info.push_back(static_cast<char>(len & 0xff));
+  info.push_back(static_cast<char>(full.size()));
+  info += full;
+  info.push_back(0);  // empty context
+  hkdf_expand(secret, info, out, len);
+}
+
+// iv XOR the 64-bit big-endian sequence number, left-padded to 12 bytes.
+void make_nonce(const std::array<unsigned char, 12>& iv, uint64_t seq, unsigned char* nonce) {
+  std::memcpy(nonce, iv.data(), 12);
+  for (int i = 0; i < 8; ++i) nonce[11 - i] ^= static_cast<unsigned char>(seq >> (8 * i));
+}
+
+EVP_CIPHER_CTX* make_ctx(const std::string& secret, int enc, std::array<unsigned char, 12>& iv) {
+  traffic_keys k = derive_traffic_keys(secret);
+  iv = k.iv;
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  bool ok = ctx && EVP_CipherInit_ex(ctx, EVP_aes_128_gcm(), nullptr, k.key.data(), nullptr, enc);
+  OPENSSL_cleanse(k.key.data(), k.key.size());
+  if (!ok) {
+    EVP_CIPHER_CTX_free(ctx);
+    throw std::runtime_error("TLS 1.3 records: cannot set up AES-128-GCM");
+  }
+  return ctx;
+}
+
+const char* alert_name(unsigned char desc) {
+  switch (desc) {
+    case 0:
+      return "close_notify";
+    case 10:
+      return "unexpected_message";
+    case 20:
+      return "bad_record_mac";
+    case 22:
+      return "record_overflow";
+    case 40:
+      return "handshake_failure";
+    case 42:
+      return "bad_certificate";
+    case 43:
+      return "unsupported_certificate";
+    case 44:
+      return "certificate_revoked";
+    case 45:
+      return "certificate_expired";
+    case 46:
+      return "certificate_unknown";
+    case 47:
+      return "illegal_parameter";
+    case 48:
+      return "unknown_ca";
+    case 49:
+      return "access_denied";
+    case 50:
+      return "decode_error";
+    case 51:
+      return "decrypt_error";
+    case 70:
+      return "protocol_version";
+    case 71:
+      return "insufficient_security";
+    case 80:
+      return "internal_error";
+    case 86:
+      return "inappropriate_fallback";
+    case 90:
+      return "user_canceled";
+    case 109:
+      return "missing_extension";
+    case 110:
+      return "unsupported_extension";
+    case 112:
+      return "unrecognized_name";
+    case 113:
+      return "bad_certificate_status_response";
+    case 115:
+      return "unknown_psk_identity";
+    case 116:
+      return "certificate_required";
+    case 120:
+      return "no_application_protocol";
+    default:
+      return "an alert this reader has no name for";
+  }
+}
+
+std::string record_number(uint64_t seq) {
+  return "record " + std::to_string(seq);
+}
+
+}  // namespace
+
+traffic_keys derive_traffic_keys(const std::string& secret) {
+  if (secret.size() != 32)
+    throw std::runtime_error("a TLS_AES_128_GCM_SHA256 traffic secret is 32 bytes, got " +
+                             std::to_string(secret.size()));
+  traffic_keys k;
+  expand_label(secret, "key", k.key.data(), k.key.size());
+  expand_label(secret, "iv", k.iv.data(), k.iv.size());
+  return k;
+}
+
+// ---------------------------------------------------------------- writer
+
+// (iv_ is a member declared after ctx_: set in the body, not the initializer list.)
+record_writer::record_writer(const std::string& traffic_secret) {
+  ctx_ = make_ctx(traffic_secret, 1, iv_);
+}
+
+record_writer::~record_writer() {
+  EVP_CIPHER_CTX_free(ctx_);
+  OPENSSL_cleanse(iv_.data(), iv_.size());
+}
+
+void record_writer::seal_record(const unsigned char* data, std::size_t n, unsigned char type,
+                                char* dst) {
+  if (seq_ == std::numeric_limits<uint64_t>::max())
+    throw std::runtime_error("TLS 1.3 records: the sequence numbers of this key are used up");
+  auto* h = reinterpret_cast<unsigned char*>(dst);
+  const std::size_t body = n + 1 + tag_size;
+  h[0] = type_app_data;
+  h[1] = 0x03;
+  h[2] = 0x03;
+  h[3] = static_cast<unsigned char>(body >> 8);
+  h[4] = static_cast<unsigned char>(body & 0xff);
+  unsigned char nonce[12];
+  make_nonce(iv_, seq_, nonce);
+  unsigned char* c = h + header_size;
+  int len = 0;
+  if (EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, nonce, 1) != 1 ||
+      EVP_EncryptUpdate(ctx_, nullptr, &len, h, static_cast<int>(header_size)) != 1 ||
+      (n > 0 && EVP_EncryptUpdate(ctx_, c, &len, data, static_cast<int>(n)) != 1) ||
+      EVP_EncryptUpdate(ctx_, c + n, &len, &type, 1) != 1 ||
+      EVP_EncryptFinal_ex(ctx_, c + n + 1, &len) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_GET_TAG, static_cast<int>(tag_size), c + n + 1) != 1)
+    throw std::runtime_error("TLS 1.3 records: AES-128-GCM sealing failed");
+  ++seq_;
+}
+
+void record_writer::seal(const char* data, std::size_t n, std::vector<char>& out) {
+  if (n == 0) return;
+  const std::size_t records = (n + max_plaintext - 1) / max_plaintext;
+  const std::size_t old = out.size();
+  out.resize(old + n + records * record_overhead);
+  char* dst = out.data() + old;
+  const auto* src = reinterpret_cast<const unsigned char*>(data);
+  try {
+    while (n > 0) {
+      std::size_t len = std::min(n, max_plaintext);
+      seal_record(src, len, type_app_data, dst);
+      src += len;
+      n -= len;
+      dst += len + record_overhead;
+    }
+  } catch (...) {
+    out.resize(old);
+    throw;
+  }
+}
+
+void record_writer::seal_close_notify(std::vector<char>& out) {
+  const unsigned char alert[2] = {1, 0};  // warning, close_notify
+  const std::size_t old = out.size();
+  out.resize(old + sizeof alert + record_overhead);
+  try {
+    seal_record(alert, sizeof alert, type_alert, out.data() + old);
+  } catch (...) {
+    out.resize(old);
+    throw;
+  }
+}
+
+// ---------------------------------------------------------------- reader
+
+// (iv_ is a member declared after ctx_: set in the body, not the initializer list.)
+record_reader::record_reader(const std::string& traffic_secret) {
+  ctx_ = make_ctx(traffic_secret, 0, iv_);
+}
+
+record_reader::~record_reader() {
+  EVP_CIPHER_CTX_free(ctx_);
+  OPENSSL_cleanse(iv_.data(), iv_.size());
+}
+
+std::string record_reader::check_header(const unsigned char* h, std::size_t* body) {
+  const std::size_t len = (std::size_t{h[3]} << 8) | h[4];
+  *body = len;
+  if ((h[0] != type_app_data && h[0] != type_ccs) || h[1] != 0x03 || h[2] != 0x03) {
+    static const char hex[] = "0123456789abcdef";
+    std::string bytes;
+    for (int i = 0; i < 3; ++i) {
+      bytes += hex[h[i] >> 4];
+      bytes += hex[h[i] & 15];
+      if (i < 2) bytes += ' ';
+    }
+    return "not a TLS 1.3 application data record: header " + bytes +
+           " (expected type 23 with version 03 03)";
+  }
+  if (len > max_ciphertext)
+    return "a record of " + std::to_string(len) + " bytes, over TLS's limit (" +
+           std::to_string(max_ciphertext) + ")";
+  if (h[0] == type_ccs) {
+    if (len != 1)
+      return "a change_cipher_spec record of " + std::to_string(len) + " bytes (expected 1)";
+  } else if (len < 1 + tag_size) {
+    return "a record of " + std::to_string(len) +
+           " bytes, too short for TLS 1.3 (at least 17: a content type and the 16-byte tag)";
+  }
+  return "";
+}
+
+std::string record_reader::open_record(const unsigned char* rec, std::size_t body,
+                                       std::vector<char>& out) {
+  const unsigned char* b = rec + header_size;
+  if (rec[0] == type_ccs) {
+    if (b[0] != 0x01)
+      return "a change_cipher_spec record holding " + std::to_string(b[0]) + " (expected 1)";
+    if (seen_ccs_) return "a second change_cipher_spec record (only one may come, before the data)";
+    seen_ccs_ = true;
+    return "";
+  }
+  if (seq_ == std::numeric_limits<uint64_t>::max())
+    return "the sequence numbers of this key are used up";
+  const std::size_t clen = body - tag_size;
+  const std::size_t old = out.size();
+  if (out.capacity() < old + clen) out.reserve(std::max(old + clen, 2 * out.capacity()));
+  out.resize(old + clen);
+  auto* dst = reinterpret_cast<unsigned char*>(out.data() + old);
+  unsigned char nonce[12];
+  make_nonce(iv_, seq_, nonce);
+  unsigned char tag[tag_size];
+  std::memcpy(tag, b + clen, tag_size);
+  int len = 0;
+  if (EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, nonce, 0) != 1 ||
+      EVP_DecryptUpdate(ctx_, nullptr, &len, rec, static_cast<int>(header_size)) != 1 ||
+      EVP_DecryptUpdate(ctx_, dst, &len, b, static_cast<int>(clen)) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag_size), tag) != 1 ||
+      EVP_DecryptFinal_ex(ctx_, dst + clen, &len) != 1) {
+    out.resize(old);
+    return "cannot decrypt " + record_number(seq_) + " of " + std::to_string(body) +
+           " bytes: bad record mac (the record was altered, replayed, reordered or sealed "
+           "with another key)";
+  }
+  if (clen > max_plaintext + 1) {
+    out.resize(old);
+    return record_number(seq_) + " holds " + std::to_string(clen) +
+           " bytes of plaintext, over TLS's limit (record_overflow)";
+  }
+  // Strip the zero padding: the content type is the last non-zero byte.
+  std::size_t i = clen;
+  while (i > 0 && dst[i - 1] == 0) --i;
+  if (i == 0) {
+    out.resize(old);
+    return record_number(seq_) + " has no content type (its plaintext is all zeros)";
+  }
+  const unsigned char type = dst[i - 1];
+  const std::size_t content = i - 1;
+  if (type == type_app_data) {
+    out.resize(old + content);
+    ++seq_;
+    return "";
+  }
+  std::string why;
+  if (type == type_alert) {
+    if (content != 2) {
+      why = "a malformed TLS alert (" + std::to_string(content) + " bytes, expected 2)";
+    } else if (dst[1] == 0 && (dst[0] == 1 || dst[0] == 2)) {
+      closed_ = true;
+    } else if (dst[1] == 0) {
+      why = "a close_notify alert with level " + std::to_string(dst[0]) + " (expected 1 or 2)";
+    } else {
+      why = "the peer sent TLS alert " + std::to_string(dst[1]) + " (" + alert_name(dst[1]) + ")";
+    }
+  } else if (type == type_handshake) {
+    why = "the peer sent a post-handshake message (type " +
+          (content > 0 ? std::to_string(dst[0]) : std::string("none: an empty record")) +
+          "), which these links do not take";
+  } else {
+    why = record_number(seq_) + " has the unknown inner content type " + std::to_string(type);
+  }
+  out.resize(old);
+  ++seq_;
+  return why;
+}
+
+std::string record_reader::feed(const char* data, std::size_t n, std::vector<char>& out) {
+  if (!error_.empty()) return error_;
+  if (closed_) return "";
+  const auto* p = reinterpret_cast<const unsigned char*>(data);
+  std::size_t left = n;
+  auto fail = [&](std::string why) {
+    error_ = std::move(why);
+    pending_.clear();
+    return error_;
+  };
+  std::size_t body = 0;
+  if (!pending_.empty()) {  // finish the record an earlier call began
+    if (pending_.size() < header_size) {
+      std::size_t take = std::min(header_size - pending_.size(), left);
+      pending_.insert(pending_.end(), p, p + take);
+      p += take;
+      left -= take;
+      if (pending_.size() < header_size) return "";
+    }
+    if (auto why = check_header(pending_.data(), &body); !why.empty()) return fail(why);
+    std::size_t take = std::min(header_size + body - pending_.size(), left);
+    pending_.insert(pending_.end(), p, p + take);
+    p += take;
+    left -= take;
+    if (pending_.size() < header_size + body) return "";
+    if (auto why = open_record(pending_.data(), body, out); !why.empty()) return fail(why);
+    pending_.clear();
+    if (closed_) return "";
+  }
+  while (left >= header_size) {  // whole records straight from the caller's bytes
+    if (auto why = check_header(p, &body); !why.empty()) return fail(why);
+    if (left < header_size + body) break;
+    if (auto why = open_record(p, body, out); !why.empty()) return fail(why);
+    p += header_size + body;
+    left -= header_size + body;
+    if (closed_) return "";
+  }
+  pending_.assign(p, p + left);
+  return "";
+}
+
+}  // namespace troupe::tls13

@@ -1,0 +1,94 @@
+#pragma once
+// TLS 1.3 record protection (RFC 8446 section 5.2) with the traffic keys of
+// section 7.1/7.3, for TLS_AES_128_GCM_SHA256 only. After OpenSSL ran the
+// handshake, each direction of a link protects its application records
+// itself, one thread per direction, from that direction's application
+// traffic secret (what kernel TLS does). The wire stays genuine TLS 1.3
+// records: a peer that keeps using SSL_read/SSL_write interoperates.
+//
+// Each object is used by one thread only. No KeyUpdate, no post-handshake
+// messages: a peer that sends one fails the reader (these links never ask
+// for one, and OpenSSL sends none unprompted with num_tickets 0).
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;  // as OpenSSL's <openssl/types.h>
+
+namespace troupe::tls13 {
+
+// The record limits of RFC 8446 section 5.1/5.2.
+inline constexpr std::size_t max_plaintext = 16384;
+inline constexpr std::size_t max_ciphertext = max_plaintext + 256;
+inline constexpr std::size_t header_size = 5;
+inline constexpr std::size_t tag_size = 16;
+
+struct traffic_keys {
+  std::array<unsigned char, 16> key{};
+  std::array<unsigned char, 12> iv{};
+};
+
+// key = HKDF-Expand-Label(secret, "key", "", 16), iv = ...("iv", "", 12),
+// over SHA-256. `secret` must be 32 bytes; throws std::runtime_error.
+traffic_keys derive_traffic_keys(const std::string& secret);
+
+// traffic_secret: the 32-byte application traffic secret of one direction
+// (client_application_traffic_secret_0 or server_..._0), SHA-256 suite.
+class record_writer {
+ public:
+  // Throws std::runtime_error on a wrong size / OpenSSL failure.
+  explicit record_writer(const std::string& traffic_secret);
+  ~record_writer();
+  record_writer(const record_writer&) = delete;
+  record_writer& operator=(const record_writer&) = delete;
+
+  // Seals `n` bytes of application data into records of at most 16384
+  // plaintext bytes each, appended to `out`. Nothing for n == 0. Throws
+  // std::runtime_error on an OpenSSL failure or an exhausted sequence.
+  void seal(const char* data, std::size_t n, std::vector<char>& out);
+  // A close_notify alert (level 1, description 0) as one sealed record.
+  void seal_close_notify(std::vector<char>& out);
+  uint64_t records() const { return seq_; }  // sealed so far (= the next sequence number)
+
+ private:
+  void seal_record(const unsigned char* data, std::size_t n, unsigned char type, char* dst);
+
+  EVP_CIPHER_CTX* ctx_ = nullptr;
+  std::array<unsigned char, 12> iv_{};
+  uint64_t seq_ = 0;
+};
+
+class record_reader {
+ public:
+  explicit record_reader(const std::string& traffic_secret);
+  ~record_reader();
+  record_reader(const record_reader&) = delete;
+  record_reader& operator=(const record_reader&) = delete;
+
+  // Feeds wire bytes (cut anywhere: partial headers and records are kept for
+  // the next call); appends the application data of every complete record to
+  // `out`. Returns "" or why the stream is bad; after an error the reader
+  // stays failed (returns the same error, appends nothing). After the
+  // peer's close_notify, closed() is true and later bytes are ignored.
+  std::string feed(const char* data, std::size_t n, std::vector<char>& out);
+  bool closed() const { return closed_; }
+  uint64_t records() const { return seq_; }  // opened so far (CCS not counted)
+
+ private:
+  // One complete record (header + body) at `rec`; "" or the error.
+  std::string open_record(const unsigned char* rec, std::size_t body, std::vector<char>& out);
+  // The header at `h`: "" or the error; sets *body to the body length.
+  std::string check_header(const unsigned char* h, std::size_t* body);
+
+  EVP_CIPHER_CTX* ctx_ = nullptr;
+  std::array<unsigned char, 12> iv_{};
+  uint64_t seq_ = 0;
+  std::vector<unsigned char> pending_;  // a partial record from earlier calls
+  std::string error_;
+  bool closed_ = false;
+  bool seen_ccs_ = false;
+};
+
+}  // namespace troupe::tls13
