@@ -401,7 +401,8 @@ void link_hub::run() {
     auto now = clock_type::now();
     auto next = now + std::chrono::seconds(1);
     for (auto& l : links_) {
-      fds.push_back({l->tcp, static_cast<short>(POLLIN | (l->pending_wire() > 0 ? POLLOUT : 0)), 0});
+      fds.push_back(
+          {l->tcp, static_cast<short>(POLLIN | (l->pending_wire() > 0 ? POLLOUT : 0)), 0});
       next = std::min(next, l->deadline);
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
@@ -523,8 +524,8 @@ void link_hub::handshake(link& l) {
 void pump_inbound(link& l, link_counters& counters) {
   std::unique_ptr<tls13::record_reader> records;
   if (l.ssl)
-    records = std::make_unique<tls13::record_reader>(l.p.listener ? l.client_secret
-                                                                  : l.server_secret);
+    records =
+        std::make_unique<tls13::record_reader>(l.p.listener ? l.client_secret : l.server_secret);
   std::vector<char> buf(kChunk), opened, checked;
   std::string why;
   bool peer_closed = false;
@@ -590,8 +591,8 @@ void pump_inbound(link& l, link_counters& counters) {
 void pump_outbound(link& l, link_counters& counters, std::vector<char> pending) {
   std::unique_ptr<tls13::record_writer> records;
   if (l.ssl)
-    records = std::make_unique<tls13::record_writer>(l.p.listener ? l.server_secret
-                                                                  : l.client_secret);
+    records =
+        std::make_unique<tls13::record_writer>(l.p.listener ? l.server_secret : l.client_secret);
   // The handshake's last flight first, if the socket had not taken it all.
   if (!pending.empty() && !send_all(l, l.tcp, pending.data(), pending.size())) return l.stop();
   std::vector<char> buf(kChunk), sealed;
