@@ -627,7 +627,8 @@ gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_op
 namespace {
 
 // TLS on an authenticated socket, waiting for its handshake until
-// `deadline`: the plain end, or fd -1 with the reason.
+// `deadline`: the plain end, or fd -1 with the reason. `opts` is keyed
+// (with_link_key) already.
 gate_socket secure(gate_socket authenticated, const std::string& where, const gate_options& opts,
                    std::vector<char> local_node, clock_type::time_point deadline) {
   link_params lp;
@@ -640,7 +641,7 @@ gate_socket secure(gate_socket authenticated, const std::string& where, const ga
   lp.local_node = std::move(local_node);
   link_end end;
   try {
-    end = open_link(authenticated.fd, with_link_key(opts).link, std::move(lp));
+    end = open_link(authenticated.fd, opts.link, std::move(lp));
   } catch (const link_error& e) {
     authenticated.fd = -1;  // open_link closed it
     authenticated.error = where + ": " + e.what();
@@ -664,9 +665,10 @@ gate_socket gate_secure_handshake(const std::string& host, uint16_t port, const 
                                   caf::timespan timeout) {
   const auto deadline =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
-  auto authenticated = gate_handshake(host, port, with_link_key(opts), timeout);
+  const auto keyed = with_link_key(opts);  // one key derivation for both steps
+  auto authenticated = gate_handshake(host, port, keyed, timeout);
   if (authenticated.fd < 0) return authenticated;
-  return secure(std::move(authenticated), host + ":" + std::to_string(port), opts, {}, deadline);
+  return secure(std::move(authenticated), host + ":" + std::to_string(port), keyed, {}, deadline);
 }
 
 gate_connection gate_connect(caf::actor_system& sys, const std::string& host, uint16_t port,
@@ -676,7 +678,8 @@ gate_connection gate_connect(caf::actor_system& sys, const std::string& host, ui
   const auto where = host + ":" + std::to_string(port);
   const auto deadline =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
-  auto authenticated = gate_handshake(host, port, with_link_key(opts), timeout);
+  const auto keyed = with_link_key(opts);  // one key derivation for both steps
+  auto authenticated = gate_handshake(host, port, keyed, timeout);
   if (authenticated.fd < 0) {
     out.unreachable = authenticated.unreachable;
     out.error = std::move(authenticated.error);
@@ -686,7 +689,7 @@ gate_connection gate_connect(caf::actor_system& sys, const std::string& host, ui
   // Both sides proved the secret: TLS on the socket, then BASP on the plain
   // end of the link.
   authenticated =
-      secure(std::move(authenticated), where, opts, serialized_node_id(sys.node()), deadline);
+      secure(std::move(authenticated), where, keyed, serialized_node_id(sys.node()), deadline);
   if (authenticated.fd < 0) {
     out.error = std::move(authenticated.error);
     return out;
