@@ -526,7 +526,11 @@ void pump_inbound(link& l, link_counters& counters) {
   if (l.ssl)
     records =
         std::make_unique<tls13::record_reader>(l.p.listener ? l.client_secret : l.server_secret);
-  std::vector<char> buf(kChunk), opened, checked;
+  // Record plaintext goes straight into `opened` (never zero-filled): at
+  // most what came in, plus a record left over from the last read.
+  std::vector<char> buf(kChunk), checked;
+  std::unique_ptr<char[]> opened(
+      records ? new char[kChunk + tls13::header_size + tls13::max_ciphertext] : nullptr);
   std::string why;
   bool peer_closed = false;
   while (!l.stopping && !peer_closed) {
@@ -543,24 +547,24 @@ void pump_inbound(link& l, link_counters& counters) {
       peer_closed = true;
       break;
     }
-    const std::vector<char>* data = &buf;
+    const char* data = buf.data();
     std::size_t len = static_cast<std::size_t>(n);
     if (records) {
-      opened.clear();
-      if (auto problem = records->feed(buf.data(), len, opened); !problem.empty()) {
+      std::size_t got = 0;
+      if (auto problem = records->feed_to(buf.data(), len, opened.get(), &got); !problem.empty()) {
         why = "TLS: " + problem;  // a record that fails authentication lands here
         break;
       }
       peer_closed = records->closed();
-      data = &opened;
-      len = opened.size();
+      data = opened.get();
+      len = got;
     }
     if (len == 0) continue;
     counters.bytes_in += len;
     l.decide({});
     if (l.guard) {
       checked.clear();
-      auto problem = l.guard->feed(data->data(), len, checked);
+      auto problem = l.guard->feed(data, len, checked);
       if (auto drops = l.guard->take_drops(); drops.count > 0) {
         counters.dropped += drops.count;
         spdlog::warn("{}: dropped {} frame(s) from {}: {}", l.p.me, drops.count, l.who(),
@@ -571,10 +575,10 @@ void pump_inbound(link& l, link_counters& counters) {
         why = problem;
         break;
       }
-      data = &checked;
+      data = checked.data();
       len = checked.size();
     }
-    if (!send_all(l, l.plain, data->data(), len)) break;  // BASP went away, or the link stops
+    if (!send_all(l, l.plain, data, len)) break;  // BASP went away, or the link stops
   }
   if (!why.empty()) {
     spdlog::warn("{}: closed the connection with {}: {}", l.p.me, l.who(), why);
@@ -596,6 +600,9 @@ void pump_outbound(link& l, link_counters& counters, std::vector<char> pending) 
   // The handshake's last flight first, if the socket had not taken it all.
   if (!pending.empty() && !send_all(l, l.tcp, pending.data(), pending.size())) return l.stop();
   std::vector<char> buf(kChunk), sealed;
+  // Records are sealed straight into `wire` (never zero-filled).
+  std::unique_ptr<char[]> wire(records ? new char[tls13::record_writer::sealed_size(kChunk)]
+                                       : nullptr);
   while (!l.stopping) {
     ssize_t n = ::recv(l.plain, buf.data(), buf.size(), 0);
     if (n < 0) {
@@ -617,9 +624,8 @@ void pump_outbound(link& l, link_counters& counters, std::vector<char> pending) 
     const auto len = static_cast<std::size_t>(n);
     bool sent;
     if (records) {
-      sealed.clear();
-      records->seal(buf.data(), len, sealed);
-      sent = send_all(l, l.tcp, sealed.data(), sealed.size());
+      const auto bytes = records->seal_to(buf.data(), len, wire.get());
+      sent = send_all(l, l.tcp, wire.get(), bytes);
     } else {
       sent = send_all(l, l.tcp, buf.data(), len);
     }

@@ -191,21 +191,29 @@ void record_writer::seal_record(const unsigned char* data, std::size_t n, unsign
   ++seq_;
 }
 
+std::size_t record_writer::sealed_size(std::size_t n) {
+  return n + (n + max_plaintext - 1) / max_plaintext * record_overhead;
+}
+
+std::size_t record_writer::seal_to(const char* data, std::size_t n, char* dst) {
+  const std::size_t total = sealed_size(n);
+  const auto* src = reinterpret_cast<const unsigned char*>(data);
+  while (n > 0) {
+    std::size_t len = std::min(n, max_plaintext);
+    seal_record(src, len, type_app_data, dst);
+    src += len;
+    n -= len;
+    dst += len + record_overhead;
+  }
+  return total;
+}
+
 void record_writer::seal(const char* data, std::size_t n, std::vector<char>& out) {
   if (n == 0) return;
-  const std::size_t records = (n + max_plaintext - 1) / max_plaintext;
   const std::size_t old = out.size();
-  out.resize(old + n + records * record_overhead);
-  char* dst = out.data() + old;
-  const auto* src = reinterpret_cast<const unsigned char*>(data);
+  out.resize(old + sealed_size(n));
   try {
-    while (n > 0) {
-      std::size_t len = std::min(n, max_plaintext);
-      seal_record(src, len, type_app_data, dst);
-      src += len;
-      n -= len;
-      dst += len + record_overhead;
-    }
+    seal_to(data, n, out.data() + old);
   } catch (...) {
     out.resize(old);
     throw;
@@ -263,8 +271,9 @@ std::string record_reader::check_header(const unsigned char* h, std::size_t* bod
   return "";
 }
 
-std::string record_reader::open_record(const unsigned char* rec, std::size_t body,
-                                       std::vector<char>& out) {
+std::string record_reader::open_record(const unsigned char* rec, std::size_t body, char* out,
+                                       std::size_t* produced) {
+  *produced = 0;
   const unsigned char* b = rec + header_size;
   if (rec[0] == type_ccs) {
     if (b[0] != 0x01)
@@ -276,10 +285,7 @@ std::string record_reader::open_record(const unsigned char* rec, std::size_t bod
   if (seq_ == std::numeric_limits<uint64_t>::max())
     return "the sequence numbers of this key are used up";
   const std::size_t clen = body - tag_size;
-  const std::size_t old = out.size();
-  if (out.capacity() < old + clen) out.reserve(std::max(old + clen, 2 * out.capacity()));
-  out.resize(old + clen);
-  auto* dst = reinterpret_cast<unsigned char*>(out.data() + old);
+  auto* dst = reinterpret_cast<unsigned char*>(out);
   unsigned char nonce[12];
   make_nonce(iv_, seq_, nonce);
   unsigned char tag[tag_size];
@@ -290,13 +296,11 @@ std::string record_reader::open_record(const unsigned char* rec, std::size_t bod
       EVP_DecryptUpdate(ctx_, dst, &len, b, static_cast<int>(clen)) != 1 ||
       EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag_size), tag) != 1 ||
       EVP_DecryptFinal_ex(ctx_, dst + clen, &len) != 1) {
-    out.resize(old);
     return "cannot decrypt " + record_number(seq_) + " of " + std::to_string(body) +
            " bytes: bad record mac (the record was altered, replayed, reordered or sealed "
            "with another key)";
   }
   if (clen > max_plaintext + 1) {
-    out.resize(old);
     return record_number(seq_) + " holds " + std::to_string(clen) +
            " bytes of plaintext, over TLS's limit (record_overflow)";
   }
@@ -304,13 +308,12 @@ std::string record_reader::open_record(const unsigned char* rec, std::size_t bod
   std::size_t i = clen;
   while (i > 0 && dst[i - 1] == 0) --i;
   if (i == 0) {
-    out.resize(old);
     return record_number(seq_) + " has no content type (its plaintext is all zeros)";
   }
   const unsigned char type = dst[i - 1];
   const std::size_t content = i - 1;
   if (type == type_app_data) {
-    out.resize(old + content);
+    *produced = content;
     ++seq_;
     return "";
   }
@@ -332,12 +335,26 @@ std::string record_reader::open_record(const unsigned char* rec, std::size_t bod
   } else {
     why = record_number(seq_) + " has the unknown inner content type " + std::to_string(type);
   }
-  out.resize(old);
   ++seq_;
   return why;
 }
 
 std::string record_reader::feed(const char* data, std::size_t n, std::vector<char>& out) {
+  const std::size_t old = out.size();
+  out.resize(old + max_output(n));
+  std::size_t produced = 0;
+  auto why = feed_to(data, n, out.data() + old, &produced);
+  out.resize(old + produced);
+  return why;
+}
+
+std::size_t record_reader::max_output(std::size_t n) const {
+  return pending_.size() + n;  // a record's plaintext is shorter than the record
+}
+
+std::string record_reader::feed_to(const char* data, std::size_t n, char* out,
+                                   std::size_t* produced) {
+  *produced = 0;
   if (!error_.empty()) return error_;
   if (closed_) return "";
   const auto* p = reinterpret_cast<const unsigned char*>(data);
@@ -362,14 +379,20 @@ std::string record_reader::feed(const char* data, std::size_t n, std::vector<cha
     p += take;
     left -= take;
     if (pending_.size() < header_size + body) return "";
-    if (auto why = open_record(pending_.data(), body, out); !why.empty()) return fail(why);
+    std::size_t got = 0;
+    if (auto why = open_record(pending_.data(), body, out, &got); !why.empty()) return fail(why);
+    out += got;
+    *produced += got;
     pending_.clear();
     if (closed_) return "";
   }
   while (left >= header_size) {  // whole records straight from the caller's bytes
     if (auto why = check_header(p, &body); !why.empty()) return fail(why);
     if (left < header_size + body) break;
-    if (auto why = open_record(p, body, out); !why.empty()) return fail(why);
+    std::size_t got = 0;
+    if (auto why = open_record(p, body, out, &got); !why.empty()) return fail(why);
+    out += got;
+    *produced += got;
     p += header_size + body;
     left -= header_size + body;
     if (closed_) return "";

@@ -48,6 +48,10 @@ class record_writer {
   // plaintext bytes each, appended to `out`. Nothing for n == 0. Throws
   // std::runtime_error on an OpenSSL failure or an exhausted sequence.
   void seal(const char* data, std::size_t n, std::vector<char>& out);
+  // The same into `dst`, which has room for sealed_size(n) bytes (a buffer
+  // reused across calls, never zero-filled); returns sealed_size(n).
+  std::size_t seal_to(const char* data, std::size_t n, char* dst);
+  static std::size_t sealed_size(std::size_t n);
   // A close_notify alert (level 1, description 0) as one sealed record.
   void seal_close_notify(std::vector<char>& out);
   uint64_t records() const { return seq_; }  // sealed so far (= the next sequence number)
@@ -73,12 +77,19 @@ class record_reader {
   // stays failed (returns the same error, appends nothing). After the
   // peer's close_notify, closed() is true and later bytes are ignored.
   std::string feed(const char* data, std::size_t n, std::vector<char>& out);
+  // The same into `out`, which has room for max_output(n) bytes; *produced
+  // says how many it holds.
+  std::string feed_to(const char* data, std::size_t n, char* out, std::size_t* produced);
+  std::size_t max_output(std::size_t n) const;
   bool closed() const { return closed_; }
   uint64_t records() const { return seq_; }  // opened so far (CCS not counted)
 
  private:
   // One complete record (header + body) at `rec`; "" or the error.
-  std::string open_record(const unsigned char* rec, std::size_t body, std::vector<char>& out);
+  // Its application data goes to `out` (room for body - 16 bytes), *produced
+  // bytes of it.
+  std::string open_record(const unsigned char* rec, std::size_t body, char* out,
+                          std::size_t* produced);
   // The header at `h`: "" or the error; sets *body to the body length.
   std::string check_header(const unsigned char* h, std::size_t* body);
 
