@@ -336,27 +336,26 @@ struct gate::state {
       return true;
     }
     auto check = gate_wire::check_proof(key, p.challenge, p.frame);
-    auto tell_refused = [&](const std::string& client_challenge) {
-      send_all(p.fd, gate_wire::make_verdict(false, key, opts.name, p.challenge, client_challenge),
+    auto tell_refused = [&] {
+      send_all(p.fd,
+               gate_wire::make_verdict(false, key, opts.name, p.challenge, check.client_challenge),
                clock_type::now() + std::chrono::milliseconds(100));
     };
     if (!check.problem.empty()) {
-      if (check.problem == "wrong or missing cluster secret")  // well formed: it is told so
-        tell_refused(p.frame.substr(gate_wire::kMagicBytes + 2 * gate_wire::kNameBytes,
-                                    gate_wire::kHexBytes));
+      if (check.well_formed) tell_refused();  // a wrong secret: told so
       refuse(p, check.problem, &gate_stats::refused);
       return true;
     }
     // The proof is genuine; is it meant for this task, from a task of the
     // cluster?
     if (!check.target.empty() && check.target != opts.name) {
-      tell_refused(check.client_challenge);
+      tell_refused();
       refuse(p, "its proof is meant for " + check.target + ", not this task", &gate_stats::refused,
              check.name);
       return true;
     }
     if (!opts.allowed_peers.empty() && opts.allowed_peers.count(check.name) == 0) {
-      tell_refused(check.client_challenge);
+      tell_refused();
       refuse(p, check.name + " is not a task of this cluster", &gate_stats::refused, check.name);
       return true;
     }

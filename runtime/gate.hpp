@@ -36,7 +36,8 @@
 // on a port. Only after an 'A' is the socket handed to the BASP broker: as a
 // new incoming connection on the listener's side, as a connect on the
 // connector's side.
-// From there on it is plain BASP between two authenticated processes.
+// From there on it is BASP between two authenticated processes, inside TLS
+// 1.3 and behind the frame guard (runtime/secure_link.hpp).
 //
 // Limits before authentication: at most `max_pending` connections, at most
 // half of them from one address, and at most a quarter of the descriptor
@@ -221,10 +222,13 @@ std::string make_proof(const std::string& key, const std::string& name, const st
                        const std::string& server_challenge, const std::string& client_challenge);
 // The listener's check of a proof frame.
 struct proof_check {
-  std::string name;              // the connector's task, once its MAC checked out
-  std::string target;            // the task it dialed (empty: any), idem
-  std::string client_challenge;  // its challenge, idem
-  std::string problem;           // empty: the MAC checked out; else why not
+  std::string name;    // the connector's task, once its MAC checked out
+  std::string target;  // the task it dialed (empty: any), idem
+  // Its challenge as sent, once the frame is well formed, MAC or not: a
+  // refusal is MAC'd over it either way.
+  std::string client_challenge;
+  bool well_formed = false;  // the frame parsed; `problem` may still be the MAC
+  std::string problem;       // empty: the MAC checked out; else why not
 };
 proof_check check_proof(const std::string& key, const std::string& server_challenge,
                         std::string_view frame);
@@ -240,6 +244,10 @@ struct verdict_check {
 };
 verdict_check check_verdict(const std::string& key, const std::string& server_challenge,
                             const std::string& client_challenge, std::string_view frame);
+// Whether a connector's error says it was refused, or the secret failed,
+// rather than that nobody answered: a caller that retries until its deadline
+// names such an error then, as the likelier cause.
+bool names_refusal(std::string_view error);
 }  // namespace gate_wire
 
 }  // namespace troupe

@@ -102,15 +102,15 @@ proof_check check_proof(const std::string& key, const std::string& server_challe
     out.problem = "malformed gate handshake";
     return out;
   }
+  out.well_formed = true;
   out.name = name;
   out.target = target;
   out.client_challenge = std::string(challenge);
   if (!verify_challenge_response(
           key, client_label(server_challenge, out.client_challenge, out.target), name, mac)) {
     out.problem = "wrong or missing cluster secret";
-    out.name.clear();  // unproven: nothing of the frame is to be trusted
+    out.name.clear();  // unproven: who it claims to be, or to dial, is not to be trusted
     out.target.clear();
-    out.client_challenge.clear();
   }
   return out;
 }
@@ -154,6 +154,11 @@ verdict_check check_verdict(const std::string& key, const std::string& server_ch
   }
   if (!out.authentic) out.problem = "did not prove it knows the cluster secret";
   return out;
+}
+
+bool names_refusal(std::string_view error) {
+  return error.find("refused this process") != std::string_view::npos ||
+         error.find("secret") != std::string_view::npos;
 }
 
 }  // namespace troupe::gate_wire

@@ -36,9 +36,7 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
     // refusal unverifiable) is retried until the deadline, which then names
     // the refusal seen.
     if (!retry) throw job_error(name() + ": joining " + task.str() + " failed: " + last);
-    if (last.find("refused this process") != std::string::npos ||
-        last.find("secret") != std::string::npos)
-      refusal = last;
+    if (gate_wire::names_refusal(last)) refusal = last;
     if (clock_type::now() >= deadline)
       throw job_error(name() + ": cannot reach " + task.str() + " at " + address + " within " +
                       fmt::format("{:g}", spec().join_timeout_seconds) + " s (" + last +
@@ -55,13 +53,12 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
   if (!failure.empty())
     throw job_error(name() + ": handshake with " + task.str() + " failed: " + failure);
   auto mine_challenge = make_challenge();
-  auto response = challenge_response(derive_key(shared->secret, key_purpose::node_handshake),
-                                     challenge, name());
+  auto response = challenge_response(shared->handshake_key, challenge, name());
   self->request(peer, std::chrono::seconds(10), hello_atom::value, name(), response, mine_challenge)
       .receive(
           [&](std::string& theirs) {
-            if (!verify_challenge_response(derive_key(shared->secret, key_purpose::node_handshake),
-                                           mine_challenge, task.str(), theirs))
+            if (!verify_challenge_response(shared->handshake_key, mine_challenge, task.str(),
+                                           theirs))
               failure = task.str() + " did not prove it knows the cluster secret";
           },
           [&](caf::error& e) { failure = describe(e); });

@@ -241,9 +241,7 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
     // A refusal that is not authenticated (a wrong secret on either side, or
     // someone else on the port) is retried; it is the likelier cause if the
     // deadline passes, so it is named then.
-    if (s.error.find("refused this process") != std::string::npos ||
-        s.error.find("secret") != std::string::npos)
-      refusal = s.error;
+    if (gate_wire::names_refusal(s.error)) refusal = s.error;
     if (clock_type::now() + backoff >= deadline)
       throw job_error(name + ": cannot join the chief at " + me.chief + " within " +
                       fmt::format("{:g}", timeout.count()) +
