@@ -143,6 +143,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   shared->task = task.str();
   shared->chief = chief;
   shared->secret = node_secret(spec, task.str());
+  shared->handshake_key = derive_key(shared->secret, key_purpose::node_handshake);
   auto placement = resolve_placement(c);
   auto mine = placement_of(placement, task);
   auto plan = make_plan(c, o, chief);

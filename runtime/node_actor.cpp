@@ -24,13 +24,12 @@ struct node_state {
   std::map<caf::node_id, std::string> names;     // trusted peer -> its task
   std::map<caf::actor_addr, std::string> peers;  // monitored node actors -> task
   std::optional<caf::typed_response_promise<node_parts>> building;
-  // Chief, once the job runs: where rejoining workers go.
+  // Chief, once the job runs: its coordinator (where preemptions and
+  // rejoining workers go), and a task's preemption that came before it ran.
   bool started = false;
   coordinator_actor coordinator;
-  // Chief: the job's coordinator, and a task's preemption that came before
-  // it ran. A task: the chief's node actor, once connected.
-  coordinator_actor job_coordinator;
   std::string early_preemption;
+  // A task: the chief's node actor, once connected.
   node_actor chief;
   node_build order;
   const job_config* config = nullptr;
@@ -38,6 +37,12 @@ struct node_state {
 };
 
 using node_ptr = node_actor::stateful_pointer<node_state>;
+
+// Whether the job goes on without a lost worker task and takes it back when
+// it starts again (parameter_server, elastic_average, actor_learner).
+bool takes_workers_back(const node_state& st) {
+  return find_strategy_rules(st.config->strategy.kind)->survives_lost_workers();
+}
 
 // True for a message from this process or from a peer that completed the
 // handshake.
@@ -104,8 +109,7 @@ void on_preempt(node_ptr self, std::string signal) {
     if (st.shared->chief || !st.chief) return;
     // A worker of a strategy that goes on without it (and takes it back when
     // it starts again) just leaves.
-    if (st.shared->task.rfind("worker", 0) == 0 &&
-        find_strategy_rules(st.config->strategy.kind)->survives_lost_workers()) {
+    if (st.shared->task.rfind("worker", 0) == 0 && takes_workers_back(st)) {
       spdlog::warn("{}: {}: leaving; the job goes on and takes this task back when it starts again",
                    st.shared->task, signal);
       node_event ev{node_event::stop, {}, {}, {}, {}, {}, {}};
@@ -123,8 +127,8 @@ void on_preempt(node_ptr self, std::string signal) {
     return;
   }
   if (!st.shared->chief) return;
-  if (st.job_coordinator)
-    caf::anon_send(st.job_coordinator, preempt_atom::value, std::move(signal));
+  if (st.coordinator)
+    caf::anon_send(st.coordinator, preempt_atom::value, std::move(signal));
   else if (st.early_preemption.empty())
     st.early_preemption = std::move(signal);
 }
@@ -159,8 +163,7 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         auto i = st.challenges.find(s->node());
         bool ok =
             i != st.challenges.end() && i->second.first == task &&
-            verify_challenge_response(derive_key(st.shared->secret, key_purpose::node_handshake),
-                                      i->second.second, task, response);
+            verify_challenge_response(st.shared->handshake_key, i->second.second, task, response);
         if (i != st.challenges.end()) st.challenges.erase(i);
         if (!ok) {
           spdlog::warn("{}: refused a peer claiming to be {} ({}): wrong or missing secret",
@@ -170,8 +173,7 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         }
         st.trusted.insert(s->node());
         st.names[s->node()] = task;
-        return challenge_response(derive_key(st.shared->secret, key_purpose::node_handshake),
-                                  their_challenge, st.shared->task);
+        return challenge_response(st.shared->handshake_key, their_challenge, st.shared->task);
       },
       [self](joined_atom, caf::actor& their_node, node_parts& parts) {
         if (!trusted_sender(self)) {
@@ -184,7 +186,7 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         spdlog::info("{}: {} joined", st.shared->task, task);
         watch_peer(self, their_node, task);
         if (st.started) {
-          if (st.coordinator) {
+          if (takes_workers_back(st)) {
             rejoin(self, task, caf::actor_cast<node_actor>(their_node));
           } else {
             spdlog::warn(
@@ -267,13 +269,10 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         if (s && s->node() != self->home_system().node()) return;
         auto& st = self->state;
         st.started = true;
-        st.job_coordinator = caf::actor_cast<coordinator_actor>(coord);
+        st.coordinator = caf::actor_cast<coordinator_actor>(std::move(coord));
         if (!st.early_preemption.empty())
-          caf::anon_send(st.job_coordinator, preempt_atom::value,
+          caf::anon_send(st.coordinator, preempt_atom::value,
                          std::exchange(st.early_preemption, {}));
-        // Strategies that go on without a lost worker take a restarted one back.
-        if (find_strategy_rules(st.config->strategy.kind)->survives_lost_workers())
-          st.coordinator = caf::actor_cast<coordinator_actor>(std::move(coord));
         st.order = std::move(order);
       },
   };

@@ -106,7 +106,6 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   plan->request_timeout = kRequestTimeout;
   auto parts = std::make_shared<job_parts>();
   auto coord = sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), parts);
-
   if (strat.own_job()) hub = strat.spawn_hub(sys, plan, coord);
   auto order = build_order(np, shards, hub.get());
 

@@ -74,7 +74,8 @@ class event_queue {
 struct node_shared {
   std::string task;
   std::string secret;
-  link_security link;  // what runs on every connection (runtime/secure_link.hpp)
+  std::string handshake_key;  // derive_key(secret, key_purpose::node_handshake)
+  link_security link;         // what runs on every connection (runtime/secure_link.hpp)
   bool chief = false;
   event_queue events;
   // On the chief while its job runs (run_chief sets it): an actor its

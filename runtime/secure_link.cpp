@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -199,10 +200,12 @@ void keep_traffic_secret(const SSL* ssl, const char* line) {
   else if (text.rfind("SERVER_TRAFFIC_SECRET_0 ", 0) == 0)
     slot = &l->server_secret;
   if (!slot) return;
-  const auto hex = text.substr(text.rfind(' ') + 1);
+  // (Nothing here may throw: OpenSSL's C frames are below.)
+  long len = 0;
+  unsigned char* bytes = OPENSSL_hexstr2buf(text.c_str() + text.rfind(' ') + 1, &len);
   slot->clear();
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
-    slot->push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  if (bytes) slot->assign(reinterpret_cast<const char*>(bytes), static_cast<std::size_t>(len));
+  OPENSSL_clear_free(bytes, static_cast<std::size_t>(len));
 }
 
 ctx_ptr make_context(const link_security& sec) {
@@ -599,7 +602,7 @@ void pump_outbound(link& l, link_counters& counters, std::vector<char> pending) 
         std::make_unique<tls13::record_writer>(l.p.listener ? l.server_secret : l.client_secret);
   // The handshake's last flight first, if the socket had not taken it all.
   if (!pending.empty() && !send_all(l, l.tcp, pending.data(), pending.size())) return l.stop();
-  std::vector<char> buf(kChunk), sealed;
+  std::vector<char> buf(kChunk);
   // Records are sealed straight into `wire` (never zero-filled).
   std::unique_ptr<char[]> wire(records ? new char[tls13::record_writer::sealed_size(kChunk)]
                                        : nullptr);
@@ -614,9 +617,9 @@ void pump_outbound(link& l, link_counters& counters, std::vector<char> pending) 
     }
     if (n == 0) {  // BASP closed this connection: say so, then end
       if (records) {
-        sealed.clear();
-        records->seal_close_notify(sealed);
-        send_all(l, l.tcp, sealed.data(), sealed.size(), clock_type::now() + kLinger);
+        std::vector<char> close_notify;
+        records->seal_close_notify(close_notify);
+        send_all(l, l.tcp, close_notify.data(), close_notify.size(), clock_type::now() + kLinger);
       }
       ::shutdown(l.tcp, SHUT_WR);
       break;
