@@ -535,7 +535,7 @@ void pump_inbound(link& l, link_counters& counters) {
   std::unique_ptr<char[]> opened(
       records ? new char[kChunk + tls13::header_size + tls13::max_ciphertext] : nullptr);
   std::string why;
-  bool peer_closed = false;
+  bool peer_closed = false, basp_gone = false;
   while (!l.stopping && !peer_closed) {
     ssize_t n = ::recv(l.tcp, buf.data(), buf.size(), 0);
     if (n < 0) {
@@ -581,7 +581,10 @@ void pump_inbound(link& l, link_counters& counters) {
       data = checked.data();
       len = checked.size();
     }
-    if (!send_all(l, l.plain, data, len)) break;  // BASP went away, or the link stops
+    if (!send_all(l, l.plain, data, len)) {  // BASP went away, or the link stops
+      basp_gone = !l.stopping;
+      break;
+    }
   }
   if (!why.empty()) {
     spdlog::warn("{}: closed the connection with {}: {}", l.p.me, l.who(), why);
@@ -589,7 +592,10 @@ void pump_inbound(link& l, link_counters& counters) {
   } else if (peer_closed) {
     l.decide("the peer closed the connection after the TLS handshake");
   }
-  l.stop();
+  // BASP closing its end may leave its last messages (a chief's stop to its
+  // tasks) unread in the socketpair: the outbound side sends them, reads the
+  // end, and ends the link then.
+  if (!basp_gone) l.stop();
 }
 
 // BASP -> peer: what BASP writes, sealed into records and sent. When BASP
