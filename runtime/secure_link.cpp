@@ -27,6 +27,7 @@
 #include "config/cluster.hpp"
 #include "config/secret.hpp"
 #include "runtime/basp_guard.hpp"
+#include "runtime/fork_join_pool.hpp"
 #include "runtime/tls_records.hpp"
 
 namespace troupe {
@@ -385,6 +386,9 @@ class link_hub {
   std::atomic<bool> stopping_{false};
   std::thread thread_;
   link_counters counters_;
+  // Lanes that seal and open the records of a link's larger chunks beside
+  // its pump thread (none on small machines: see default_helpers).
+  fork_join_pool crypto_{fork_join_pool::default_helpers(), [] { OPENSSL_thread_stop(); }};
 };
 
 void link_hub::run() {
@@ -524,11 +528,11 @@ void link_hub::handshake(link& l) {
 
 // Peer -> BASP: records opened, frames checked by the guard, written to the
 // plain end. Ends when the peer closes or misbehaves, or the link stops.
-void pump_inbound(link& l, link_counters& counters) {
+void pump_inbound(link& l, link_counters& counters, fork_join_pool& crypto) {
   std::unique_ptr<tls13::record_reader> records;
   if (l.ssl)
-    records =
-        std::make_unique<tls13::record_reader>(l.p.listener ? l.client_secret : l.server_secret);
+    records = std::make_unique<tls13::record_reader>(
+        l.p.listener ? l.client_secret : l.server_secret, &crypto);
   // Record plaintext goes straight into `opened` (never zero-filled): at
   // most what came in, plus a record left over from the last read.
   std::vector<char> buf(kChunk), checked;
@@ -601,11 +605,12 @@ void pump_inbound(link& l, link_counters& counters) {
 // BASP -> peer: what BASP writes, sealed into records and sent. When BASP
 // closes its end, what is left goes out (within kLinger) with a
 // close_notify.
-void pump_outbound(link& l, link_counters& counters, std::vector<char> pending) {
+void pump_outbound(link& l, link_counters& counters, fork_join_pool& crypto,
+                   std::vector<char> pending) {
   std::unique_ptr<tls13::record_writer> records;
   if (l.ssl)
-    records =
-        std::make_unique<tls13::record_writer>(l.p.listener ? l.server_secret : l.client_secret);
+    records = std::make_unique<tls13::record_writer>(
+        l.p.listener ? l.server_secret : l.client_secret, &crypto);
   // The handshake's last flight first, if the socket had not taken it all.
   if (!pending.empty() && !send_all(l, l.tcp, pending.data(), pending.size())) return l.stop();
   std::vector<char> buf(kChunk);
@@ -659,9 +664,9 @@ void link_hub::start_pumps(std::unique_ptr<link> owned) {
     OPENSSL_thread_stop();
     if (--l.running == 0) wake();  // the hub joins and closes it
   };
-  l.inbound = std::thread(body, [this, &l] { pump_inbound(l, counters_); });
+  l.inbound = std::thread(body, [this, &l] { pump_inbound(l, counters_, crypto_); });
   l.outbound = std::thread(body, [this, &l, pending = std::move(pending)]() mutable {
-    pump_outbound(l, counters_, std::move(pending));
+    pump_outbound(l, counters_, crypto_, std::move(pending));
   });
   open_.push_back(std::move(owned));
 }

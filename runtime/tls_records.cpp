@@ -1,10 +1,13 @@
 #include "runtime/tls_records.hpp"
 
+#include "runtime/fork_join_pool.hpp"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -64,17 +67,31 @@ void make_nonce(const std::array<unsigned char, 12>& iv, uint64_t seq, unsigned 
   for (int i = 0; i < 8; ++i) nonce[11 - i] ^= static_cast<unsigned char>(seq >> (8 * i));
 }
 
-EVP_CIPHER_CTX* make_ctx(const std::string& secret, int enc, std::array<unsigned char, 12>& iv) {
+// One AES-128-GCM context per lane, all keyed from `secret`.
+std::vector<EVP_CIPHER_CTX*> make_contexts(const std::string& secret, int enc,
+                                           std::array<unsigned char, 12>& iv,
+                                           const fork_join_pool* pool) {
   traffic_keys k = derive_traffic_keys(secret);
   iv = k.iv;
-  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-  bool ok = ctx && EVP_CipherInit_ex(ctx, EVP_aes_128_gcm(), nullptr, k.key.data(), nullptr, enc);
+  std::vector<EVP_CIPHER_CTX*> contexts;
+  const unsigned lanes = pool ? pool->lanes() : 1;
+  bool ok = true;
+  for (unsigned lane = 0; ok && lane < lanes; ++lane) {
+    EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+    if (ctx) contexts.push_back(ctx);
+    ok = ctx && EVP_CipherInit_ex(ctx, EVP_aes_128_gcm(), nullptr, k.key.data(), nullptr, enc);
+  }
   OPENSSL_cleanse(k.key.data(), k.key.size());
   if (!ok) {
-    EVP_CIPHER_CTX_free(ctx);
+    for (auto* ctx : contexts) EVP_CIPHER_CTX_free(ctx);
     throw std::runtime_error("TLS 1.3 records: cannot set up AES-128-GCM");
   }
-  return ctx;
+  return contexts;
+}
+
+void free_contexts(std::vector<EVP_CIPHER_CTX*>& contexts) {
+  for (auto* ctx : contexts) EVP_CIPHER_CTX_free(ctx);
+  contexts.clear();
 }
 
 const char* alert_name(unsigned char desc) {
@@ -157,19 +174,18 @@ traffic_keys derive_traffic_keys(const std::string& secret) {
 // ---------------------------------------------------------------- writer
 
 // (iv_ is a member declared after ctx_: set in the body, not the initializer list.)
-record_writer::record_writer(const std::string& traffic_secret) {
-  ctx_ = make_ctx(traffic_secret, 1, iv_);
+record_writer::record_writer(const std::string& traffic_secret, fork_join_pool* pool)
+    : pool_(pool) {
+  ctx_ = make_contexts(traffic_secret, 1, iv_, pool);
 }
 
 record_writer::~record_writer() {
-  EVP_CIPHER_CTX_free(ctx_);
+  free_contexts(ctx_);
   OPENSSL_cleanse(iv_.data(), iv_.size());
 }
 
-void record_writer::seal_record(const unsigned char* data, std::size_t n, unsigned char type,
-                                char* dst) {
-  if (seq_ == std::numeric_limits<uint64_t>::max())
-    throw std::runtime_error("TLS 1.3 records: the sequence numbers of this key are used up");
+bool record_writer::seal_record(unsigned lane, uint64_t seq, const unsigned char* data,
+                                std::size_t n, unsigned char type, char* dst) {
   auto* h = reinterpret_cast<unsigned char*>(dst);
   const std::size_t body = n + 1 + tag_size;
   h[0] = type_app_data;
@@ -178,17 +194,16 @@ void record_writer::seal_record(const unsigned char* data, std::size_t n, unsign
   h[3] = static_cast<unsigned char>(body >> 8);
   h[4] = static_cast<unsigned char>(body & 0xff);
   unsigned char nonce[12];
-  make_nonce(iv_, seq_, nonce);
+  make_nonce(iv_, seq, nonce);
   unsigned char* c = h + header_size;
+  EVP_CIPHER_CTX* ctx = ctx_[lane];
   int len = 0;
-  if (EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, nonce, 1) != 1 ||
-      EVP_EncryptUpdate(ctx_, nullptr, &len, h, static_cast<int>(header_size)) != 1 ||
-      (n > 0 && EVP_EncryptUpdate(ctx_, c, &len, data, static_cast<int>(n)) != 1) ||
-      EVP_EncryptUpdate(ctx_, c + n, &len, &type, 1) != 1 ||
-      EVP_EncryptFinal_ex(ctx_, c + n + 1, &len) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_GET_TAG, static_cast<int>(tag_size), c + n + 1) != 1)
-    throw std::runtime_error("TLS 1.3 records: AES-128-GCM sealing failed");
-  ++seq_;
+  return EVP_CipherInit_ex(ctx, nullptr, nullptr, nullptr, nonce, 1) == 1 &&
+         EVP_EncryptUpdate(ctx, nullptr, &len, h, static_cast<int>(header_size)) == 1 &&
+         (n == 0 || EVP_EncryptUpdate(ctx, c, &len, data, static_cast<int>(n)) == 1) &&
+         EVP_EncryptUpdate(ctx, c + n, &len, &type, 1) == 1 &&
+         EVP_EncryptFinal_ex(ctx, c + n + 1, &len) == 1 &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(tag_size), c + n + 1) == 1;
 }
 
 std::size_t record_writer::sealed_size(std::size_t n) {
@@ -196,16 +211,25 @@ std::size_t record_writer::sealed_size(std::size_t n) {
 }
 
 std::size_t record_writer::seal_to(const char* data, std::size_t n, char* dst) {
-  const std::size_t total = sealed_size(n);
+  const std::size_t records = (n + max_plaintext - 1) / max_plaintext;
+  if (records > std::numeric_limits<uint64_t>::max() - seq_)
+    throw std::runtime_error("TLS 1.3 records: the sequence numbers of this key are used up");
   const auto* src = reinterpret_cast<const unsigned char*>(data);
-  while (n > 0) {
-    std::size_t len = std::min(n, max_plaintext);
-    seal_record(src, len, type_app_data, dst);
-    src += len;
-    n -= len;
-    dst += len + record_overhead;
+  std::atomic<bool> failed{false};
+  auto seal_one = [&](std::size_t i, unsigned lane) {
+    const std::size_t off = i * max_plaintext;
+    if (!seal_record(lane, seq_ + i, src + off, std::min(max_plaintext, n - off), type_app_data,
+                     dst + i * (max_plaintext + record_overhead)))
+      failed = true;
+  };
+  if (pool_ && records >= min_parallel_records) {
+    pool_->run(records, seal_one);
+  } else {
+    for (std::size_t i = 0; i < records; ++i) seal_one(i, 0);
   }
-  return total;
+  if (failed) throw std::runtime_error("TLS 1.3 records: AES-128-GCM sealing failed");
+  seq_ += records;
+  return sealed_size(n);
 }
 
 void record_writer::seal(const char* data, std::size_t n, std::vector<char>& out) {
@@ -222,25 +246,27 @@ void record_writer::seal(const char* data, std::size_t n, std::vector<char>& out
 
 void record_writer::seal_close_notify(std::vector<char>& out) {
   const unsigned char alert[2] = {1, 0};  // warning, close_notify
+  if (seq_ == std::numeric_limits<uint64_t>::max())
+    throw std::runtime_error("TLS 1.3 records: the sequence numbers of this key are used up");
   const std::size_t old = out.size();
   out.resize(old + sizeof alert + record_overhead);
-  try {
-    seal_record(alert, sizeof alert, type_alert, out.data() + old);
-  } catch (...) {
+  if (!seal_record(0, seq_, alert, sizeof alert, type_alert, out.data() + old)) {
     out.resize(old);
-    throw;
+    throw std::runtime_error("TLS 1.3 records: AES-128-GCM sealing failed");
   }
+  ++seq_;
 }
 
 // ---------------------------------------------------------------- reader
 
 // (iv_ is a member declared after ctx_: set in the body, not the initializer list.)
-record_reader::record_reader(const std::string& traffic_secret) {
-  ctx_ = make_ctx(traffic_secret, 0, iv_);
+record_reader::record_reader(const std::string& traffic_secret, fork_join_pool* pool)
+    : pool_(pool) {
+  ctx_ = make_contexts(traffic_secret, 0, iv_, pool);
 }
 
 record_reader::~record_reader() {
-  EVP_CIPHER_CTX_free(ctx_);
+  free_contexts(ctx_);
   OPENSSL_cleanse(iv_.data(), iv_.size());
 }
 
@@ -271,6 +297,31 @@ std::string record_reader::check_header(const unsigned char* h, std::size_t* bod
   return "";
 }
 
+bool record_reader::decrypt_record(unsigned lane, uint64_t seq, const unsigned char* rec,
+                                   std::size_t body, unsigned char* out) {
+  const unsigned char* b = rec + header_size;
+  const std::size_t clen = body - tag_size;
+  unsigned char nonce[12];
+  make_nonce(iv_, seq, nonce);
+  unsigned char tag[tag_size];
+  std::memcpy(tag, b + clen, tag_size);
+  EVP_CIPHER_CTX* ctx = ctx_[lane];
+  int len = 0;
+  return EVP_CipherInit_ex(ctx, nullptr, nullptr, nullptr, nonce, 0) == 1 &&
+         EVP_DecryptUpdate(ctx, nullptr, &len, rec, static_cast<int>(header_size)) == 1 &&
+         EVP_DecryptUpdate(ctx, out, &len, b, static_cast<int>(clen)) == 1 &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag_size), tag) == 1 &&
+         EVP_DecryptFinal_ex(ctx, out + clen, &len) == 1;
+}
+
+namespace {
+std::string bad_mac(uint64_t seq, std::size_t body) {
+  return "cannot decrypt " + record_number(seq) + " of " + std::to_string(body) +
+         " bytes: bad record mac (the record was altered, replayed, reordered or sealed "
+         "with another key)";
+}
+}  // namespace
+
 std::string record_reader::open_record(const unsigned char* rec, std::size_t body, char* out,
                                        std::size_t* produced) {
   *produced = 0;
@@ -284,22 +335,14 @@ std::string record_reader::open_record(const unsigned char* rec, std::size_t bod
   }
   if (seq_ == std::numeric_limits<uint64_t>::max())
     return "the sequence numbers of this key are used up";
-  const std::size_t clen = body - tag_size;
   auto* dst = reinterpret_cast<unsigned char*>(out);
-  unsigned char nonce[12];
-  make_nonce(iv_, seq_, nonce);
-  unsigned char tag[tag_size];
-  std::memcpy(tag, b + clen, tag_size);
-  int len = 0;
-  if (EVP_CipherInit_ex(ctx_, nullptr, nullptr, nullptr, nonce, 0) != 1 ||
-      EVP_DecryptUpdate(ctx_, nullptr, &len, rec, static_cast<int>(header_size)) != 1 ||
-      EVP_DecryptUpdate(ctx_, dst, &len, b, static_cast<int>(clen)) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, static_cast<int>(tag_size), tag) != 1 ||
-      EVP_DecryptFinal_ex(ctx_, dst + clen, &len) != 1) {
-    return "cannot decrypt " + record_number(seq_) + " of " + std::to_string(body) +
-           " bytes: bad record mac (the record was altered, replayed, reordered or sealed "
-           "with another key)";
-  }
+  if (!decrypt_record(0, seq_, rec, body, dst)) return bad_mac(seq_, body);
+  return finish_record(dst, body - tag_size, produced);
+}
+
+std::string record_reader::finish_record(unsigned char* dst, std::size_t clen,
+                                         std::size_t* produced) {
+  *produced = 0;
   if (clen > max_plaintext + 1) {
     return record_number(seq_) + " holds " + std::to_string(clen) +
            " bytes of plaintext, over TLS's limit (record_overflow)";
@@ -336,6 +379,44 @@ std::string record_reader::open_record(const unsigned char* rec, std::size_t bod
     why = record_number(seq_) + " has the unknown inner content type " + std::to_string(type);
   }
   ++seq_;
+  return why;
+}
+
+std::string record_reader::open_run(const unsigned char*& p, std::size_t& left, char*& out,
+                                    std::size_t* produced) {
+  run_.clear();
+  std::size_t off = 0, at = 0, body = 0;
+  // Only whole application-data records with good headers: anything else
+  // (CCS, a bad header, a partial record) is left to the one-by-one path.
+  while (left - off >= header_size && p[off] == type_app_data &&
+         check_header(p + off, &body).empty() && left - off >= header_size + body) {
+    run_.push_back({p + off, body, at, false});
+    at += body - tag_size;
+    off += header_size + body;
+  }
+  if (run_.size() < min_parallel_records ||
+      run_.size() > std::numeric_limits<uint64_t>::max() - seq_)
+    return "";
+  auto* base = reinterpret_cast<unsigned char*>(out);
+  pool_->run(run_.size(), [&](std::size_t i, unsigned lane) {
+    auto& r = run_[i];
+    r.authentic = decrypt_record(lane, seq_ + i, r.rec, r.body, base + r.at);
+  });
+  // In order, as one by one: what precedes a bad record is delivered, what
+  // follows a close_notify is ignored.
+  std::size_t written = 0;
+  std::string why;
+  for (const auto& r : run_) {
+    std::size_t got = 0;
+    why = r.authentic ? finish_record(base + r.at, r.body - tag_size, &got) : bad_mac(seq_, r.body);
+    if (got > 0 && r.at != written) std::memmove(base + written, base + r.at, got);
+    written += got;
+    p += header_size + r.body;
+    left -= header_size + r.body;
+    if (!why.empty() || closed_) break;
+  }
+  out += written;
+  *produced += written;
   return why;
 }
 
@@ -387,6 +468,11 @@ std::string record_reader::feed_to(const char* data, std::size_t n, char* out,
     if (closed_) return "";
   }
   while (left >= header_size) {  // whole records straight from the caller's bytes
+    if (pool_) {
+      if (auto why = open_run(p, left, out, produced); !why.empty()) return fail(why);
+      if (closed_) return "";
+      if (left < header_size) break;
+    }
     if (auto why = check_header(p, &body); !why.empty()) return fail(why);
     if (left < header_size + body) break;
     std::size_t got = 0;

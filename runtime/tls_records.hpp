@@ -6,7 +6,10 @@
 // traffic secret (what kernel TLS does). The wire stays genuine TLS 1.3
 // records: a peer that keeps using SSL_read/SSL_write interoperates.
 //
-// Each object is used by one thread only. No KeyUpdate, no post-handshake
+// Each object is used by one thread only; given a fork_join_pool, a chunk
+// of several records is sealed or opened on the pool's lanes side by side
+// (records are independent once their sequence numbers are fixed), and the
+// result is the same bytes and the same errors as one by one. No KeyUpdate, no post-handshake
 // messages: a peer that sends one fails the reader (these links never ask
 // for one, and OpenSSL sends none unprompted with num_tickets 0).
 #include <array>
@@ -17,6 +20,10 @@
 
 typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;  // as OpenSSL's <openssl/types.h>
 
+namespace troupe {
+class fork_join_pool;
+}
+
 namespace troupe::tls13 {
 
 // The record limits of RFC 8446 section 5.1/5.2.
@@ -24,6 +31,9 @@ inline constexpr std::size_t max_plaintext = 16384;
 inline constexpr std::size_t max_ciphertext = max_plaintext + 256;
 inline constexpr std::size_t header_size = 5;
 inline constexpr std::size_t tag_size = 16;
+// Fewer records than this in one call are handled on the caller's thread
+// alone: a helper's hand-over costs about what a record's crypto does.
+inline constexpr std::size_t min_parallel_records = 4;
 
 struct traffic_keys {
   std::array<unsigned char, 16> key{};
@@ -38,8 +48,9 @@ traffic_keys derive_traffic_keys(const std::string& secret);
 // (client_application_traffic_secret_0 or server_..._0), SHA-256 suite.
 class record_writer {
  public:
-  // Throws std::runtime_error on a wrong size / OpenSSL failure.
-  explicit record_writer(const std::string& traffic_secret);
+  // Throws std::runtime_error on a wrong size / OpenSSL failure. `pool`
+  // (optional) must outlive the writer.
+  explicit record_writer(const std::string& traffic_secret, fork_join_pool* pool = nullptr);
   ~record_writer();
   record_writer(const record_writer&) = delete;
   record_writer& operator=(const record_writer&) = delete;
@@ -57,16 +68,20 @@ class record_writer {
   uint64_t records() const { return seq_; }  // sealed so far (= the next sequence number)
 
  private:
-  void seal_record(const unsigned char* data, std::size_t n, unsigned char type, char* dst);
+  // Record `seq` into dst with the context of `lane`; false on an OpenSSL
+  // failure.
+  bool seal_record(unsigned lane, uint64_t seq, const unsigned char* data, std::size_t n,
+                   unsigned char type, char* dst);
 
-  EVP_CIPHER_CTX* ctx_ = nullptr;
+  std::vector<EVP_CIPHER_CTX*> ctx_;  // one per lane of the pool (or one)
+  fork_join_pool* pool_ = nullptr;
   std::array<unsigned char, 12> iv_{};
   uint64_t seq_ = 0;
 };
 
 class record_reader {
  public:
-  explicit record_reader(const std::string& traffic_secret);
+  explicit record_reader(const std::string& traffic_secret, fork_join_pool* pool = nullptr);
   ~record_reader();
   record_reader(const record_reader&) = delete;
   record_reader& operator=(const record_reader&) = delete;
@@ -90,10 +105,31 @@ class record_reader {
   // bytes of it.
   std::string open_record(const unsigned char* rec, std::size_t body, char* out,
                           std::size_t* produced);
+  // The whole application-data records at the start of p[0, left), when
+  // there are min_parallel_records or more, decrypted on the pool's lanes
+  // and then taken in order as open_record would; p, left, out and
+  // *produced advance past what was taken. "" or the error.
+  std::string open_run(const unsigned char*& p, std::size_t& left, char*& out,
+                       std::size_t* produced);
+  // AES-GCM of record `seq` with the context of `lane`: false if it fails
+  // authentication. Leaves the inner plaintext (body - 16 bytes) at `out`.
+  bool decrypt_record(unsigned lane, uint64_t seq, const unsigned char* rec, std::size_t body,
+                      unsigned char* out);
+  // After decryption: the inner plaintext of clen bytes at `out` read as
+  // RFC 8446 5.4 says (padding, content type, alerts); counts the record.
+  std::string finish_record(unsigned char* out, std::size_t clen, std::size_t* produced);
   // The header at `h`: "" or the error; sets *body to the body length.
   std::string check_header(const unsigned char* h, std::size_t* body);
 
-  EVP_CIPHER_CTX* ctx_ = nullptr;
+  struct run_record {
+    const unsigned char* rec;
+    std::size_t body;
+    std::size_t at;  // where its plaintext is decrypted, from `out`
+    bool authentic;
+  };
+  std::vector<EVP_CIPHER_CTX*> ctx_;  // one per lane of the pool (or one)
+  fork_join_pool* pool_ = nullptr;
+  std::vector<run_record> run_;
   std::array<unsigned char, 12> iv_{};
   uint64_t seq_ = 0;
   std::vector<unsigned char> pending_;  // a partial record from earlier calls

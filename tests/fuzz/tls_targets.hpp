@@ -4,23 +4,32 @@
 // (runtime/tls_records.hpp).
 //   - tls_records: the input as a record stream, whole and cut at a point
 //     the input picks; then the input as plaintext, sealed and opened again,
-//     which must give it back exactly (a mismatch aborts: a finding).
+//     which must give it back exactly (a mismatch aborts: a finding). The
+//     whole stream is also read by a reader that opens runs of records as
+//     a pool's parts (a pool without helpers: the same code, no threads),
+//     which must say and give what the one-by-one reader does.
 #include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "runtime/fork_join_pool.hpp"
 #include "runtime/tls_records.hpp"
 
 namespace troupe::fuzz {
 
 inline bool tls_records(std::string_view bytes) {
   static const std::string secret(32, '\x5a');
+  static fork_join_pool caller_only(0);
   bool any = false;
   {
-    tls13::record_reader whole(secret);
-    std::vector<char> out;
-    any |= whole.feed(bytes.data(), bytes.size(), out).empty();
+    tls13::record_reader whole(secret), in_runs(secret, &caller_only);
+    std::vector<char> out, out_runs;
+    const auto why = whole.feed(bytes.data(), bytes.size(), out);
+    if (in_runs.feed(bytes.data(), bytes.size(), out_runs) != why || out_runs != out ||
+        in_runs.closed() != whole.closed())
+      std::abort();  // opening records side by side must change nothing
+    any |= why.empty();
   }
   if (!bytes.empty()) {
     tls13::record_reader cut(secret);
@@ -29,7 +38,7 @@ inline bool tls_records(std::string_view bytes) {
     if (cut.feed(bytes.data(), at, out).empty())
       any |= cut.feed(bytes.data() + at, bytes.size() - at, out).empty();
   }
-  tls13::record_writer writer(secret);
+  tls13::record_writer writer(secret, &caller_only);
   tls13::record_reader reader(secret);
   std::vector<char> sealed, opened;
   writer.seal(bytes.data(), bytes.size(), sealed);
