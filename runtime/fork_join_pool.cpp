@@ -12,6 +12,8 @@ struct fork_join_pool::job {
   std::size_t parts;
   std::atomic<std::size_t> next{0};  // the next part to claim
   std::atomic<std::size_t> done{0};  // parts finished
+  // Per part, whether it returned: only where the caller hands prefixes on.
+  std::unique_ptr<std::atomic<bool>[]> finished;
 };
 
 fork_join_pool::fork_join_pool(unsigned helpers, std::function<void()> at_exit) {
@@ -46,30 +48,69 @@ void fork_join_pool::work_on(job& j, unsigned lane) {
     const std::size_t i = j.next.fetch_add(1, std::memory_order_relaxed);
     if (i >= j.parts) return;
     (*j.part)(i, lane);
+    if (j.finished) j.finished[i].store(true, std::memory_order_release);
     j.done.fetch_add(1, std::memory_order_release);
   }
 }
 
 void fork_join_pool::run(std::size_t parts,
                          const std::function<void(std::size_t, unsigned)>& part) {
+  run(parts, part, {}, parts);
+}
+
+void fork_join_pool::run(std::size_t parts, const std::function<void(std::size_t, unsigned)>& part,
+                         const std::function<void(std::size_t)>& ready, std::size_t batch) {
+  batch = std::max<std::size_t>(batch, 1);
   if (threads_.empty() || parts <= 1) {
-    for (std::size_t i = 0; i < parts; ++i) part(i, 0);
+    for (std::size_t i = 0; i < parts; ++i) {
+      part(i, 0);
+      if (ready && ((i + 1) % batch == 0 || i + 1 == parts)) ready(i + 1);
+    }
     return;
   }
   auto j = std::make_shared<job>();
   j->part = &part;
   j->parts = parts;
+  if (ready) j->finished = std::make_unique<std::atomic<bool>[]>(parts);
   {
     std::lock_guard<std::mutex> guard(mutex_);
     jobs_.push_back(j);
   }
   published_.fetch_add(1, std::memory_order_release);
   wake_.notify_all();
-  work_on(*j, 0);
-  // The helpers still in a part finish it within a record's time: spin.
-  while (j->done.load(std::memory_order_acquire) < parts) std::this_thread::yield();
+  if (!ready) {
+    work_on(*j, 0);
+    // The helpers still in a part finish it within a record's time: spin.
+    while (j->done.load(std::memory_order_acquire) < parts) std::this_thread::yield();
+  } else {
+    hand_on(*j, ready, batch);
+  }
   std::lock_guard<std::mutex> guard(mutex_);
   if (auto it = std::find(jobs_.begin(), jobs_.end(), j); it != jobs_.end()) jobs_.erase(it);
+}
+
+void fork_join_pool::hand_on(job& j, const std::function<void(std::size_t)>& ready,
+                             std::size_t batch) {
+  std::size_t handed = 0, prefix = 0;
+  while (handed < j.parts) {
+    while (prefix < j.parts && j.finished[prefix].load(std::memory_order_acquire)) ++prefix;
+    const bool worth_it = prefix - handed >= batch || (prefix == j.parts && prefix > handed);
+    if (!worth_it) {
+      const std::size_t i = j.next.fetch_add(1, std::memory_order_relaxed);
+      if (i < j.parts) {
+        (*j.part)(i, 0);
+        j.finished[i].store(true, std::memory_order_release);
+        j.done.fetch_add(1, std::memory_order_release);
+        continue;
+      }
+      if (prefix == handed) {  // only helpers' parts left, none finished yet
+        std::this_thread::yield();
+        continue;
+      }
+    }
+    ready(prefix);
+    handed = prefix;
+  }
 }
 
 void fork_join_pool::helper_loop(unsigned lane, const std::function<void()>& at_exit) {

@@ -37,6 +37,14 @@ class fork_join_pool {
   // Calls part(i, lane) for every i < parts, each once, and returns when all
   // have returned. `part` must not throw (it records its own failure).
   void run(std::size_t parts, const std::function<void(std::size_t part, unsigned lane)>& part);
+  // The same, and hands the finished prefix on as it grows: ready(k) on the
+  // caller's thread once parts [0, k) have all returned, k growing by
+  // `batch` or more (less when the caller has nothing else to do), the
+  // last call with k == parts. What follows a prefix is still being worked
+  // on while `ready` runs (a link sends sealed records while later ones are
+  // sealed).
+  void run(std::size_t parts, const std::function<void(std::size_t part, unsigned lane)>& part,
+           const std::function<void(std::size_t finished)>& ready, std::size_t batch);
 
   // The helpers the process's links use: TROUPE_TLS_CRYPTO_THREADS if set
   // (0-15), else a quarter of the hardware threads less one, at most 3 (none
@@ -48,6 +56,8 @@ class fork_join_pool {
   struct job;
   void helper_loop(unsigned lane, const std::function<void()>& at_exit);
   static void work_on(job& j, unsigned lane);
+  // The caller's share of a run with `ready`: parts, and prefixes handed on.
+  static void hand_on(job& j, const std::function<void(std::size_t)>& ready, std::size_t batch);
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -638,8 +638,13 @@ void pump_outbound(link& l, link_counters& counters, fork_join_pool& crypto,
     const auto len = static_cast<std::size_t>(n);
     bool sent;
     if (records) {
-      const auto bytes = records->seal_to(buf.data(), len, wire.get());
-      sent = send_all(l, l.tcp, wire.get(), bytes);
+      // Sealed records go out while the ones after them are sealed.
+      std::size_t gone = 0;
+      sent = true;
+      records->seal_to(buf.data(), len, wire.get(), [&](std::size_t ready) {
+        if (sent && ready > gone) sent = send_all(l, l.tcp, wire.get() + gone, ready - gone);
+        gone = ready;
+      });
     } else {
       sent = send_all(l, l.tcp, buf.data(), len);
     }

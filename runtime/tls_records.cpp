@@ -211,25 +211,44 @@ std::size_t record_writer::sealed_size(std::size_t n) {
 }
 
 std::size_t record_writer::seal_to(const char* data, std::size_t n, char* dst) {
+  return seal_to(data, n, dst, {});
+}
+
+std::size_t record_writer::seal_to(const char* data, std::size_t n, char* dst,
+                                   const std::function<void(std::size_t)>& sealed) {
   const std::size_t records = (n + max_plaintext - 1) / max_plaintext;
   if (records > std::numeric_limits<uint64_t>::max() - seq_)
     throw std::runtime_error("TLS 1.3 records: the sequence numbers of this key are used up");
   const auto* src = reinterpret_cast<const unsigned char*>(data);
-  std::atomic<bool> failed{false};
+  const std::size_t total = sealed_size(n);
+  std::atomic<std::size_t> first_failed{records};
   auto seal_one = [&](std::size_t i, unsigned lane) {
     const std::size_t off = i * max_plaintext;
     if (!seal_record(lane, seq_ + i, src + off, std::min(max_plaintext, n - off), type_app_data,
-                     dst + i * (max_plaintext + record_overhead)))
-      failed = true;
+                     dst + i * (max_plaintext + record_overhead))) {
+      std::size_t was = first_failed.load();
+      while (i < was && !first_failed.compare_exchange_weak(was, i)) {
+      }
+    }
+  };
+  // Hands on whole records only, and none from the first failed one on.
+  auto hand_on = [&](std::size_t k) {
+    k = std::min(k, first_failed.load());
+    if (sealed) sealed(std::min(total, k * (max_plaintext + record_overhead)));
   };
   if (pool_ && records >= min_parallel_records) {
-    pool_->run(records, seal_one);
+    if (sealed)
+      pool_->run(records, seal_one, hand_on, min_parallel_records);
+    else
+      pool_->run(records, seal_one);
   } else {
     for (std::size_t i = 0; i < records; ++i) seal_one(i, 0);
+    hand_on(records);
   }
-  if (failed) throw std::runtime_error("TLS 1.3 records: AES-128-GCM sealing failed");
+  if (first_failed.load() < records)
+    throw std::runtime_error("TLS 1.3 records: AES-128-GCM sealing failed");
   seq_ += records;
-  return sealed_size(n);
+  return total;
 }
 
 void record_writer::seal(const char* data, std::size_t n, std::vector<char>& out) {

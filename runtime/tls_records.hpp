@@ -15,6 +15,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,13 @@ class record_writer {
   // The same into `dst`, which has room for sealed_size(n) bytes (a buffer
   // reused across calls, never zero-filled); returns sealed_size(n).
   std::size_t seal_to(const char* data, std::size_t n, char* dst);
+  // The same, calling sealed(k) as dst's first k bytes become whole sealed
+  // records (every min_parallel_records records or so, the last call with
+  // k == sealed_size(n)), so that the caller sends them while the records
+  // after them are sealed. If sealing fails, it throws after the calls
+  // made so far, never with a k that covers the failed record.
+  std::size_t seal_to(const char* data, std::size_t n, char* dst,
+                      const std::function<void(std::size_t)>& sealed);
   static std::size_t sealed_size(std::size_t n);
   // A close_notify alert (level 1, description 0) as one sealed record.
   void seal_close_notify(std::vector<char>& out);

@@ -6,6 +6,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -507,6 +508,30 @@ TEST_CASE("fork_join_pool: every part once, on distinct lanes, with callers side
   }
   for (auto& t : threads) t.join();
   CHECK(wrong.load() == 0);
+  // Prefixes handed on while later parts run: growing, each whole when
+  // handed, the last one everything.
+  for (unsigned helpers : {0u, 3u}) {
+    troupe::fork_join_pool p(helpers);
+    for (int run = 0; run < 200; ++run) {
+      std::vector<std::atomic<int>> finished(parts);
+      std::vector<std::size_t> handed;
+      bool whole = true;
+      p.run(
+          parts, [&](std::size_t i, unsigned) { finished[i] = 1; },
+          [&](std::size_t k) {
+            for (std::size_t i = 0; i < k; ++i) whole = whole && finished[i].load() == 1;
+            handed.push_back(k);
+          },
+          4);
+      REQUIRE_FALSE(handed.empty());
+      CHECK(whole);
+      CHECK(handed.back() == parts);
+      CHECK(std::is_sorted(handed.begin(), handed.end()));
+      CHECK(std::adjacent_find(handed.begin(), handed.end()) == handed.end());
+      if (helpers == 0)
+        CHECK(handed == std::vector<std::size_t>{4, 8, 12, 16, 20, 24, 28, 32, 36, 37});
+    }
+  }
   // No helpers: the caller's loop, lane 0.
   troupe::fork_join_pool none(0);
   CHECK(none.lanes() == 1);
@@ -530,6 +555,24 @@ TEST_CASE("records on a pool's lanes: the same bytes, data and errors as one by 
   }
   CHECK(by_lanes == by_one);
   CHECK(lanes.records() == one.records());
+  // Sealed records handed on as they are ready: the same bytes, in order.
+  for (unsigned helpers : {0u, 3u}) {
+    troupe::fork_join_pool p(helpers);
+    record_writer w(kSecret, &p), ref(kSecret);
+    auto data = random_bytes(300001, 23);
+    std::vector<char> dst(record_writer::sealed_size(data.size())), expect;
+    std::vector<char> handed;
+    std::size_t calls = 0;
+    w.seal_to(data.data(), data.size(), dst.data(), [&](std::size_t k) {
+      ++calls;
+      REQUIRE(k >= handed.size());
+      handed.insert(handed.end(), dst.begin() + static_cast<std::ptrdiff_t>(handed.size()),
+                    dst.begin() + static_cast<std::ptrdiff_t>(k));
+    });
+    ref.seal(data.data(), data.size(), expect);
+    CHECK(handed == expect);
+    CHECK(calls > 1);
+  }
 
   // The reader: the whole stream at once, and in random cuts.
   {
