@@ -571,7 +571,8 @@ TEST_CASE("records on a pool's lanes: the same bytes, data and errors as one by 
     });
     ref.seal(data.data(), data.size(), expect);
     CHECK(handed == expect);
-    CHECK(calls > 1);
+    if (helpers == 0) CHECK(calls == (data.size() + 16383) / 16384 / 4 + 1);  // every 4 records
+    // (with helpers, they may seal everything before the caller hands on)
   }
 
   // The reader: the whole stream at once, and in random cuts.
