@@ -1,10 +1,20 @@
 #include "models/layers/stack.hpp"
 
 #include "config/json_read.hpp"
+#include "models/layers/keys.hpp"
 
 namespace troupe::layers {
 
 using json_read::fail;
+
+namespace {
+// Only relu: a leaky slope or a saturating function can round two different
+// inputs to one output, and pooling first would then pick another winner
+// for the gradient.
+bool relu_then_max_pool(const nlohmann::json& spec, const nlohmann::json& next) {
+  return type_of(&spec) == "relu" && type_of(&next) == "max_pool2d";
+}
+}  // namespace
 
 layer_stack::layer_stack(const nlohmann::json& specs, const std::string& path, const shape& in,
                          build_context& bc)
@@ -14,6 +24,19 @@ layer_stack::layer_stack(const nlohmann::json& specs, const std::string& path, c
   shape cur = in;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const nlohmann::json* next = i + 1 < specs.size() ? &specs[i + 1] : nullptr;
+    if (next && relu_then_max_pool(specs[i], *next)) {
+      // relu(max(a, b, ..)) = max(relu(a), relu(b), ..) and their gradients
+      // reach the same inputs (where the maximum is <= 0 both give none):
+      // pooling first applies the relu, both ways, to a quarter of the
+      // values of a 2x2 window (conv, batch norm, relu, max pool blocks).
+      bc.consumed_next = false;
+      layers_.push_back(build_layer(*next, json_read::index(path, i + 1), cur, nullptr, bc));
+      cur = layers_.back()->output();
+      layers_.push_back(build_layer(specs[i], json_read::index(path, i), cur, nullptr, bc));
+      cur = layers_.back()->output();
+      ++i;
+      continue;
+    }
     bc.consumed_next = false;
     layers_.push_back(build_layer(specs[i], json_read::index(path, i), cur, next, bc));
     cur = layers_.back()->output();
