@@ -248,15 +248,24 @@ node_actor::behavior_type node_impl(node_ptr self, std::shared_ptr<node_shared> 
         if (!trusted_sender(self)) return refuse(self, "stop");
         const auto& s = self->current_sender();
         if (st.shared->chief && s && s->node() == self->home_system().node()) {
-          int32_t told = 0;
-          for (auto& [addr, task] : st.peers) {
-            auto peer = caf::actor_cast<node_actor>(addr);
-            if (!peer) continue;
+          // The answer waits for every task's (or its 2 s timeout): the
+          // chief tears its connections down after it, and a stop still on
+          // its way would be lost, the task then seeing its chief vanish.
+          std::vector<node_actor> peers;
+          for (auto& [addr, task] : st.peers)
+            if (auto peer = caf::actor_cast<node_actor>(addr)) peers.push_back(std::move(peer));
+          const auto told = static_cast<int32_t>(peers.size());
+          if (told == 0) return told;
+          auto rp = self->make_response_promise<int32_t>();
+          auto pending = std::make_shared<int32_t>(told);
+          auto answered = [rp, pending, told]() mutable {
+            if (--*pending == 0) rp.deliver(told);
+          };
+          for (auto& peer : peers)
             self->request(peer, std::chrono::seconds(2), stop_atom::value, reason, preempted)
-                .then([](int32_t) {}, [](caf::error&) {});
-            ++told;
-          }
-          return told;
+                .then([answered](int32_t) mutable { answered(); },
+                      [answered](caf::error&) mutable { answered(); });
+          return rp;
         }
         node_event ev{node_event::stop, {}, {}, {}, {}, std::move(reason), {}};
         ev.preempted = std::move(preempted);
