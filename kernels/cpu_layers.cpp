@@ -707,16 +707,20 @@ __attribute__((always_inline)) inline void bn_apply_backward(const float* x, con
     }
 }
 
+// g++ contracts a * x + b into an FMA where the target has one, even in ISO
+// C++ mode: these wrappers keep the baseline's rounding at every level, as
+// the loops of kernels/vector_kernels.inc do (-ffp-contract=off there).
+#define TROUPE_NO_CONTRACTION __attribute__((optimize("fp-contract=off")))
 #define TROUPE_BN_WRAPPERS(suffix, attr)                                                           \
-  attr void bn_apply_##suffix(const float* x, const float* mean, const float* invstd,              \
-                              const float* gamma, const float* beta, float* y, int64_t batch,      \
-                              int64_t channels, int64_t spatial) {                                 \
+  attr TROUPE_NO_CONTRACTION void bn_apply_##suffix(                                               \
+      const float* x, const float* mean, const float* invstd, const float* gamma,                  \
+      const float* beta, float* y, int64_t batch, int64_t channels, int64_t spatial) {             \
     bn_apply(x, mean, invstd, gamma, beta, y, batch, channels, spatial);                           \
   }                                                                                                \
-  attr void bn_apply_backward_##suffix(const float* x, const float* dy, const float* mean,         \
-                                       const float* invstd, const float* gamma, const float* sums, \
-                                       double count, float* dx, int64_t batch, int64_t channels,   \
-                                       int64_t spatial) {                                          \
+  attr TROUPE_NO_CONTRACTION void bn_apply_backward_##suffix(                                      \
+      const float* x, const float* dy, const float* mean, const float* invstd, const float* gamma, \
+      const float* sums, double count, float* dx, int64_t batch, int64_t channels,                 \
+      int64_t spatial) {                                                                           \
     bn_apply_backward(x, dy, mean, invstd, gamma, sums, count, dx, batch, channels, spatial);      \
   }
 TROUPE_BN_WRAPPERS(baseline, )
