@@ -542,7 +542,7 @@ TROUPE_AVX512 void bn_backward_sums_avx512(const float* x, const float* dy, cons
 bool is_max_2x2(const pool2d_shape& s) {
   return s.kind == pool_kind::max && s.kernel_h == 2 && s.kernel_w == 2 && s.stride_h == 2 &&
          s.stride_w == 2 && s.pad_top == 0 && s.pad_left == 0 && s.pad_bottom == 0 &&
-         s.pad_right == 0 && s.in_w % 2 == 0 && s.in_h >= 2 && active_isa() == cpu_isa::avx512;
+         s.pad_right == 0 && s.in_w % 2 == 0 && active_isa() == cpu_isa::avx512;
 }
 
 // The masks of a row's 2n inputs (n <= 16 outputs) as two 16-float loads.

@@ -43,13 +43,17 @@ unsigned fork_join_pool::default_helpers() {
   return std::min(3u, hw / 4 - 1);
 }
 
+bool fork_join_pool::run_one(job& j, unsigned lane) {
+  const std::size_t i = j.next.fetch_add(1, std::memory_order_relaxed);
+  if (i >= j.parts) return false;
+  (*j.part)(i, lane);
+  if (j.finished) j.finished[i].store(true, std::memory_order_release);
+  j.done.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
 void fork_join_pool::work_on(job& j, unsigned lane) {
-  for (;;) {
-    const std::size_t i = j.next.fetch_add(1, std::memory_order_relaxed);
-    if (i >= j.parts) return;
-    (*j.part)(i, lane);
-    if (j.finished) j.finished[i].store(true, std::memory_order_release);
-    j.done.fetch_add(1, std::memory_order_release);
+  while (run_one(j, lane)) {
   }
 }
 
@@ -96,13 +100,7 @@ void fork_join_pool::hand_on(job& j, const std::function<void(std::size_t)>& rea
     while (prefix < j.parts && j.finished[prefix].load(std::memory_order_acquire)) ++prefix;
     const bool worth_it = prefix - handed >= batch || (prefix == j.parts && prefix > handed);
     if (!worth_it) {
-      const std::size_t i = j.next.fetch_add(1, std::memory_order_relaxed);
-      if (i < j.parts) {
-        (*j.part)(i, 0);
-        j.finished[i].store(true, std::memory_order_release);
-        j.done.fetch_add(1, std::memory_order_release);
-        continue;
-      }
+      if (run_one(j, 0)) continue;
       if (prefix == handed) {  // only helpers' parts left, none finished yet
         std::this_thread::yield();
         continue;

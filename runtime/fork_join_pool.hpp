@@ -55,6 +55,8 @@ class fork_join_pool {
  private:
   struct job;
   void helper_loop(unsigned lane, const std::function<void()>& at_exit);
+  // Claims the next part of j and runs it on `lane`; false when none is left.
+  static bool run_one(job& j, unsigned lane);
   static void work_on(job& j, unsigned lane);
   // The caller's share of a run with `ready`: parts, and prefixes handed on.
   static void hand_on(job& j, const std::function<void(std::size_t)>& ready, std::size_t batch);
