@@ -1,5 +1,7 @@
 #include "runtime/fork_join_pool.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -33,14 +35,16 @@ fork_join_pool::~fork_join_pool() {
 }
 
 unsigned fork_join_pool::default_helpers() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  const unsigned by_cores = hw < 8 ? 0 : std::min(3u, hw / 4 - 1);
   if (const char* env = std::getenv("TROUPE_TLS_CRYPTO_THREADS"); env && *env) {
     char* end = nullptr;
     long v = std::strtol(env, &end, 10);
     if (end && *end == '\0' && v >= 0 && v <= 15) return static_cast<unsigned>(v);
+    spdlog::warn("TROUPE_TLS_CRYPTO_THREADS: expected an integer from 0 to 15, got '{}'; using {}",
+                 env, by_cores);
   }
-  const unsigned hw = std::thread::hardware_concurrency();
-  if (hw < 8) return 0;
-  return std::min(3u, hw / 4 - 1);
+  return by_cores;
 }
 
 bool fork_join_pool::run_one(job& j, unsigned lane) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -531,6 +532,19 @@ TEST_CASE("fork_join_pool: every part once, on distinct lanes, with callers side
       if (helpers == 0)
         CHECK(handed == std::vector<std::size_t>{4, 8, 12, 16, 20, 24, 28, 32, 36, 37});
     }
+  }
+  // The helper count from the environment; a bad value is the machine's default.
+  {
+    ::unsetenv("TROUPE_TLS_CRYPTO_THREADS");
+    const unsigned by_cores = troupe::fork_join_pool::default_helpers();
+    CHECK(by_cores <= 3);
+    ::setenv("TROUPE_TLS_CRYPTO_THREADS", "5", 1);
+    CHECK(troupe::fork_join_pool::default_helpers() == 5);
+    for (const char* bad : {"16", "-1", "2x", "many"}) {
+      ::setenv("TROUPE_TLS_CRYPTO_THREADS", bad, 1);
+      CHECK(troupe::fork_join_pool::default_helpers() == by_cores);
+    }
+    ::unsetenv("TROUPE_TLS_CRYPTO_THREADS");
   }
   // No helpers: the caller's loop, lane 0.
   troupe::fork_join_pool none(0);
