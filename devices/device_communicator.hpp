@@ -42,6 +42,28 @@ class device_communicator {
   virtual void reduce_scatter(float* data, std::size_t chunk, reduce_op op) = 0;
   // data holds size() * chunk floats; rank r's chunk r goes to every rank.
   virtual void all_gather(float* data, std::size_t chunk) = 0;
+  // The same three, issued: the collective may still be running when the
+  // call returns, and until complete() the caller neither touches `data` nor
+  // passes it to another collective. In the host group (cpu:N, sim:N) a rank
+  // goes on computing while its peers catch up, each rank does its share of
+  // a collective as soon as every rank has issued it (the last to come at
+  // once, its data hot in its cache), and a step's dozen collectives cost
+  // one wait where the plain calls cost two rendezvous each. NCCL orders
+  // every collective on the compute stream anyway: there they are the plain
+  // calls.
+  virtual void issue_all_reduce(float* data, std::size_t n, reduce_op op) {
+    all_reduce(data, n, op);
+  }
+  virtual void issue_reduce_scatter(float* data, std::size_t chunk, reduce_op op) {
+    reduce_scatter(data, chunk, op);
+  }
+  virtual void issue_all_gather(float* data, std::size_t chunk) { all_gather(data, chunk); }
+  // Returns once every collective this rank has issued is done on every
+  // rank (host group: the results are in this rank's buffers and no peer
+  // reads or writes them any more; NCCL: they are ordered before any later
+  // work on the stream), then as check(). A collective the ranks issued
+  // differently throws here on every rank, and the group stays in step.
+  virtual void complete() { check(); }
   // Throws device_error if a collective of this group failed asynchronously
   // (ncclCommGetAsyncError) or the group was aborted.
   virtual void check() = 0;

@@ -1,24 +1,37 @@
 // The in-process device collective group of cpu:N and sim:N devices
 // (devices/host_communicator.hpp).
 //
-// A collective is two generation barriers under one mutex:
-//   B1  every rank posts its buffer and waits for the others; the last to
-//       arrive compares the posts (a different collective, op or size fails
-//       it on every rank) and opens the barrier;
-//   --  each rank, without the lock, does its share: all_reduce reduces the
-//       rank's segment of the elements across all buffers and writes it to
-//       every buffer; reduce_scatter reduces chunk `rank` into its own
-//       buffer; all_gather copies its chunk into every peer's buffer. The
-//       shares are disjoint, and no buffer a share reads is written by
-//       another share;
-//   B2  every rank waits until all shares are done, so no rank returns (and
-//       lets its caller touch its buffer) while a peer still reads or writes
-//       it.
-// The posts stay valid from B1 to B2: a rank posts again only after B2,
-// which needs every rank. abort() releases ranks waiting in B1 (a peer that
-// never comes); B2 is not abortable: every rank has posted, so the shares
-// are plain loops that finish, and a rank released early could free a
-// buffer a peer is still writing.
+// Each rank numbers the collectives it issues 0, 1, 2, ...; the ranks of a
+// group issue the same sequence. Per rank, two counters that only it writes:
+//   posted   collectives issued: post s (buffer, kind, size, op) is in its
+//            ring before posted passes s;
+//   shared   of those, the ones whose share this rank has done, in order.
+// A rank does its share of collective s once every rank has posted s; the
+// shares of one collective are disjoint, and no buffer a share reads is
+// written by another share of it:
+//   all_reduce      the rank's segment of the elements, reduced across all
+//                   buffers (rank order 0..n-1, bit-identical everywhere)
+//                   and written to every buffer;
+//   reduce_scatter  chunk `rank`, reduced into the rank's own buffer;
+//   all_gather      the rank's own chunk copied into every peer's buffer.
+// Collective s is done when every rank's shared has passed s: only then may
+// the caller touch the buffer again (complete()). A rank does whatever
+// shares are ready each time it issues one, without waiting, and waits only
+// in complete(): for the posts its shares need, then for its peers' shares.
+// A plain call is an issue and a complete().
+//
+// The last rank to issue a collective does its share at once, with its data
+// hot; the others do theirs at their next issue or complete(). So a step
+// that issues a collective per layer during backward and completes them
+// before the update waits once, for what it truly depends on (its peers'
+// gradients), instead of twice per collective.
+//
+// Every rank compares the posts of s with its own before its share; on a
+// difference none of them touches a buffer, each counts its share as done
+// (the group stays in step) and complete() throws the comparison.
+// abort() stops shares from starting, waits for those under way (plain
+// loops over buffers that may be freed once a rank's wait is released), and
+// releases every wait with an error.
 #include "devices/host_communicator.hpp"
 
 #include <algorithm>
@@ -102,93 +115,132 @@ void reduce_range(const std::vector<const float*>& src, const std::vector<float*
     std::memcpy(dst[d] + a, dst[0] + a, (b - a) * sizeof(float));
 }
 
+// Collectives a rank may have issued beyond the oldest one not yet done
+// everywhere (a step issues a few per variable, then completes them).
+constexpr uint64_t window = 1024;
+
+// What the other ranks read of one rank, on a cache line of its own.
+struct alignas(64) rank_slot {
+  std::atomic<uint64_t> posted{0}, shared{0};
+  std::vector<post> ring = std::vector<post>(window);  // post s at s % window
+};
+
 class host_group final : public device_collective_group,
                          public std::enable_shared_from_this<host_group> {
  public:
   host_group(int size, device_spec::kind_t kind)
       : n_(size),
         kind_(kind),
-        posts_(static_cast<std::size_t>(size)),
+        slots_(static_cast<std::size_t>(size)),
         joined_(static_cast<std::size_t>(size), false) {}
 
   int size() const override { return n_; }
   std::unique_ptr<device_communicator> join(int rank, device_context& ctx) override;
 
   void abort(const std::string& why) override {
-    std::lock_guard lock(mtx_);
-    if (!aborted_) {
-      aborted_ = true;
-      why_ = why;
+    {
+      std::lock_guard lock(mtx_);
+      if (!aborted_) {
+        why_ = why;
+        aborted_ = true;
+      }
+      cv_.notify_all();
     }
-    cv_.notify_all();
+    await_no_share();
   }
 
-  void run(int rank, const post& p);
+  // Issues p as this rank's next collective; does the shares that are ready.
+  void issue(int rank, const post& p, std::string& error);
+  // Returns once every collective `rank` has issued is done on every rank;
+  // throws the first mismatch met meanwhile (error) or the abort.
+  void complete(int rank, std::string& error);
 
   void check(const char* what) {
-    std::lock_guard lock(mtx_);
     if (aborted_) throw aborted_error(what);
   }
 
  private:
-  // Call with mtx_ held.
-  device_error aborted_error(const char* what) const {
+  rank_slot& slot(int r) { return slots_[static_cast<std::size_t>(r)]; }
+  bool everyone_posted(uint64_t s) {
+    for (auto& o : slots_)
+      if (o.posted.load() <= s) return false;
+    return true;
+  }
+  bool everyone_shared(uint64_t s) {
+    for (auto& o : slots_)
+      if (o.shared.load() <= s) return false;
+    return true;
+  }
+  // Does `rank`'s next share if every rank has posted it; false if not.
+  bool try_share(int rank, std::string& error);
+  // Waits for `rank`'s shares up to s (doing them) and every peer's.
+  void drive(int rank, uint64_t s, std::string& error);
+  void share(int rank, uint64_t s, std::string& error);
+  // Empty when every rank posted the same call as s; else which ranks differ
+  // from rank 0, and how.
+  std::string compare_posts(uint64_t s) const;
+
+  device_error aborted_error(const char* what) {
+    std::lock_guard lock(mtx_);
     return device_error(std::string(what) + ": the group was aborted: " + why_);
   }
-  // Empty when every rank made the same call; else which ranks differ from
-  // rank 0, and how. Call with mtx_ held, all ranks posted.
-  std::string compare_posts() const {
-    bool same = true;
-    for (int r = 1; r < n_ && same; ++r) same = same_call(posts_[0], posts_[r]);
-    if (same) return {};
-    std::string s = "the ranks' calls differ: rank 0 called " + describe(posts_[0]);
-    for (int r = 1; r < n_; ++r)
-      if (!same_call(posts_[0], posts_[r]))
-        s += ", rank " + std::to_string(r) + " called " + describe(posts_[r]);
-    return s;
+  // After an abort: no share starts any more; those under way end soon.
+  [[noreturn]] void fail_aborted(const char* what) {
+    await_no_share();
+    throw aborted_error(what);
   }
-  void share(int rank);
+  void await_no_share() {
+    while (in_share_.load() != 0) std::this_thread::yield();
+  }
+  // Wakes the ranks asleep in await() (if any) after a counter moved.
+  void notify() {
+    if (sleepers_.load() == 0) return;
+    std::lock_guard lock(mtx_);
+    cv_.notify_all();
+  }
 
-  const int n_;
-  const device_spec::kind_t kind_;
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::atomic<bool> aborted_{false};
-  std::string why_;
-  std::vector<post> posts_;   // written in B1 under mtx_, read by the shares
-  std::vector<bool> joined_;  // under mtx_
-  int arrived_ = 0, finished_ = 0;
-  // Completed B1s and B2s. Written under mtx_; read without it while a rank
-  // spins (await).
-  std::atomic<uint64_t> gen_arrive_{0}, gen_finish_{0};
-
-  // Waits until done() holds, with mtx_ held on entry and on return. The
-  // ranks are device threads on cores of their own that reach a collective
-  // within microseconds of each other, while a futex sleep and wake-up costs
-  // tens of microseconds (more on a VM), several times per step when a
-  // step's gradients are reduced layer by layer. So: spin a few
-  // microseconds; then yield the core for a while (a peer that lost its
-  // core to another thread gets it back sooner); then sleep.
+  // Waits until done() or the abort. The ranks are device threads on cores
+  // of their own that reach a collective within microseconds of each other,
+  // while a futex sleep and wake-up costs tens of microseconds (more on a
+  // VM). So: spin a few microseconds; then yield the core for a while (a
+  // peer that lost its core to another thread gets it back sooner); then
+  // sleep. True when done() holds.
   template <class Done>
-  void await(std::unique_lock<std::mutex>& lock, Done done) {
-    lock.unlock();
+  bool await(Done done) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     const auto spin_until = start + std::chrono::microseconds(30);
     const auto yield_until = start + std::chrono::microseconds(300);
-    for (auto now = start; !done() && now < yield_until; now = clock::now()) {
-      if (now < spin_until) {
+    for (unsigned i = 0;; ++i) {
+      if (done()) return true;
+      if (aborted_) return false;
+      if (i % 32 != 0) {  // the clock is read now and then: it costs as much as a check
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
-      } else {
-        std::this_thread::yield();
+        continue;
       }
+      const auto now = clock::now();
+      if (now >= yield_until) break;
+      if (now >= spin_until) std::this_thread::yield();
     }
-    lock.lock();
-    cv_.wait(lock, done);
+    std::unique_lock lock(mtx_);
+    ++sleepers_;
+    cv_.wait(lock, [&] { return aborted_ || done(); });
+    --sleepers_;
+    return done();
   }
-  std::string mismatch_;  // the latest B1's comparison; read before the next B1 opens
+
+  const int n_;
+  const device_spec::kind_t kind_;
+  std::vector<rank_slot> slots_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<int> in_share_{0};  // shares under way
+  std::atomic<int> sleepers_{0};  // ranks asleep on cv_
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::string why_;           // under mtx_
+  std::vector<bool> joined_;  // under mtx_
 };
 
 class host_communicator final : public device_communicator {
@@ -197,22 +249,36 @@ class host_communicator final : public device_communicator {
   int rank() const override { return rank_; }
   int size() const override { return g_->size(); }
   void all_reduce(float* data, std::size_t n, reduce_op op) override {
-    require_device_reduce_op(op, "all_reduce");
-    g_->run(rank_, {data, n, coll_kind::all_reduce, op});
+    issue_all_reduce(data, n, op);
+    g_->complete(rank_, error_);
   }
   void reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
-    require_device_reduce_op(op, "reduce_scatter");
-    g_->run(rank_, {data, chunk, coll_kind::reduce_scatter, op});
+    issue_reduce_scatter(data, chunk, op);
+    g_->complete(rank_, error_);
   }
   void all_gather(float* data, std::size_t chunk) override {
-    g_->run(rank_, {data, chunk, coll_kind::all_gather, reduce_op::sum});
+    issue_all_gather(data, chunk);
+    g_->complete(rank_, error_);
   }
+  void issue_all_reduce(float* data, std::size_t n, reduce_op op) override {
+    require_device_reduce_op(op, "all_reduce");
+    g_->issue(rank_, {data, n, coll_kind::all_reduce, op}, error_);
+  }
+  void issue_reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
+    require_device_reduce_op(op, "reduce_scatter");
+    g_->issue(rank_, {data, chunk, coll_kind::reduce_scatter, op}, error_);
+  }
+  void issue_all_gather(float* data, std::size_t chunk) override {
+    g_->issue(rank_, {data, chunk, coll_kind::all_gather, reduce_op::sum}, error_);
+  }
+  void complete() override { g_->complete(rank_, error_); }
   void check() override { g_->check("device collectives"); }
   void abort(const std::string& why) override { g_->abort(why); }
 
  private:
   std::shared_ptr<host_group> g_;
   int rank_;
+  std::string error_;  // the first mismatch since the last complete()
 };
 
 std::unique_ptr<device_communicator> host_group::join(int rank, device_context& ctx) {
@@ -229,48 +295,92 @@ std::unique_ptr<device_communicator> host_group::join(int rank, device_context& 
   return std::make_unique<host_communicator>(shared_from_this(), rank);
 }
 
-void host_group::run(int rank, const post& p) {
+void host_group::issue(int rank, const post& p, std::string& error) {
   const char* what = coll_name(p.kind);
-  {
-    std::unique_lock lock(mtx_);
-    if (aborted_) throw aborted_error(what);
-    posts_[static_cast<std::size_t>(rank)] = p;
-    const uint64_t g = gen_arrive_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++gen_arrive_;
-      mismatch_ = compare_posts();
-      cv_.notify_all();
-    } else {
-      await(lock, [&] { return gen_arrive_ != g || aborted_; });
-      if (gen_arrive_ == g) {  // aborted before every rank came
-        --arrived_;
-        throw aborted_error(what);
-      }
-    }
-    // Every rank reads the same comparison and fails alike; the group stays
-    // in step for the next collective.
-    if (!mismatch_.empty()) throw device_error(std::string(what) + ": " + mismatch_);
-  }
-  share(rank);
-  std::unique_lock lock(mtx_);
-  const uint64_t g = gen_finish_;
-  if (++finished_ == n_) {
-    finished_ = 0;
-    ++gen_finish_;
-    cv_.notify_all();
-  } else {
-    await(lock, [&] { return gen_finish_ != g; });
+  if (aborted_) fail_aborted(what);
+  auto& me = slot(rank);
+  const uint64_t s = me.posted.load(std::memory_order_relaxed);
+  // The ring slot is free once collective s - window is done everywhere.
+  if (s >= window) drive(rank, s - window, error);
+  me.ring[s % window] = p;
+  me.posted.store(s + 1);
+  notify();
+  while (try_share(rank, error)) {
   }
 }
 
-void host_group::share(int rank) {
+void host_group::complete(int rank, std::string& error) {
+  const uint64_t posted = slot(rank).posted.load(std::memory_order_relaxed);
+  if (posted > 0) drive(rank, posted - 1, error);
+  if (!error.empty()) {
+    std::string e;
+    e.swap(error);
+    throw device_error(e);
+  }
+  check("device collectives");
+}
+
+bool host_group::try_share(int rank, std::string& error) {
+  auto& me = slot(rank);
+  const uint64_t s = me.shared.load(std::memory_order_relaxed);
+  if (s >= me.posted.load(std::memory_order_relaxed) || !everyone_posted(s)) return false;
+  share(rank, s, error);
+  me.shared.store(s + 1);
+  notify();
+  return true;
+}
+
+void host_group::drive(int rank, uint64_t s, std::string& error) {
+  auto& me = slot(rank);
+  while (me.shared.load(std::memory_order_relaxed) <= s) {
+    if (try_share(rank, error)) continue;
+    const uint64_t next = me.shared.load(std::memory_order_relaxed);
+    if (!await([&] { return everyone_posted(next); }))
+      fail_aborted(coll_name(me.ring[next % window].kind));
+  }
+  if (!await([&] { return everyone_shared(s); })) fail_aborted(coll_name(me.ring[s % window].kind));
+}
+
+std::string host_group::compare_posts(uint64_t s) const {
+  const auto at = static_cast<std::size_t>(s % window);
+  const post& first = slots_[0].ring[at];
+  bool same = true;
+  for (int r = 1; r < n_ && same; ++r)
+    same = same_call(first, slots_[static_cast<std::size_t>(r)].ring[at]);
+  if (same) return {};
+  std::string m = "the ranks' calls differ: rank 0 called " + describe(first);
+  for (int r = 1; r < n_; ++r) {
+    const post& p = slots_[static_cast<std::size_t>(r)].ring[at];
+    if (!same_call(first, p)) m += ", rank " + std::to_string(r) + " called " + describe(p);
+  }
+  return m;
+}
+
+void host_group::share(int rank, uint64_t s, std::string& error) {
+  const auto at = static_cast<std::size_t>(s % window);
   const auto r = static_cast<std::size_t>(rank);
   const auto n = static_cast<std::size_t>(n_);
-  const post& me = posts_[r];
+  const post& me = slots_[r].ring[at];
+  // Counted before the abort flag is read (both sequentially consistent):
+  // either abort() sees this share under way and waits for it, or this
+  // share sees the abort and does not start.
+  ++in_share_;
+  if (aborted_) {
+    --in_share_;
+    fail_aborted(coll_name(me.kind));
+  }
+  struct leave {
+    std::atomic<int>& n;
+    ~leave() { --n; }
+  } left{in_share_};
+  if (auto m = compare_posts(s); !m.empty()) {
+    if (error.empty()) error = std::string(coll_name(me.kind)) + ": " + m;
+    return;
+  }
   const float scale = 1.0f / static_cast<float>(n_);
   std::vector<const float*> src(n);
-  for (std::size_t k = 0; k < n; ++k) src[k] = posts_[k].data;
+  std::vector<float*> dst(n);
+  for (std::size_t k = 0; k < n; ++k) src[k] = dst[k] = slots_[k].ring[at].data;
   switch (me.kind) {
     case coll_kind::all_reduce: {
       // Segment `rank` of n, its bounds on 16-float (cache line) multiples
@@ -280,8 +390,6 @@ void host_group::share(int rank) {
         if (i > 0 && i < n && me.count >= 16 * n) x = x / 16 * 16;
         return x;
       };
-      std::vector<float*> dst(n);
-      for (std::size_t k = 0; k < n; ++k) dst[k] = posts_[k].data;
       reduce_range(src, dst, bound(r), bound(r + 1), me.op, scale);
       break;
     }
@@ -292,8 +400,7 @@ void host_group::share(int rank) {
       if (me.count == 0) break;
       for (std::size_t k = 0; k < n; ++k)
         if (k != r)
-          std::memcpy(posts_[k].data + r * me.count, me.data + r * me.count,
-                      me.count * sizeof(float));
+          std::memcpy(dst[k] + r * me.count, me.data + r * me.count, me.count * sizeof(float));
       break;
   }
 }

@@ -2,14 +2,14 @@
 // The in-process device collective group for cpu:N and sim:N devices
 // (devices/host_communicator.cpp): the contract of
 // devices/device_communicator.hpp in host memory, so that what a strategy
-// does with device collectives runs in the CPU test suite. Each collective
-// is a rendezvous of the group's ranks (device threads): every rank posts
+// does with device collectives runs in the CPU test suite. Every rank posts
 // its buffer; once all have, each rank reduces its share of the elements
 // across all ranks' buffers (in rank order 0..n-1, so every rank gets
 // bit-identical results; mean is the sum times 1/n as a float) and writes
-// the result to every rank; no rank returns before all have finished
-// reading and writing. Plain loops over the buffers: a host context's device
-// memory is host-addressable.
+// the result to every rank. A plain call returns once every rank has done
+// its share; an issued one (issue_*) at once, and complete() waits for all
+// of them: a rank goes on computing while its peers catch up. Plain loops
+// over the buffers: a host context's device memory is host-addressable.
 #include <memory>
 
 #include "devices/device_communicator.hpp"

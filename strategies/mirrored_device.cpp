@@ -49,7 +49,7 @@ class mirrored_device_step final : public device_group_step {
                 else
                   all_reduce_gradients(cs, comm, bucket, first, last);
               });
-          comm.check();
+          comm.complete();
           if (sharded) {
             cs.opt->apply_ranges(cs.net->variables(), cs.grads, *chunks);
             gather_variables(cs, comm);

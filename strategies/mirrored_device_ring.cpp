@@ -30,7 +30,7 @@ class mirrored_device_ring_step final : public device_group_step {
                          cs, b, step, fail, [&](std::size_t first, std::size_t last) {
                            all_reduce_gradients(cs, comm, bucket, first, last);
                          });
-                     comm.check();
+                     comm.complete();
                      if (ring) cs.gradients_to_host();
                      return s;
                    }),
@@ -65,7 +65,7 @@ class mirrored_device_ring_step final : public device_group_step {
                        else
                          zero_gradients(cs);
                        all_reduce_gradients(cs, *cs.collectives, bucket, 0, cs.grads.size());
-                       cs.collectives->check();
+                       cs.collectives->complete();
                        cs.apply_update();
                        return 0;
                      }),

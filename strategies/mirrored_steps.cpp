@@ -64,7 +64,7 @@ void all_reduce_gradients(compute_state& cs, device_communicator& comm, std::siz
   if (first >= last) return;
   auto reduce = [&](float* p, std::size_t n) {
     for (std::size_t at = 0; at < n; at += bucket)
-      comm.all_reduce(p + at, std::min(bucket, n - at), reduce_op::sum);
+      comm.issue_all_reduce(p + at, std::min(bucket, n - at), reduce_op::sum);
   };
   auto numel = [&](std::size_t i) { return static_cast<std::size_t>(cs.grads[i].value.numel()); };
   if (cs.discrete()) {
@@ -125,26 +125,26 @@ void reduce_scatter_gradients(compute_state& cs, device_communicator& comm, std:
   for (std::size_t i = first; i < last; ++i) {
     float* g = cs.grads[i].value.f32();
     if (splits(cs, comm, i))
-      comm.reduce_scatter(g, chunk_of(cs, comm, i), reduce_op::sum);
+      comm.issue_reduce_scatter(g, chunk_of(cs, comm, i), reduce_op::sum);
     else
-      comm.all_reduce(g, static_cast<std::size_t>(cs.grads[i].value.numel()), reduce_op::sum);
+      comm.issue_all_reduce(g, static_cast<std::size_t>(cs.grads[i].value.numel()), reduce_op::sum);
   }
 }
 
 void gather_variables(compute_state& cs, device_communicator& comm) {
   auto& vars = cs.net->variables();
   for (std::size_t i = 0; i < vars.size(); ++i)
-    if (splits(cs, comm, i)) comm.all_gather(vars[i].value.f32(), chunk_of(cs, comm, i));
-  comm.check();
+    if (splits(cs, comm, i)) comm.issue_all_gather(vars[i].value.f32(), chunk_of(cs, comm, i));
+  comm.complete();
 }
 
 void gather_slots(compute_state& cs, device_communicator& comm) {
   for (std::size_t kind = 0; kind < cs.opt->slot_names().size(); ++kind) {
     auto slots = cs.opt->slot_tensors(kind);
     for (std::size_t i = 0; i < slots.size(); ++i)
-      if (splits(cs, comm, i)) comm.all_gather(slots[i].f32(), chunk_of(cs, comm, i));
+      if (splits(cs, comm, i)) comm.issue_all_gather(slots[i].f32(), chunk_of(cs, comm, i));
   }
-  comm.check();
+  comm.complete();
 }
 
 }  // namespace troupe

@@ -321,6 +321,156 @@ TEST_CASE("many consecutive collectives stay correct") {
   CHECK(wrong == 0);
 }
 
+// Issued collectives (issue_*, then complete()): what a mirrored step does
+// with a layer's gradients during backward.
+TEST_CASE("issued collectives: after complete() the results of the plain calls, at any pace") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    auto group = make_device_collective_group(n, cpu(0));
+    const std::size_t ar = 1000, rs = 333, ag = 50, small = 17;
+    std::atomic<int> wrong{0};
+    auto errors = on_ranks(n, [&](int r) {
+      rank_buffer a(cpu(r), values(r, ar, 1)), b(cpu(r), values(r, rs * n, 2)),
+          c(cpu(r), values(r, ag * n, 3)), d(cpu(r), values(r, small, 4));
+      auto comm = group->join(r, *a.ctx);
+      for (int round = 0; round < 20; ++round) {
+        // Ranks come at different paces: each in turn lags behind the others
+        // between its issues, so every rank is sometimes first and sometimes
+        // last to issue, and some shares wait for complete().
+        auto lag = [&](int at) {
+          if ((round + at) % n == r) std::this_thread::sleep_for(std::chrono::microseconds(300));
+        };
+        comm->issue_all_reduce(a.buf.f32(), ar, reduce_op::sum);
+        lag(0);
+        comm->issue_reduce_scatter(b.buf.f32(), rs, reduce_op::sum);
+        lag(1);
+        comm->issue_all_gather(c.buf.f32(), ag);
+        comm->issue_all_reduce(d.buf.f32(), small, reduce_op::mean);
+        lag(2);
+        comm->complete();
+        auto want_a = expected_reduce(n, ar, reduce_op::sum, 1);
+        auto want_b = expected_reduce(n, rs * n, reduce_op::sum, 2, r * rs, rs);
+        auto want_d = expected_reduce(n, small, reduce_op::mean, 4);
+        std::vector<float> want_c;
+        for (int q = 0; q < n; ++q) {
+          auto v = values(q, ag * n, 3);
+          want_c.insert(want_c.end(), v.begin() + q * static_cast<std::ptrdiff_t>(ag),
+                        v.begin() + (q + 1) * static_cast<std::ptrdiff_t>(ag));
+        }
+        auto got_b = b.read();
+        if (!same_bits(a.read().data(), want_a.data(), ar) ||
+            !same_bits(got_b.data() + r * rs, want_b.data(), rs) ||
+            !same_bits(c.read().data(), want_c.data(), ag * n) ||
+            !same_bits(d.read().data(), want_d.data(), small))
+          ++wrong;
+        // Fresh inputs for the next round.
+        for (auto* x : {&a, &b, &c, &d}) {
+          auto v = values(r, x->count, x == &a ? 1 : x == &b ? 2 : x == &c ? 3 : 4);
+          x->ctx->copy_to_device(x->buf.data(), v.data(), x->count * sizeof(float));
+        }
+      }
+    });
+    for (const auto& e : errors) CHECK(e == "");
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("issued collectives: more than a window's worth before complete()") {
+  // The group keeps 1024 posts per rank: a rank that runs further ahead
+  // waits for its peers there, and every result is still right.
+  const int n = 2;
+  const std::size_t count = 3000;
+  auto group = make_device_collective_group(n, sim(0));
+  std::vector<std::vector<float>> got(n);
+  auto errors = on_ranks(n, [&](int r) {
+    rank_buffer b(sim(r), values(r, count * 4));
+    auto comm = group->join(r, *b.ctx);
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (std::size_t i = 0; i < count; ++i)
+      comm->issue_all_reduce(b.buf.f32() + 4 * i, 4, reduce_op::sum);
+    comm->complete();
+    got[static_cast<std::size_t>(r)] = b.read();
+  });
+  auto want = expected_reduce(n, count * 4, reduce_op::sum);
+  for (int r = 0; r < n; ++r) {
+    CHECK(errors[static_cast<std::size_t>(r)] == "");
+    CHECK(same_bits(got[static_cast<std::size_t>(r)].data(), want.data(), count * 4));
+  }
+}
+
+TEST_CASE("issued collectives: a mismatch throws at complete() on every rank, in step after") {
+  const int n = 2;
+  auto group = make_device_collective_group(n, sim(0));
+  std::vector<std::string> second(n);
+  std::atomic<int> wrong{0};
+  auto errors = on_ranks(n, [&](int r) {
+    rank_buffer a(sim(r), values(r, 64)), b(sim(r), values(r, 101)), c(sim(r), values(r, 64, 1));
+    auto comm = group->join(r, *a.ctx);
+    comm->issue_all_reduce(a.buf.f32(), 64, reduce_op::sum);
+    comm->issue_all_reduce(b.buf.f32(), r == 1 ? 101 : 100, reduce_op::sum);
+    comm->issue_all_reduce(c.buf.f32(), 64, reduce_op::sum);
+    try {
+      comm->complete();
+    } catch (const device_error& e) {
+      second[static_cast<std::size_t>(r)] = e.what();
+    }
+    // The collectives before and after the bad one were done.
+    auto want_a = expected_reduce(n, 64, reduce_op::sum);
+    auto want_c = expected_reduce(n, 64, reduce_op::sum, 1);
+    if (!same_bits(a.read().data(), want_a.data(), 64) ||
+        !same_bits(c.read().data(), want_c.data(), 64))
+      ++wrong;
+    // The bad one touched no buffer.
+    auto v = values(r, 101);
+    if (!same_bits(b.read().data(), v.data(), 101)) ++wrong;
+    rank_buffer d(sim(r), values(r, 8));
+    comm->all_reduce(d.buf.f32(), 8, reduce_op::sum);
+    auto want_d = expected_reduce(n, 8, reduce_op::sum);
+    if (!same_bits(d.read().data(), want_d.data(), 8)) ++wrong;
+  });
+  CHECK(wrong == 0);
+  for (int r = 0; r < n; ++r) {
+    CHECK(errors[static_cast<std::size_t>(r)] == "");
+    const auto& m = second[static_cast<std::size_t>(r)];
+    CHECK(m.find("all_reduce: the ranks' calls differ: rank 0 called all_reduce (sum) of 100 "
+                 "floats, rank 1 called all_reduce (sum) of 101 floats") == 0);
+  }
+}
+
+TEST_CASE("issued collectives: a rank that fails after issuing leaves no peer waiting") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    auto group = make_device_collective_group(n, sim(0));
+    std::atomic<int> issued{0};
+    auto errors = on_ranks(n, [&](int r) {
+      rank_buffer b(sim(r), values(r, 4096 * static_cast<std::size_t>(n)));
+      auto comm = group->join(r, *b.ctx);
+      if (r == 0) {
+        // Issues the first collective, then fails before complete(), as a
+        // replica whose backward throws does (mirrored aborts the group).
+        comm->issue_reduce_scatter(b.buf.f32(), 4096, reduce_op::sum);
+        while (issued.load() < n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        group->abort("replica 0 failed");
+        return;
+      }
+      comm->issue_reduce_scatter(b.buf.f32(), 4096, reduce_op::sum);
+      comm->issue_all_gather(b.buf.f32(), 4096);
+      ++issued;
+      comm->complete();
+    });
+    CHECK(errors[0] == "");
+    // Named by the collective the rank was on: its all_gather waits for rank
+    // 0's post, unless the abort came before its reduce_scatter's share.
+    for (int r = 1; r < n; ++r) {
+      const auto& e = errors[static_cast<std::size_t>(r)];
+      CAPTURE(e);
+      CHECK((e == "all_gather: the group was aborted: replica 0 failed" ||
+             e == "reduce_scatter: the group was aborted: replica 0 failed"));
+    }
+  }
+}
+
 TEST_CASE("join: ranks outside the group, a second join, a device of another kind") {
   auto group = make_device_collective_group(2, sim(0));
   auto ctx = make_device_context(sim(0));
