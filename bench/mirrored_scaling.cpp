@@ -7,6 +7,14 @@
 //
 // algorithm: strategy.reducer.algorithm (ring, tree, reduce_to_one, or nccl:
 // the in-process device collectives on cpu devices); gather: data.gather.
+//
+// Beside the speedup, the machine's ceiling for it: the model's own steps
+// (forward, backward, Adam) of one thread on the global batch against N
+// threads at once on batch/N rows each, with no runtime, input or
+// collectives (bench/compute_threads.hpp), and the fraction of that
+// ceiling the run reached. On a machine of N cores the runtime's own work
+// (input gathers, hand-overs, sums) shares the cores with the replicas,
+// where one_device has them to itself.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,7 +22,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "bench/bench_common.hpp"
+#include "bench/compute_threads.hpp"
+#include "kernels/cpu_kernels.hpp"
 #include "runtime/job.hpp"
 
 using namespace troupe;
@@ -33,6 +42,7 @@ int main(int argc, char** argv) {
   const std::string algorithm = argc > 6 ? argv[6] : "ring";
   const std::string gather = argc > 7 ? argv[7] : "auto";
   spdlog::set_level(spdlog::level::warn);
+  kernels::init_cpu_kernels();
   for (int64_t batch : batches) {
     std::vector<double> one, mir;
     for (int r = 0; r < repeats; ++r) {
@@ -50,6 +60,11 @@ int main(int argc, char** argv) {
       mir.push_back(run_job(cm)["samples_per_second"].get<double>());
     }
     double o = bench::median(one), m = bench::median(mir);
+    const int ceiling_steps = static_cast<int>(std::clamp<int64_t>(40000 / batch, 10, 300));
+    const double solo_ms = bench::run_threads(1, batch, ceiling_steps, true);
+    const double side_ms = bench::run_threads(
+        static_cast<int>(replicas), std::max<int64_t>(1, batch / replicas), ceiling_steps, true);
+    const double ceiling = solo_ms / side_ms;
     std::printf("%s\n", nlohmann::json{{"bench", "mirrored_scaling"},
                                        {"model", "mlp 784-256-256-10"},
                                        {"optimizer", "adam"},
@@ -60,7 +75,9 @@ int main(int argc, char** argv) {
                                        {"gather", gather},
                                        {"one_device_samples_per_second", o},
                                        {"mirrored_samples_per_second", m},
-                                       {"speedup", m / o}}
+                                       {"speedup", m / o},
+                                       {"compute_ceiling", ceiling},
+                                       {"of_ceiling", m / o / ceiling}}
                             .dump()
                             .c_str());
     std::fflush(stdout);
