@@ -17,6 +17,7 @@
 #include "config/job_config.hpp"
 #include "runtime/gate.hpp"
 #include "runtime/rendezvous.hpp"
+#include "tests/free_port.hpp"
 #include "tests/fuzz/mutate.hpp"
 
 using namespace troupe;
@@ -68,19 +69,7 @@ environment_map without(environment_map env, const std::string& name) {
   return env;
 }
 
-// A port nobody listens on now (the OS picks it; closed again at once).
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using troupe::test::free_port;
 
 cluster_env rank_env(int64_t rank, int64_t world, const std::string& chief) {
   cluster_env e;

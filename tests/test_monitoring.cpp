@@ -36,6 +36,7 @@
 #include "monitoring/tensorboard_writer.hpp"
 #include "runtime/job.hpp"
 #include "runtime/process_monitoring.hpp"
+#include "tests/free_port.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
@@ -718,10 +719,7 @@ TEST_CASE("a process without a coordinator (a troupe node task) exports its live
 
 namespace {
 
-uint16_t free_port() {
-  monitoring::prometheus_exporter probe(std::make_shared<monitoring::prometheus_registry>(), {});
-  return probe.port();  // closed again when probe ends
-}
+using troupe::test::free_port;
 
 // One `troupe node` process, its output in `log`; killed if still running
 // when destroyed.

@@ -31,6 +31,7 @@
 #include "runtime/job.hpp"
 #include "runtime/preemption.hpp"
 #include "tests/attack.hpp"
+#include "tests/free_port.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
@@ -42,20 +43,7 @@ namespace {
 
 constexpr const char* kSecret = "troupe-test-secret-0123456789";
 
-// A port nobody listens on now (the OS picks it; closed again at once).
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using troupe::test::free_port;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
