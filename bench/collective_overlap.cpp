@@ -67,6 +67,7 @@ run_figures run(int ranks, int steps, double step_us, double jitter, bool issued
   }
   const auto start = clock_type::now();
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       auto ctx = make_device_context(device_spec{device_spec::kind_t::cpu, r});
