@@ -379,6 +379,11 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
   std::vector<float> w(params, 0.1f), g(params, 0.01f), m(params, 0.0f), v(params, 0.0f);
   std::vector<float> act(128 * 256, 0.5f), dact(128 * 256, 0.1f), db(256), logits(128 * 10, 0.3f);
   std::vector<int32_t> labels(128, 3);
+  // A batch of 64 Fashion-MNIST-sized rows of bytes, decoded through the
+  // normalisation's 256-entry table (the input pipelines' gather).
+  std::vector<uint8_t> pixels(64 * 784);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 37 + 11);
+  std::vector<float> decode_table(256, 0.5f), decoded(pixels.size());
   struct loop_case {
     const char* name;
     double bytes;
@@ -409,6 +414,10 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
        }},
       {"reduce_sum (269k)", 4.0 * params,
        [&](const kernels::vector_kernels& k) { (void)k.reduce_sum(g.data(), params); }},
+      {"decode_bytes 64x784 (the input's gather)", 5.0 * 64 * 784,
+       [&](const kernels::vector_kernels& k) {
+         k.decode_bytes(pixels.data(), decode_table.data(), decoded.data(), pixels.size());
+       }},
   };
   if (!json) {
     char head[160];
