@@ -10,6 +10,8 @@
 #include <future>
 #include <limits>
 
+#include <sys/mman.h>
+
 #include "data/csv.hpp"
 #include "data/npy.hpp"
 #include "kernels/cpu_kernels.hpp"
@@ -83,6 +85,24 @@ raw_split read_split(const split_paths& paths, int64_t limit, int64_t classes) {
   return s;
 }
 
+// d.codes = bytes [src, src + count), its memory advised into transparent
+// huge pages first (where the kernel takes advice): the gathers fetch rows
+// at random, one 4 KB page each, and a page walk per row is a large part of
+// a row's fetch.
+void keep_codes_of(dataset& d, const uint8_t* src, std::size_t count) {
+  d.codes.clear();
+  d.codes.shrink_to_fit();
+  d.codes.reserve(count);  // allocated, not yet touched
+#ifdef MADV_HUGEPAGE
+  constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<std::uintptr_t>(d.codes.data());
+  const std::uintptr_t first = (begin + huge - 1) & ~(huge - 1),
+                       last = (begin + count) & ~(huge - 1);
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#endif
+  d.codes.assign(src, src + count);
+}
+
 // Converts into d, reusing d's tensors when they already have the right shape
 // (allocated ahead of time on another thread). keep_codes: whether d keeps
 // the bytes for gather_batch; the test split is evaluated whole from its
@@ -104,7 +124,7 @@ void convert(const raw_split& s, const std::array<float, 256>& lut, int64_t clas
   const std::size_t count = static_cast<std::size_t>(s.n * s.features);
   kernels::decode_bytes(src, lut.data(), x, count);
   if (keep_codes) {
-    d.codes.assign(src, src + count);
+    keep_codes_of(d, src, count);
     d.decode = lut;
   }
   int32_t* y = d.labels.data<int32_t>();
@@ -310,7 +330,7 @@ void set_examples(const split_arrays& s, int64_t n, bool may_map, const std::arr
     case npy_dtype::u1:
       kernels::decode_bytes(x.data, lut.data(), out, count);
       if (keep_codes) {
-        d.codes.assign(x.data, x.data + count);
+        keep_codes_of(d, x.data, count);
         d.decode = lut;
       }
       break;
@@ -781,6 +801,7 @@ void gather_rows(const dataset& d, std::span<const int64_t> idx, int64_t begin, 
       if (r + ahead < k) {
         const uint8_t* next = codes + row(r + ahead) * uf;
         for (std::size_t c = 0; c < uf; c += 64) __builtin_prefetch(next + c);
+        if (ints) __builtin_prefetch(labels + row(r + ahead));
       }
       const uint8_t* src = codes + row(r) * uf;
       float* out = xd + static_cast<std::size_t>(r) * uf;
