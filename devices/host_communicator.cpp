@@ -161,16 +161,14 @@ class host_group final : public device_collective_group,
 
  private:
   rank_slot& slot(int r) { return slots_[static_cast<std::size_t>(r)]; }
-  bool everyone_posted(uint64_t s) {
+  // Whether every rank's `counter` (posted or shared) has passed s.
+  bool everyone_past(std::atomic<uint64_t> rank_slot::*counter, uint64_t s) {
     for (auto& o : slots_)
-      if (o.posted.load() <= s) return false;
+      if ((o.*counter).load() <= s) return false;
     return true;
   }
-  bool everyone_shared(uint64_t s) {
-    for (auto& o : slots_)
-      if (o.shared.load() <= s) return false;
-    return true;
-  }
+  bool everyone_posted(uint64_t s) { return everyone_past(&rank_slot::posted, s); }
+  bool everyone_shared(uint64_t s) { return everyone_past(&rank_slot::shared, s); }
   // Does `rank`'s next share if every rank has posted it; false if not.
   bool try_share(int rank, std::string& error);
   // Waits for `rank`'s shares up to s (doing them) and every peer's.

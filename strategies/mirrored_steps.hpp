@@ -105,7 +105,8 @@ step_stats gradients_reduced_in_backward(
 
 // The gradients of variables [first, last) summed over the group, in
 // collectives of at most `bucket` floats: one over the fused block where the
-// model keeps one (a discrete device), else one per variable.
+// model keeps one (a discrete device), else one per variable. Issued: the
+// sums are in the gradients after comm.complete().
 void all_reduce_gradients(compute_state& cs, device_communicator& comm, std::size_t bucket,
                           std::size_t first, std::size_t last);
 void zero_gradients(compute_state& cs);
@@ -117,8 +118,11 @@ void zero_gradients(compute_state& cs);
 //
 // The elements this replica updates, over the variables concatenated.
 element_ranges device_shard_ranges(compute_state& cs, device_communicator& comm);
+// Issued, like all_reduce_gradients: this replica's chunks are reduced
+// after comm.complete().
 void reduce_scatter_gradients(compute_state& cs, device_communicator& comm, std::size_t first,
                               std::size_t last);
+// Both gathers complete before they return.
 void gather_variables(compute_state& cs, device_communicator& comm);
 // Every kind of optimizer slot (each laid out like the variables).
 void gather_slots(compute_state& cs, device_communicator& comm);

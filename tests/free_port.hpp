@@ -21,9 +21,11 @@
 
 namespace troupe::test {
 
-inline bool port_bindable(uint16_t port) {
+// Binds a socket to 127.0.0.1:port (0: the kernel's choice) and closes it
+// again; the port it got, or 0 if the bind failed.
+inline uint16_t bind_probe(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return 0;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -32,7 +34,7 @@ inline bool port_bindable(uint16_t port) {
   const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
   ::close(fd);
-  return ok && (port == 0 || ntohs(a.sin_port) == port);
+  return ok ? ntohs(a.sin_port) : 0;
 }
 
 inline uint16_t free_port() {
@@ -46,23 +48,16 @@ inline uint16_t free_port() {
     std::uniform_int_distribution<int> pick(low - 12000, low - 1);
     for (int tries = 0; tries < 500; ++tries) {
       const auto p = static_cast<uint16_t>(pick(rng));
-      if (!given.count(p) && port_bindable(p)) {
+      if (!given.count(p) && bind_probe(p) == p) {
         given.insert(p);
         return p;
       }
     }
   }
   // No room below the range: the kernel's choice.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  const uint16_t p = bind_probe(0);
+  REQUIRE(p != 0);
+  return p;
 }
 
 }  // namespace troupe::test
