@@ -98,6 +98,7 @@ void fail(self_ptr self, const std::string& why) {
 }
 
 void try_start(self_ptr self);
+void start_waiting(self_ptr self);
 void prefetch_next(self_ptr self);
 void request_batches(self_ptr self);
 
@@ -181,7 +182,8 @@ namespace {
 void request_batches(self_ptr self) {
   auto& st = self->state;
   // Keep one batch ahead per waiting step plus one spare.
-  int64_t want = static_cast<int64_t>(st.waiting_steps.size()) + 1;
+  int64_t want = 1;
+  for (const auto& w : st.waiting_steps) want += w.count;
   while (st.batches_requested + static_cast<int64_t>(st.batches.size()) < want) {
     ++st.batches_requested;
     self->request(st.cfg.input, st.cfg.request_timeout, next_atom::value)
@@ -216,22 +218,61 @@ void prefetch_next(self_ptr self) {
 
 void try_start(self_ptr self) {
   auto& s = self->state;
-  while (!s.busy && !s.batches.empty() && !s.waiting_steps.empty()) {
-    auto [step, rp] = std::move(s.waiting_steps.front());
+  while (!s.busy && !s.waiting_steps.empty() &&
+         static_cast<int64_t>(s.batches.size()) >= s.waiting_steps.front().count) {
+    auto w = std::move(s.waiting_steps.front());
     s.waiting_steps.pop_front();
-    batch next = std::move(s.batches.front());
-    s.batches.pop_front();
+    std::vector<batch> next;
+    for (int64_t i = 0; i < w.count; ++i) {
+      next.push_back(std::move(s.batches.front()));
+      s.batches.pop_front();
+    }
     prefetch_next(self);
-    s.current_step = step;
+    s.current_step = w.first;
     // Messages fetched into the actor's queue and not yet handled. Not
     // mailbox().size(): its fetch_more() downcasts CAF 0.17's queue sentinel,
     // which UBSan reports; what CAF has not fetched yet goes uncounted.
     if (trace::enabled())
       trace::counter(s.track.id(), "mailbox_depth",
                      static_cast<double>(self->mailbox().queue().total_task_size()));
-    s.cfg.step->run(*s.host, step, std::move(next), std::move(rp));
+    if (w.count == 1)
+      s.cfg.step->run(*s.host, w.first, std::move(next.front()), std::move(w.one));
+    else
+      s.cfg.step->run_steps(*s.host, w.first, std::move(next), std::move(w.steps));
     request_batches(self);
   }
+}
+
+// Steps [first, first + count) wait for their batches: as one execution
+// where the strategy's step runs executions, else one step at a time, each
+// filling its place in the answer.
+void enqueue_steps(self_ptr self, int64_t first, int64_t count, execution_promise rp) {
+  auto& s = self->state;
+  if (count > 1 && s.cfg.step->runs_executions()) {
+    s.waiting_steps.push_back({first, count, {}, std::move(rp)});
+    return;
+  }
+  struct answer {
+    std::vector<step_stats> steps;
+    int64_t left;
+    execution_promise rp;
+  };
+  auto a = std::make_shared<answer>(
+      answer{std::vector<step_stats>(static_cast<std::size_t>(count)), count, std::move(rp)});
+  for (int64_t i = 0; i < count; ++i)
+    s.waiting_steps.push_back({first + i,
+                               1,
+                               step_promise([a, i](const step_stats& st) {
+                                 a->steps[static_cast<std::size_t>(i)] = st;
+                                 if (--a->left == 0) a->rp(a->steps);
+                               }),
+                               {}});
+}
+
+void start_waiting(self_ptr self) {
+  try_start(self);
+  request_batches(self);
+  show_activity(self);
 }
 
 // Replaces the model's variables and the optimizer's slots (on the device).
@@ -286,10 +327,21 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
   return {
       [self](train_atom, int64_t step) -> caf::result<step_stats> {
         auto rp = self->make_response_promise<step_stats>();
-        self->state.waiting_steps.emplace_back(step, rp);
-        try_start(self);
-        request_batches(self);
-        show_activity(self);
+        self->state.waiting_steps.push_back(
+            {step, 1, step_promise([rp](const step_stats& s) mutable { rp.deliver(s); }), {}});
+        start_waiting(self);
+        return rp;
+      },
+      [self](train_atom, int64_t first, int64_t count) -> caf::result<std::vector<step_stats>> {
+        if (count < 1 || count > training_config::kMaxStepsPerExecution)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "train: expected 1 to " +
+                                     std::to_string(training_config::kMaxStepsPerExecution) +
+                                     " steps, got " + std::to_string(count));
+        auto rp = self->make_response_promise<std::vector<step_stats>>();
+        enqueue_steps(self, first, count,
+                      [rp](std::vector<step_stats>& all) mutable { rp.deliver(all); });
+        start_waiting(self);
         return rp;
       },
       [self](eval_atom, tensor x, tensor y) -> caf::result<metric_sums> {

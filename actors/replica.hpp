@@ -54,7 +54,15 @@ struct replica_state {
   std::unique_ptr<device_tasks<compute_state>> tasks;
   std::deque<batch> batches;         // prefetched from the input pipeline
   const void* prefetched = nullptr;  // the batch last copied ahead to a discrete device
-  std::deque<std::pair<int64_t, step_promise>> waiting_steps;
+  // Requested steps not started: an execution of several steps (only when
+  // the strategy's step runs executions) or one step.
+  struct waiting_execution {
+    int64_t first = 0;
+    int64_t count = 1;
+    step_promise one;         // count == 1
+    execution_promise steps;  // count > 1
+  };
+  std::deque<waiting_execution> waiting_steps;
   int64_t batches_requested = 0;
   bool busy = false;                 // the strategy's step holds the replica (see replica_host)
   std::vector<tensor> grad_buffers;  // the gradients' buffers, shared with the reducer

@@ -62,7 +62,21 @@ struct compute_state {
   void apply_update();
 };
 
-using step_promise = caf::typed_response_promise<step_stats>;
+// Where one step's figures go: the coordinator's request for that step, or
+// the step's place in an execution of several (training.steps_per_execution)
+// that the replica runs one step at a time. Delivered once.
+class step_promise {
+ public:
+  step_promise() = default;
+  explicit step_promise(std::function<void(const step_stats&)> to) : to_(std::move(to)) {}
+  void deliver(const step_stats& s) const { to_(s); }
+
+ private:
+  std::function<void(const step_stats&)> to_;
+};
+
+// Where an execution's figures go, one per step in order. Delivered once.
+using execution_promise = std::function<void(std::vector<step_stats>&)>;
 
 // Gradients of a step's micro-batches into cs.grads (accumulated), scaled so
 // that they are the mean over the global batch, or over this replica's own
@@ -132,6 +146,21 @@ class replica_host {
   }
 };
 
+// One step of a strategy whose step is device work alone (one_device;
+// mirrored on device collectives): step `step` on batch `b`, on the device
+// thread, returning the step's figures.
+using device_step_fn = std::function<step_stats(compute_state&, const batch&, int64_t step)>;
+
+// Such a step's executions: steps [first, first + bs.size()) in one device
+// task named `span` (a string literal) in a timeline trace; then, on the
+// actor, each step's figures (with its batch's epoch) counted toward the
+// training metrics and delivered in order. run_on_device(h, span, step, b,
+// ...) is the execution of one step.
+void run_on_device(replica_host& h, const char* span, int64_t first, std::vector<batch> bs,
+                   device_step_fn one, execution_promise rp);
+void run_on_device(replica_host& h, const char* span, int64_t step, batch b, device_step_fn one,
+                   step_promise rp);
+
 class coordinator_host {
  public:
   virtual ~coordinator_host() = default;
@@ -193,6 +222,15 @@ class replica_step {
   // Runs training step `step` on batch `b` and delivers `rp` with its
   // figures. The replica starts no other step while it is busy (set_busy).
   virtual void run(replica_host& h, int64_t step, batch b, step_promise rp) = 0;
+  // An execution (training.steps_per_execution): steps [first, first +
+  // bs.size()) on batches bs, as one piece of device work where the step is
+  // device work alone, so that the hand-overs between actors and device
+  // (train, computed, the reply) happen once per execution, not per step.
+  // A step that does not run executions (false) is given them one step at a
+  // time through run().
+  virtual bool runs_executions() const { return false; }
+  virtual void run_steps(replica_host& /*h*/, int64_t /*first*/, std::vector<batch> /*bs*/,
+                         execution_promise /*rp*/) {}
   // The variables an evaluation reads: calls k with a device task that
   // installs them (null: the replica's own variables).
   virtual void eval_variables(replica_host&,

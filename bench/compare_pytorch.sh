@@ -16,7 +16,8 @@
 # cpu:0 and cpu:1: the reducer actors' ring); mirrored 2 device collectives
 # (the same with strategy.reducer.algorithm "nccl", which on cpu devices is
 # the in-process shared-memory group inside each replica's step, and
-# data.gather "pipeline"); each with data.batch_size = B and
+# data.gather "pipeline"); the same with training.steps_per_execution = 8
+# (8 steps per device task); each with data.batch_size = B and
 # training.epochs = E.
 # PyTorch setups (bench/pytorch_cpu_mlp.py): 1 thread; 2 threads; 2 threads +
 # fused Adam; DDP 2 processes (gloo, 1 thread each). PyTorch runs in a private
@@ -183,7 +184,8 @@ if model == "cnn":
 else:
     setups = (("one_device", "examples/fashion_mnist_one_device.json", None),
               ("mirrored2", "examples/fashion_mnist_mirrored.json", 2),
-              ("mirrored2dc", "examples/fashion_mnist_mirrored.json", 2))
+              ("mirrored2dc", "examples/fashion_mnist_mirrored.json", 2),
+              ("mirrored2dc8", "examples/fashion_mnist_mirrored.json", 2))
 for name, src, replicas in setups:
     j = json.load(open(src))
     j["data"]["batch_size"] = batch
@@ -193,9 +195,11 @@ for name, src, replicas in setups:
         # device would share its thread.
         j["strategy"]["replicas"] = replicas
         j["devices"] = [f"cpu:{i}" for i in range(replicas)]
-    if name == "mirrored2dc":
+    if name.startswith("mirrored2dc"):
         j["strategy"]["reducer"] = {"algorithm": "nccl"}
         j["data"]["gather"] = "pipeline"
+    if name == "mirrored2dc8":
+        j["training"]["steps_per_execution"] = 8
     json.dump(j, open(f"{work}/{name}.json", "w"), indent=1)
 PY
 
@@ -273,7 +277,8 @@ m(x).sum().backward()' 2>&1); then
     fi
   fi
 else
-  setups=("troupe one_device" "troupe mirrored 2" "troupe mirrored 2 device collectives")
+  setups=("troupe one_device" "troupe mirrored 2" "troupe mirrored 2 device collectives"
+          "troupe mirrored 2 device collectives, 8 steps per execution")
   if [ "$torch_ok" = 1 ]; then
     setups+=("pytorch 1" "pytorch 2" "pytorch 2 fused" "pytorch ddp 2")
   fi
@@ -286,6 +291,8 @@ for ((r = 1; r <= rounds; r++)); do
       "troupe mirrored 2") run_troupe "mirrored 2" mirrored2 "$r" ;;
       "troupe mirrored 2 device collectives")
         run_troupe "mirrored 2 device collectives" mirrored2dc "$r" ;;
+      "troupe mirrored 2 device collectives, 8 steps per execution")
+        run_troupe "mirrored 2 device collectives, 8 steps per execution" mirrored2dc8 "$r" ;;
       "pytorch 1") run_pytorch "$r" --threads 1 ;;
       "pytorch 2") run_pytorch "$r" --threads 2 ;;
       "pytorch 2 fused") run_pytorch "$r" --threads 2 --fused ;;
@@ -380,7 +387,8 @@ else:
     print("troupe best 2-core time to target / PyTorch best 2-core time to target = n/a"
           f" ({'no troupe setup' if not tb else 'no PyTorch 2-core setup'} reached {target})")
 od = stats.get(("troupe", "one_device"))
-for name in ("mirrored 2", "mirrored 2 device collectives"):
+for name in ("mirrored 2", "mirrored 2 device collectives",
+             "mirrored 2 device collectives, 8 steps per execution"):
     m = stats.get(("troupe", name))
     if od and m:
         print(f"{name} / one_device samples/s = {m[0] / od[0]:.2f}")

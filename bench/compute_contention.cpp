@@ -30,5 +30,15 @@ int main(int argc, char** argv) {
         "\"solo_ms\":%.3f,\"concurrent_ms\":%.3f,\"slowdown\":%.3f}\n",
         static_cast<long long>(batch), update ? "true" : "false", threads, solo, many, many / solo);
   }
+  // The same side by side as one data-parallel group (ZeRO-1 on the host
+  // collectives), against one thread on the group's whole batch.
+  if (threads > 1) {
+    double whole = bench::run_threads(1, batch * threads, steps, true);
+    double group = bench::run_threads(threads, batch, steps, true, true);
+    std::printf(
+        "{\"bench\":\"compute_contention\",\"batch\":%lld,\"update\":\"zero1\",\"threads\":%d,"
+        "\"solo_global_batch_ms\":%.3f,\"group_ms\":%.3f,\"speedup\":%.3f}\n",
+        static_cast<long long>(batch), threads, whole, group, whole / group);
+  }
   return 0;
 }

@@ -4,9 +4,11 @@
 //
 //   bench_mirrored_scaling [replicas=2] [epochs=1] [repeats=3] [batches=128,256,512]
 //                          [shard_optimizer=1] [algorithm=ring] [gather=auto]
+//                          [steps_per_execution=1]
 //
 // algorithm: strategy.reducer.algorithm (ring, tree, reduce_to_one, or nccl:
-// the in-process device collectives on cpu devices); gather: data.gather.
+// the in-process device collectives on cpu devices); gather: data.gather;
+// steps_per_execution: training.steps_per_execution, for both jobs.
 //
 // Beside the speedup, the machine's ceiling for it: the model's own steps
 // (forward, backward, Adam) of one thread on the global batch against N
@@ -14,7 +16,10 @@
 // collectives (bench/compute_threads.hpp), and the fraction of that
 // ceiling the run reached. On a machine of N cores the runtime's own work
 // (input gathers, hand-overs, sums) shares the cores with the replicas,
-// where one_device has them to itself.
+// where one_device has them to itself. With the optimizer sharded, also
+// the protocol's ceiling: the same threads as one group on the host
+// collectives, ZeRO-1 as mirrored's device step does it, still without
+// actors or input.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -41,12 +46,14 @@ int main(int argc, char** argv) {
   bool shard = argc > 5 ? std::atoi(argv[5]) != 0 : true;
   const std::string algorithm = argc > 6 ? argv[6] : "ring";
   const std::string gather = argc > 7 ? argv[7] : "auto";
+  const int64_t per_execution = argc > 8 ? std::atoll(argv[8]) : 1;
   spdlog::set_level(spdlog::level::warn);
   kernels::init_cpu_kernels();
   for (int64_t batch : batches) {
     std::vector<double> one, mir;
     for (int r = 0; r < repeats; ++r) {
       auto c1 = bench::training_only_job("bench_mirrored", batch, epochs);
+      c1.training.steps_per_execution = per_execution;
       one.push_back(run_job(c1)["samples_per_second"].get<double>());
       auto cm = bench::training_only_job("bench_mirrored", batch, epochs);
       cm.strategy.kind = "mirrored";
@@ -55,6 +62,7 @@ int main(int argc, char** argv) {
       cm.strategy.shard_optimizer = shard;
       cm.strategy.reducer.algorithm = algorithm;
       cm.data.gather = gather;
+      cm.training.steps_per_execution = per_execution;
       cm.devices.clear();
       for (int64_t i = 0; i < replicas; ++i) cm.devices.push_back("cpu:" + std::to_string(i));
       mir.push_back(run_job(cm)["samples_per_second"].get<double>());
@@ -65,6 +73,10 @@ int main(int argc, char** argv) {
     const double side_ms = bench::run_threads(
         static_cast<int>(replicas), std::max<int64_t>(1, batch / replicas), ceiling_steps, true);
     const double ceiling = solo_ms / side_ms;
+    const double group_ms = shard ? bench::run_threads(static_cast<int>(replicas),
+                                                       std::max<int64_t>(1, batch / replicas),
+                                                       ceiling_steps, true, true)
+                                  : 0.0;
     std::printf("%s\n", nlohmann::json{{"bench", "mirrored_scaling"},
                                        {"model", "mlp 784-256-256-10"},
                                        {"optimizer", "adam"},
@@ -73,11 +85,13 @@ int main(int argc, char** argv) {
                                        {"shard_optimizer", shard},
                                        {"algorithm", algorithm},
                                        {"gather", gather},
+                                       {"steps_per_execution", per_execution},
                                        {"one_device_samples_per_second", o},
                                        {"mirrored_samples_per_second", m},
                                        {"speedup", m / o},
                                        {"compute_ceiling", ceiling},
-                                       {"of_ceiling", m / o / ceiling}}
+                                       {"of_ceiling", m / o / ceiling},
+                                       {"protocol_ceiling", shard ? solo_ms / group_ms : 0.0}}
                             .dump()
                             .c_str());
     std::fflush(stdout);

@@ -173,6 +173,12 @@ struct strategy_config {
 struct training_config {
   int64_t epochs = 1;
   int64_t max_steps = 0;  // 0 = no limit; else stop after this many steps
+  // Steps handed to the replicas in one request (Keras' steps_per_execution):
+  // a step that is device work alone runs them as one device task, so the
+  // runtime's hand-overs happen once per execution. Lockstep strategies.
+  // Each replica holds the batches of two executions.
+  static constexpr int64_t kMaxStepsPerExecution = 1024;
+  int64_t steps_per_execution = 1;
   int64_t eval_every_epochs = 1;
   // actor_learner: stop after this many environment steps (0 = no limit) or
   // once the mean return of the last 100 episodes reaches target_return.

@@ -319,7 +319,8 @@ std::vector<std::string> read_devices(const json& v, const std::string& p) {
 
 void read_training(const json& j, const std::string& path, training_config& t) {
   object_reader r(j, path,
-                  {"epochs", "max_steps", "eval_every_epochs", "max_env_steps", "target_return"});
+                  {"epochs", "max_steps", "steps_per_execution", "eval_every_epochs",
+                   "max_env_steps", "target_return"});
   r.with("max_env_steps",
          [&](const json& v, const std::string& p) { t.max_env_steps = read_int(v, p, 0); });
   r.with("target_return", [&](const json& v, const std::string& p) {
@@ -331,6 +332,9 @@ void read_training(const json& j, const std::string& path, training_config& t) {
          [&](const json& v, const std::string& p) { t.max_steps = read_int(v, p, 0); });
   r.with("eval_every_epochs",
          [&](const json& v, const std::string& p) { t.eval_every_epochs = read_int(v, p, 0); });
+  r.with("steps_per_execution", [&](const json& v, const std::string& p) {
+    t.steps_per_execution = read_int_in(v, p, 1, training_config::kMaxStepsPerExecution);
+  });
 }
 
 void read_rl(const json& j, const std::string& path, rl_config& c) {
@@ -611,6 +615,12 @@ void check_cross_fields(const job_config& c) {
                      show(json(c.strategy.kind)) + ")");
   }
   check_device_rules(c, rules.get());
+  if (c.training.steps_per_execution > 1 && rules && !rules->runs_executions())
+    fail("training.steps_per_execution",
+         "the " + c.strategy.kind +
+             " strategy's workers do not take every step together; expected 1 (the default), "
+             "got " +
+             std::to_string(c.training.steps_per_execution));
   if (rules) rules->validate(c);
   const auto& s = c.optimizer.schedule;
   if (s.kind == "cosine" && s.min_lr > c.optimizer.learning_rate)
@@ -742,6 +752,7 @@ nlohmann::json to_json(const job_config& c) {
   j["devices"] = c.devices;
   j["training"] = {{"epochs", c.training.epochs},
                    {"max_steps", c.training.max_steps},
+                   {"steps_per_execution", c.training.steps_per_execution},
                    {"eval_every_epochs", c.training.eval_every_epochs},
                    {"max_env_steps", c.training.max_env_steps}};
   if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;

@@ -47,6 +47,9 @@ class strategy_rules {
   // Whether a lost worker task leaves the job running (its replicas are
   // dropped) instead of ending it.
   virtual bool survives_lost_workers() const { return false; }
+  // Whether its replicas take every step together, so that steps can go to
+  // them in executions of training.steps_per_execution.
+  virtual bool runs_executions() const { return false; }
 };
 
 // Registers a strategy under its name(); throws std::invalid_argument when the

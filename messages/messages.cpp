@@ -90,6 +90,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<named_tensor>>("std::vector<troupe::named_tensor>");
   cfg.add_message_type<batch>("troupe::batch");
   cfg.add_message_type<step_stats>("troupe::step_stats");
+  cfg.add_message_type<std::vector<step_stats>>("std::vector<troupe::step_stats>");
   cfg.add_message_type<metric_sums>("troupe::metric_sums");
   cfg.add_message_type<model_state>("troupe::model_state");
   cfg.add_message_type<input_pipeline_actor>("troupe::input_pipeline_actor");

@@ -17,6 +17,9 @@ using input_pipeline_actor = caf::typed_actor<caf::replies_to<next_atom>::with<b
 using replica_actor = caf::typed_actor<
     // Run training step `step` on the next batch from the pipeline.
     caf::replies_to<train_atom, int64_t>::with<step_stats>,
+    // An execution: steps [first, first + count) on the next count batches,
+    // their figures in step order (training.steps_per_execution).
+    caf::replies_to<train_atom, int64_t, int64_t>::with<std::vector<step_stats>>,
     // Evaluate on (x, y) with the current variables.
     caf::replies_to<eval_atom, tensor, tensor>::with<metric_sums>,
     // Read (and, if the flag is set, reset) the accumulated training metrics:

@@ -36,29 +36,13 @@ class mirrored_device_step final : public device_group_step {
   // The replica is not held: the next step's task queues behind this one.
   void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
     h.set_busy(false);
-    auto epoch = b.epoch;
-    step_on_device(
-        h, "forward_backward_allreduce_update", epoch,
-        guarded([b = std::move(b), step, fail = h.fail_at_step(), bucket = bucket_floats(),
-                 sharded = sharded_, chunks = chunks_](compute_state& cs) {
-          auto& comm = *cs.collectives;
-          auto s = gradients_reduced_in_backward(
-              cs, b, step, fail, [&](std::size_t first, std::size_t last) {
-                if (sharded)
-                  reduce_scatter_gradients(cs, comm, first, last);
-                else
-                  all_reduce_gradients(cs, comm, bucket, first, last);
-              });
-          comm.complete();
-          if (sharded) {
-            cs.opt->apply_ranges(cs.net->variables(), cs.grads, *chunks);
-            gather_variables(cs, comm);
-          } else {
-            cs.apply_update();
-          }
-          return s;
-        }),
-        [rp](step_stats& s) mutable { rp.deliver(s); });
+    run_on_device(h, span, step, std::move(b), work(h), std::move(rp));
+  }
+  bool runs_executions() const override { return true; }
+  void run_steps(replica_host& h, int64_t first, std::vector<batch> bs,
+                 execution_promise rp) override {
+    h.set_busy(false);
+    run_on_device(h, span, first, std::move(bs), work(h), std::move(rp));
   }
 
   // Sharded slots are current only in their owner's chunks.
@@ -75,6 +59,30 @@ class mirrored_device_step final : public device_group_step {
   }
 
  private:
+  static constexpr const char* span = "forward_backward_allreduce_update";
+
+  device_step_fn work(replica_host& h) {
+    return guarded([fail = h.fail_at_step(), bucket = bucket_floats(), sharded = sharded_,
+                    chunks = chunks_](compute_state& cs, const batch& b, int64_t step) {
+      auto& comm = *cs.collectives;
+      auto s = gradients_reduced_in_backward(
+          cs, b, step, fail, [&](std::size_t first, std::size_t last) {
+            if (sharded)
+              reduce_scatter_gradients(cs, comm, first, last);
+            else
+              all_reduce_gradients(cs, comm, bucket, first, last);
+          });
+      comm.complete();
+      if (sharded) {
+        cs.opt->apply_ranges(cs.net->variables(), cs.grads, *chunks);
+        gather_variables(cs, comm);
+      } else {
+        cs.apply_update();
+      }
+      return s;
+    });
+  }
+
   bool sharded_;
   // This replica's chunks (sharded); written and read on the device.
   std::shared_ptr<element_ranges> chunks_;

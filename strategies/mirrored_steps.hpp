@@ -77,10 +77,10 @@ class device_group_step : public replica_step {
   // replica ends with the error), so that the peers are not left waiting.
   template <class F>
   auto guarded(F f) {
-    return [f = std::move(f), group = wiring_.device_group,
-            index = wiring_.index](compute_state& cs) mutable {
+    return [f = std::move(f), group = wiring_.device_group, index = wiring_.index](
+               compute_state& cs, auto&&... args) mutable {
       try {
-        return f(cs);
+        return f(cs, std::forward<decltype(args)>(args)...);
       } catch (const std::exception& e) {
         group->abort("replica " + std::to_string(index) + ": " + e.what());
         throw;

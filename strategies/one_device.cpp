@@ -8,24 +8,27 @@
 namespace troupe {
 namespace {
 
-// Gradients and the update as one device task; the next step may be queued
-// on the device right behind it.
+// Gradients and the update as one device task (an execution of several
+// steps, one task for all); the next may be queued on the device right
+// behind it.
 class local_step final : public replica_step {
  public:
   void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
-    auto epoch = b.epoch;
-    h.on_device<step_stats>(
-        "forward_backward_update",
-        [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
-          auto s = compute_gradients(cs, b, step, fail, false);
-          cs.apply_update();
-          return s;
-        },
-        [&h, rp, epoch](step_stats& s) mutable {
-          s.epoch = epoch;
-          h.count(s);
-          rp.deliver(s);
-        });
+    run_on_device(h, "forward_backward_update", step, std::move(b), work(h), std::move(rp));
+  }
+  bool runs_executions() const override { return true; }
+  void run_steps(replica_host& h, int64_t first, std::vector<batch> bs,
+                 execution_promise rp) override {
+    run_on_device(h, "forward_backward_update", first, std::move(bs), work(h), std::move(rp));
+  }
+
+ private:
+  static device_step_fn work(replica_host& h) {
+    return [fail = h.fail_at_step()](compute_state& cs, const batch& b, int64_t step) {
+      auto s = compute_gradients(cs, b, step, fail, false);
+      cs.apply_update();
+      return s;
+    };
   }
 };
 
@@ -63,6 +66,7 @@ class one_device final : public strategy {
                                                   const replica_wiring&) const override {
     return std::make_unique<local_step>();
   }
+  bool runs_executions() const override { return true; }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
     return std::make_unique<lockstep_driver>();
   }

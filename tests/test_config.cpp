@@ -98,6 +98,12 @@ const bad_case kBad[] = {
     {R"({"model": {"hidden": 256}})",
      R"(model.hidden: expected an array of integers >= 1, got 256)"},
     {R"({"training": {"epochs": 0}})", R"(training.epochs: expected an integer >= 1, got 0)"},
+    {R"({"training": {"steps_per_execution": 0}})",
+     R"(training.steps_per_execution: expected an integer >= 1, got 0)"},
+    {R"({"training": {"steps_per_execution": 1025}})",
+     R"(training.steps_per_execution: expected an integer in [1, 1024], got 1025)"},
+    {R"({"strategy": {"kind": "parameter_server"}, "training": {"steps_per_execution": 8}})",
+     R"(training.steps_per_execution: the parameter_server strategy's workers do not take every step together; expected 1 (the default), got 8)"},
     {R"({"training": {"max_steps": 9223372036854775808}})",
      R"(training.max_steps: expected an integer >= 0 (at most 9223372036854775807), got 9223372036854775808)"},
     {R"({"logging": {"every_steps": 0}})",
@@ -355,7 +361,7 @@ TEST_CASE("config: a full config parses, integral floats count as integers") {
              "gather": "device", "train_limit": 1000, "test_limit": 500, "path": "/tmp/fm"},
     "strategy": {"kind": "mirrored", "replicas": 4},
     "devices": ["cuda:0", "cuda:1", "cpu:0", "cuda:10"],
-    "training": {"epochs": 3, "max_steps": 700, "eval_every_epochs": 0},
+    "training": {"epochs": 3, "max_steps": 700, "eval_every_epochs": 0, "steps_per_execution": 16},
     "checkpoint": {"dir": "ck", "every_steps": 100, "keep": 0, "save_at_end": false},
     "logging": {"level": "debug", "every_steps": 10, "output_dir": "out"}
   })"));
@@ -370,6 +376,7 @@ TEST_CASE("config: a full config parses, integral floats count as integers") {
   CHECK(c.data.gather == "device");
   CHECK(c.strategy.replicas == 4);
   CHECK(c.devices.size() == 4);
+  CHECK(c.training.steps_per_execution == 16);
   CHECK(c.logging.level == "debug");
   // One device shared by several replicas is fine for the multi-replica strategies.
   CHECK(error_of(R"({"strategy": {"kind": "mirrored", "replicas": 4}, "devices": ["cpu:0"]})")

@@ -193,3 +193,52 @@ TEST_CASE("a failing mirrored replica ends the job within 1 s, naming it") {
   }
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
 }
+
+// training.steps_per_execution hands the replicas several steps per request;
+// a step that is device work alone (one_device, mirrored on the device
+// collectives) runs them as one device task, any other one by one. The
+// arithmetic is the same step by step: bit-identical parameters, the same
+// metrics lines, and executions cut at every boundary (epoch ends, a
+// checkpoint every 5 steps, the last partial execution).
+TEST_CASE("steps_per_execution trains exactly what one step per request trains") {
+  env_t env(500);  // 11 steps an epoch at batch 48
+  struct setup {
+    const char* kind;
+    int64_t n;
+    const char* algo;
+    bool sharded;
+  };
+  for (auto [kind, n, algo, sharded] :
+       {setup{"", 0, "ring", true}, setup{"mirrored", 2, "nccl", true},
+        setup{"mirrored", 3, "nccl", false}, setup{"mirrored", 2, "ring", true},
+        setup{"central_storage", 2, "ring", true}}) {
+    CAPTURE(kind);
+    CAPTURE(n);
+    CAPTURE(algo);
+    auto run = [&](int64_t per_execution) {
+      auto c = env.job(kind, "adam", n, 48);
+      c.training.epochs = 2;
+      c.training.steps_per_execution = per_execution;
+      c.strategy.reducer.algorithm = algo;
+      c.strategy.shard_optimizer = sharded;
+      c.checkpoint.every_steps = 5;
+      c.logging.every_steps = 1;
+      return run_job(c);
+    };
+    auto one = run(1);
+    for (int64_t k : {4, 64}) {
+      CAPTURE(k);
+      auto s = run(k);
+      CHECK(s["steps"] == one["steps"]);
+      CHECK(s["samples"] == 1000);
+      CHECK(max_abs_diff(variables_of(one), variables_of(s)) == 0.0);
+      auto a = test::metrics_of(one, "step"), b = test::metrics_of(s, "step");
+      REQUIRE(a.size() == 22);
+      REQUIRE(b.size() == a.size());
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        CHECK(b[i]["step"] == a[i]["step"]);
+        CHECK(b[i]["loss"] == a[i]["loss"]);
+      }
+    }
+  }
+}
