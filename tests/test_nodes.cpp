@@ -247,6 +247,13 @@ TEST_CASE("mirrored over 3 processes equals the same job in one process") {
   MESSAGE("mirrored, 3 processes vs 1: max |diff| " << d);
   // The hierarchical reducer sums in another order than the in-process ring.
   CHECK(d < 2e-5);
+  // Executions of 4 steps (training.steps_per_execution): the requests and
+  // their answers, one step_stats per step, cross the processes.
+  c.training.steps_per_execution = 4;
+  temp_dir dir4;
+  auto four = run_in_processes(c, dir4, 2, 0);
+  CHECK(four["steps"] == one["steps"]);
+  CHECK(max_abs_diff(variables_of(many), variables_of(four)) == 0.0);
 }
 
 // The cluster from the environment (config/cluster_env.hpp): no --task, no
