@@ -5,6 +5,7 @@ namespace troupe {
 void run_on_device(replica_host& h, const char* span, int64_t first, std::vector<batch> bs,
                    device_step_fn one, execution_promise rp) {
   std::vector<int64_t> epochs;
+  epochs.reserve(bs.size());
   for (const auto& b : bs) epochs.push_back(b.epoch);
   h.on_device<std::vector<step_stats>>(
       span,

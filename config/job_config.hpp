@@ -176,8 +176,10 @@ struct training_config {
   // Steps handed to the replicas in one request (Keras' steps_per_execution):
   // a step that is device work alone runs them as one device task, so the
   // runtime's hand-overs happen once per execution. Lockstep strategies.
-  // Each replica holds the batches of two executions.
+  // Each replica holds the batches of two executions. kAutoSteps ("auto"):
+  // the driver sizes executions from the measured time per step.
   static constexpr int64_t kMaxStepsPerExecution = 1024;
+  static constexpr int64_t kAutoSteps = 0;
   int64_t steps_per_execution = 1;
   int64_t eval_every_epochs = 1;
   // actor_learner: stop after this many environment steps (0 = no limit) or

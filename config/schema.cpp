@@ -333,7 +333,16 @@ void read_training(const json& j, const std::string& path, training_config& t) {
   r.with("eval_every_epochs",
          [&](const json& v, const std::string& p) { t.eval_every_epochs = read_int(v, p, 0); });
   r.with("steps_per_execution", [&](const json& v, const std::string& p) {
-    t.steps_per_execution = read_int_in(v, p, 1, training_config::kMaxStepsPerExecution);
+    if (v == "auto") {
+      t.steps_per_execution = training_config::kAutoSteps;
+      return;
+    }
+    const auto most = training_config::kMaxStepsPerExecution;
+    const std::string want = "an integer in [1, " + std::to_string(most) + "] or \"auto\"";
+    if (!v.is_number()) expected(p, want, v);
+    const double d = v.get<double>();  // exact for the integers in range
+    if (!(d >= 1 && d <= static_cast<double>(most)) || std::floor(d) != d) expected(p, want, v);
+    t.steps_per_execution = static_cast<int64_t>(d);
   });
 }
 
@@ -750,11 +759,14 @@ nlohmann::json to_json(const job_config& c) {
   j["data"] = data_to_json(c.data);
   j["strategy"] = strategy_to_json(c.strategy);
   j["devices"] = c.devices;
-  j["training"] = {{"epochs", c.training.epochs},
-                   {"max_steps", c.training.max_steps},
-                   {"steps_per_execution", c.training.steps_per_execution},
-                   {"eval_every_epochs", c.training.eval_every_epochs},
-                   {"max_env_steps", c.training.max_env_steps}};
+  j["training"] = {
+      {"epochs", c.training.epochs},
+      {"max_steps", c.training.max_steps},
+      {"steps_per_execution", c.training.steps_per_execution == training_config::kAutoSteps
+                                  ? json("auto")
+                                  : json(c.training.steps_per_execution)},
+      {"eval_every_epochs", c.training.eval_every_epochs},
+      {"max_env_steps", c.training.max_env_steps}};
   if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;
   if (c.rl_given || trains_from_envs(c.strategy.kind)) {
     const auto& rl = c.rl;

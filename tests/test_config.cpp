@@ -99,9 +99,11 @@ const bad_case kBad[] = {
      R"(model.hidden: expected an array of integers >= 1, got 256)"},
     {R"({"training": {"epochs": 0}})", R"(training.epochs: expected an integer >= 1, got 0)"},
     {R"({"training": {"steps_per_execution": 0}})",
-     R"(training.steps_per_execution: expected an integer >= 1, got 0)"},
+     R"(training.steps_per_execution: expected an integer in [1, 1024] or "auto", got 0)"},
     {R"({"training": {"steps_per_execution": 1025}})",
-     R"(training.steps_per_execution: expected an integer in [1, 1024], got 1025)"},
+     R"(training.steps_per_execution: expected an integer in [1, 1024] or "auto", got 1025)"},
+    {R"({"training": {"steps_per_execution": "fast"}})",
+     R"(training.steps_per_execution: expected an integer in [1, 1024] or "auto", got "fast")"},
     {R"({"strategy": {"kind": "parameter_server"}, "training": {"steps_per_execution": 8}})",
      R"(training.steps_per_execution: the parameter_server strategy's workers do not take every step together; expected 1 (the default), got 8)"},
     {R"({"training": {"max_steps": 9223372036854775808}})",
@@ -407,6 +409,7 @@ TEST_CASE("config: to_json round-trips through parse_job_config") {
   c.strategy.replicas = 3;
   c.devices = {"cpu:0", "cpu:1"};
   c.training.max_steps = 5;
+  c.training.steps_per_execution = training_config::kAutoSteps;  // "auto": parameter_server takes 1
   c.checkpoint.dir = "ck";
   c.logging.output_dir = "out";
   json j = to_json(c);
@@ -414,6 +417,7 @@ TEST_CASE("config: to_json round-trips through parse_job_config") {
   CHECK(to_json(back) == j);
   CHECK(back.optimizer.learning_rate == c.optimizer.learning_rate);
   CHECK(back.devices == c.devices);
+  CHECK(j["training"]["steps_per_execution"] == "auto");
   // Through text too (what summary.json and manifests store).
   CHECK(to_json(parse_job_config(json::parse(j.dump()))) == j);
   // Every key is present, and every section has every field.

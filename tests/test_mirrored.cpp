@@ -226,7 +226,7 @@ TEST_CASE("steps_per_execution trains exactly what one step per request trains")
       return run_job(c);
     };
     auto one = run(1);
-    for (int64_t k : {4, 64}) {
+    for (int64_t k : {int64_t{4}, int64_t{64}, training_config::kAutoSteps}) {
       CAPTURE(k);
       auto s = run(k);
       CHECK(s["steps"] == one["steps"]);
@@ -241,4 +241,25 @@ TEST_CASE("steps_per_execution trains exactly what one step per request trains")
       }
     }
   }
+}
+
+// "auto": sized from the time per step, ~4 ms an execution. The tiny model's
+// steps take well under 100 µs (under the sanitizers too), so the driver
+// soon hands out more than one at a time.
+TEST_CASE("steps_per_execution auto hands out several steps at a time when steps are short") {
+  env_t env(2000);
+  auto c = env.job("mirrored", "adam", 2, 16);
+  c.model.hidden = {8};
+  c.strategy.reducer.algorithm = "nccl";
+  c.training.epochs = 2;
+  c.training.steps_per_execution = training_config::kAutoSteps;
+  auto s = run_job(c);
+  CHECK(s["steps"] == 250);
+  CHECK(s["steps_per_execution"].get<int64_t>() > 1);
+  CHECK(s["steps_per_execution"].get<int64_t>() <= 64);
+  c.training.steps_per_execution = 1;
+  c.logging.output_dir += "-one";
+  auto one = run_job(c);
+  CHECK(one["steps_per_execution"] == 1);
+  CHECK(max_abs_diff(variables_of(one), variables_of(s)) == 0.0);
 }
