@@ -43,9 +43,9 @@ void lockstep_driver::measured(int64_t count) {
   const double per_step =
       std::chrono::duration<double>(now - since).count() / static_cast<double>(count);
   step_seconds_ = step_seconds_ == 0 ? per_step : 0.7 * step_seconds_ + 0.3 * per_step;
-  per_execution_ = std::clamp<int64_t>(
-      static_cast<int64_t>(std::lround(target_execution_seconds / step_seconds_)), 1,
-      max_auto_steps);
+  // Clamped before the conversion; a step too short to measure gives the most.
+  const double steps = step_seconds_ > 0 ? target_execution_seconds / step_seconds_ : 1e9;
+  per_execution_ = std::lround(std::clamp(steps, 1.0, static_cast<double>(max_auto_steps)));
 }
 
 void lockstep_driver::summarize(nlohmann::json& summary) const {
