@@ -7,8 +7,8 @@
 //
 // "auto" sizes the executions from the measured time per step: an execution
 // of about 4 ms (at most 64 steps), where the hand-overs it saves cost a few
-// percent at most; one step at a time until measured, and again when the
-// steps grow slow.
+// percent at most; one step at a time until measured, and whenever a step
+// takes longer than that. The measure goes on across boundaries.
 #include <chrono>
 
 #include "strategies/strategy.hpp"
