@@ -10,7 +10,8 @@
 //                   (mirrored_device_ring.cpp)  across processes: in the process,
 //                                               the ring of processes, back
 //
-// Private to the mirrored strategy's files.
+// Private to the mirrored strategy's files (and bench/compute_threads.hpp,
+// which times the ZeRO-1 protocol alone).
 #include <functional>
 #include <memory>
 #include <string>
