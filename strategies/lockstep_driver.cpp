@@ -17,12 +17,13 @@ constexpr int64_t max_auto_steps = 64;
 
 }  // namespace
 
+void lockstep_driver::start(coordinator_host& h) {
+  const int64_t configured = h.plan().config.training.steps_per_execution;
+  auto_ = configured == training_config::kAutoSteps;
+  per_execution_ = auto_ ? 1 : configured;
+}
+
 void lockstep_driver::pump(coordinator_host& h) {
-  if (per_execution_ == 0) {
-    const int64_t configured = h.plan().config.training.steps_per_execution;
-    auto_ = configured == training_config::kAutoSteps;
-    per_execution_ = auto_ ? 1 : configured;
-  }
   // Nothing in flight (the start, after a boundary): the next interval
   // between executions done would count the wait for the first.
   if (h.issued() == h.completed()) last_done_ = {};
@@ -49,7 +50,7 @@ void lockstep_driver::measured(int64_t count) {
 }
 
 void lockstep_driver::summarize(nlohmann::json& summary) const {
-  summary["steps_per_execution"] = per_execution_ == 0 ? 1 : per_execution_;
+  summary["steps_per_execution"] = per_execution_;
 }
 
 void lockstep_driver::issue(coordinator_host& h, int64_t first, int64_t count) {

@@ -17,6 +17,7 @@ namespace troupe {
 
 class lockstep_driver final : public job_driver {
  public:
+  void start(coordinator_host& h) override;
   void pump(coordinator_host& h) override;
   std::vector<replica_actor> live(const coordinator_host& h) const override;
   // The executions' size at the end ("auto": as last chosen).
@@ -28,7 +29,7 @@ class lockstep_driver final : public job_driver {
   // "auto": an execution of `count` steps is done; the next size follows.
   void measured(int64_t count);
 
-  int64_t per_execution_ = 0;  // 0: not read from the config yet
+  int64_t per_execution_ = 1;  // steps in the next execution
   bool auto_ = false;
   clock::time_point last_done_;  // the last execution done, while steps are in flight
   double step_seconds_ = 0;      // "auto": moving average of the time per step
