@@ -624,7 +624,7 @@ void check_cross_fields(const job_config& c) {
                      show(json(c.strategy.kind)) + ")");
   }
   check_device_rules(c, rules.get());
-  if (c.training.steps_per_execution > 1 && rules && !rules->runs_executions())
+  if (c.training.steps_per_execution > 1 && rules && !rules->steps_together())
     fail("training.steps_per_execution",
          "the " + c.strategy.kind +
              " strategy's workers do not take every step together; expected 1 (the default), "

@@ -49,7 +49,7 @@ class strategy_rules {
   virtual bool survives_lost_workers() const { return false; }
   // Whether its replicas take every step together, so that steps can go to
   // them in executions of training.steps_per_execution.
-  virtual bool runs_executions() const { return false; }
+  virtual bool steps_together() const { return false; }
 };
 
 // Registers a strategy under its name(); throws std::invalid_argument when the

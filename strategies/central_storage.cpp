@@ -35,7 +35,7 @@ class central_storage final : public sharded_strategy {
                                                   const replica_wiring& w) const override {
     return std::make_unique<pull_compute_push_step>(w, /*local_mean=*/false);
   }
-  bool runs_executions() const override { return true; }
+  bool steps_together() const override { return true; }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
     return std::make_unique<lockstep_driver>();
   }

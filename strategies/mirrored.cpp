@@ -132,7 +132,7 @@ class mirrored final : public strategy {
       return make_mirrored_device_ring_step(w, reducer_config_of(c));
     return make_mirrored_device_step(w, reducer_config_of(c), sharded);
   }
-  bool runs_executions() const override { return true; }
+  bool steps_together() const override { return true; }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
     return std::make_unique<lockstep_driver>();
   }

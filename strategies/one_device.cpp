@@ -66,7 +66,7 @@ class one_device final : public strategy {
                                                   const replica_wiring&) const override {
     return std::make_unique<local_step>();
   }
-  bool runs_executions() const override { return true; }
+  bool steps_together() const override { return true; }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
     return std::make_unique<lockstep_driver>();
   }
