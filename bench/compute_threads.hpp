@@ -12,6 +12,7 @@
 #include "bench/bench_common.hpp"
 #include "devices/device_communicator.hpp"
 #include "devices/device_context.hpp"
+#include "kernels/cpu_isa.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
 #include "strategies/mirrored_steps.hpp"
@@ -32,6 +33,7 @@ inline double run_threads(int threads, int64_t batch, int steps, bool update, bo
   auto group = zero1 ? make_device_collective_group(threads, device_spec{}) : nullptr;
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
+      kernels::flush_denormals_on_this_thread();  // as a device thread does
       auto ctx = make_device_context(device_spec{device_spec::kind_t::cpu, t});
       auto comm = group ? group->join(t, *ctx) : nullptr;
       compute_state cs;

@@ -6,6 +6,7 @@
 
 #include <charconv>
 
+#include "kernels/cpu_isa.hpp"
 #include "trace/trace.hpp"
 
 #ifdef TROUPE_HAVE_CUDA
@@ -118,6 +119,7 @@ cpu_device::cpu_device(std::string name, std::shared_ptr<device_group> group)
     // Raising one's own nice value needs no privilege; if it fails, nothing
     // is lost but that.
     setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), compute_nice);
+    kernels::flush_denormals_on_this_thread();
     loop(m);
   });
   // Linux limits thread names to 15 characters.

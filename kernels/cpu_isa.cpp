@@ -3,6 +3,10 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 namespace troupe::kernels {
 
 const char* isa_name(cpu_isa isa) {
@@ -56,6 +60,27 @@ std::optional<cpu_isa> requested_isa() {
 cpu_isa active_isa() {
   static const cpu_isa chosen = [] { return requested_isa().value_or(detected_isa()); }();
   return chosen;
+}
+
+namespace {
+// MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6).
+constexpr unsigned kFlushToZero = 0x8000;
+constexpr unsigned kDenormalsAreZero = 0x0040;
+}  // namespace
+
+void flush_denormals_on_this_thread() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_setcsr(_mm_getcsr() | kFlushToZero | kDenormalsAreZero);
+#endif
+}
+
+bool flushes_denormals_on_this_thread() {
+#if defined(__x86_64__) || defined(__i386__)
+  const unsigned both = kFlushToZero | kDenormalsAreZero;
+  return (_mm_getcsr() & both) == both;
+#else
+  return false;
+#endif
 }
 
 }  // namespace troupe::kernels

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "devices/device.hpp"
+#include "kernels/cpu_isa.hpp"
 
 using namespace troupe;
 
@@ -45,6 +46,34 @@ TEST_CASE("cpu_device runs tasks in order on one thread, and drains on destructi
   CHECK(done == 100);
   for (int i = 0; i < 100; ++i) CHECK(order[static_cast<std::size_t>(i)] == i);
   CHECK(tid != std::this_thread::get_id());
+}
+
+// A denormal product (1e-30 * 1e-10 = 1e-40) and a denormal input times one:
+// both 0 on a device thread (flush to zero, denormals are zero), both kept
+// on this one, which was left as the C runtime set it.
+TEST_CASE("cpu_device: device threads flush denormals to zero; other threads keep them") {
+  auto probe = [] {
+    volatile float tiny = 1e-30f, small = 1e-10f, denormal = 1e-40f, one = 1.0f;
+    const float product = tiny * small;
+    const float passed = denormal * one;
+    return std::pair<float, float>{product, passed};
+  };
+  std::pair<float, float> on_device{-1, -1};
+  bool flag = false;
+  {
+    cpu_device d("test:cpu:ftz");
+    d.submit([&] {
+      on_device = probe();
+      flag = kernels::flushes_denormals_on_this_thread();
+    });
+  }
+  CHECK(flag);
+  CHECK(on_device.first == 0.0f);
+  CHECK(on_device.second == 0.0f);
+  REQUIRE_FALSE(kernels::flushes_denormals_on_this_thread());
+  const auto here = probe();
+  CHECK(here.first > 0.0f);
+  CHECK(here.second > 0.0f);
 }
 
 TEST_CASE("cpu_device: background work runs in pieces between tasks, in order, and drains") {
