@@ -393,7 +393,7 @@ int run_kernels_bench(const std::vector<std::string>& args, std::ostream& out, s
       {"adam_step (the MLP's 269k parameters)", 28.0 * params,
        [&](const kernels::vector_kernels& k) {
          k.adam_step(w.data(), m.data(), v.data(), g.data(), params, 1e-3f, 0.9f, 0.999f, 1e-8f,
-                     0.1f, 0.001f, 0.0f, false);
+                     0.01f, 31.6f, 0.0f, false);
        }},
       {"sgd_step (269k)", 12.0 * params,
        [&](const kernels::vector_kernels& k) {

@@ -1,4 +1,5 @@
 #include "kernels/cpu_kernels.hpp"
+#include "kernels/elementwise.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -208,10 +209,9 @@ void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, floa
   if (step < 1)
     throw std::invalid_argument("adam_step: step must be >= 1 (1-based), got " +
                                 std::to_string(step));
-  const double t = static_cast<double>(step);
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), t));
-  vk().adam_step(w, m, v, g, n, lr, b1, b2, eps, bc1, bc2, weight_decay, decoupled);
+  const auto k = ew::adam_scalars_for(lr, b1, b2, step);
+  vk().adam_step(w, m, v, g, n, lr, b1, b2, eps, k.step_size, k.inv_sqrt_bc2, weight_decay,
+                 decoupled);
 }
 
 void rmsprop_step(float* w, float* ms, const float* g, std::size_t n, float lr, float rho,

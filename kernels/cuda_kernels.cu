@@ -202,10 +202,10 @@ __global__ void momentum_kernel(float* w, float* v, const float* g, std::size_t 
 }
 
 __global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::size_t n, float lr,
-                            float b1, float b2, float eps, float bc1, float bc2, float wd,
-                            bool decoupled) {
+                            float b1, float b2, float eps, float step_size, float inv_sqrt_bc2,
+                            float wd, bool decoupled) {
   TROUPE_GRID_LOOP(i, n)
-  ew::adam_update(w[i], m[i], v[i], g[i], lr, b1, b2, eps, bc1, bc2, wd, decoupled);
+  ew::adam_update(w[i], m[i], v[i], g[i], lr, b1, b2, eps, step_size, inv_sqrt_bc2, wd, decoupled);
 }
 
 __global__ void rmsprop_kernel(float* w, float* ms, const float* g, std::size_t n, float lr,
@@ -321,11 +321,9 @@ void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, floa
     throw std::invalid_argument("cuda adam_step: step must be >= 1 (1-based), got " +
                                 std::to_string(step));
   if (n == 0) return;
-  const double t = static_cast<double>(step);
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), t));
-  adam_kernel<<<blocks_for(n), threads_per_block, 0, stream>>>(w, m, v, g, n, lr, b1, b2, eps, bc1,
-                                                               bc2, weight_decay, decoupled);
+  const auto k = ew::adam_scalars_for(lr, b1, b2, step);
+  adam_kernel<<<blocks_for(n), threads_per_block, 0, stream>>>(
+      w, m, v, g, n, lr, b1, b2, eps, k.step_size, k.inv_sqrt_bc2, weight_decay, decoupled);
   check_launch("adam_step");
 }
 

@@ -141,20 +141,37 @@ TROUPE_HD static inline void momentum_update(float& w, float& v, float g, float 
 }
 
 // m = b1*m + (1-b1)g; v = b2*v + (1-b2)g^2; mhat = m/bc1; vhat = v/bc2;
-// w -= lr * mhat / (sqrt(vhat) + eps). bc1 = 1 - b1^t and bc2 = 1 - b2^t are
-// the bias-correction factors for the 1-based step t, computed once by the
-// caller. Weight decay: L2 on the gradient, or decoupled (AdamW: w -= lr*wd*w
-// with the weight before this update).
+// w -= lr * mhat / (sqrt(vhat) + eps), where bc1 = 1 - b1^t and bc2 = 1 - b2^t
+// are the bias corrections for the 1-based step t. Computed as
+// w -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps) with the scalars of
+// adam_scalars_for (step_size = lr/bc1, inv_sqrt_bc2 = 1/sqrt(bc2)), as
+// PyTorch's Adam does: one division and one square root an element instead
+// of three divisions and a root. Both share one divider on x86 cores (~10
+// cycles a 16-float vector each), which bounded the update there (0.27 ms
+// for the MLP's 269k parameters on a Xeon, model 207). Weight decay: L2 on
+// the gradient, or decoupled (AdamW: w -= lr*wd*w with the weight before
+// this update).
+// adam_update's per-step scalars, from the 1-based step t (in double, once
+// a step): step_size = lr / (1 - b1^t), inv_sqrt_bc2 = 1 / sqrt(1 - b2^t).
+struct adam_scalars {
+  float step_size;
+  float inv_sqrt_bc2;
+};
+static inline adam_scalars adam_scalars_for(float lr, float b1, float b2, long long step) {
+  const double t = static_cast<double>(step);
+  const double bc1 = 1.0 - ::pow(static_cast<double>(b1), t);
+  const double bc2 = 1.0 - ::pow(static_cast<double>(b2), t);
+  return {static_cast<float>(static_cast<double>(lr) / bc1), static_cast<float>(1.0 / ::sqrt(bc2))};
+}
+
 TROUPE_HD static inline void adam_update(float& w, float& m, float& v, float g, float lr, float b1,
-                                         float b2, float eps, float bc1, float bc2,
+                                         float b2, float eps, float step_size, float inv_sqrt_bc2,
                                          float weight_decay, bool decoupled) {
   const float w0 = w;
   const float gd = decoupled ? g : l2_grad(g, w0, weight_decay);
   m = b1 * m + (1.0f - b1) * gd;
   v = b2 * v + (1.0f - b2) * gd * gd;
-  const float mhat = m / bc1;
-  const float vhat = v / bc2;
-  float nw = w0 - lr * mhat / (sqrt_f(vhat) + eps);
+  float nw = w0 - step_size * m / (sqrt_f(v) * inv_sqrt_bc2 + eps);
   if (decoupled) nw -= lr * weight_decay * w0;
   w = nw;
 }

@@ -54,7 +54,8 @@ struct vector_kernels {
   // bc1, bc2: the bias corrections 1 - b^t of this step. One pass over the
   // four arrays.
   void (*adam_step)(float* w, float* m, float* v, const float* g, std::size_t n, float lr, float b1,
-                    float b2, float eps, float bc1, float bc2, float wd, bool decoupled);
+                    float b2, float eps, float step_size, float inv_sqrt_bc2, float wd,
+                    bool decoupled);
   void (*rmsprop_step)(float* w, float* ms, const float* g, std::size_t n, float lr, float rho,
                        float eps, float wd);
   void (*decoupled_decay_step)(float* w, std::size_t n, float lr, float wd);

@@ -176,11 +176,12 @@ TEST_CASE("optimizer steps equal the scalar update rules bit for bit at every le
       const auto v0 = random_floats(n, 14, 0.0f, 0.001f);
       for (bool decoupled : {false, true}) {
         unaligned w(w0), m(m0), v(v0);
-        k->adam_step(w.p, m.p, v.p, unaligned(g).p, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.19f, 0.002f,
+        // step_size 1e-3 / 0.19, inv_sqrt_bc2 1 / sqrt(0.002): the scalars of step 2
+        k->adam_step(w.p, m.p, v.p, unaligned(g).p, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.00526f, 22.36f,
                      0.01f, decoupled);
         std::vector<float> rw = w0, rm = m0, rv = v0;
         for (std::size_t i = 0; i < n; ++i)
-          ew::adam_update(rw[i], rm[i], rv[i], g[i], 1e-3f, 0.9f, 0.999f, 1e-8f, 0.19f, 0.002f,
+          ew::adam_update(rw[i], rm[i], rv[i], g[i], 1e-3f, 0.9f, 0.999f, 1e-8f, 0.00526f, 22.36f,
                           0.01f, decoupled);
         CHECK(bit_equal(w.get(n), rw));
         CHECK(bit_equal(m.get(n), rm));
