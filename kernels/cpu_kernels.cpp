@@ -2,7 +2,6 @@
 #include "kernels/elementwise.hpp"
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>

@@ -2,7 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <stdexcept>
 #include <string>
 

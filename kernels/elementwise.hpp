@@ -140,18 +140,7 @@ TROUPE_HD static inline void momentum_update(float& w, float& v, float g, float 
   w -= lr * step;
 }
 
-// m = b1*m + (1-b1)g; v = b2*v + (1-b2)g^2; mhat = m/bc1; vhat = v/bc2;
-// w -= lr * mhat / (sqrt(vhat) + eps), where bc1 = 1 - b1^t and bc2 = 1 - b2^t
-// are the bias corrections for the 1-based step t. Computed as
-// w -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps) with the scalars of
-// adam_scalars_for (step_size = lr/bc1, inv_sqrt_bc2 = 1/sqrt(bc2)), as
-// PyTorch's Adam does: one division and one square root an element instead
-// of three divisions and a root. Both share one divider on x86 cores (~10
-// cycles a 16-float vector each), which bounded the update there (0.27 ms
-// for the MLP's 269k parameters on a Xeon, model 207). Weight decay: L2 on
-// the gradient, or decoupled (AdamW: w -= lr*wd*w with the weight before
-// this update).
-// adam_update's per-step scalars, from the 1-based step t (in double, once
+// adam_update's per-step scalars (host code), from the 1-based step t (in double, once
 // a step): step_size = lr / (1 - b1^t), inv_sqrt_bc2 = 1 / sqrt(1 - b2^t).
 struct adam_scalars {
   float step_size;
@@ -164,6 +153,17 @@ static inline adam_scalars adam_scalars_for(float lr, float b1, float b2, long l
   return {static_cast<float>(static_cast<double>(lr) / bc1), static_cast<float>(1.0 / ::sqrt(bc2))};
 }
 
+// m = b1*m + (1-b1)g; v = b2*v + (1-b2)g^2; mhat = m/bc1; vhat = v/bc2;
+// w -= lr * mhat / (sqrt(vhat) + eps), where bc1 = 1 - b1^t and bc2 = 1 - b2^t
+// are the bias corrections for the 1-based step t. Computed as
+// w -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps) with the scalars of
+// adam_scalars_for (step_size = lr/bc1, inv_sqrt_bc2 = 1/sqrt(bc2)), as
+// PyTorch's Adam does: one division and one square root an element instead
+// of three divisions and a root. Both share one divider on x86 cores (~10
+// cycles a 16-float vector each), which bounded the update there (0.27 ms
+// for the MLP's 269k parameters on a Xeon, model 207). Weight decay: L2 on
+// the gradient, or decoupled (AdamW: w -= lr*wd*w with the weight before
+// this update).
 TROUPE_HD static inline void adam_update(float& w, float& m, float& v, float g, float lr, float b1,
                                          float b2, float eps, float step_size, float inv_sqrt_bc2,
                                          float weight_decay, bool decoupled) {

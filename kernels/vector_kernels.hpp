@@ -51,8 +51,8 @@ struct vector_kernels {
   void (*sgd_step)(float* w, const float* g, std::size_t n, float lr, float wd);
   void (*momentum_step)(float* w, float* v, const float* g, std::size_t n, float lr, float mu,
                         bool nesterov, float wd);
-  // bc1, bc2: the bias corrections 1 - b^t of this step. One pass over the
-  // four arrays.
+  // step_size, inv_sqrt_bc2: this step's scalars (ew::adam_scalars_for). One
+  // pass over the four arrays.
   void (*adam_step)(float* w, float* m, float* v, const float* g, std::size_t n, float lr, float b1,
                     float b2, float eps, float step_size, float inv_sqrt_bc2, float wd,
                     bool decoupled);
