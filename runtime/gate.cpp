@@ -647,10 +647,18 @@ gate_socket secure(gate_socket authenticated, const std::string& where, const ga
     return authenticated;
   }
   std::string problem = "no TLS handshake in time";
-  if (end.ready.wait_until(deadline) == std::future_status::ready) problem = end.ready.get();
+  // The listener proved the secret already: one too busy to finish TLS in
+  // time (a flood on its port, a loaded machine) may finish the next one, so
+  // only a timeout is worth retrying; a TLS error is final.
+  bool timed_out = true;
+  if (end.ready.wait_until(deadline) == std::future_status::ready) {
+    problem = end.ready.get();
+    timed_out = false;
+  }
   if (!problem.empty()) {
     ::close(end.plain_fd);
     authenticated.fd = -1;
+    authenticated.unreachable = timed_out;
     authenticated.error = authenticated.peer + " at " + where + ": " + problem;
     return authenticated;
   }
@@ -690,6 +698,7 @@ gate_connection gate_connect(caf::actor_system& sys, const std::string& host, ui
   authenticated =
       secure(std::move(authenticated), where, keyed, serialized_node_id(sys.node()), deadline);
   if (authenticated.fd < 0) {
+    out.unreachable = authenticated.unreachable;
     out.error = std::move(authenticated.error);
     return out;
   }

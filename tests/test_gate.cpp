@@ -647,6 +647,45 @@ TEST_CASE("a gate whose thread fails closes its port and tells its owner") {
   CHECK_MESSAGE(s.error.find("Connection refused") != std::string::npos, s.error);
 }
 
+TEST_CASE("a listener that passes the gate but never finishes TLS is worth retrying") {
+  uint16_t port = 0;
+  int sock = raw_listen(0, &port);
+  // A task of the cluster that admits the peer, then stays silent: a
+  // listener too busy to run TLS in time, not one that refused.
+  std::thread silent([&] {
+    pollfd p{sock, POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) return;
+    int fd = ::accept(sock, nullptr, nullptr);
+    if (fd < 0) return;
+    const auto challenge = make_challenge();
+    auto hello = gate_wire::make_hello(challenge);
+    (void)::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+    std::string proof(gate_wire::kProofBytes, '\0');
+    if (recv_all(fd, proof)) {
+      auto check = gate_wire::check_proof(gkey(), challenge, proof);
+      auto verdict =
+          gate_wire::make_verdict(true, gkey(), "chief:0", challenge, check.client_challenge);
+      (void)::send(fd, verdict.data(), verdict.size(), MSG_NOSIGNAL);
+      // Reads the TLS hello and all after it, answering nothing, until the
+      // connector gives up and closes.
+      char buf[4096];
+      pollfd in{fd, POLLIN, 0};
+      while (::poll(&in, 1, 15000) == 1 && ::recv(fd, buf, sizeof buf, 0) > 0) {
+      }
+    }
+    ::close(fd);
+  });
+  auto o = opts("worker:0");
+  o.expect_peer = "chief:0";
+  o.link.handshake_timeout = std::chrono::milliseconds(1500);  // the link's end, for the server
+  auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::milliseconds(800));
+  silent.join();
+  ::close(sock);
+  CHECK(s.fd < 0);
+  CHECK_MESSAGE(s.error.find("no TLS handshake in time") != std::string::npos, s.error);
+  CHECK(s.unreachable);
+}
+
 namespace {
 
 // A connection from 127.0.0.1 to `port` that does not wait for the
@@ -674,10 +713,21 @@ TEST_CASE("a real peer gets in while a flood of connections goes on") {
   const auto port = l.door->port();
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> made{0};
+  std::thread flood_thread;
+  // A REQUIRE that fails below still ends the flood (a joinable thread's
+  // destructor would call std::terminate).
+  struct stop_flood {
+    std::atomic<bool>& stop;
+    std::thread& thread;
+    ~stop_flood() {
+      stop = true;
+      if (thread.joinable()) thread.join();
+    }
+  } flood_guard{stop, flood_thread};
   // The flood, all from 127.0.0.1 like the peer, without a pause: idle
   // connections, random bytes, and half-open proofs (a magic and a few bytes
   // more, then silence); at most 400 held at once, the oldest closed.
-  std::thread flood_thread([&] {
+  flood_thread = std::thread([&] {
     std::mt19937 rng(3);
     std::deque<int> held;
     while (!stop) {
