@@ -208,10 +208,14 @@ void end_epoch(self_ptr self, std::function<void()> k) {
         }
         // Time at the epoch's last step (before its evaluation), on the same
         // clock as the train lines, so accuracy can be plotted against time.
+        // train_seconds leaves out the evaluations and checkpoints before it,
+        // as time-to-accuracy comparisons count it.
+        const std::chrono::duration<double> trained = st.boundary_started - st.started;
         nlohmann::json line{{"type", "epoch"},
                             {"epoch", epoch},
                             {"step", st.completed},
-                            {"elapsed_seconds", seconds_since(st.started)}};
+                            {"elapsed_seconds", seconds_since(st.started)},
+                            {"train_seconds", trained.count() - st.boundary_seconds}};
         if (tm.count > 0) {
           line["train_loss"] = tm.loss_sum / static_cast<double>(tm.count);
           line["train_accuracy"] = static_cast<double>(tm.correct) / static_cast<double>(tm.count);
@@ -373,7 +377,7 @@ void stop(self_ptr self, std::string reason) {
 void last_boundary(self_ptr self) {
   auto& st = self->state;
   const auto& p = *st.plan;
-  const auto t0 = clock_type::now();
+  const auto t0 = st.boundary_started = clock_type::now();
   const bool preempted = !st.preempted.empty();
   const bool ckpt = preempted ? st.last_checkpoint_step != st.completed
                               : p.config.checkpoint.save_at_end ||
@@ -411,7 +415,7 @@ void at_boundary(self_ptr self) {
   const auto& p = *st.plan;
   if (st.completed >= end_step(p)) return stop(self, {});
   st.now = phase::at_boundary;
-  auto t0 = clock_type::now();
+  const auto t0 = st.boundary_started = clock_type::now();
   auto resume = [self, t0] {
     auto& st = self->state;
     if (st.now != phase::at_boundary) return;  // the job stops or failed meanwhile
@@ -433,7 +437,7 @@ void at_boundary(self_ptr self) {
 void start(self_ptr self) {
   auto& st = self->state;
   const auto& p = *st.plan;
-  st.started = st.window_start = clock_type::now();
+  st.started = st.window_start = st.boundary_started = clock_type::now();
   st.issued = st.completed = p.start_step;
   if (st.completed >= end_step(p)) {
     spdlog::info("checkpoint is at step {}, the job has {} steps: nothing to train", st.completed,

@@ -58,6 +58,8 @@ struct coordinator_state {
   // Reporting.
   monitoring::metrics_fanout metrics;  // metrics.jsonl and the plan's metrics_sink
   std::chrono::steady_clock::time_point started, window_start;
+  // When the boundary under way began: the epoch line's train_seconds end there.
+  std::chrono::steady_clock::time_point boundary_started;
   double boundary_seconds = 0;  // time spent in evaluation and checkpoints
   double window_loss = 0;
   int64_t window_count = 0;

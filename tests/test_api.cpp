@@ -131,11 +131,22 @@ TEST_CASE("a program's own model, registered, is named in a job config and train
   job_options o;
   o.output_dir = std::string(TROUPE_BINARY_DIR) + "/api-registered-model";
   o.overwrite = true;
-  int epochs_seen = 0;
-  o.on_epoch = [&](const nlohmann::json&) { ++epochs_seen; };
+  std::vector<nlohmann::json> epoch_lines;
+  o.on_epoch = [&](const nlohmann::json& line) { epoch_lines.push_back(line); };
   const auto summary = run_job(c, o);
-  CHECK(epochs_seen == 2);
+  REQUIRE(epoch_lines.size() == 2);
   CHECK(summary["test_accuracy"].get<double>() > 0.6);
+  // train_seconds leaves the evaluation after epoch 0 out of epoch 1's time;
+  // elapsed_seconds counts it.
+  const auto train = [&](std::size_t e) { return epoch_lines[e]["train_seconds"].get<double>(); };
+  const auto elapsed = [&](std::size_t e) {
+    return epoch_lines[e]["elapsed_seconds"].get<double>();
+  };
+  CHECK(train(0) > 0);
+  CHECK(train(0) <= elapsed(0));
+  CHECK(train(1) > train(0));
+  CHECK(elapsed(1) - train(1) > elapsed(0) - train(0));
+  CHECK(summary["train_seconds"].get<double>() >= train(1));
   // A name nobody registered is still a config error.
   CHECK_THROWS_AS(parse_job_config(nlohmann::json::parse(R"({"model": {"kind": "nope"}})")),
                   config_error);
