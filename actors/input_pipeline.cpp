@@ -92,23 +92,27 @@ struct gathering {
   // ~20 us of work: a task queued on the device waits no longer than that.
   static constexpr int64_t rows_per_piece = 64;
 
+  // x and y allocated (and the indices checked), once.
+  void prepare(const data::dataset& d) {
+    if (prepared) return;
+    prepared = true;
+    result.epoch = plan.epoch;
+    result.index = plan.index;
+    result.global_size = plan.global_size;
+    result.x.resize(plan.rows.size());
+    result.y.resize(plan.rows.size());
+    result.ids.resize(plan.rows.size());
+    for (std::size_t m = 0; m < plan.rows.size(); ++m) {
+      data::prepare_batch(d, plan.rows[m], result.x[m], result.y[m]);
+      const auto k = static_cast<int64_t>(plan.rows[m].size());
+      result.ids[m] = tensor::uninitialized({k}, dtype::i64);
+      std::copy(plan.rows[m].begin(), plan.rows[m].end(), result.ids[m].data<int64_t>());
+    }
+  }
+
   // One piece; true when the whole batch is gathered.
   bool step(const data::dataset& d) {
-    if (!prepared) {
-      prepared = true;
-      result.epoch = plan.epoch;
-      result.index = plan.index;
-      result.global_size = plan.global_size;
-      result.x.resize(plan.rows.size());
-      result.y.resize(plan.rows.size());
-      result.ids.resize(plan.rows.size());
-      for (std::size_t m = 0; m < plan.rows.size(); ++m) {
-        data::prepare_batch(d, plan.rows[m], result.x[m], result.y[m]);
-        const auto k = static_cast<int64_t>(plan.rows[m].size());
-        result.ids[m] = tensor::uninitialized({k}, dtype::i64);
-        std::copy(plan.rows[m].begin(), plan.rows[m].end(), result.ids[m].data<int64_t>());
-      }
-    }
+    prepare(d);
     while (micro < plan.rows.size()) {
       const auto& rows = plan.rows[micro];
       const auto k = static_cast<int64_t>(rows.size());
@@ -125,6 +129,20 @@ struct gathering {
     return true;
   }
 };
+
+// The batch with x and y allocated and its rows left for the step to copy.
+batch gather_later(std::shared_ptr<const data::dataset> d, batch_plan plan) {
+  auto g = std::make_shared<gathering>();
+  g->plan = std::move(plan);
+  g->prepare(*d);
+  batch out = g->result;  // shares x and y with what the copy fills
+  out.pending = std::make_shared<batch::pending_rows>([g, d = std::move(d)] {
+    trace::scoped_span span(trace::this_thread_track(), "batch_gather", trace::category::compute);
+    while (!g->step(*d)) {
+    }
+  });
+  return out;
+}
 
 batch gather(const data::dataset& d, batch_plan plan) {
   gathering g;
@@ -150,6 +168,10 @@ using self_ptr = input_pipeline_actor::pointer;
 
 void produce_one(self_ptr self, pipeline_state& st) {
   batch_plan plan = st.source.next();
+  if (st.cfg.gather_in_step) {
+    st.ready.push_back(gather_later(st.cfg.data, std::move(plan)));
+    return;
+  }
   if (!st.cfg.gather_device) {
     trace::scoped_span span(st.track.id(), "batch_gather", trace::category::compute);
     st.ready.push_back(gather(*st.cfg.data, std::move(plan)));

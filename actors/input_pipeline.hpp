@@ -31,6 +31,10 @@ struct input_pipeline_config {
   // collective's result, and the gather fills that gap instead of taking a
   // core from a computing replica (see data.gather in config/job_config.hpp).
   std::shared_ptr<cpu_device> gather_device;
+  // Or none of that: the batch leaves with its rows still to copy, and the
+  // replica's step copies them on its device (data.gather "step";
+  // batch::fill_rows).
+  bool gather_in_step = false;
 };
 
 // Number of updates per epoch, each of global_batch * steps_per_update

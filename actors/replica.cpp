@@ -14,6 +14,7 @@ step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, in
                              bool local_mean, model::gradients_ready_fn on_ready) {
   if (step == fail_at_step)
     throw std::runtime_error("injected failure at step " + std::to_string(step));
+  b.fill_rows();  // data.gather "step": here, on the device that reads them
   int64_t n = b.global_size;
   if (local_mean) {
     n = 0;
@@ -210,8 +211,9 @@ void prefetch_next(self_ptr self) {
   s.prefetched = b.x.front().raw();
   s.host->submit(
       "prefetch_batch",
-      [x = b.x, y = b.y](compute_state& cs) {
-        for (std::size_t m = 0; m < x.size(); ++m) cs.net->prefetch(x[m], y[m]);
+      [b](compute_state& cs) {
+        b.fill_rows();
+        for (std::size_t m = 0; m < b.x.size(); ++m) cs.net->prefetch(b.x[m], b.y[m]);
       },
       [] {});
 }

@@ -92,12 +92,14 @@ struct data_config {
   // Where batches are gathered: "pipeline" (the input pipeline's own thread),
   // "device" (background work of the process's device threads, done by
   // whichever is idle: in a synchronous step, the replica that finished
-  // first), or "auto": "device" for synchronous strategies (mirrored,
-  // central_storage) when a process runs as many device threads as it has
-  // cores (a separate gather would take a core from a computing replica)
-  // and the replicas reduce through reducer actors (a step with device
-  // collectives keeps its device busy from one step to the next, so a gather
-  // left for its idle moments would wait), else "pipeline".
+  // first), "step" (each replica's step task copies its own rows, on its
+  // device, right before it computes on them), or "auto": "step" for
+  // mirrored with device collectives on host devices (its step keeps the
+  // device busy from one step to the next, so a gather left for its idle
+  // moments would wait, and one on another thread takes a core from a
+  // replica that its peers then wait for); "device" for other synchronous
+  // strategies (mirrored, central_storage) when a process runs as many device
+  // threads as it has cores; else "pipeline".
   std::string gather = "auto";
   int64_t train_limit = 0;  // 0 = all; else use only the first N training examples
   int64_t test_limit = 0;   // 0 = all

@@ -212,7 +212,7 @@ void read_data(const json& j, const std::string& path, data_config& d) {
   r.with("prefetch",
          [&](const json& v, const std::string& p) { d.prefetch = read_int_in(v, p, 1, 1024); });
   r.with("gather", [&](const json& v, const std::string& p) {
-    d.gather = read_enum(v, p, {"auto", "pipeline", "device"});
+    d.gather = read_enum(v, p, {"auto", "pipeline", "device", "step"});
   });
   r.with("train_limit",
          [&](const json& v, const std::string& p) { d.train_limit = read_int(v, p, 0); });

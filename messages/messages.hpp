@@ -3,6 +3,9 @@
 // serialization. Tensors serialize as one raw block (CAF 0.17's element-wise
 // default is ~20x slower); inside a process they are moved, never copied.
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,24 @@ struct batch {
   // Per micro-batch: [b] int64, each row's index in the data set (what
   // dropout masks are drawn from, so they do not depend on the split).
   std::vector<tensor> ids;
+  // data.gather "step": x and y are allocated, their rows not yet copied in;
+  // the step's device task copies them (fill_rows) right before it reads
+  // them, so the rows land in the cache of the core that computes on them and
+  // no other thread takes a core from the replicas. Null: x and y are
+  // filled. In-process only (never serialized: a pipeline feeds the replicas
+  // of its own process).
+  struct pending_rows {
+    explicit pending_rows(std::function<void()> copy) : copy(std::move(copy)) {}
+    std::once_flag once;
+    std::function<void()> copy;
+  };
+  std::shared_ptr<pending_rows> pending;
+
+  // Copies the pending rows in, once for all copies of this batch; what the
+  // copy throws (a bad index) reaches the caller, and again any later one.
+  void fill_rows() const {
+    if (pending) std::call_once(pending->once, pending->copy);
+  }
 };
 
 struct step_stats {

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -198,12 +199,22 @@ void spawn_shards(caf::actor_system& sys, const job_plan& plan, const std::vecto
   }
 }
 
-bool gathers_on_device(const std::string& gather, bool lockstep,
-                       const std::vector<std::string>& devices, bool device_collectives) {
-  if (gather != "auto") return gather == "device";
-  if (device_collectives) return false;
+gather_place gather_place_for(const std::string& gather, bool lockstep,
+                              const std::vector<std::string>& devices, bool device_collectives) {
+  if (gather == "device") return gather_place::device;
+  if (gather == "step") return gather_place::step;
+  if (gather != "auto") return gather_place::pipeline;
+  if (device_collectives) {
+    // A discrete device's thread drives the accelerator: rows copied there
+    // would delay its launches.
+    const bool host = std::all_of(devices.begin(), devices.end(),
+                                  [](const std::string& d) { return !parse_device(d).discrete(); });
+    return host ? gather_place::step : gather_place::pipeline;
+  }
   std::set<std::string> threads(devices.begin(), devices.end());
-  return lockstep && static_cast<int64_t>(threads.size()) >= usable_cpu_cores();
+  return lockstep && static_cast<int64_t>(threads.size()) >= usable_cpu_cores()
+             ? gather_place::device
+             : gather_place::pipeline;
 }
 
 namespace {
@@ -256,8 +267,8 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
                              "\"nccl\" needs one device per replica, but replicas " +
                                  std::to_string(spec.indices[a]) + " and " +
                                  std::to_string(spec.indices[b]) + " share " + spec.devices[a]);
-  const bool gather_on_device = gathers_on_device(c.data.gather, strat.lockstep(), spec.devices,
-                                                  static_cast<bool>(reducers.device_group));
+  const auto gather = gather_place_for(c.data.gather, strat.lockstep(), spec.devices,
+                                       static_cast<bool>(reducers.device_group));
   const auto input = strat.input(c, spec.start_step, plan.steps_per_epoch);
   const auto stats_group = statistics_group(c, strat, spec.devices);
   for (std::size_t k = 0; k < spec.indices.size(); ++k) {
@@ -276,7 +287,8 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     ic.replica = r;
     ic.start_epoch = input.start_epoch;
     ic.start_index = input.start_index;
-    if (gather_on_device) ic.gather_device = device;
+    if (gather == gather_place::device) ic.gather_device = device;
+    ic.gather_in_step = gather == gather_place::step;
     out.pipelines.push_back(sys.spawn(input_pipeline, ic));
     replica_wiring w;
     w.index = r;

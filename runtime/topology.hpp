@@ -48,13 +48,16 @@ void check_model_against_data(const job_config& c);
 void spawn_shards(caf::actor_system& sys, const job_plan& plan, const std::vector<int64_t>& indices,
                   shard_set& set);
 
-// data.gather: whether a process with these devices gathers batches on them
-// (auto: for lockstep strategies, whose devices wait for each other every
-// step, when the device threads take every core, unless the step is one
-// device task with its collectives inside (device_collectives): a device
-// that never idles between steps would gather only when starved of batches).
-bool gathers_on_device(const std::string& gather, bool lockstep,
-                       const std::vector<std::string>& devices, bool device_collectives = false);
+// data.gather resolved: where a process with these devices gathers its
+// batches. auto: with device collectives (the step is one device task with
+// its collectives inside, so a device never idles between steps) on host
+// devices, in the step; for other lockstep strategies, whose devices wait for
+// each other every step, on the devices' idle time when the device threads
+// take every core; else on the pipeline's thread.
+enum class gather_place { pipeline, device, step };
+gather_place gather_place_for(const std::string& gather, bool lockstep,
+                              const std::vector<std::string>& devices,
+                              bool device_collectives = false);
 
 // Spawns the replicas of `spec` with their devices, input pipelines and the
 // strategy's reducers; each pipeline reads only its replica's slice of every

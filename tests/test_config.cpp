@@ -61,7 +61,7 @@ const bad_case kBad[] = {
     {R"({"data": {"batch_size": [64]}})", R"(data.batch_size: expected an integer >= 1, got [64])"},
     {R"({"data": {"prefetch": 0}})", R"(data.prefetch: expected an integer >= 1, got 0)"},
     {R"({"data": {"gather": "gpu"}})",
-     R"(data.gather: expected one of "auto", "pipeline", "device", got "gpu")"},
+     R"(data.gather: expected one of "auto", "pipeline", "device", "step", got "gpu")"},
     {R"({"data": {"train_limit": -5}})", R"(data.train_limit: expected an integer >= 0, got -5)"},
     {R"({"data": {"format": "parquet"}})",
      R"(data.format: expected one of "idx", "npy", "npz", "csv", got "parquet")"},

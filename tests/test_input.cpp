@@ -184,3 +184,49 @@ TEST_CASE("batches gathered on a device are the pipeline's own, in order") {
     for (auto* p : {&here, &there}) self->send_exit(*p, caf::exit_reason::user_shutdown);
   }
 }
+
+TEST_CASE("batches left for the step hold the pipeline's rows once filled, copied once") {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto data = indexed_dataset(700);
+  auto make = [&](bool in_step) {
+    input_pipeline_config ic;
+    ic.data = data;
+    ic.global_batch = 200;
+    ic.steps_per_update = 2;  // two micro-batches per update: 400, then 300
+    ic.seed = 3;
+    ic.context = {1, 0, 2};
+    ic.replica = 1;
+    ic.gather_in_step = in_step;
+    return sys.spawn(input_pipeline, ic);
+  };
+  auto here = make(false);
+  auto later = make(true);
+  for (int i = 0; i < 5; ++i) {
+    auto a = next_batch(self, here);
+    auto b = next_batch(self, later);
+    CHECK_FALSE(a.pending);
+    REQUIRE(b.pending);
+    CHECK(a.epoch == b.epoch);
+    CHECK(a.index == b.index);
+    CHECK(a.global_size == b.global_size);
+    REQUIRE(b.x.size() == a.x.size());
+    for (std::size_t m = 0; m < a.x.size(); ++m) {
+      CHECK(b.x[m].shape() == a.x[m].shape());  // allocated already
+      CHECK(b.ids[m] == a.ids[m]);
+    }
+    // A copy of the batch (as a CAF message makes) fills the same buffers.
+    const batch copy = b;
+    copy.fill_rows();
+    for (std::size_t m = 0; m < a.x.size(); ++m) {
+      CHECK(b.x[m] == a.x[m]);
+      CHECK(b.y[m] == a.y[m]);
+    }
+    // Once: a second call copies nothing over rows written since.
+    b.x[0].f32()[0] = -1.0f;
+    b.fill_rows();
+    CHECK(b.x[0].f32()[0] == -1.0f);
+  }
+  for (auto* p : {&here, &later}) self->send_exit(*p, caf::exit_reason::user_shutdown);
+}

@@ -74,11 +74,12 @@ TEST_CASE("mirrored with N = 2, 3, 4 equals one_device at the same global batch 
 
 TEST_CASE("batches gathered on the devices train exactly what the pipelines' gathers train") {
   env_t env(500);
-  auto run = [&](const std::string& gather, int64_t n) {
+  auto run = [&](const std::string& gather, int64_t n, const std::string& reducer = "ring") {
     auto m = job(env, "adam", n, 48);
     m.training.max_steps = 10;
     m.data.gather = gather;
-    m.logging.output_dir += "-" + gather + std::to_string(n);
+    m.strategy.reducer.algorithm = reducer;
+    m.logging.output_dir += "-" + gather + std::to_string(n) + reducer;
     return variables_of(run_job(m));
   };
   for (int64_t n : {2, 3}) {
@@ -87,6 +88,11 @@ TEST_CASE("batches gathered on the devices train exactly what the pipelines' gat
     // The same batches, so the same arithmetic: bit-identical parameters.
     CHECK(max_abs_diff(on_pipelines, run("device", n)) == 0.0);
     CHECK(max_abs_diff(on_pipelines, run("auto", n)) == 0.0);
+    CHECK(max_abs_diff(on_pipelines, run("step", n)) == 0.0);
+    // With the device collectives, "auto" copies the rows in the step.
+    auto collectives = run("pipeline", n, "nccl");
+    CHECK(max_abs_diff(collectives, run("auto", n, "nccl")) == 0.0);
+    CHECK(max_abs_diff(collectives, run("step", n, "nccl")) == 0.0);
   }
   // 4 replicas on 2 device threads: two pipelines gather on each device.
   auto shared = job(env, "adam", 4, 48);
@@ -102,15 +108,24 @@ TEST_CASE("data.gather auto: on the devices when a synchronous job's devices tak
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::string> every_core, one = {"cpu:0"}, one_twice = {"cpu:0", "cpu:0"};
   for (unsigned i = 0; i < cores; ++i) every_core.push_back("cpu:" + std::to_string(i));
-  CHECK(gathers_on_device("auto", true, every_core));
-  CHECK_FALSE(gathers_on_device("auto", false, every_core));  // asynchronous workers
-  CHECK(gathers_on_device("auto", true, one) == (cores == 1));
-  CHECK(gathers_on_device("auto", true, one_twice) == (cores == 1));  // one thread
-  CHECK(gathers_on_device("device", false, one));
-  CHECK_FALSE(gathers_on_device("pipeline", true, every_core));
-  // A step with its collectives inside never leaves the device idle.
-  CHECK_FALSE(gathers_on_device("auto", true, every_core, true));
-  CHECK(gathers_on_device("device", true, every_core, true));
+  const auto on_device = [](const std::string& gather, bool lockstep,
+                            const std::vector<std::string>& devices, bool collectives = false) {
+    return gather_place_for(gather, lockstep, devices, collectives) == gather_place::device;
+  };
+  CHECK(on_device("auto", true, every_core));
+  CHECK_FALSE(on_device("auto", false, every_core));  // asynchronous workers
+  CHECK(on_device("auto", true, one) == (cores == 1));
+  CHECK(on_device("auto", true, one_twice) == (cores == 1));  // one thread
+  CHECK(on_device("device", false, one));
+  CHECK(gather_place_for("pipeline", true, every_core) == gather_place::pipeline);
+  CHECK(gather_place_for("auto", false, one) == gather_place::pipeline);
+  // A step with its collectives inside never leaves the device idle: on host
+  // devices it copies its own rows; a discrete device's thread leaves them to
+  // the pipeline.
+  CHECK(gather_place_for("auto", true, every_core, true) == gather_place::step);
+  CHECK(gather_place_for("auto", true, {"sim:0", "sim:1"}, true) == gather_place::pipeline);
+  CHECK(on_device("device", true, every_core, true));
+  CHECK(gather_place_for("step", false, one) == gather_place::step);
 }
 
 TEST_CASE("gradient accumulation: N replicas x batch B x R steps equals one replica at B*R") {

@@ -277,7 +277,7 @@ TEST_CASE("serialization: mutated bytes of every message type give an error or a
   const int n = 3000;
   survives_mutations(sys, t, "tensor", n);
   survives_mutations(sys, named_tensor{"w", t}, "named_tensor", n);
-  survives_mutations(sys, batch{1, 2, 8, {t}, {ids}, {ids}}, "batch", n);
+  survives_mutations(sys, batch{1, 2, 8, {t}, {ids}, {ids}, nullptr}, "batch", n);
   survives_mutations(sys, step_stats{5, 1, 2.5, 3, 8, 0.1}, "step_stats", n);
   survives_mutations(sys, model_state{{{"w", t}}, {{"w/m", t.clone()}}, {{"b", t.clone()}}},
                      "model_state", n);
