@@ -15,8 +15,8 @@
 # mirrored 2 (examples/fashion_mnist_mirrored.json, strategy.replicas = 2 on
 # cpu:0 and cpu:1: the reducer actors' ring); mirrored 2 device collectives
 # (the same with strategy.reducer.algorithm "nccl", which on cpu devices is
-# the in-process shared-memory group inside each replica's step, and
-# data.gather "pipeline"); the same with training.steps_per_execution = 8
+# the in-process shared-memory group inside each replica's step, and whose
+# data.gather auto copies each replica's rows inside its step); the same with training.steps_per_execution = 8
 # (8 steps per device task); each with data.batch_size = B and
 # training.epochs = E.
 # PyTorch setups (bench/pytorch_cpu_mlp.py): 1 thread; 2 threads; 2 threads +
@@ -196,8 +196,7 @@ for name, src, replicas in setups:
         j["strategy"]["replicas"] = replicas
         j["devices"] = [f"cpu:{i}" for i in range(replicas)]
     if name.startswith("mirrored2dc"):
-        j["strategy"]["reducer"] = {"algorithm": "nccl"}
-        j["data"]["gather"] = "pipeline"
+        j["strategy"]["reducer"] = {"algorithm": "nccl"}  # data.gather auto: "step"
     if name == "mirrored2dc8":
         j["training"]["steps_per_execution"] = 8
     json.dump(j, open(f"{work}/{name}.json", "w"), indent=1)
