@@ -45,6 +45,11 @@ j = json.load(open(src))
 j["training"] = {"epochs": int(epochs)}
 j["checkpoint"] = {"every_steps": int(every), "keep": 3}
 j["logging"] = {"level": "info"}
+# ctest runs other tests beside these 3 processes on a 2-core machine: a
+# peer silent for 3 s (1 s heartbeats) happened under that load. A hung
+# peer's detection has tests of its own; this one checks SLURM's launch,
+# preemption and resume.
+j["cluster"]["heartbeat_seconds"] = 5
 json.dump(j, open(dst, "w"))
 PY
 }

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/system_config.hpp"
 #include "devices/device.hpp"
 #include "kernels/cpu_isa.hpp"
 
@@ -74,6 +75,28 @@ TEST_CASE("cpu_device: device threads flush denormals to zero; other threads kee
   const auto here = probe();
   CHECK(here.first > 0.0f);
   CHECK(here.second > 0.0f);
+}
+
+TEST_CASE("the actor system's threads flush denormals too (a shard's update runs there)") {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto probe = sys.spawn([]() -> caf::behavior {
+    return {[](int) {
+      volatile float tiny = 1e-30f, small = 1e-10f;
+      const float product = tiny * small;
+      return std::vector<float>{product, kernels::flushes_denormals_on_this_thread() ? 1.f : 0.f};
+    }};
+  });
+  std::vector<float> got;
+  self->request(probe, caf::infinite, 1)
+      .receive([&](std::vector<float>& r) { got = r; },
+               [&](caf::error& e) { FAIL(sys.render(e)); });
+  REQUIRE(got.size() == 2);
+  CHECK(got[0] == 0.0f);
+  CHECK(got[1] == 1.0f);
+  CHECK_FALSE(kernels::flushes_denormals_on_this_thread());  // this thread is not CAF's
+  self->send_exit(probe, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("cpu_device: background work runs in pieces between tasks, in order, and drains") {
