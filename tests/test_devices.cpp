@@ -81,13 +81,18 @@ TEST_CASE("the actor system's threads flush denormals too (a shard's update runs
   system_config cfg;
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
-  auto probe = sys.spawn([]() -> caf::behavior {
-    return {[](int) {
-      volatile float tiny = 1e-30f, small = 1e-10f;
-      const float product = tiny * small;
-      return std::vector<float>{product, kernels::flushes_denormals_on_this_thread() ? 1.f : 0.f};
-    }};
-  });
+  // (Spawned with an argument: CAF 0.17 dereferences a null argument tuple
+  // for a functor without arguments, which UBSan reports.)
+  auto probe = sys.spawn(
+      [](int) -> caf::behavior {
+        return {[](int) {
+          volatile float tiny = 1e-30f, small = 1e-10f;
+          const float product = tiny * small;
+          return std::vector<float>{product,
+                                    kernels::flushes_denormals_on_this_thread() ? 1.f : 0.f};
+        }};
+      },
+      0);
   std::vector<float> got;
   self->request(probe, caf::infinite, 1)
       .receive([&](std::vector<float>& r) { got = r; },
