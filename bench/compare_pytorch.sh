@@ -9,6 +9,14 @@
 #   bench/compare_pytorch.sh [--model mlp|cnn (mlp)] [--rounds N (3)] [--batch B (128)]
 #                            [--epochs E (mlp 12, cnn 8)] [--target (mlp 0.89, cnn 0.91)]
 #                            [--troupe PATH (build/release/troupe)] [--raw FILE]
+#                            [--cpus LIST] [--skip SETUP]...
+#
+# --cpus LIST (taskset's form, e.g. 0,1): every run on those CPUs only, so
+# that "2 cores" means two on a machine with more (troupe sizes its devices'
+# pipelines from the CPUs it may use; pick CPUs of different physical cores,
+# lscpu -e's CORE column). --skip SETUP (repeatable): leave that setup out,
+# by the label the progress lines print ("troupe mirrored 2", "pytorch 1",
+# ...), where a round's time matters more than that row.
 #
 # --model mlp (the default):
 # troupe setups: one_device (examples/fashion_mnist_one_device.json);
@@ -44,11 +52,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-model=mlp rounds=3 batch=128 epochs="" target="" troupe=build/release/troupe raw=""
+model=mlp rounds=3 batch=128 epochs="" target="" troupe=build/release/troupe raw="" cpus=""
+skips=()
 usage() {
   echo "usage: bench/compare_pytorch.sh [--model mlp|cnn (mlp)] [--rounds N (3)] [--batch B (128)]" >&2
   echo "         [--epochs E (mlp 12, cnn 8)] [--target (mlp 0.89, cnn 0.91)]" >&2
   echo "         [--troupe PATH (build/release/troupe)] [--raw FILE (runs/compare_pytorch-DATE.jsonl)]" >&2
+  echo "         [--cpus LIST (taskset -c LIST)] [--skip SETUP (repeatable)]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -60,6 +70,8 @@ while [ $# -gt 0 ]; do
     --target) target=${2:?}; shift 2 ;;
     --troupe) troupe=${2:?}; shift 2 ;;
     --raw) raw=${2:?}; shift 2 ;;
+    --cpus) cpus=${2:?}; shift 2 ;;
+    --skip) skips+=("${2:?}"); shift 2 ;;
     -h|--help) usage ;;
     *) echo "compare_pytorch: unknown argument: $1" >&2; usage ;;
   esac
@@ -78,6 +90,11 @@ for v in "$rounds" "$batch" "$epochs"; do
 done
 python3 -c "import sys; t = float(sys.argv[1]); sys.exit(0 if 0 < t <= 1 else 1)" "$target" 2>/dev/null ||
   { echo "compare_pytorch: --target takes a number in (0, 1] (got '$target')" >&2; exit 2; }
+if [ -n "$cpus" ]; then
+  # This shell's affinity, which every run it starts inherits.
+  taskset -pc "$cpus" $$ > /dev/null 2>&1 ||
+    { echo "compare_pytorch: --cpus takes CPUs this process may use, in taskset's form (got '$cpus')" >&2; exit 2; }
+fi
 if [ ! -x "$troupe" ]; then
   echo "compare_pytorch: troupe binary not found or not executable: $troupe (build it: cmake --preset release && cmake --build --preset release, or pass --troupe PATH)" >&2
   exit 1
@@ -284,6 +301,17 @@ else
     setups+=("pytorch 1" "pytorch 2" "pytorch 2 fused" "pytorch ddp 2")
   fi
 fi
+kept=()
+for s in "${setups[@]}"; do
+  skip=0
+  for k in "${skips[@]}"; do [ "$k" = "$s" ] && skip=1; done
+  [ "$skip" = 1 ] || kept+=("$s")
+done
+for k in "${skips[@]}"; do
+  printf '%s\n' "${setups[@]}" | grep -qxF -- "$k" ||
+    { echo "compare_pytorch: --skip: no setup '$k' (setups: $(printf '"%s" ' "${setups[@]}"))" >&2; exit 2; }
+done
+setups=("${kept[@]}")
 for ((r = 1; r <= rounds; r++)); do
   for s in "${setups[@]}"; do
     echo "compare_pytorch: round $r/$rounds: $s" >&2
