@@ -9,7 +9,14 @@
 #   bench/compare_pytorch.sh [--model mlp|cnn (mlp)] [--rounds N (3)] [--batch B (128)]
 #                            [--epochs E (mlp 12, cnn 8)] [--target (mlp 0.89, cnn 0.91)]
 #                            [--troupe PATH (build/release/troupe)] [--raw FILE]
-#                            [--cpus LIST] [--skip SETUP]...
+#                            [--cpus LIST] [--skip SETUP]... [--seed S (42)] [--same-seed]
+#
+# Round r trains every setup, troupe's and PyTorch's, from seed S + r - 1
+# (initialisation and shuffling), so that the median over rounds samples the
+# training's own spread as well as the machine's: with one seed every round
+# of a setup crosses the target in the same epoch, and a setup whose one
+# trajectory falls just short pays an epoch more in every round.
+# --same-seed: seed S in every round (the script's behaviour before).
 #
 # --cpus LIST (taskset's form, e.g. 0,1): every run on those CPUs only, so
 # that "2 cores" means two on a machine with more (troupe sizes its devices'
@@ -53,12 +60,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model=mlp rounds=3 batch=128 epochs="" target="" troupe=build/release/troupe raw="" cpus=""
+seed=42 same_seed=0
 skips=()
 usage() {
   echo "usage: bench/compare_pytorch.sh [--model mlp|cnn (mlp)] [--rounds N (3)] [--batch B (128)]" >&2
   echo "         [--epochs E (mlp 12, cnn 8)] [--target (mlp 0.89, cnn 0.91)]" >&2
   echo "         [--troupe PATH (build/release/troupe)] [--raw FILE (runs/compare_pytorch-DATE.jsonl)]" >&2
-  echo "         [--cpus LIST (taskset -c LIST)] [--skip SETUP (repeatable)]" >&2
+  echo "         [--cpus LIST (taskset -c LIST)] [--skip SETUP (repeatable)] [--seed S (42)] [--same-seed]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -72,6 +80,8 @@ while [ $# -gt 0 ]; do
     --raw) raw=${2:?}; shift 2 ;;
     --cpus) cpus=${2:?}; shift 2 ;;
     --skip) skips+=("${2:?}"); shift 2 ;;
+    --seed) seed=${2:?}; shift 2 ;;
+    --same-seed) same_seed=1; shift ;;
     -h|--help) usage ;;
     *) echo "compare_pytorch: unknown argument: $1" >&2; usage ;;
   esac
@@ -88,6 +98,7 @@ esac
 for v in "$rounds" "$batch" "$epochs"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "compare_pytorch: --rounds, --batch and --epochs take positive integers (got '$v')" >&2; exit 2; }
 done
+[[ "$seed" =~ ^[0-9]+$ ]] || { echo "compare_pytorch: --seed takes an integer >= 0 (got '$seed')" >&2; exit 2; }
 python3 -c "import sys; t = float(sys.argv[1]); sys.exit(0 if 0 < t <= 1 else 1)" "$target" 2>/dev/null ||
   { echo "compare_pytorch: --target takes a number in (0, 1] (got '$target')" >&2; exit 2; }
 if [ -n "$cpus" ]; then
@@ -192,9 +203,11 @@ else
 fi
 
 # --- troupe configs ----------------------------------------------------------
-python3 - "$work" "$batch" "$epochs" "$model" <<'PY'
+round_seed() { if [ "$same_seed" = 1 ]; then echo "$seed"; else echo $((seed + $1 - 1)); fi; }
+make_configs() {  # seed
+python3 - "$work" "$batch" "$epochs" "$model" "$1" <<'PY'
 import json, sys
-work, batch, epochs, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+work, batch, epochs, model, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 if model == "cnn":
     setups = (("one_device", "examples/fashion_mnist_cnn.json", None),
               ("mirrored2", "examples/fashion_mnist_cnn_mirrored.json", 2))
@@ -216,8 +229,10 @@ for name, src, replicas in setups:
         j["strategy"]["reducer"] = {"algorithm": "nccl"}  # data.gather auto: "step"
     if name == "mirrored2dc8":
         j["training"]["steps_per_execution"] = 8
+    j["seed"] = seed
     json.dump(j, open(f"{work}/{name}.json", "w"), indent=1)
 PY
+}
 
 failures=0
 run_troupe() {  # setup-label config-name round
@@ -230,9 +245,9 @@ run_troupe() {  # setup-label config-name round
     return 0
   fi
   [ -z "$rss_tool" ] || mib=$(peak_rss_mib "$rss")
-  python3 - "$out" "$1" "$batch" "$epochs" "$target" "$3" "$mib" <<'PY' >> "$raw"
+  python3 - "$out" "$1" "$batch" "$epochs" "$target" "$3" "$mib" "$(round_seed "$3")" <<'PY' >> "$raw"
 import json, sys
-out, setup, batch, epochs, target, rnd, mib = sys.argv[1:]
+out, setup, batch, epochs, target, rnd, mib, seed = sys.argv[1:]
 s = json.load(open(f"{out}/summary.json"))
 accs, stt, eat = [], None, None
 for line in open(f"{out}/metrics.jsonl"):
@@ -247,7 +262,7 @@ for line in open(f"{out}/metrics.jsonl"):
         # train_seconds: evaluations and checkpoints left out, as PyTorch's
         # script counts (older troupe builds wrote elapsed_seconds only).
         stt, eat = round(m.get("train_seconds", m["elapsed_seconds"]), 3), len(accs)
-j = {"system": "troupe", "setup": setup, "round": int(rnd), "batch": int(batch),
+j = {"system": "troupe", "setup": setup, "round": int(rnd), "seed": int(seed), "batch": int(batch),
      "epochs": int(epochs), "target": float(target),
      "samples_per_second": round(s["samples_per_second"]),
      "seconds_to_target": stt, "epoch_at_target": eat,
@@ -264,7 +279,7 @@ PY
 run_pytorch() {  # round, then the arguments of $pyscript (pytorch_cpu_mlp.py or _cnn.py)
   local rnd=$1; shift
   local log="$work/pytorch.log" rss="$work/rss-pytorch" mib="" line
-  if ! run_measured "$rss" "${pyenv_cmd[@]}" "$venv/bin/python" "$pyscript" --batch "$batch" --epochs "$epochs" \
+  if ! run_measured "$rss" "${pyenv_cmd[@]}" "$venv/bin/python" "$pyscript" --seed "$(round_seed "$rnd")" --batch "$batch" --epochs "$epochs" \
        --target "$target" "$@" > "$log" 2>&1; then
     echo "compare_pytorch: PyTorch run failed ($*, round $rnd):" >&2
     tail -n 5 "$log" >&2
@@ -274,10 +289,10 @@ run_pytorch() {  # round, then the arguments of $pyscript (pytorch_cpu_mlp.py or
   [ -z "$rss_tool" ] || mib=$(peak_rss_mib "$rss")
   line=$(grep '^{' "$log" | tail -n 1)
   python3 -c 'import json, sys
-j = json.loads(sys.argv[1]); j["round"] = int(sys.argv[2])
+j = json.loads(sys.argv[1]); j["round"] = int(sys.argv[2]); j["seed"] = int(sys.argv[4])
 if sys.argv[3]:
     j["peak_rss_mib"] = json.loads(sys.argv[3])
-print(json.dumps(j))' "$line" "$rnd" "$mib" >> "$raw"
+print(json.dumps(j))' "$line" "$rnd" "$mib" "$(round_seed "$rnd")" >> "$raw"
 }
 
 if [ "$model" = cnn ]; then
@@ -313,6 +328,7 @@ for k in "${skips[@]}"; do
 done
 setups=("${kept[@]}")
 for ((r = 1; r <= rounds; r++)); do
+  make_configs "$(round_seed "$r")"
   for s in "${setups[@]}"; do
     echo "compare_pytorch: round $r/$rounds: $s" >&2
     case "$s" in
@@ -333,9 +349,10 @@ done
 
 # --- the table -----------------------------------------------------------------
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
-python3 - "$raw" "${cpu:-unknown CPU}" "$(nproc)" "$(date '+%Y-%m-%d %H:%M')" "$rounds" "$batch" "$epochs" "$target" "$skip_reason" "$model" "$rss_tool" <<'PY'
+python3 - "$raw" "${cpu:-unknown CPU}" "$(nproc)" "$(date '+%Y-%m-%d %H:%M')" "$rounds" "$batch" "$epochs" "$target" "$skip_reason" "$model" "$rss_tool" "$(round_seed 1)" "$(round_seed "$rounds")" <<'PY'
 import json, statistics, sys
-raw, cpu, cores, date, rounds, batch, epochs, target, skipped, model, rss_tool = sys.argv[1:]
+raw, cpu, cores, date, rounds, batch, epochs, target, skipped, model, rss_tool, seed1, seedn = sys.argv[1:]
+seeds = f"seed {seed1}" if seed1 == seedn else f"seeds {seed1}–{seedn}, one a round"
 cnn = model == "cnn"
 runs = [json.loads(l) for l in open(raw) if l.strip()]
 order = []
@@ -354,7 +371,7 @@ s2 = lambda v: f"{v:.2f}"
 print(f"### {cpu}, {cores} cores, {date}")
 print()
 print(f"`bench/compare_pytorch.sh{' --model cnn' if cnn else ''} --rounds {rounds} --batch {batch} --epochs {epochs} --target {target}`"
-      f" (batch {batch}, {epochs} epochs, {rounds} round{'s' if rounds != '1' else ''}, setups alternated)")
+      f" (batch {batch}, {epochs} epochs, {rounds} round{'s' if rounds != '1' else ''}, setups alternated, {seeds})")
 print()
 if cnn:
     print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | final test accuracy (median)"
