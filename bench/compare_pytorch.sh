@@ -374,12 +374,13 @@ print(f"`bench/compare_pytorch.sh{' --model cnn' if cnn else ''} --rounds {round
       f" (batch {batch}, {epochs} epochs, {rounds} round{'s' if rounds != '1' else ''}, setups alternated, {seeds})")
 print()
 if cnn:
-    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | final test accuracy (median)"
-          " | peak RSS MiB (median, min–max) |")
-    print("| --- | --- | --- | --- | --- |")
+    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | epochs to {target}, by round"
+          " | final test accuracy (median) | peak RSS MiB (median, min–max) |")
+    print("| --- | --- | --- | --- | --- | --- |")
 else:
-    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | final test accuracy (median) |")
-    print("| --- | --- | --- | --- |")
+    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | epochs to {target}, by round"
+          " | final test accuracy (median) |")
+    print("| --- | --- | --- | --- | --- |")
 mib = lambda v: f"{v:.0f}"
 rss = {}
 stats = {}
@@ -391,13 +392,16 @@ for system, setup in order:
     t_cell = rng(tt, s2) if tt else "not reached"
     if tt and len(tt) < len(rs):
         t_cell += f"; not reached in {len(rs) - len(tt)} of {len(rs)}"
+    # The epoch each round crossed the target ("–": not reached): with a seed
+    # a round, what moves the time to target besides the throughput.
+    ep = " ".join(str(r["epoch_at_target"]) if r.get("epoch_at_target") else "–" for r in rs)
     stats[(system, setup)] = (statistics.median(sps), statistics.median(tt) if tt else None)
     if cnn:
         rss[(system, setup)] = [r.get("peak_rss_mib") for r in rs]
         mm = [v for v in rss[(system, setup)] if v is not None]
-        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {statistics.median(acc):.4f} | {rng(mm, mib)} |")
+        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {ep} | {statistics.median(acc):.4f} | {rng(mm, mib)} |")
     else:
-        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {statistics.median(acc):.4f} |")
+        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {ep} | {statistics.median(acc):.4f} |")
 print()
 if skipped:
     print(f"PyTorch skipped: {skipped}")
@@ -429,6 +433,10 @@ if cnn:
 elif tb and pb:
     print(f"troupe best 2-core time to target / PyTorch best 2-core time to target = {tb[0] / pb[0]:.2f}"
           f" (troupe {tb[1]} {tb[0]:.2f} s / PyTorch {pb[1]} {pb[0]:.2f} s)")
+    # The same two setups' throughputs: the time ratio's value when both
+    # need as many epochs, which a few seeds need not show.
+    print(f"PyTorch {pb[1]} samples/s / troupe {tb[1]} samples/s = "
+          f"{stats[('pytorch', pb[1])][0] / stats[('troupe', tb[1])][0]:.2f}")
 else:
     print("troupe best 2-core time to target / PyTorch best 2-core time to target = n/a"
           f" ({'no troupe setup' if not tb else 'no PyTorch 2-core setup'} reached {target})")
