@@ -51,9 +51,11 @@ void lockstep_driver::measured(int64_t count) {
 
 void lockstep_driver::summarize(nlohmann::json& summary) const {
   summary["steps_per_execution"] = per_execution_;
+  summary["executions"] = executions_;
 }
 
 void lockstep_driver::issue(coordinator_host& h, int64_t first, int64_t count) {
+  ++executions_;
   auto& replicas = h.replicas();
   fan_in<std::vector<step_stats>> parts(
       replicas.size(),

@@ -20,7 +20,8 @@ class lockstep_driver final : public job_driver {
   void start(coordinator_host& h) override;
   void pump(coordinator_host& h) override;
   std::vector<replica_actor> live(const coordinator_host& h) const override;
-  // The executions' size at the end ("auto": as last chosen).
+  // The executions' size at the end ("auto": as last chosen) and how many
+  // this run issued.
   void summarize(nlohmann::json& summary) const override;
 
  private:
@@ -30,6 +31,7 @@ class lockstep_driver final : public job_driver {
   void measured(int64_t count);
 
   int64_t per_execution_ = 1;  // steps in the next execution
+  int64_t executions_ = 0;     // issued in this run
   bool auto_ = false;
   clock::time_point last_done_;  // the last execution done, while steps are in flight
   double step_seconds_ = 0;      // "auto": moving average of the time per step

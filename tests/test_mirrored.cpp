@@ -260,7 +260,9 @@ TEST_CASE("steps_per_execution trains exactly what one step per request trains")
 
 // "auto": sized from the time per step, ~4 ms an execution. The tiny model's
 // steps take well under 100 µs (under the sanitizers too), so the driver
-// soon hands out more than one at a time.
+// soon hands out more than one at a time: fewer executions than steps. The
+// last size is not asserted: a stall of the loaded machine near the end
+// (ctest runs tests side by side) can bring it back to 1.
 TEST_CASE("steps_per_execution auto hands out several steps at a time when steps are short") {
   env_t env(2000);
   auto c = env.job("mirrored", "adam", 2, 16);
@@ -270,11 +272,13 @@ TEST_CASE("steps_per_execution auto hands out several steps at a time when steps
   c.training.steps_per_execution = training_config::kAutoSteps;
   auto s = run_job(c);
   CHECK(s["steps"] == 250);
-  CHECK(s["steps_per_execution"].get<int64_t>() > 1);
+  CHECK(s["executions"].get<int64_t>() < 250);
+  CHECK(s["steps_per_execution"].get<int64_t>() >= 1);
   CHECK(s["steps_per_execution"].get<int64_t>() <= 64);
   c.training.steps_per_execution = 1;
   c.logging.output_dir += "-one";
   auto one = run_job(c);
   CHECK(one["steps_per_execution"] == 1);
+  CHECK(one["executions"] == 250);
   CHECK(max_abs_diff(variables_of(one), variables_of(s)) == 0.0);
 }
