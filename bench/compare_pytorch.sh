@@ -102,6 +102,8 @@ done
 python3 -c "import sys; t = float(sys.argv[1]); sys.exit(0 if 0 < t <= 1 else 1)" "$target" 2>/dev/null ||
   { echo "compare_pytorch: --target takes a number in (0, 1] (got '$target')" >&2; exit 2; }
 if [ -n "$cpus" ]; then
+  command -v taskset > /dev/null ||
+    { echo "compare_pytorch: --cpus needs taskset (util-linux), which is not on PATH" >&2; exit 2; }
   # This shell's affinity, which every run it starts inherits.
   taskset -pc "$cpus" $$ > /dev/null 2>&1 ||
     { echo "compare_pytorch: --cpus takes CPUs this process may use, in taskset's form (got '$cpus')" >&2; exit 2; }
