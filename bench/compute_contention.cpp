@@ -4,6 +4,11 @@
 // actors: this isolates BLAS/allocator/cache effects from the runtime.
 //
 //   bench_compute_contention [threads=2] [batch=128] [steps=300]
+//
+// Then (threads > 1) the same threads as one ZeRO-1 group against one
+// thread on the whole batch, and where the group's update goes: the
+// reduce-scatter and all-gather (the gradients' and variables' chunks moved
+// between the cores) against the optimizer on each thread's chunks.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,6 +44,13 @@ int main(int argc, char** argv) {
         "{\"bench\":\"compute_contention\",\"batch\":%lld,\"update\":\"zero1\",\"threads\":%d,"
         "\"solo_global_batch_ms\":%.3f,\"group_ms\":%.3f,\"speedup\":%.3f}\n",
         static_cast<long long>(batch), threads, whole, group, whole / group);
+    // Where the group's update goes: the cores' exchange against Adam.
+    auto p = bench::zero1_update_phases(threads, batch, steps);
+    std::printf(
+        "{\"bench\":\"compute_contention\",\"batch\":%lld,\"update\":\"zero1_phases\","
+        "\"threads\":%d,\"reduce_scatter_us\":%.1f,\"optimizer_us\":%.1f,"
+        "\"all_gather_us\":%.1f}\n",
+        static_cast<long long>(batch), threads, p.reduce_scatter_us, p.update_us, p.all_gather_us);
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 // same model can reach on this machine (bench_mirrored_scaling).
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -19,6 +20,52 @@
 
 namespace troupe::bench {
 
+// One thread's replica of the MLP: its model, optimizer and gradients, a
+// fixed batch of `batch` rows, and (in a group) its communicator.
+struct bench_replica {
+  compute_state cs;
+  std::shared_ptr<device_context> ctx;
+  tensor x, y;
+  bench_replica(const job_config& c, int64_t batch, int steps, int rank,
+                const std::shared_ptr<device_collective_group>& group)
+      : ctx(make_device_context(device_spec{device_spec::kind_t::cpu, rank})),
+        x({batch, 784}),
+        y({batch}, dtype::i32) {
+    if (group) cs.collectives = group->join(rank, *ctx);
+    cs.net = create_model(c.model, {784, 10}, c.seed);
+    cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, steps);
+    cs.opt->init(cs.net->variables());
+    cs.grads = cs.net->make_gradients();
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data<float>()[i] = static_cast<float>(i % 255) / 255.f;
+    for (int64_t i = 0; i < batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
+  }
+  void backward() { cs.net->train_batch(x, y, 1.0f / static_cast<float>(x.shape()[0]), cs.grads); }
+};
+
+// Runs body(t) on `threads` threads at once (each a device thread: denormals
+// flushed), started together.
+template <class Body>
+void on_threads(int threads, Body body) {
+  std::atomic<int> ready{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      kernels::flush_denormals_on_this_thread();
+      body(t, [&] {
+        ++ready;
+        while (ready.load() < threads) {
+        }
+      });
+    });
+  for (auto& th : ts) th.join();
+}
+
+using clock_type = std::chrono::steady_clock;
+inline double us_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+}
+
 // Median over the threads of ms per step (forward, backward and, with
 // `update`, the optimizer's step) of `threads` threads at once, each on
 // `batch` rows. With `zero1` (and `update`) the threads are one data-parallel
@@ -28,50 +75,71 @@ namespace troupe::bench {
 inline double run_threads(int threads, int64_t batch, int steps, bool update, bool zero1 = false) {
   auto c = training_only_job("contention", batch, 1);
   std::vector<double> ms(threads);
-  std::atomic<int> ready{0};
-  std::vector<std::thread> ts;
   auto group = zero1 ? make_device_collective_group(threads, device_spec{}) : nullptr;
-  for (int t = 0; t < threads; ++t) {
-    ts.emplace_back([&, t] {
-      kernels::flush_denormals_on_this_thread();  // as a device thread does
-      auto ctx = make_device_context(device_spec{device_spec::kind_t::cpu, t});
-      auto comm = group ? group->join(t, *ctx) : nullptr;
-      compute_state cs;
-      cs.net = create_model(c.model, {784, 10}, c.seed);
-      cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, steps);
-      cs.opt->init(cs.net->variables());
-      cs.grads = cs.net->make_gradients();
-      // mirrored's ZeRO-1 on cpu:N (strategies/mirrored_device.cpp): this
-      // rank's chunks, as its device step updates them.
-      const auto mine = comm ? device_shard_ranges(cs, *comm) : element_ranges{};
-      tensor x({batch, 784});
-      tensor y({batch}, dtype::i32);
-      for (int64_t i = 0; i < x.numel(); ++i)
-        x.data<float>()[i] = static_cast<float>(i % 255) / 255.f;
-      for (int64_t i = 0; i < batch; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(i % 10);
-      ++ready;
-      while (ready.load() < threads) {
+  on_threads(threads, [&](int t, auto start_together) {
+    bench_replica r(c, batch, steps, t, group);
+    auto& cs = r.cs;
+    // mirrored's ZeRO-1 on cpu:N (strategies/mirrored_device.cpp): this
+    // rank's chunks, as its device step updates them.
+    const auto mine = group ? device_shard_ranges(cs, *cs.collectives) : element_ranges{};
+    start_together();
+    auto t0 = clock_type::now();
+    for (int s = 0; s < steps; ++s) {
+      r.backward();
+      if (!update) continue;
+      if (group) {
+        reduce_scatter_gradients(cs, *cs.collectives, 0, cs.grads.size());
+        cs.collectives->complete();
+        cs.opt->apply_ranges(cs.net->variables(), cs.grads, mine);
+        gather_variables(cs, *cs.collectives);
+      } else {
+        cs.opt->apply(cs.net->variables(), cs.grads);
       }
-      auto t0 = std::chrono::steady_clock::now();
-      for (int s = 0; s < steps; ++s) {
-        cs.net->train_batch(x, y, 1.0f / static_cast<float>(batch), cs.grads);
-        if (!update) continue;
-        if (comm) {
-          reduce_scatter_gradients(cs, *comm, 0, cs.grads.size());
-          comm->complete();
-          cs.opt->apply_ranges(cs.net->variables(), cs.grads, mine);
-          gather_variables(cs, *comm);
-        } else {
-          cs.opt->apply(cs.net->variables(), cs.grads);
-        }
-      }
-      ms[t] =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-          steps;
-    });
-  }
-  for (auto& th : ts) th.join();
+    }
+    ms[t] = us_since(t0) / 1000.0 / steps;
+  });
   return median(ms);
+}
+
+// Where a ZeRO-1 group's update goes, in us a step (median over the threads
+// of each phase's mean): the reduce-scatter (each thread reads its chunks of
+// the peers' gradients, hot in the peers' caches, and sums them), Adam on
+// its chunks, the all-gather (its chunks written into the peers'
+// variables). Each phase starts on every thread together (a one-float
+// all-reduce before it), so waiting for a slower peer is not counted.
+struct update_phases {
+  double reduce_scatter_us = 0, update_us = 0, all_gather_us = 0;
+};
+inline update_phases zero1_update_phases(int threads, int64_t batch, int steps) {
+  auto c = training_only_job("contention", batch, 1);
+  std::vector<double> rs(threads), up(threads), ag(threads);
+  auto group = make_device_collective_group(threads, device_spec{});
+  on_threads(threads, [&](int t, auto start_together) {
+    bench_replica r(c, batch, steps, t, group);
+    auto& cs = r.cs;
+    auto& comm = *cs.collectives;
+    const auto mine = device_shard_ranges(cs, comm);
+    auto together = [&] {
+      float one = 1.0f;
+      comm.all_reduce(&one, 1, reduce_op::sum);
+      return clock_type::now();
+    };
+    start_together();
+    for (int s = 0; s < steps; ++s) {
+      r.backward();
+      auto t0 = together();
+      reduce_scatter_gradients(cs, comm, 0, cs.grads.size());
+      comm.complete();
+      rs[t] += us_since(t0) / steps;
+      t0 = together();
+      cs.opt->apply_ranges(cs.net->variables(), cs.grads, mine);
+      up[t] += us_since(t0) / steps;
+      t0 = together();
+      gather_variables(cs, comm);
+      ag[t] += us_since(t0) / steps;
+    }
+  });
+  return {median(rs), median(up), median(ag)};
 }
 
 }  // namespace troupe::bench
