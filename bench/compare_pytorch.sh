@@ -10,6 +10,7 @@
 #                            [--epochs E (mlp 12, cnn 8)] [--target (mlp 0.89, cnn 0.91)]
 #                            [--troupe PATH (build/release/troupe)] [--raw FILE]
 #                            [--cpus LIST] [--skip SETUP]... [--seed S (42)] [--same-seed]
+#   bench/compare_pytorch.sh --table FILE
 #
 # Round r trains every setup, troupe's and PyTorch's, from seed S + r - 1
 # (initialisation and shuffling), so that the median over rounds samples the
@@ -50,6 +51,10 @@
 # resident set size", else getrusage(RUSAGE_CHILDREN) from a python wrapper)
 # goes into its JSON line ("peak_rss_mib") and a column of the table.
 #
+# --table FILE: no runs; the table (and ratios) of the runs whose JSON lines
+# FILE holds: a run cut short (its rounds so far; the path is printed at
+# the start), or one from another machine (the lines name its CPU).
+#
 # Prints a markdown table (samples/s of the training steps; training seconds,
 # evaluation excluded, to the end of the first epoch whose test accuracy
 # >= target; final test accuracy; cnn: peak RSS) and the ratios (troupe's
@@ -59,7 +64,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-model=mlp rounds=3 batch=128 epochs="" target="" troupe=build/release/troupe raw="" cpus=""
+model=mlp rounds=3 batch=128 epochs="" target="" troupe=build/release/troupe raw="" cpus="" table_from=""
 seed=42 same_seed=0
 skips=()
 usage() {
@@ -67,6 +72,7 @@ usage() {
   echo "         [--epochs E (mlp 12, cnn 8)] [--target (mlp 0.89, cnn 0.91)]" >&2
   echo "         [--troupe PATH (build/release/troupe)] [--raw FILE (runs/compare_pytorch-DATE.jsonl)]" >&2
   echo "         [--cpus LIST (taskset -c LIST)] [--skip SETUP (repeatable)] [--seed S (42)] [--same-seed]" >&2
+  echo "       bench/compare_pytorch.sh --table FILE (the table of FILE's runs, no new ones)" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -82,6 +88,7 @@ while [ $# -gt 0 ]; do
     --skip) skips+=("${2:?}"); shift 2 ;;
     --seed) seed=${2:?}; shift 2 ;;
     --same-seed) same_seed=1; shift ;;
+    --table) table_from=${2:?}; shift 2 ;;
     -h|--help) usage ;;
     *) echo "compare_pytorch: unknown argument: $1" >&2; usage ;;
   esac
@@ -95,6 +102,155 @@ case "$model" in
        pyscript=bench/pytorch_cpu_cnn.py ;;
   *) echo "compare_pytorch: --model takes mlp or cnn (got '$model')" >&2; exit 2 ;;
 esac
+# --- the table -----------------------------------------------------------------
+# print_table RAW DATE ROUNDS BATCH EPOCHS TARGET SKIPPED MODEL RSS_TOOL SEED1 SEEDN:
+# the markdown table and ratios of RAW's runs (the CPU and core count as the
+# lines record them; lines from before they did: this machine's).
+this_cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
+this_cpu=${this_cpu:-unknown CPU}
+print_table() {
+python3 - "$1" "$this_cpu" "$(nproc)" "${@:2}" <<'PY'
+import json, statistics, sys
+raw, cpu, cores, date, rounds, batch, epochs, target, skipped, model, rss_tool, seed1, seedn = sys.argv[1:]
+cnn = model == "cnn"
+runs = [json.loads(l) for l in open(raw) if l.strip()]
+if seed1 == "?":
+    seeds = "seeds not recorded"
+else:
+    seeds = f"seed {seed1}" if seed1 == seedn else f"seeds {seed1}–{seedn}, one a round"
+if runs and runs[0].get("cpu"):  # the machine that ran them
+    cpu, cores = runs[0]["cpu"], str(runs[0].get("cores", cores))
+    machine_note = ""
+else:
+    machine_note = " (the CPU is this machine's: these runs do not record theirs)"
+order = []
+for r in runs:
+    key = (r["system"], r["setup"])
+    if key not in order:
+        order.append(key)
+
+def rng(xs, fmt):
+    if not xs:
+        return "–"
+    return f"{fmt(statistics.median(xs))} ({fmt(min(xs))}–{fmt(max(xs))})"
+
+k = lambda v: f"{v / 1000:.1f}k"
+s2 = lambda v: f"{v:.2f}"
+print(f"### {cpu}, {cores} cores, {date}{machine_note}")
+print()
+print(f"`bench/compare_pytorch.sh{' --model cnn' if cnn else ''} --rounds {rounds} --batch {batch} --epochs {epochs} --target {target}`"
+      f" (batch {batch}, {epochs} epochs, {rounds} round{'s' if rounds != '1' else ''}, setups alternated, {seeds})")
+print()
+if cnn:
+    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | epochs to {target}, by round"
+          " | final test accuracy (median) | peak RSS MiB (median, min–max) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+else:
+    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | epochs to {target}, by round"
+          " | final test accuracy (median) |")
+    print("| --- | --- | --- | --- | --- |")
+mib = lambda v: f"{v:.0f}"
+rss = {}
+stats = {}
+for system, setup in order:
+    rs = [r for r in runs if (r["system"], r["setup"]) == (system, setup)]
+    sps = [r["samples_per_second"] for r in rs]
+    tt = [r["seconds_to_target"] for r in rs if r["seconds_to_target"] is not None]
+    acc = [r["final_test_accuracy"] for r in rs]
+    t_cell = rng(tt, s2) if tt else "not reached"
+    if tt and len(tt) < len(rs):
+        t_cell += f"; not reached in {len(rs) - len(tt)} of {len(rs)}"
+    # The epoch each round crossed the target ("–": not reached): with a seed
+    # a round, what moves the time to target besides the throughput.
+    ep = " ".join(str(r["epoch_at_target"]) if r.get("epoch_at_target") else "–" for r in rs)
+    stats[(system, setup)] = (statistics.median(sps), statistics.median(tt) if tt else None)
+    if cnn:
+        rss[(system, setup)] = [r.get("peak_rss_mib") for r in rs]
+        mm = [v for v in rss[(system, setup)] if v is not None]
+        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {ep} | {statistics.median(acc):.4f} | {rng(mm, mib)} |")
+    else:
+        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {ep} | {statistics.median(acc):.4f} |")
+print()
+if skipped:
+    print(f"PyTorch skipped: {skipped}")
+
+def best(system, pred):
+    c = [(t, setup) for (sy, setup), (_, t) in stats.items() if sy == system and pred(setup) and t is not None]
+    return min(c) if c else None
+
+# Every troupe setup runs on the machine's cores; PyTorch's 1-thread setup is left out.
+tb = best("troupe", lambda s: True)
+pb = best("pytorch", lambda s: not s.startswith("1 thread"))
+if cnn:
+    # Every PyTorch convnet setup runs on 2 threads.
+    line = "troupe best time to target / PyTorch best 2-thread time to target = "
+    if tb and pb:
+        r = tb[0] / pb[0]
+        print(f"{line}{r:.2f} (troupe {tb[1]} {tb[0]:.2f} s / PyTorch {pb[1]} {pb[0]:.2f} s;"
+              f" the issue's target: <= 0.7, {'met' if r <= 0.7 else 'not met'})")
+    else:
+        print(f"{line}n/a ({'no troupe setup' if not tb else 'no PyTorch 2-thread setup'} reached {target})")
+    med = lambda key: statistics.median([v for v in rss.get(key, []) if v is not None] or [float("nan")])
+    if tb and pb:
+        a, b = med(("troupe", tb[1])), med(("pytorch", pb[1]))
+        print(f"peak RSS, troupe {tb[1]} / PyTorch {pb[1]} (the two setups above, medians) = "
+              + (f"{a / b:.2f} ({a:.0f} MiB / {b:.0f} MiB)" if a == a and b == b else "n/a (not measured)"))
+    print(f"peak RSS of each run, MiB, round 1 to {rounds} ({rss_tool}; the largest process of the run):")
+    for (system, setup), vs in rss.items():
+        print(f"- {system} {setup}: " + ", ".join("–" if v is None else f"{v:.0f}" for v in vs))
+elif tb and pb:
+    print(f"troupe best 2-core time to target / PyTorch best 2-core time to target = {tb[0] / pb[0]:.2f}"
+          f" (troupe {tb[1]} {tb[0]:.2f} s / PyTorch {pb[1]} {pb[0]:.2f} s)")
+    # The same two setups' throughputs: the time ratio's value when both
+    # need as many epochs, which a few seeds need not show.
+    print(f"PyTorch {pb[1]} samples/s / troupe {tb[1]} samples/s = "
+          f"{stats[('pytorch', pb[1])][0] / stats[('troupe', tb[1])][0]:.2f}")
+else:
+    print("troupe best 2-core time to target / PyTorch best 2-core time to target = n/a"
+          f" ({'no troupe setup' if not tb else 'no PyTorch 2-core setup'} reached {target})")
+od = stats.get(("troupe", "one_device"))
+for name in ("mirrored 2", "mirrored 2 device collectives",
+             "mirrored 2 device collectives, 8 steps per execution"):
+    m = stats.get(("troupe", name))
+    if od and m:
+        print(f"{name} / one_device samples/s = {m[0] / od[0]:.2f}")
+PY
+}
+
+if [ -n "$table_from" ]; then
+  [ -f "$table_from" ] || { echo "compare_pytorch: --table: no file $table_from" >&2; exit 2; }
+  # Rounds, batch, epochs, target, seeds and model as the lines record them.
+  if ! params=$(python3 - "$table_from" "$model" <<'PY'
+import json, sys
+path, model = sys.argv[1], sys.argv[2]
+runs = []
+for n, line in enumerate(open(path), 1):
+    if not line.strip():
+        continue
+    try:
+        r = json.loads(line)
+        r["round"], r["batch"], r["epochs"], r["target"], r["samples_per_second"]
+    except (ValueError, KeyError, TypeError) as e:
+        sys.exit(f"compare_pytorch: --table: {path}:{n}: not a run of this script ({type(e).__name__}: {e})")
+    runs.append(r)
+if not runs:
+    sys.exit(f"compare_pytorch: --table: {path}: no runs")
+seeds = sorted({r["seed"] for r in runs if "seed" in r})
+cnn = runs[0].get("model", model) == "cnn"
+rss = "as recorded" if any("peak_rss_mib" in r for r in runs) else ""
+print(len({r["round"] for r in runs}), runs[0]["batch"], runs[0]["epochs"], runs[0]["target"],
+      "cnn" if cnn else "mlp", seeds[0] if seeds else "?", seeds[-1] if seeds else "?", rss or "-")
+PY
+  ); then
+    exit 2  # the reason is printed above
+  fi
+  read -r t_rounds t_batch t_epochs t_target t_model t_seed1 t_seedn t_rss <<< "$params"
+  [ "$t_rss" != "-" ] || t_rss=""
+  print_table "$table_from" "$(date -r "$table_from" '+%Y-%m-%d %H:%M')" "$t_rounds" "$t_batch" \
+    "$t_epochs" "$t_target" "" "$t_model" "$t_rss" "$t_seed1" "$t_seedn"
+  exit 0
+fi
+
 for v in "$rounds" "$batch" "$epochs"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "compare_pytorch: --rounds, --batch and --epochs take positive integers (got '$v')" >&2; exit 2; }
 done
@@ -125,6 +281,11 @@ if [ -z "$raw" ]; then
 fi
 mkdir -p "$(dirname "$raw")"
 : > "$raw"
+echo "compare_pytorch: raw per-run JSON lines go to $raw (its table at any time: bench/compare_pytorch.sh --table $raw)" >&2
+# What every line records besides its run: the model and the machine (the
+# CPUs this script may use, after --cpus).
+machine=$(python3 -c 'import json, sys; print(json.dumps({"model": sys.argv[1], "cpu": sys.argv[2], "cores": int(sys.argv[3])}))' \
+  "$model" "$this_cpu" "$(nproc)")
 
 # --- peak RSS (cnn) -------------------------------------------------------------
 # measure FILE CMD...: runs CMD, writes its peak RSS to FILE as GNU time -v
@@ -247,9 +408,9 @@ run_troupe() {  # setup-label config-name round
     return 0
   fi
   [ -z "$rss_tool" ] || mib=$(peak_rss_mib "$rss")
-  python3 - "$out" "$1" "$batch" "$epochs" "$target" "$3" "$mib" "$(round_seed "$3")" <<'PY' >> "$raw"
+  python3 - "$out" "$1" "$batch" "$epochs" "$target" "$3" "$mib" "$(round_seed "$3")" "$machine" <<'PY' >> "$raw"
 import json, sys
-out, setup, batch, epochs, target, rnd, mib, seed = sys.argv[1:]
+out, setup, batch, epochs, target, rnd, mib, seed, machine = sys.argv[1:]
 s = json.load(open(f"{out}/summary.json"))
 accs, stt, eat = [], None, None
 for line in open(f"{out}/metrics.jsonl"):
@@ -271,6 +432,7 @@ j = {"system": "troupe", "setup": setup, "round": int(rnd), "seed": int(seed), "
      "final_test_accuracy": round(s["test_accuracy"], 4),
      "train_seconds": s.get("train_seconds"), "wall_seconds": s.get("wall_seconds"),
      "test_accuracy_by_epoch": accs}
+j.update(json.loads(machine))
 if mib:  # cnn: the run's peak RSS (null: not measured)
     j["peak_rss_mib"] = json.loads(mib)
 print(json.dumps(j))
@@ -292,9 +454,10 @@ run_pytorch() {  # round, then the arguments of $pyscript (pytorch_cpu_mlp.py or
   line=$(grep '^{' "$log" | tail -n 1)
   python3 -c 'import json, sys
 j = json.loads(sys.argv[1]); j["round"] = int(sys.argv[2]); j["seed"] = int(sys.argv[4])
+j.update(json.loads(sys.argv[5]))
 if sys.argv[3]:
     j["peak_rss_mib"] = json.loads(sys.argv[3])
-print(json.dumps(j))' "$line" "$rnd" "$mib" "$(round_seed "$rnd")" >> "$raw"
+print(json.dumps(j))' "$line" "$rnd" "$mib" "$(round_seed "$rnd")" "$machine" >> "$raw"
 }
 
 if [ "$model" = cnn ]; then
@@ -349,106 +512,7 @@ for ((r = 1; r <= rounds; r++)); do
   done
 done
 
-# --- the table -----------------------------------------------------------------
-cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
-python3 - "$raw" "${cpu:-unknown CPU}" "$(nproc)" "$(date '+%Y-%m-%d %H:%M')" "$rounds" "$batch" "$epochs" "$target" "$skip_reason" "$model" "$rss_tool" "$(round_seed 1)" "$(round_seed "$rounds")" <<'PY'
-import json, statistics, sys
-raw, cpu, cores, date, rounds, batch, epochs, target, skipped, model, rss_tool, seed1, seedn = sys.argv[1:]
-seeds = f"seed {seed1}" if seed1 == seedn else f"seeds {seed1}–{seedn}, one a round"
-cnn = model == "cnn"
-runs = [json.loads(l) for l in open(raw) if l.strip()]
-order = []
-for r in runs:
-    key = (r["system"], r["setup"])
-    if key not in order:
-        order.append(key)
-
-def rng(xs, fmt):
-    if not xs:
-        return "–"
-    return f"{fmt(statistics.median(xs))} ({fmt(min(xs))}–{fmt(max(xs))})"
-
-k = lambda v: f"{v / 1000:.1f}k"
-s2 = lambda v: f"{v:.2f}"
-print(f"### {cpu}, {cores} cores, {date}")
-print()
-print(f"`bench/compare_pytorch.sh{' --model cnn' if cnn else ''} --rounds {rounds} --batch {batch} --epochs {epochs} --target {target}`"
-      f" (batch {batch}, {epochs} epochs, {rounds} round{'s' if rounds != '1' else ''}, setups alternated, {seeds})")
-print()
-if cnn:
-    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | epochs to {target}, by round"
-          " | final test accuracy (median) | peak RSS MiB (median, min–max) |")
-    print("| --- | --- | --- | --- | --- | --- |")
-else:
-    print(f"| setup | samples/s (median, min–max) | time to {target} s (median, min–max) | epochs to {target}, by round"
-          " | final test accuracy (median) |")
-    print("| --- | --- | --- | --- | --- |")
-mib = lambda v: f"{v:.0f}"
-rss = {}
-stats = {}
-for system, setup in order:
-    rs = [r for r in runs if (r["system"], r["setup"]) == (system, setup)]
-    sps = [r["samples_per_second"] for r in rs]
-    tt = [r["seconds_to_target"] for r in rs if r["seconds_to_target"] is not None]
-    acc = [r["final_test_accuracy"] for r in rs]
-    t_cell = rng(tt, s2) if tt else "not reached"
-    if tt and len(tt) < len(rs):
-        t_cell += f"; not reached in {len(rs) - len(tt)} of {len(rs)}"
-    # The epoch each round crossed the target ("–": not reached): with a seed
-    # a round, what moves the time to target besides the throughput.
-    ep = " ".join(str(r["epoch_at_target"]) if r.get("epoch_at_target") else "–" for r in rs)
-    stats[(system, setup)] = (statistics.median(sps), statistics.median(tt) if tt else None)
-    if cnn:
-        rss[(system, setup)] = [r.get("peak_rss_mib") for r in rs]
-        mm = [v for v in rss[(system, setup)] if v is not None]
-        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {ep} | {statistics.median(acc):.4f} | {rng(mm, mib)} |")
-    else:
-        print(f"| {system} {setup} | {rng(sps, k)} | {t_cell} | {ep} | {statistics.median(acc):.4f} |")
-print()
-if skipped:
-    print(f"PyTorch skipped: {skipped}")
-
-def best(system, pred):
-    c = [(t, setup) for (sy, setup), (_, t) in stats.items() if sy == system and pred(setup) and t is not None]
-    return min(c) if c else None
-
-# Every troupe setup runs on the machine's cores; PyTorch's 1-thread setup is left out.
-tb = best("troupe", lambda s: True)
-pb = best("pytorch", lambda s: not s.startswith("1 thread"))
-if cnn:
-    # Every PyTorch convnet setup runs on 2 threads.
-    line = "troupe best time to target / PyTorch best 2-thread time to target = "
-    if tb and pb:
-        r = tb[0] / pb[0]
-        print(f"{line}{r:.2f} (troupe {tb[1]} {tb[0]:.2f} s / PyTorch {pb[1]} {pb[0]:.2f} s;"
-              f" the issue's target: <= 0.7, {'met' if r <= 0.7 else 'not met'})")
-    else:
-        print(f"{line}n/a ({'no troupe setup' if not tb else 'no PyTorch 2-thread setup'} reached {target})")
-    med = lambda key: statistics.median([v for v in rss.get(key, []) if v is not None] or [float("nan")])
-    if tb and pb:
-        a, b = med(("troupe", tb[1])), med(("pytorch", pb[1]))
-        print(f"peak RSS, troupe {tb[1]} / PyTorch {pb[1]} (the two setups above, medians) = "
-              + (f"{a / b:.2f} ({a:.0f} MiB / {b:.0f} MiB)" if a == a and b == b else "n/a (not measured)"))
-    print(f"peak RSS of each run, MiB, round 1 to {rounds} ({rss_tool}; the largest process of the run):")
-    for (system, setup), vs in rss.items():
-        print(f"- {system} {setup}: " + ", ".join("–" if v is None else f"{v:.0f}" for v in vs))
-elif tb and pb:
-    print(f"troupe best 2-core time to target / PyTorch best 2-core time to target = {tb[0] / pb[0]:.2f}"
-          f" (troupe {tb[1]} {tb[0]:.2f} s / PyTorch {pb[1]} {pb[0]:.2f} s)")
-    # The same two setups' throughputs: the time ratio's value when both
-    # need as many epochs, which a few seeds need not show.
-    print(f"PyTorch {pb[1]} samples/s / troupe {tb[1]} samples/s = "
-          f"{stats[('pytorch', pb[1])][0] / stats[('troupe', tb[1])][0]:.2f}")
-else:
-    print("troupe best 2-core time to target / PyTorch best 2-core time to target = n/a"
-          f" ({'no troupe setup' if not tb else 'no PyTorch 2-core setup'} reached {target})")
-od = stats.get(("troupe", "one_device"))
-for name in ("mirrored 2", "mirrored 2 device collectives",
-             "mirrored 2 device collectives, 8 steps per execution"):
-    m = stats.get(("troupe", name))
-    if od and m:
-        print(f"{name} / one_device samples/s = {m[0] / od[0]:.2f}")
-PY
+print_table "$raw" "$(date '+%Y-%m-%d %H:%M')" "$rounds" "$batch" "$epochs" "$target" "$skip_reason" "$model" "$rss_tool" "$(round_seed 1)" "$(round_seed "$rounds")"
 echo
 echo "raw per-run JSON lines: $raw"
 if [ "$failures" -gt 0 ]; then
