@@ -23,8 +23,8 @@ namespace troupe::bench {
 // One thread's replica of the MLP: its model, optimizer and gradients, a
 // fixed batch of `batch` rows, and (in a group) its communicator.
 struct bench_replica {
+  std::shared_ptr<device_context> ctx;  // outlives cs, which joined the group with it
   compute_state cs;
-  std::shared_ptr<device_context> ctx;
   tensor x, y;
   bench_replica(const job_config& c, int64_t batch, int steps, int rank,
                 const std::shared_ptr<device_collective_group>& group)
@@ -43,8 +43,9 @@ struct bench_replica {
   void backward() { cs.net->train_batch(x, y, 1.0f / static_cast<float>(x.shape()[0]), cs.grads); }
 };
 
-// Runs body(t) on `threads` threads at once (each a device thread: denormals
-// flushed), started together.
+// Runs body(t, start_together) on `threads` threads at once, each a device
+// thread (denormals flushed); start_together() returns once every thread
+// has called it.
 template <class Body>
 void on_threads(int threads, Body body) {
   std::atomic<int> ready{0};
