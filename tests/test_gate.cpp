@@ -769,6 +769,7 @@ TEST_CASE("a real peer gets in while a flood of connections goes on") {
   // tries (the earlier ones evicted, timed out or not accepted under the
   // flood); the MESSAGE below prints it on each run.
   std::vector<std::unique_ptr<connector>> peers;
+  int all_tries = 0;
   for (int k = 0; k < 3; ++k) {
     auto& c = *peers.emplace_back(std::make_unique<connector>());
     auto w = opts("worker:" + std::to_string(k));
@@ -786,6 +787,7 @@ TEST_CASE("a real peer gets in while a flood of connections goes on") {
       if (a || !retry || clock_type::now() >= deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+    all_tries += tries;
     const auto took =
         std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - start);
     const bool flooding = !stop && flood_thread.joinable();
@@ -802,6 +804,12 @@ TEST_CASE("a real peer gets in while a flood of connections goes on") {
   }
   stop = true;
   flood_thread.join();
-  CHECK(l.door->stats().admitted == 3);
+  // Only the peers' tries got in (none of the flood's connections proves the
+  // secret), each at least once. A try can pass the gate and still fail
+  // after it (its TLS or CAF handshake timing out on a machine the flood
+  // saturates: seen once in an ASan build) and be retried, so a peer may be
+  // admitted more than once.
+  CHECK(l.door->stats().admitted >= 3);
+  CHECK(l.door->stats().admitted <= static_cast<uint64_t>(all_tries));
   CHECK(l.door->stats().evicted > 0);
 }
