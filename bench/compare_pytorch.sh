@@ -229,7 +229,10 @@ for n, line in enumerate(open(path), 1):
         continue
     try:
         r = json.loads(line)
-        r["round"], r["batch"], r["epochs"], r["target"], r["samples_per_second"]
+        # Every field the table reads.
+        for key in ("round", "batch", "epochs", "target", "samples_per_second", "system", "setup",
+                    "seconds_to_target", "final_test_accuracy"):
+            r[key]
     except (ValueError, KeyError, TypeError) as e:
         sys.exit(f"compare_pytorch: --table: {path}:{n}: not a run of this script ({type(e).__name__}: {e})")
     runs.append(r)

@@ -60,6 +60,8 @@ bad() {  # file-content expected-message
 bad "" "bad.jsonl: no runs"
 bad '{"system": "troupe"}' "bad.jsonl:1: not a run of this script (KeyError: 'round')"
 bad 'not json' "bad.jsonl:1: not a run of this script"
+bad '{"round": 1, "batch": 128, "epochs": 12, "target": 0.89, "samples_per_second": 1, "system": "troupe", "setup": "one_device", "seconds_to_target": null}' \
+  "bad.jsonl:1: not a run of this script (KeyError: 'final_test_accuracy')"
 o=$(bench/compare_pytorch.sh --table "$work/missing.jsonl" 2>&1)
 rc=$?
 if [ "$rc" != 2 ] || ! grep -qF "no file $work/missing.jsonl" <<< "$o"; then
