@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "kernels/cpu_kernels.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 namespace {
@@ -333,9 +334,17 @@ void host_group::drive(int rank, uint64_t s, std::string& error) {
   while (me.shared.load(std::memory_order_relaxed) <= s) {
     if (try_share(rank, error)) continue;
     const uint64_t next = me.shared.load(std::memory_order_relaxed);
+    // Inside the step's device task the waits for the peers are the
+    // collectives' cost as much as the shares: a trace (and troupe report's
+    // all-reduce share) counts both as communication.
+    trace::scoped_span waiting(trace::this_thread_track(), "collective_wait",
+                               trace::category::communicate);
     if (!await([&] { return everyone_posted(next); }))
       fail_aborted(coll_name(me.ring[next % window].kind));
   }
+  if (everyone_shared(s)) return;
+  trace::scoped_span waiting(trace::this_thread_track(), "collective_wait",
+                             trace::category::communicate);
   if (!await([&] { return everyone_shared(s); })) fail_aborted(coll_name(me.ring[s % window].kind));
 }
 
@@ -375,6 +384,8 @@ void host_group::share(int rank, uint64_t s, std::string& error) {
     if (error.empty()) error = std::string(coll_name(me.kind)) + ": " + m;
     return;
   }
+  trace::scoped_span span(trace::this_thread_track(), coll_name(me.kind),
+                          trace::category::communicate);
   const float scale = 1.0f / static_cast<float>(n_);
   std::vector<const float*> src(n);
   std::vector<float*> dst(n);

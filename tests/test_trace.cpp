@@ -283,6 +283,36 @@ TEST_CASE("a 2-replica mirrored trace: valid trace-event JSON, every track, repl
   CHECK(summary.allreduce_share < 1);
 }
 
+TEST_CASE("mirrored on the device collectives: the collectives show inside the step's task") {
+  env_t env(1000);
+  auto c = env.job("mirrored", "adam", 2, 64);
+  c.model.hidden = {64};
+  c.training.epochs = 4;
+  c.strategy.reducer.algorithm = "nccl";  // on cpu:0 and cpu:1: the host group
+  test::temp_dir dir;
+  job_options o;
+  o.trace_path = dir / "device_collectives.json";
+  run_job(c, o);
+  auto t = check_schema(read_json(o.trace_path));
+  CHECK(t.tracks.count("reducer:0") == 0);  // no reducer actors in this protocol
+  for (const char* d : {"device:0", "device:1"}) {
+    CAPTURE(d);
+    CHECK(t.has_span(d, "forward_backward_allreduce_update"));
+    // Each rank's share of ZeRO-1's reduce-scatter and all-gather, as
+    // communication.
+    std::set<std::string> communicate;
+    for (const auto& sp : t.tracks[d])
+      if (sp.cat == "communicate") communicate.insert(sp.name);
+    CHECK(communicate.count("reduce_scatter") == 1);
+    CHECK(communicate.count("all_gather") == 1);
+  }
+  // So troupe report gives these jobs a real all-reduce share, not 0.
+  auto summary = report::summarize_trace(read_json(o.trace_path));
+  CHECK(summary.clipped_spans == 0);
+  CHECK(summary.allreduce_share > 0);
+  CHECK(summary.allreduce_share < 1);
+}
+
 TEST_CASE("a parameter_server trace has pull and push spans on workers and shards") {
   env_t env(1000);
   auto c = env.job("parameter_server", "sgd", 2, 32);
