@@ -29,10 +29,11 @@
 # --model mlp (the default):
 # troupe setups: one_device (examples/fashion_mnist_one_device.json);
 # mirrored 2 (examples/fashion_mnist_mirrored.json, strategy.replicas = 2 on
-# cpu:0 and cpu:1: the reducer actors' ring); mirrored 2 device collectives
-# (the same with strategy.reducer.algorithm "nccl", which on cpu devices is
-# the in-process shared-memory group inside each replica's step, and whose
-# data.gather auto copies each replica's rows inside its step); the same with training.steps_per_execution = 8
+# cpu:0 and cpu:1, with strategy.reducer.algorithm "ring": the reducer
+# actors' ring); mirrored 2 device collectives (the example as it is: "nccl",
+# which on cpu devices is the in-process shared-memory group inside each
+# replica's step, and whose data.gather auto copies each replica's rows
+# inside its step); the same with training.steps_per_execution = 8
 # (8 steps per device task); each with data.batch_size = B and
 # training.epochs = E.
 # PyTorch setups (bench/pytorch_cpu_mlp.py): 1 thread; 2 threads; 2 threads +
@@ -391,6 +392,8 @@ for name, src, replicas in setups:
         # device would share its thread.
         j["strategy"]["replicas"] = replicas
         j["devices"] = [f"cpu:{i}" for i in range(replicas)]
+    if name == "mirrored2":
+        j["strategy"]["reducer"] = {"algorithm": "ring"}  # the reducer actors
     if name.startswith("mirrored2dc"):
         j["strategy"]["reducer"] = {"algorithm": "nccl"}  # data.gather auto: "step"
     if name == "mirrored2dc8":
