@@ -206,6 +206,12 @@ class host_group final : public device_collective_group,
   // sleep. True when done() holds.
   template <class Done>
   bool await(Done done) {
+    if (done()) return true;
+    // Inside the step's device task the waits for the peers are the
+    // collectives' cost as much as the shares: a trace (and troupe report's
+    // all-reduce share) counts both as communication.
+    trace::scoped_span waiting(trace::this_thread_track(), "collective_wait",
+                               trace::category::communicate);
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     const auto spin_until = start + std::chrono::microseconds(30);
@@ -334,17 +340,9 @@ void host_group::drive(int rank, uint64_t s, std::string& error) {
   while (me.shared.load(std::memory_order_relaxed) <= s) {
     if (try_share(rank, error)) continue;
     const uint64_t next = me.shared.load(std::memory_order_relaxed);
-    // Inside the step's device task the waits for the peers are the
-    // collectives' cost as much as the shares: a trace (and troupe report's
-    // all-reduce share) counts both as communication.
-    trace::scoped_span waiting(trace::this_thread_track(), "collective_wait",
-                               trace::category::communicate);
     if (!await([&] { return everyone_posted(next); }))
       fail_aborted(coll_name(me.ring[next % window].kind));
   }
-  if (everyone_shared(s)) return;
-  trace::scoped_span waiting(trace::this_thread_track(), "collective_wait",
-                             trace::category::communicate);
   if (!await([&] { return everyone_shared(s); })) fail_aborted(coll_name(me.ring[s % window].kind));
 }
 
