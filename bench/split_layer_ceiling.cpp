@@ -207,29 +207,23 @@ double split_ms(int steps, split_phases& rank0) {
     auto& p = phases[r];
     stopwatch t;
     const auto t0 = t.mark;
+    // Each part of the step, then its time into its phase.
+    auto timed = [&t](double& phase, auto&& part) {
+      part();
+      t.lap(phase);
+    };
     for (int64_t s = 0; s < steps; ++s) {
-      me.forward_first(s);
-      t.lap(p.forward1);
-      a.wait();
-      t.lap(p.wait);
-      me.rows_in();
-      t.lap(p.exchange);
-      me.layers_above();
-      t.lap(p.layers23);
-      me.gather(s + 1);
-      t.lap(p.gather);
-      b.wait();
-      t.lap(p.wait);
-      me.columns_in();
-      t.lap(p.exchange);
-      me.backward_first(s);
-      t.lap(p.backward1);
-      me.reduce_scatter();
-      t.lap(p.exchange);
-      me.update();
-      t.lap(p.adam);
-      me.all_gather();
-      t.lap(p.exchange);
+      timed(p.forward1, [&] { me.forward_first(s); });
+      timed(p.wait, [&] { a.wait(); });
+      timed(p.exchange, [&] { me.rows_in(); });
+      timed(p.layers23, [&] { me.layers_above(); });
+      timed(p.gather, [&] { me.gather(s + 1); });
+      timed(p.wait, [&] { b.wait(); });
+      timed(p.exchange, [&] { me.columns_in(); });
+      timed(p.backward1, [&] { me.backward_first(s); });
+      timed(p.exchange, [&] { me.reduce_scatter(); });
+      timed(p.adam, [&] { me.update(); });
+      timed(p.exchange, [&] { me.all_gather(); });
     }
     a.wait();  // the peer's last all-gather into `me` has landed
     ms[r] = bench::us_since(t0) / 1000.0 / steps;

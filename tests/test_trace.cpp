@@ -193,7 +193,8 @@ TEST_CASE("a 2-replica mirrored trace: valid trace-event JSON, every track, repl
   CHECK(s["trace"] == o.trace_path);
   CHECK_FALSE(trace::enabled());  // off again once the job is done
 
-  auto t = check_schema(read_json(o.trace_path));
+  const auto written = read_json(o.trace_path);
+  auto t = check_schema(written);
   CHECK(t.other["job"] == c.name);
   CHECK(t.other["strategy"] == "mirrored");
   CHECK(t.other["replicas"] == 2);
@@ -266,7 +267,7 @@ TEST_CASE("a 2-replica mirrored trace: valid trace-event JSON, every track, repl
 
   // What troupe report makes of the same file agrees: nothing to clip, each
   // replica's four shares add up to the wall time, a real all-reduce share.
-  auto summary = report::summarize_trace(read_json(o.trace_path));
+  auto summary = report::summarize_trace(written);
   CHECK(summary.clipped_spans == 0);
   CHECK(summary.wall_s == doctest::Approx(t.wall_us() / 1e6));
   int replicas_seen = 0;
@@ -293,7 +294,8 @@ TEST_CASE("mirrored on the device collectives: the collectives show inside the s
   job_options o;
   o.trace_path = dir / "device_collectives.json";
   run_job(c, o);
-  auto t = check_schema(read_json(o.trace_path));
+  const auto written = read_json(o.trace_path);
+  auto t = check_schema(written);
   CHECK(t.tracks.count("reducer:0") == 0);  // no reducer actors in this protocol
   for (const char* d : {"device:0", "device:1"}) {
     CAPTURE(d);
@@ -307,7 +309,7 @@ TEST_CASE("mirrored on the device collectives: the collectives show inside the s
     CHECK(communicate.count("all_gather") == 1);
   }
   // So troupe report gives these jobs a real all-reduce share, not 0.
-  auto summary = report::summarize_trace(read_json(o.trace_path));
+  auto summary = report::summarize_trace(written);
   CHECK(summary.clipped_spans == 0);
   CHECK(summary.allreduce_share > 0);
   CHECK(summary.allreduce_share < 1);
