@@ -241,6 +241,11 @@ double split_ms(int steps, split_phases& rank0) {
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 600;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
+  if (steps < 1 || repeats < 1) {
+    std::fprintf(stderr, "usage: bench_split_layer_ceiling [steps>=1] [repeats>=1] (got %s %s)\n",
+                 argc > 1 ? argv[1] : "600", argc > 2 ? argv[2] : "3");
+    return 2;
+  }
   kernels::init_cpu_kernels();
   std::vector<double> one, split, zero1;
   for (int k = 0; k < repeats; ++k) {
