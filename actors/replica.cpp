@@ -212,6 +212,7 @@ void prefetch_next(self_ptr self) {
   s.host->submit(
       "prefetch_batch",
       [b](compute_state& cs) {
+        if (cs.resident) return;  // its steps gather on the device
         b.fill_rows();
         for (std::size_t m = 0; m < b.x.size(); ++m) cs.net->prefetch(b.x[m], b.y[m]);
       },
@@ -277,6 +278,46 @@ void start_waiting(self_ptr self) {
   show_activity(self);
 }
 
+// data.placement: the training set uploaded to the replica's device once,
+// and the steps that run on it, where the device has the room ("auto": half
+// its free memory) and the model can take it; a line says which and why.
+void place_data_set(compute_state& cs, const replica_config& c) {
+  const auto who = "replica " + std::to_string(c.index);
+  const auto mb = [](std::size_t b) { return std::to_string((b + (1u << 19)) >> 20) + " MB"; };
+  const std::size_t bytes = c.resident_images.nbytes() + c.resident_labels.nbytes();
+  const auto free = cs.dev->free_memory();
+  if (c.placement == "auto" && free && bytes > *free / 2) {
+    spdlog::info(
+        "{}: data.placement auto: host (the training set's {} is more than half of the {} "
+        "free on {})",
+        who, mb(bytes), mb(*free), c.device_kind.str());
+    return;
+  }
+  if (!cs.net->attach_dataset(c.resident_images, c.resident_labels)) {
+    if (c.placement == "device")
+      throw std::runtime_error("data.placement \"device\": the model on " + c.device_kind.str() +
+                               " cannot hold the training set");
+    spdlog::info("{}: data.placement auto: host (the model cannot hold the training set)", who);
+    return;
+  }
+  std::vector<std::vector<float*>> slots;
+  for (auto& per_var : cs.device_slots) {
+    slots.emplace_back();
+    for (auto& b : per_var) slots.back().push_back(b.f32());
+  }
+  resident_steps::options o;
+  o.graphs = c.step_graphs;
+  o.note = [who](const std::string& line) { spdlog::info("{}: {}", who, line); };
+  cs.resident = std::make_unique<resident_steps>(*cs.net, c.resident_images.dim(0), *cs.opt, cs.dev,
+                                                 std::move(slots), std::move(o));
+  cs.resident->warm_up(c.batch_rows, c.batch_rows);
+  spdlog::info(
+      "{}: data.placement {}: the training set ({}) is on {}; each step gathers its rows "
+      "there{}",
+      who, c.placement, mb(bytes), c.device_kind.str(),
+      cs.resident->captures() ? " and replays as a captured graph" : "");
+}
+
 // Replaces the model's variables and the optimizer's slots (on the device).
 int64_t restore_state(compute_state& cs, const model_state& ms) {
   // Buffers alone (the replicas of a sharded strategy, whose shards hold
@@ -320,6 +361,7 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
           cs.net->set_statistics_group(cs.statistics.get());
         }
         c.step->init(cs);
+        if (c.placement != "host") place_data_set(cs, c);
         std::vector<tensor> buffers;  // share the gradient buffers with the reducer
         for (auto& g : cs.grads) buffers.push_back(g.value);
         return buffers;

@@ -41,6 +41,13 @@ struct replica_config {
   // Every request the replica makes (input, reducer, shards) fails after
   // this long (troupe node: peers may be in other processes).
   caf::duration request_timeout = caf::infinite;
+  // data.placement "device" or "auto" (else "host"): the training set that
+  // the replica's steps may read on the device (models/resident_steps.hpp),
+  // and whether they are captured as graphs (training.step_graphs).
+  std::string placement = "host";
+  tensor resident_images, resident_labels;
+  bool step_graphs = true;
+  int64_t batch_rows = 0;  // a full step's rows, warmed up (and captured) before training
 };
 
 class replica_host_impl;

@@ -23,6 +23,7 @@
 #include "messages/coordinator_messages.hpp"
 #include "messages/protocols.hpp"
 #include "models/model.hpp"
+#include "models/resident_steps.hpp"
 
 namespace troupe {
 
@@ -48,6 +49,9 @@ struct compute_state {
   // The group that synchronised batch norm all-reduces its statistics over
   // (replica_config::statistics_group), or null.
   std::unique_ptr<device_communicator> statistics;
+  // The training set on the device and the steps that run on it
+  // (data.placement), or null; declared last, so it goes first.
+  std::unique_ptr<resident_steps> resident;
 
   bool discrete() const { return net && net->device_resident(); }
   void variables_to_host() { net->variables_to_host(); }
@@ -158,6 +162,18 @@ using device_step_fn = std::function<step_stats(compute_state&, const batch&, in
 // ...) is the execution of one step.
 void run_on_device(replica_host& h, const char* span, int64_t first, std::vector<batch> bs,
                    device_step_fn one, execution_promise rp);
+// An execution's device work as a whole: the figures of steps [first,
+// first + bs.size()).
+using device_execution_fn = std::function<std::vector<step_stats>(
+    compute_state&, const std::vector<batch>&, int64_t first)>;
+void run_execution_on_device(replica_host& h, const char* span, int64_t first,
+                             std::vector<batch> bs, device_execution_fn all, execution_promise rp);
+// The execution on the replica's device-resident data set (compute_state::
+// resident, models/resident_steps.hpp) when it has one and each batch is one
+// micro-batch (and no step is fail_at_step, the test hook); else `one`, step
+// after step. `one` must be what a resident step does: gradients of the
+// batch and the optimizer's update.
+device_execution_fn resident_or_each(device_step_fn one, int64_t fail_at_step);
 void run_on_device(replica_host& h, const char* span, int64_t step, batch b, device_step_fn one,
                    step_promise rp);
 

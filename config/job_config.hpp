@@ -101,6 +101,12 @@ struct data_config {
   // strategies (mirrored, central_storage) when a process runs as many device
   // threads as it has cores; else "pipeline".
   std::string gather = "auto";
+  // Where the training set lives while a strategy that can (one_device)
+  // trains on a discrete device (sim:N, cuda:N): "device" (uploaded once,
+  // each step's rows gathered there by index: models/resident_steps.hpp),
+  // "host" (batches gathered on the host and uploaded each step), or "auto":
+  // "device" when the set fits in half the device's free memory.
+  std::string placement = "auto";
   int64_t train_limit = 0;  // 0 = all; else use only the first N training examples
   int64_t test_limit = 0;   // 0 = all
 };
@@ -183,6 +189,10 @@ struct training_config {
   static constexpr int64_t kMaxStepsPerExecution = 1024;
   static constexpr int64_t kAutoSteps = 0;
   int64_t steps_per_execution = 1;
+  // "auto": steps on a device-resident data set are captured as graphs
+  // (CUDA graphs on cuda:N) and replayed; "off": every step's launches are
+  // issued from the host.
+  std::string step_graphs = "auto";
   int64_t eval_every_epochs = 1;
   // actor_learner: stop after this many environment steps (0 = no limit) or
   // once the mean return of the last 100 episodes reaches target_return.

@@ -158,7 +158,7 @@ void read_data(const json& j, const std::string& path, data_config& d) {
   object_reader r(j, path,
                   {"format", "dataset", "path", "train", "test", "x_key", "y_key", "label",
                    "classes", "standardize", "batch_size", "shuffle", "normalize", "prefetch",
-                   "gather", "train_limit", "test_limit"});
+                   "gather", "placement", "train_limit", "test_limit"});
   r.with("format",
          [&](const json& v, const std::string& p) { d.format = read_enum(v, p, kDataFormats); });
   // Each format's own keys: a key of another format is named as such, not
@@ -211,6 +211,9 @@ void read_data(const json& j, const std::string& path, data_config& d) {
   r.with("normalize", [&](const json& v, const std::string& p) { d.normalize = read_bool(v, p); });
   r.with("prefetch",
          [&](const json& v, const std::string& p) { d.prefetch = read_int_in(v, p, 1, 1024); });
+  r.with("placement", [&](const json& v, const std::string& p) {
+    d.placement = read_enum(v, p, {"auto", "device", "host"});
+  });
   r.with("gather", [&](const json& v, const std::string& p) {
     d.gather = read_enum(v, p, {"auto", "pipeline", "device", "step"});
   });
@@ -246,6 +249,7 @@ json data_to_json(const data_config& d) {
   j["normalize"] = d.normalize;
   j["prefetch"] = d.prefetch;
   j["gather"] = d.gather;
+  j["placement"] = d.placement;
   j["train_limit"] = d.train_limit;
   j["test_limit"] = d.test_limit;
   return j;
@@ -319,7 +323,7 @@ std::vector<std::string> read_devices(const json& v, const std::string& p) {
 
 void read_training(const json& j, const std::string& path, training_config& t) {
   object_reader r(j, path,
-                  {"epochs", "max_steps", "steps_per_execution", "eval_every_epochs",
+                  {"epochs", "max_steps", "steps_per_execution", "step_graphs", "eval_every_epochs",
                    "max_env_steps", "target_return"});
   r.with("max_env_steps",
          [&](const json& v, const std::string& p) { t.max_env_steps = read_int(v, p, 0); });
@@ -332,6 +336,9 @@ void read_training(const json& j, const std::string& path, training_config& t) {
          [&](const json& v, const std::string& p) { t.max_steps = read_int(v, p, 0); });
   r.with("eval_every_epochs",
          [&](const json& v, const std::string& p) { t.eval_every_epochs = read_int(v, p, 0); });
+  r.with("step_graphs", [&](const json& v, const std::string& p) {
+    t.step_graphs = read_enum(v, p, {"auto", "off"});
+  });
   r.with("steps_per_execution", [&](const json& v, const std::string& p) {
     if (v == "auto") {
       t.steps_per_execution = training_config::kAutoSteps;
@@ -594,6 +601,25 @@ void check_device_rules(const job_config& c, const strategy_rules* rules) {
            "the " + c.strategy.kind + " strategy runs on cpu:N devices only, got " + show(json(d)));
 }
 
+// data.placement "device" where it cannot be: a strategy whose steps do not
+// run on a resident set, or a device that shares the host's memory.
+void check_placement(const job_config& c, const strategy_rules* rules) {
+  if (c.data.placement != "device") return;
+  if (rules && !rules->runs_on_resident_data())
+    fail("data.placement",
+         "\"device\" is for the one_device strategy (its steps run on a "
+         "device-resident data set); the " +
+             c.strategy.kind +
+             " strategy gathers on the host: expected "
+             "\"host\" or \"auto\"");
+  for (const auto& d : c.devices)
+    if (d.starts_with("cpu:"))
+      fail("data.placement",
+           "\"device\" needs a device with memory of its own (sim:N or "
+           "cuda:N), got " +
+               show(json(d)) + ": on cpu:N the data set is already there");
+}
+
 // Whether the strategy trains from environments (the "rl" section), not a
 // classifier.
 bool trains_from_envs(const std::string& kind) {
@@ -630,6 +656,7 @@ void check_cross_fields(const job_config& c) {
              " strategy's workers do not take every step together; expected 1 (the default), "
              "got " +
              std::to_string(c.training.steps_per_execution));
+  check_placement(c, rules.get());
   if (rules) rules->validate(c);
   const auto& s = c.optimizer.schedule;
   if (s.kind == "cosine" && s.min_lr > c.optimizer.learning_rate)
@@ -765,6 +792,7 @@ nlohmann::json to_json(const job_config& c) {
       {"steps_per_execution", c.training.steps_per_execution == training_config::kAutoSteps
                                   ? json("auto")
                                   : json(c.training.steps_per_execution)},
+      {"step_graphs", c.training.step_graphs},
       {"eval_every_epochs", c.training.eval_every_epochs},
       {"max_env_steps", c.training.max_env_steps}};
   if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;

@@ -31,6 +31,9 @@ class strategy_rules {
   virtual void validate(const job_config&) const {}
   // Whether the job has variable shards (strategy.shards, ps tasks).
   virtual bool has_variable_shards() const { return false; }
+  // Its replicas' steps can run on a data set resident on their device
+  // (data.placement "device"; models/resident_steps.hpp).
+  virtual bool runs_on_resident_data() const { return false; }
   // What one replica is called in messages about placement, how many the
   // job has and the key that sets that (placed over cluster tasks).
   virtual std::string replica_unit() const { return "replica"; }

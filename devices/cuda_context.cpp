@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -236,6 +237,7 @@ class cuda_context final : public device_context,
   // back to the cache on later calls (reap) or at synchronize().
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
+    refuse_in_capture("copy_to_device");
     count_up(bytes);
     reap();
     staging_block stage(pinned_alloc_, bytes);
@@ -254,6 +256,7 @@ class cuda_context final : public device_context,
   // compute stream, which is synchronized, then out to `dst`.
   void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
+    refuse_in_capture("copy_to_host");
     {
       std::lock_guard lock(stats_mtx_);
       ++transfers_.downloads;
@@ -270,6 +273,7 @@ class cuda_context final : public device_context,
   // event owns the staging block until the copy is complete.
   std::shared_ptr<device_event> upload_async(void* dst, const void* src,
                                              std::size_t bytes) override {
+    refuse_in_capture("upload_async");
     count_up(bytes);
     reap();
     std::optional<staging_block> stage;
@@ -307,12 +311,24 @@ class cuda_context final : public device_context,
   }
 
   void synchronize() override {
+    refuse_in_capture("synchronize");
     check(cudaStreamSynchronize(compute_), spec_, "synchronize (compute stream)");
     check(cudaStreamSynchronize(copy_), spec_, "synchronize (copy stream)");
     pending_.clear();  // all reached
   }
 
   kernels::backend& ops() override { return *ops_; }
+  std::unique_ptr<device_graph> capture(const std::function<void()>& body) override;
+  std::optional<std::size_t> free_memory() const override {
+    device_guard g(spec_.index);
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return std::nullopt;
+    }
+    // What the allocator holds cached is free to this context too.
+    return free + device_alloc_.statistics().bytes_cached;
+  }
   caching_allocator::stats memory_stats() const override { return device_alloc_.statistics(); }
   transfer_stats transfers() const override {
     std::lock_guard lock(stats_mtx_);
@@ -322,6 +338,19 @@ class cuda_context final : public device_context,
   cudaStream_t compute_stream() const noexcept { return compute_; }
 
  private:
+  friend class cuda_graph;
+  void refuse_in_capture(const char* what) const {
+    if (capturing_)
+      throw device_error(spec_.str() + ": " + what +
+                         " inside a captured step (a graph cannot replay a transfer)");
+  }
+  // Ends a capture that body left by an exception: the partial graph goes.
+  void abandon_capture() noexcept {
+    capturing_ = false;
+    cudaGraph_t partial = nullptr;
+    ignore(cudaStreamEndCapture(compute_, &partial));
+    if (partial) ignore(cudaGraphDestroy(partial));
+  }
   void count_up(std::size_t bytes) {
     std::lock_guard lock(stats_mtx_);
     ++transfers_.uploads;
@@ -345,9 +374,58 @@ class cuda_context final : public device_context,
   caching_allocator device_alloc_;
   caching_allocator pinned_alloc_;
   std::deque<std::unique_ptr<cuda_event>> pending_;  // copy_to_device staging in flight
+  bool capturing_ = false;
   mutable std::mutex stats_mtx_;
   transfer_stats transfers_;
 };
+
+// An instantiated CUDA graph of the context's compute stream; launched on
+// that stream. Holds the context (its stream and buffers) alive.
+class cuda_graph final : public device_graph {
+ public:
+  cuda_graph(std::shared_ptr<cuda_context> ctx, cudaGraphExec_t exec, std::size_t nodes)
+      : ctx_(std::move(ctx)), exec_(exec), nodes_(nodes) {}
+  ~cuda_graph() override {
+    device_guard g(ctx_->spec_.index);
+    ignore(cudaGraphExecDestroy(exec_));
+  }
+  cuda_graph(const cuda_graph&) = delete;
+  cuda_graph& operator=(const cuda_graph&) = delete;
+  void launch() override {
+    check(cudaGraphLaunch(exec_, ctx_->compute_), ctx_->spec_, "cudaGraphLaunch");
+  }
+  std::size_t operations() const override { return nodes_; }
+
+ private:
+  std::shared_ptr<cuda_context> ctx_;
+  cudaGraphExec_t exec_;
+  std::size_t nodes_;
+};
+
+// Thread-local capture mode: only this (the device's) thread is checked for
+// calls that cannot be captured; the body's own transfers are refused above.
+std::unique_ptr<device_graph> cuda_context::capture(const std::function<void()>& body) {
+  if (capturing_) throw device_error(spec_.str() + ": capture inside a capture");
+  check(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal), spec_,
+        "cudaStreamBeginCapture");
+  capturing_ = true;
+  try {
+    body();
+  } catch (...) {
+    abandon_capture();
+    throw;
+  }
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(compute_, &graph), spec_, "cudaStreamEndCapture");
+  std::size_t nodes = 0;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaGraphGetNodes(graph, nullptr, &nodes);
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0ULL);
+  ignore(cudaGraphDestroy(graph));
+  check(e, spec_, "cudaGraphInstantiate");
+  return std::make_unique<cuda_graph>(shared_from_this(), exec, nodes);
+}
 
 }  // namespace
 

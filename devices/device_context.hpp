@@ -18,7 +18,9 @@
 //           pinned staging buffers.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "devices/caching_allocator.hpp"
@@ -55,6 +57,17 @@ class device_event {
   virtual bool done() const = 0;  // the copies before it are complete
 };
 
+// A device's compute recorded once and launched again and again: a CUDA graph
+// on cuda:N, the recorded backend calls on sim:N. A launch does the same work
+// on the same buffers, reading what they hold at that time; it is ordered
+// with the rest of the device's compute like any other call.
+class device_graph {
+ public:
+  virtual ~device_graph() = default;
+  virtual void launch() = 0;
+  virtual std::size_t operations() const = 0;  // kernels / calls in one launch
+};
+
 struct transfer_stats {
   uint64_t uploads = 0, downloads = 0;  // calls
   uint64_t bytes_up = 0, bytes_down = 0;
@@ -86,6 +99,19 @@ class device_context {
   virtual void synchronize() = 0;
   virtual kernels::backend& ops() = 0;
 
+  // Records the compute that `body` issues through ops() as a graph, without
+  // running it (body's host code runs once, now). Inside body nothing may
+  // cross between host and device (copies, uploads, synchronize throw
+  // device_error: a graph would replay a stale staging buffer) and every
+  // buffer it uses must outlive the graph. Null where the device has no
+  // graphs (cpu:N); throws device_error when the capture fails, naming why.
+  virtual std::unique_ptr<device_graph> capture(const std::function<void()>& body) {
+    (void)body;
+    return nullptr;
+  }
+
+  // Bytes free in the device's memory, where the device can tell (cuda:N).
+  virtual std::optional<std::size_t> free_memory() const { return std::nullopt; }
   virtual caching_allocator::stats memory_stats() const = 0;
   virtual transfer_stats transfers() const = 0;
 };

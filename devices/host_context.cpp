@@ -10,6 +10,7 @@
 
 #include "devices/cuda_context.hpp"
 #include "devices/device_context.hpp"
+#include "devices/recording_backend.hpp"
 
 namespace troupe {
 namespace {
@@ -126,9 +127,22 @@ class sim_context final : public host_context_base {
     copier_.join();
   }
   bool shares_host_memory() const override { return false; }
+  kernels::backend& ops() override {
+    return recorder_ ? static_cast<kernels::backend&>(*recorder_) : kernels::cpu_backend();
+  }
+  std::unique_ptr<device_graph> capture(const std::function<void()>& body) override;
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
+    refuse_in_capture("copy_to_device");
+    host_context_base::copy_to_device(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) override {
+    refuse_in_capture("copy_to_host");
+    host_context_base::copy_to_host(dst, src, bytes);
+  }
 
   std::shared_ptr<device_event> upload_async(void* dst, const void* src,
                                              std::size_t bytes) override {
+    refuse_in_capture("upload_async");
     count_up(bytes);
     // Staged now (as into pinned memory), so the caller may reuse src.
     auto staged = std::make_shared<std::vector<unsigned char>>(
@@ -148,6 +162,7 @@ class sim_context final : public host_context_base {
     if (auto* h = dynamic_cast<host_event*>(e.get())) h->wait();
   }
   void synchronize() override {
+    refuse_in_capture("synchronize");
     auto e = std::make_shared<host_event>();
     {
       std::lock_guard lock(q_mtx_);
@@ -158,6 +173,11 @@ class sim_context final : public host_context_base {
   }
 
  private:
+  void refuse_in_capture(const char* what) const {
+    if (recorder_)
+      throw device_error(spec().str() + ": " + what +
+                         " inside a captured step (a graph cannot replay a transfer)");
+  }
   void on_allocate(void* p, std::size_t bytes) override { std::memset(p, 0xff, bytes); }
   void copy_loop() {
     std::unique_lock lock(q_mtx_);
@@ -171,12 +191,39 @@ class sim_context final : public host_context_base {
       lock.lock();
     }
   }
+  std::unique_ptr<recording_backend> recorder_;  // while capturing
   std::mutex q_mtx_;
   std::condition_variable q_cv_;
   std::deque<std::function<void()>> copies_;
   bool stop_ = false;
   std::thread copier_;
 };
+
+class recorded_graph final : public device_graph {
+ public:
+  explicit recorded_graph(std::vector<recording_backend::call> calls) : calls_(std::move(calls)) {}
+  void launch() override {
+    for (auto& c : calls_) c();
+  }
+  std::size_t operations() const override { return calls_.size(); }
+
+ private:
+  std::vector<recording_backend::call> calls_;
+};
+
+std::unique_ptr<device_graph> sim_context::capture(const std::function<void()>& body) {
+  if (recorder_) throw device_error(spec().str() + ": capture inside a capture");
+  std::vector<recording_backend::call> calls;
+  recorder_ = std::make_unique<recording_backend>(kernels::cpu_backend(), calls);
+  try {
+    body();
+  } catch (...) {
+    recorder_.reset();
+    throw;
+  }
+  recorder_.reset();
+  return std::make_unique<recorded_graph>(std::move(calls));
+}
 
 }  // namespace
 

@@ -136,6 +136,13 @@ class backend {
   virtual void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate,
                        uint64_t seed, const int64_t* ids) = 0;
 
+  // dropout with the seed of the step in counter[0] (device memory, see
+  // gather_planned_rows): kernels/layer_ops.hpp's dropout_step_seed(base,
+  // counter[0], layer), the seed a host computes for dropout() at that step.
+  virtual void dropout_at_step(const float* x, float* y, int64_t rows, int64_t cols, float rate,
+                               uint64_t base, uint64_t layer, const int64_t* counter,
+                               const int64_t* ids) = 0;
+
   // Embedding lookup: ids[rows, len] hold integers in [0, vocab) as floats
   // (the caller checks them on the host), table[vocab, dim]. out[rows, len,
   // dim] = table[ids], or with bag_mean out[rows, dim] = the mean over len.
@@ -177,6 +184,32 @@ class backend {
   virtual void rmsprop_step(float* w, float* ms, const float* g, std::size_t n, float lr, float rho,
                             float eps, float weight_decay) = 0;
   virtual void decoupled_decay_step(float* w, std::size_t n, float lr, float weight_decay) = 0;
+
+  // ---- steps on device-resident data (models/resident_steps.hpp) ----------
+  // What a step reads that changes from one step to the next lives in device
+  // memory, so that the same launches (a captured graph) replay every step.
+  // `counter` is int64[2] in device memory: [0] the optimizer's 0-based step,
+  // [1] the step its execution began at, so k = counter[0] - counter[1] is
+  // the step's place in the execution. `plan` (int64, device memory): plan[k]
+  // is where step k's row indices begin in `plan` itself.
+  //
+  // dst[r, :] = src[plan[plan[k] + r], :] for r < rows, rows of `words`
+  // 4-byte words (float features, int32 labels, float targets); ids[r] (ids
+  // may be null) = that row index. The caller checked the indices.
+  virtual void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
+                                   const int64_t* counter, int64_t rows, void* dst,
+                                   int64_t* ids) = 0;
+  // loss_out[k] = *loss_sum and correct_out[k] = *correct.
+  virtual void record_step_stats(const double* loss_sum, const int64_t* correct,
+                                 const int64_t* counter, double* loss_out,
+                                 int64_t* correct_out) = 0;
+  virtual void advance_step(int64_t* counter) = 0;  // counter[0] += 1
+  // adam_step with this step's lr, step_size and inv_sqrt_bc2 read from
+  // scalars[3 * counter[0] + {0, 1, 2}] (kernels/optimizer.hpp:
+  // schedule_table), the same floats adam_step computes on the host.
+  virtual void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
+                                   const float* scalars, const int64_t* counter, float b1, float b2,
+                                   float eps, float weight_decay, bool decoupled) = 0;
 };
 
 // The CPU kernels behind the backend interface (stateless; one per process).

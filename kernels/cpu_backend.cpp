@@ -109,6 +109,11 @@ class cpu_backend_impl final : public backend {
                const int64_t* ids) override {
     cpu::dropout(x, y, rows, cols, rate, seed, ids);
   }
+  void dropout_at_step(const float* x, float* y, int64_t rows, int64_t cols, float rate,
+                       uint64_t base, uint64_t layer, const int64_t* counter,
+                       const int64_t* ids) override {
+    cpu::dropout(x, y, rows, cols, rate, dropout_step_seed(base, counter[0], layer), ids);
+  }
   void embedding_forward(const float* ids, const float* table, float* out, int64_t rows,
                          int64_t len, int64_t dim, bool bag_mean) override {
     cpu::embedding_forward(ids, table, out, rows, len, dim, bag_mean);
@@ -157,6 +162,31 @@ class cpu_backend_impl final : public backend {
   }
   void decoupled_decay_step(float* w, std::size_t n, float lr, float wd) override {
     kernels::decoupled_decay_step(w, n, lr, wd);
+  }
+
+  void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
+                           const int64_t* counter, int64_t rows, void* dst, int64_t* ids) override {
+    const int64_t* row = plan + plan[counter[0] - counter[1]];
+    const auto bytes = static_cast<std::size_t>(words) * 4;
+    const auto* from = static_cast<const unsigned char*>(src);
+    auto* to = static_cast<unsigned char*>(dst);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(to + static_cast<std::size_t>(r) * bytes,
+                  from + static_cast<std::size_t>(row[r]) * bytes, bytes);
+    if (ids) std::memcpy(ids, row, static_cast<std::size_t>(rows) * sizeof(int64_t));
+  }
+  void record_step_stats(const double* loss_sum, const int64_t* correct, const int64_t* counter,
+                         double* loss_out, int64_t* correct_out) override {
+    const int64_t k = counter[0] - counter[1];
+    loss_out[k] = *loss_sum;
+    correct_out[k] = *correct;
+  }
+  void advance_step(int64_t* counter) override { ++counter[0]; }
+  void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
+                           const float* scalars, const int64_t* counter, float b1, float b2,
+                           float eps, float wd, bool decoupled) override {
+    const float* s = scalars + 3 * counter[0];
+    kernels::adam_step_with(w, m, v, g, n, s[0], s[1], s[2], b1, b2, eps, wd, decoupled);
   }
 };
 

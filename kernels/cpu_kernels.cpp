@@ -213,6 +213,12 @@ void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, floa
                  decoupled);
 }
 
+void adam_step_with(float* w, float* m, float* v, const float* g, std::size_t n, float lr,
+                    float step_size, float inv_sqrt_bc2, float b1, float b2, float eps,
+                    float weight_decay, bool decoupled) {
+  vk().adam_step(w, m, v, g, n, lr, b1, b2, eps, step_size, inv_sqrt_bc2, weight_decay, decoupled);
+}
+
 void rmsprop_step(float* w, float* ms, const float* g, std::size_t n, float lr, float rho,
                   float eps, float weight_decay) {
   vk().rmsprop_step(w, ms, g, n, lr, rho, eps, weight_decay);

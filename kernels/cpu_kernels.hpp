@@ -86,6 +86,11 @@ void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, floa
 // ms = rho*ms + (1-rho)g^2; w -= lr * g / (sqrt(ms) + eps)
 void rmsprop_step(float* w, float* ms, const float* g, std::size_t n, float lr, float rho,
                   float eps, float weight_decay);
+// adam_step with the step's scalars given (ew::adam_scalars_for's, computed
+// once per step for every variable; see backend::adam_step_scheduled).
+void adam_step_with(float* w, float* m, float* v, const float* g, std::size_t n, float lr,
+                    float step_size, float inv_sqrt_bc2, float b1, float b2, float eps,
+                    float weight_decay, bool decoupled);
 
 // Decoupled weight decay alone: w -= lr*wd*w (used by the optimizer for
 // decoupled decay with sgd/momentum/rmsprop; adam_step does it itself).

@@ -406,6 +406,11 @@ class cuda_backend_impl final : public backend {
                const int64_t* ids) override {
     cuda::dropout(x, y, rows, cols, rate, seed, ids, stream_);
   }
+  void dropout_at_step(const float* x, float* y, int64_t rows, int64_t cols, float rate,
+                       uint64_t base, uint64_t layer, const int64_t* counter,
+                       const int64_t* ids) override {
+    cuda::dropout(x, y, rows, cols, rate, base, ids, stream_, counter, layer);
+  }
 
   void embedding_forward(const float* ids, const float* table, float* out, int64_t rows,
                          int64_t len, int64_t dim, bool bag_mean) override {
@@ -464,6 +469,21 @@ class cuda_backend_impl final : public backend {
   }
   void decoupled_decay_step(float* w, std::size_t n, float lr, float wd) override {
     cuda::decoupled_decay_step(w, n, lr, wd, stream_);
+  }
+
+  void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
+                           const int64_t* counter, int64_t rows, void* dst, int64_t* ids) override {
+    cuda::gather_planned_rows(src, words, plan, counter, rows, dst, ids, stream_);
+  }
+  void record_step_stats(const double* loss_sum, const int64_t* correct, const int64_t* counter,
+                         double* loss_out, int64_t* correct_out) override {
+    cuda::record_step_stats(loss_sum, correct, counter, loss_out, correct_out, stream_);
+  }
+  void advance_step(int64_t* counter) override { cuda::advance_step(counter, stream_); }
+  void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
+                           const float* scalars, const int64_t* counter, float b1, float b2,
+                           float eps, float wd, bool decoupled) override {
+    cuda::adam_step_scheduled(w, m, v, g, n, scalars, counter, b1, b2, eps, wd, decoupled, stream_);
   }
 
  private:

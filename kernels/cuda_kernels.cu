@@ -207,6 +207,42 @@ __global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::s
   ew::adam_update(w[i], m[i], v[i], g[i], lr, b1, b2, eps, step_size, inv_sqrt_bc2, wd, decoupled);
 }
 
+// The step's scalars come from device memory, so a captured graph replays
+// every step with its own (backend.hpp: adam_step_scheduled).
+__global__ void adam_scheduled_kernel(float* w, float* m, float* v, const float* g, std::size_t n,
+                                      const float* scalars, const int64_t* counter, float b1,
+                                      float b2, float eps, float wd, bool decoupled) {
+  const float* s = scalars + 3 * counter[0];
+  const float lr = s[0], step_size = s[1], inv_sqrt_bc2 = s[2];
+  TROUPE_GRID_LOOP(i, n)
+  ew::adam_update(w[i], m[i], v[i], g[i], lr, b1, b2, eps, step_size, inv_sqrt_bc2, wd, decoupled);
+}
+
+// One block a row, its words strided over the threads.
+__global__ void gather_planned_kernel(const uint32_t* src, int64_t words, const int64_t* plan,
+                                      const int64_t* counter, int64_t rows, uint32_t* dst,
+                                      int64_t* ids) {
+  const int64_t* row = plan + plan[counter[0] - counter[1]];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint32_t* from = src + row[r] * words;
+    uint32_t* to = dst + r * words;
+    for (int64_t j = threadIdx.x; j < words; j += blockDim.x) to[j] = from[j];
+    if (ids && threadIdx.x == 0) ids[r] = row[r];
+  }
+}
+
+__global__ void record_stats_kernel(const double* loss_sum, const int64_t* correct,
+                                    const int64_t* counter, double* loss_out,
+                                    int64_t* correct_out) {
+  const int64_t k = counter[0] - counter[1];
+  loss_out[k] = *loss_sum;
+  correct_out[k] = *correct;
+}
+
+__global__ void advance_step_kernel(int64_t* counter) {
+  ++counter[0];
+}
+
 __global__ void rmsprop_kernel(float* w, float* ms, const float* g, std::size_t n, float lr,
                                float rho, float eps, float wd) {
   TROUPE_GRID_LOOP(i, n) ew::rmsprop_update(w[i], ms[i], g[i], lr, rho, eps, wd);
@@ -324,6 +360,38 @@ void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, floa
   adam_kernel<<<blocks_for(n), threads_per_block, 0, stream>>>(
       w, m, v, g, n, lr, b1, b2, eps, k.step_size, k.inv_sqrt_bc2, weight_decay, decoupled);
   check_launch("adam_step");
+}
+
+void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
+                         const float* scalars, const int64_t* counter, float b1, float b2,
+                         float eps, float weight_decay, bool decoupled, cudaStream_t stream) {
+  if (n == 0) return;
+  adam_scheduled_kernel<<<blocks_for(n), threads_per_block, 0, stream>>>(
+      w, m, v, g, n, scalars, counter, b1, b2, eps, weight_decay, decoupled);
+  check_launch("adam_step_scheduled");
+}
+
+void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
+                         const int64_t* counter, int64_t rows, void* dst, int64_t* ids,
+                         cudaStream_t stream) {
+  if (rows == 0) return;
+  const unsigned threads = words >= 256 ? 256 : 32;
+  const auto blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+  gather_planned_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint32_t*>(src), words,
+                                                        plan, counter, rows,
+                                                        static_cast<uint32_t*>(dst), ids);
+  check_launch("gather_planned_rows");
+}
+
+void record_step_stats(const double* loss_sum, const int64_t* correct, const int64_t* counter,
+                       double* loss_out, int64_t* correct_out, cudaStream_t stream) {
+  record_stats_kernel<<<1, 1, 0, stream>>>(loss_sum, correct, counter, loss_out, correct_out);
+  check_launch("record_step_stats");
+}
+
+void advance_step(int64_t* counter, cudaStream_t stream) {
+  advance_step_kernel<<<1, 1, 0, stream>>>(counter);
+  check_launch("advance_step");
 }
 
 void rmsprop_step(float* w, float* ms, const float* g, std::size_t n, float lr, float rho,

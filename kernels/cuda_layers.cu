@@ -421,8 +421,12 @@ __global__ void ln_backward_params_kernel(const float* x, const float* dy, const
 
 // ---- dropout, embedding -----------------------------------------------------
 
+// counter non-null: the seed is the step's (dropout_at_step), read here so
+// that a captured launch draws each step's masks.
 __global__ void dropout_kernel(const float* x, float* y, std::size_t total, int64_t cols,
-                               float rate, float scale, uint64_t seed, const int64_t* ids) {
+                               float rate, float scale, uint64_t seed, const int64_t* ids,
+                               const int64_t* counter, uint64_t layer) {
+  if (counter) seed = dropout_step_seed(seed, counter[0], layer);
   TROUPE_GRID_LOOP(i, total) {
     const int64_t r = static_cast<int64_t>(i / static_cast<std::size_t>(cols));
     const int64_t j = static_cast<int64_t>(i % static_cast<std::size_t>(cols));
@@ -719,14 +723,14 @@ void layer_norm_backward(const float* x, const float* dy, const float* gamma, co
 }
 
 void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate, uint64_t seed,
-             const int64_t* ids, cudaStream_t stream) {
+             const int64_t* ids, cudaStream_t stream, const int64_t* counter, uint64_t layer) {
   check_dims("dropout", {rows, cols});
   if (!(rate >= 0.0f && rate < 1.0f))
     throw std::invalid_argument("cuda dropout: rate " + std::to_string(rate) + " outside [0, 1)");
   const std::size_t total = prod(rows, cols);
   if (total == 0) return;
   dropout_kernel<<<blocks_for(total), threads_per_block, 0, stream>>>(
-      x, y, total, cols, rate, 1.0f / (1.0f - rate), seed, ids);
+      x, y, total, cols, rate, 1.0f / (1.0f - rate), seed, ids, counter, layer);
   check_launch("dropout");
 }
 

@@ -66,8 +66,11 @@ void layer_norm_backward(const float* x, const float* dy, const float* gamma, co
                          const float* invstd, float* dx, float* dgamma, float* dbeta, int64_t rows,
                          int64_t cols, bool accumulate, cudaStream_t stream);
 
+// counter non-null: seed is the base of dropout_step_seed(seed, counter[0],
+// layer), read on the device (backend::dropout_at_step).
 void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate, uint64_t seed,
-             const int64_t* ids, cudaStream_t stream);
+             const int64_t* ids, cudaStream_t stream, const int64_t* counter = nullptr,
+             uint64_t layer = 0);
 
 void embedding_forward(const float* ids, const float* table, float* out, int64_t rows, int64_t len,
                        int64_t dim, bool bag_mean, cudaStream_t stream);

@@ -74,6 +74,21 @@ TROUPE_HD static inline uint64_t dropout_mix(uint64_t z) {
 }
 
 // True when element j of example `id` is kept; rate in [0, 1).
+// derive_seed (models/random.hpp: one splitmix64 draw from seed ^ a
+// multiple of stream + 1), usable on the device.
+TROUPE_HD static inline uint64_t derive_seed_hd(uint64_t seed, uint64_t stream) {
+  uint64_t z = (seed ^ (0xD1B54A32D192ED03ULL * (stream + 1))) + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// The seed of a dropout layer's masks at a step: the layer's stream of the
+// step's stream of the model's base seed.
+TROUPE_HD static inline uint64_t dropout_step_seed(uint64_t base, int64_t step, uint64_t layer) {
+  return derive_seed_hd(derive_seed_hd(base, static_cast<uint64_t>(step)), layer);
+}
+
 TROUPE_HD static inline bool dropout_keep(uint64_t seed, int64_t id, int64_t j, float rate) {
   uint64_t h = dropout_mix(seed ^ dropout_mix(static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ULL +
                                               static_cast<uint64_t>(j)));

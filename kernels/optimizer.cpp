@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "kernels/elementwise.hpp"
 #include "kernels/lr_schedule.hpp"
 
 namespace troupe::kernels {
@@ -155,6 +156,47 @@ void optimizer::apply_on(backend& ops, const std::vector<float*>& w,
                     static_cast<std::size_t>(troupe::shape_numel(shapes_[i])), t);
   }
   step_ = t;
+}
+
+bool optimizer::capturable(std::string* why) const {
+  if (cfg_.kind == "adam") return true;
+  if (why) *why = "optimizer \"" + cfg_.kind + "\" has no update that reads its step on the device";
+  return false;
+}
+
+std::vector<float> optimizer::schedule_table(int64_t first, int64_t count) const {
+  std::vector<float> out;
+  out.reserve(static_cast<std::size_t>(3 * std::max<int64_t>(count, 0)));
+  for (int64_t s = first; s < first + count; ++s) {
+    const auto lr = static_cast<float>(learning_rate_at(cfg_, s, total_steps_));
+    const auto k = ew::adam_scalars_for(lr, static_cast<float>(cfg_.beta1),
+                                        static_cast<float>(cfg_.beta2), s + 1);
+    out.insert(out.end(), {lr, k.step_size, k.inv_sqrt_bc2});
+  }
+  return out;
+}
+
+void optimizer::apply_scheduled(backend& ops, const std::vector<float*>& w,
+                                const std::vector<const float*>& g,
+                                const std::vector<std::vector<float*>>& slots, const float* table,
+                                const int64_t* counter) const {
+  std::string why;
+  if (!capturable(&why)) throw std::logic_error("optimizer::apply_scheduled: " + why);
+  if (w.size() != names_.size() || g.size() != names_.size() || slots.size() != 2)
+    throw std::invalid_argument("optimizer::apply_scheduled: expected " +
+                                std::to_string(names_.size()) +
+                                " variables with their gradients and Adam's 2 slots");
+  const float wd = static_cast<float>(cfg_.weight_decay);
+  const bool decoupled = cfg_.decoupled_weight_decay && cfg_.weight_decay != 0.0;
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    ops.adam_step_scheduled(w[i], slots[0][i], slots[1][i], g[i],
+                            static_cast<std::size_t>(troupe::shape_numel(shapes_[i])), table,
+                            counter, static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
+                            static_cast<float>(cfg_.epsilon), wd, decoupled);
+}
+
+double optimizer::lr_at(int64_t step) const {
+  return learning_rate_at(cfg_, step, total_steps_);
 }
 
 double optimizer::current_lr() const {

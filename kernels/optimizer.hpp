@@ -49,8 +49,29 @@ class optimizer {
                 const std::vector<std::vector<float*>>& slots);
   const std::vector<troupe::shape_t>& shapes() const { return shapes_; }
 
-  double current_lr() const;  // lr that the next apply() will use
-  int64_t step() const;       // updates done
+  // Updates whose step is read on the device (a captured step, replayed
+  // with no host in between; backend::adam_step_scheduled). Only Adam's
+  // update has such a kernel: capturable() says whether this optimizer's
+  // does, and why not.
+  bool capturable(std::string* why) const;
+  // The scalars of updates [first, first + count): 3 floats each (the
+  // learning rate, Adam's step size lr / (1 - b1^t) and 1 / sqrt(1 - b2^t)
+  // for the 1-based t), the floats apply_on uses for that update.
+  std::vector<float> schedule_table(int64_t first, int64_t count) const;
+  // apply_on's update as one scheduled kernel a variable: the step comes
+  // from counter[0] and its scalars from table (schedule_table(0, n) in
+  // device memory). step() does not move: advance() does, once the launches
+  // it covers have run.
+  void apply_scheduled(backend& ops, const std::vector<float*>& w,
+                       const std::vector<const float*>& g,
+                       const std::vector<std::vector<float*>>& slots, const float* table,
+                       const int64_t* counter) const;
+  void advance(int64_t updates) { step_ += updates; }
+  int64_t total_steps() const { return total_steps_; }
+
+  double current_lr() const;         // lr that the next apply() will use
+  double lr_at(int64_t step) const;  // lr of the update after `step` updates
+  int64_t step() const;              // updates done
 
   // State for checkpoints: slot tensors named "<var>/momentum",
   // "<var>/adam_m", "<var>/adam_v", "<var>/rms" (whichever the kind uses, in

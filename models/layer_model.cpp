@@ -84,7 +84,6 @@ class layer_model final : public model {
               std::shared_ptr<device_context> ctx)
       : net_(c, s, seed),
         ctx_(ctx ? std::move(ctx) : make_device_context(device_spec{})),
-        ops_(ctx_->ops()),
         resident_(!ctx_->shares_host_memory()),
         seed_(seed),
         features_(s.features) {
@@ -163,7 +162,7 @@ class layer_model final : public model {
     if (b == 0) {
       if (!accumulate)
         for (std::size_t i = 0; i < net_.vars.size(); ++i)
-          ops_.fill(dgrad(i), 0.0f, static_cast<std::size_t>(net_.vars[i].value.numel()));
+          ops().fill(dgrad(i), 0.0f, static_cast<std::size_t>(net_.vars[i].value.numel()));
       if (net_.synced && group_) {
         auto rc = context(0, true, accumulate);
         net_.stack->idle_forward(rc);
@@ -174,17 +173,49 @@ class layer_model final : public model {
     const float* xin = stage_batch(x, y);
     auto rc = context(b, true, accumulate);
     if (net_.dropout) stage_ids(rc, b);
-    const float* out = net_.stack->forward(rc, xin);
-    const auto bytes =
-        static_cast<std::size_t>(std::max<int64_t>(b, 1) * net_.outputs) * sizeof(float);
-    if (dout_.bytes() < bytes) dout_ = ctx_->allocate(bytes);
-    stats_begin();
-    loss(out, y, b, grad_scale, dout_.f32());
-    net_.stack->backward(
-        rc, xin, dout_.f32(), nullptr,
-        [this](std::size_t first, std::size_t last) { gradients_ready(first, last); });
+    forward_loss_backward(rc, xin, label_ptr(y), b, grad_scale);
     stats_end(st);
     return st;
+  }
+
+  bool attach_dataset(const tensor& images, const tensor& labels) override {
+    if (!resident_) return false;
+    check_batch(images, labels);
+    check_inputs(images, labels);
+    dimages_ = ctx_->allocate(images.nbytes());
+    dlabels_ = ctx_->allocate(labels.nbytes());
+    ctx_->copy_to_device(dimages_.data(), images.raw(), images.nbytes());
+    ctx_->copy_to_device(dlabels_.data(), labels.raw(), labels.nbytes());
+    label_words_ = labels.numel() / std::max<int64_t>(labels.dim(0), 1);
+    return true;
+  }
+  void train_planned(const int64_t* plan, const int64_t* counter, int64_t rows,
+                     float grad_scale) override {
+    if (!dimages_) model::train_planned(plan, counter, rows, grad_scale);
+    // Buffers of its own: the host path's are replaced as batches come.
+    grow(planned_x_, static_cast<std::size_t>(rows * features_) * sizeof(float));
+    grow(planned_y_, static_cast<std::size_t>(rows * label_words_) * 4);
+    grow(planned_ids_, static_cast<std::size_t>(rows) * sizeof(int64_t));
+    ops().gather_planned_rows(dimages_.data(), features_, plan, counter, rows, planned_x_.data(),
+                              planned_ids_.as<int64_t>());
+    ops().gather_planned_rows(dlabels_.data(), label_words_, plan, counter, rows, planned_y_.data(),
+                              nullptr);
+    auto rc = context(rows, true, false);
+    rc.example_ids = planned_ids_.as<int64_t>();
+    rc.step_counter = counter;
+    forward_loss_backward(rc, planned_x_.f32(), planned_y_.data(), rows, grad_scale);
+  }
+  std::pair<const double*, const int64_t*> device_stats() override {
+    return {loss_ptr(), correct_ptr()};
+  }
+  bool capturable(std::string* why) const override {
+    const char* no = nullptr;
+    if (!resident_)
+      no = "the model computes on the host";
+    else if (net_.synced && group_)
+      no = "synchronised batch norm all-reduces with its peers";
+    if (no && why) *why = no;
+    return no == nullptr;
   }
 
   batch_stats evaluate(const tensor& x, const tensor& y) override {
@@ -208,7 +239,7 @@ class layer_model final : public model {
       auto rc = context(b, false, false);
       const float* out = net_.stack->forward(rc, xin);
       stats_begin();
-      loss(out, yc, b, 0.0f, nullptr);
+      loss(out, label_ptr(yc), b, 0.0f, nullptr);
       batch_stats part;
       stats_end(part);
       st.loss_sum += part.loss_sum;
@@ -219,15 +250,18 @@ class layer_model final : public model {
   }
 
  private:
+  // The device's backend now: while a step is captured, the recorder's.
+  kernels::backend& ops() { return ctx_->ops(); }
   layers::run_context context(int64_t b, bool training, bool accumulate) {
     layers::run_context rc;
-    rc.ops = &ops_;
+    rc.ops = &ops();
     rc.dev = ctx_.get();
     rc.batch = b;
     rc.training = training;
     rc.accumulate = accumulate;
     rc.sync = group_;
-    rc.step_seed = derive_seed(seed_ ^ 0x6a09e667f3bcc909ULL, static_cast<uint64_t>(step_));
+    rc.base_seed = seed_ ^ 0x6a09e667f3bcc909ULL;
+    rc.step_seed = derive_seed(rc.base_seed, static_cast<uint64_t>(step_));
     rc.vars = device_variables();
     if (training) rc.grads = device_gradients();
     for (std::size_t i = 0; i < buffers_.size(); ++i) rc.bufs.push_back(buf(i));
@@ -250,19 +284,35 @@ class layer_model final : public model {
     rc.example_ids = dids_.as<int64_t>();
   }
 
-  void loss(const float* out, const tensor& y, int64_t b, float grad_scale, float* dout) {
+  // Forward, loss (its sums into the stats) and backward of b rows at xin
+  // with their labels at `labels`, both where the device reads them.
+  void forward_loss_backward(layers::run_context& rc, const float* xin, const void* labels,
+                             int64_t b, float grad_scale) {
+    const float* out = net_.stack->forward(rc, xin);
+    grow(dout_, static_cast<std::size_t>(std::max<int64_t>(b, 1) * net_.outputs) * sizeof(float));
+    stats_begin();
+    loss(out, labels, b, grad_scale, dout_.f32());
+    net_.stack->backward(
+        rc, xin, dout_.f32(), nullptr,
+        [this](std::size_t first, std::size_t last) { gradients_ready(first, last); });
+  }
+  void grow(device_buffer& b, std::size_t bytes) {
+    if (b.bytes() < bytes) b = ctx_->allocate(bytes);
+  }
+
+  void loss(const float* out, const void* labels, int64_t b, float grad_scale, float* dout) {
+    const auto* targets = static_cast<const float*>(labels);
     switch (net_.loss) {
       case loss_kind::softmax_cross_entropy:
-        ops_.softmax_cross_entropy(out, label_ptr<int32_t>(y), b, net_.outputs, grad_scale, dout,
-                                   loss_ptr(), correct_ptr());
+        ops().softmax_cross_entropy(out, static_cast<const int32_t*>(labels), b, net_.outputs,
+                                    grad_scale, dout, loss_ptr(), correct_ptr());
         break;
       case loss_kind::binary_cross_entropy:
-        ops_.sigmoid_cross_entropy(out, label_ptr<float>(y), b, net_.outputs, grad_scale, dout,
-                                   loss_ptr(), correct_ptr());
+        ops().sigmoid_cross_entropy(out, targets, b, net_.outputs, grad_scale, dout, loss_ptr(),
+                                    correct_ptr());
         break;
       case loss_kind::mse:
-        ops_.mean_squared_error(out, label_ptr<float>(y), b, net_.outputs, grad_scale, dout,
-                                loss_ptr());
+        ops().mean_squared_error(out, targets, b, net_.outputs, grad_scale, dout, loss_ptr());
         break;
     }
   }
@@ -315,7 +365,7 @@ class layer_model final : public model {
     }
     for (auto& b : buffers_) dbufs_.push_back(ctx_->allocate(b.value.nbytes()));
     dgrads_ = ctx_->allocate(static_cast<std::size_t>(std::max<int64_t>(total, 1)) * sizeof(float));
-    ops_.fill(dgrads_.f32(), 0.0f, static_cast<std::size_t>(total));
+    ops().fill(dgrads_.f32(), 0.0f, static_cast<std::size_t>(total));
     dstats_ = ctx_->allocate(sizeof(double) + sizeof(int64_t));
     variables_to_device();
   }
@@ -356,17 +406,16 @@ class layer_model final : public model {
     ctx_->copy_to_device(dy_.data(), y.raw(), y.nbytes());
     return dx_.f32();
   }
-  template <class T>
-  const T* label_ptr(const tensor& y) const {
-    return resident_ ? dy_.as<T>() : y.data<T>();
-  }
+  // The labels of the batch staged last (stage_batch), where the device
+  // reads them.
+  const void* label_ptr(const tensor& y) const { return resident_ ? dy_.data() : y.raw(); }
 
   double* loss_ptr() { return resident_ ? dstats_.as<double>() : &host_loss_; }
   int64_t* correct_ptr() {
     return resident_ ? reinterpret_cast<int64_t*>(dstats_.as<unsigned char>() + sizeof(double))
                      : &host_correct_;
   }
-  void stats_begin() { ops_.fill_stats(loss_ptr(), correct_ptr()); }
+  void stats_begin() { ops().fill_stats(loss_ptr(), correct_ptr()); }
   void stats_end(batch_stats& st) {
     if (resident_) {
       unsigned char raw[sizeof(double) + sizeof(int64_t)];
@@ -380,7 +429,6 @@ class layer_model final : public model {
 
   network net_;
   std::shared_ptr<device_context> ctx_;
-  kernels::backend& ops_;
   bool resident_;
   uint64_t seed_;
   int64_t features_;
@@ -396,6 +444,9 @@ class layer_model final : public model {
   device_buffer dgrads_;
   std::vector<int64_t> grad_offsets_;
   device_buffer dx_, dy_, dstats_, dids_;
+  device_buffer dimages_, dlabels_;                    // attach_dataset's
+  device_buffer planned_x_, planned_y_, planned_ids_;  // train_planned's rows
+  int64_t label_words_ = 1;                            // 4-byte words of labels a row
   // Batches prefetched by prefetch(), matched to train_batch by buffer.
   struct staged_batch {
     tensor x, y;  // held: their buffers identify the batch

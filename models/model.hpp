@@ -4,7 +4,9 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/job_config.hpp"
@@ -92,6 +94,29 @@ class model {
   void set_gradients_ready(gradients_ready_fn f) { gradients_ready_ = std::move(f); }
   virtual std::vector<float*> device_gradients() { return {}; }
   virtual float* device_gradient_block() { return nullptr; }
+
+  // The training set on the device (models/resident_steps.hpp). A resident
+  // model may take the whole set once, checked on the host (labels in range,
+  // embedding ids): images [N, F] float32, labels [N] int32 or [N, K]
+  // float32. False when it cannot (cpu:N: host memory already).
+  virtual bool attach_dataset(const tensor& /*images*/, const tensor& /*labels*/) { return false; }
+  // train_batch on `rows` rows of the attached set that the device gathers
+  // itself (backend::gather_planned_rows with `plan` and `counter`), one
+  // micro-batch, the loss sum and correct count left in device_stats():
+  // nothing crosses between host and device, so a step can be captured.
+  virtual void train_planned(const int64_t* /*plan*/, const int64_t* /*counter*/, int64_t /*rows*/,
+                             float /*grad_scale*/) {
+    throw std::logic_error("model: train_planned without an attached data set");
+  }
+  // Where train_planned leaves its loss sum (double) and correct count.
+  virtual std::pair<const double*, const int64_t*> device_stats() { return {nullptr, nullptr}; }
+  // Whether train_planned may be captured as a graph and replayed: nothing
+  // in it may depend on the host from one step to the next. Else false,
+  // with why.
+  virtual bool capturable(std::string* why) const {
+    if (why) *why = "the model cannot be captured";
+    return false;
+  }
 
  protected:
   void gradients_ready(std::size_t first, std::size_t last) {

@@ -145,6 +145,7 @@ void step_done(self_ptr self, const step_stats& sum) {
   if (st.finished()) return;
   ++st.completed;
   st.samples += sum.count;
+  if (st.first_step_seconds < 0) st.first_step_seconds = seconds_since(st.started);
   // A diverged job stops at once, saying so, instead of training on NaN to
   // the end (and leaving NaN checkpoints and metrics behind).
   if (!std::isfinite(sum.loss_sum))
@@ -313,6 +314,7 @@ void finish(self_ptr self) {
   if (!st.parts->replicas.empty()) s["replicas"] = st.parts->replicas.size();
   if (p.steps_per_epoch > 0)
     s["epochs"] = static_cast<double>(st.completed) / static_cast<double>(p.steps_per_epoch);
+  if (st.first_step_seconds >= 0) s["first_step_seconds"] = st.first_step_seconds;
   if (!st.stop_reason.empty()) s["stop_reason"] = st.stop_reason;
   s.update(st.last_eval);
   s.update(st.summary_extras);

@@ -58,6 +58,7 @@ struct coordinator_state {
   // Reporting.
   monitoring::metrics_fanout metrics;  // metrics.jsonl and the plan's metrics_sink
   std::chrono::steady_clock::time_point started, window_start;
+  double first_step_seconds = -1;  // from started to the first update's end (summary.json)
   // When the boundary under way began: the epoch line's train_seconds end there.
   std::chrono::steady_clock::time_point boundary_started;
   double boundary_seconds = 0;  // time spent in evaluation and checkpoints

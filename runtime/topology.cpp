@@ -271,6 +271,12 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
                                        static_cast<bool>(reducers.device_group));
   const auto input = strat.input(c, spec.start_step, plan.steps_per_epoch);
   const auto stats_group = statistics_group(c, strat, spec.devices);
+  // The training set may live on the devices: their pipelines then plan
+  // batches without gathering them (a step that falls back gathers its own).
+  const bool resident =
+      strat.runs_on_resident_data() && c.data.placement != "host" &&
+      std::all_of(spec.devices.begin(), spec.devices.end(),
+                  [](const std::string& d) { return parse_device(d).discrete(); });
   for (std::size_t k = 0; k < spec.indices.size(); ++k) {
     const int64_t r = spec.indices[k];
     const auto& dev = spec.devices[k];
@@ -287,8 +293,8 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     ic.replica = r;
     ic.start_epoch = input.start_epoch;
     ic.start_index = input.start_index;
-    if (gather == gather_place::device) ic.gather_device = device;
-    ic.gather_in_step = gather == gather_place::step;
+    if (gather == gather_place::device && !resident) ic.gather_device = device;
+    ic.gather_in_step = gather == gather_place::step || resident;
     out.pipelines.push_back(sys.spawn(input_pipeline, ic));
     replica_wiring w;
     w.index = r;
@@ -318,6 +324,13 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     rc.step = strat.make_replica_step(c, w);
     rc.fail_at_step = faults_or_none(plan.options.faults).fail_replica.at_for(r);
     rc.request_timeout = spec.request_timeout;
+    if (resident) {
+      rc.placement = c.data.placement;
+      rc.resident_images = plan.train->images;
+      rc.resident_labels = plan.train->labels;
+      rc.batch_rows = input.global_batch;
+    }
+    rc.step_graphs = c.training.step_graphs != "off";
     out.replicas.push_back(spawn_replica(sys, rc));
   }
   return out;

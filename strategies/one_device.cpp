@@ -2,6 +2,10 @@
 // OneDeviceStrategy). A step is one device task: gradients and update.
 //
 //   coordinator --train(s)--> replica --(device: gradients, update)--> reply
+//
+// With the data set on the device (data.placement), an execution's steps
+// are resident_steps (models/resident_steps.hpp): gathered, computed and
+// updated there, each a captured graph, their figures read back once.
 #include "strategies/lockstep_driver.hpp"
 #include "strategies/strategy.hpp"
 
@@ -14,12 +18,18 @@ namespace {
 class local_step final : public replica_step {
  public:
   void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
-    run_on_device(h, "forward_backward_update", step, std::move(b), work(h), std::move(rp));
+    std::vector<batch> bs;
+    bs.push_back(std::move(b));
+    run_steps(h, step, std::move(bs),
+              [rp = std::move(rp)](std::vector<step_stats>& all) { rp.deliver(all.front()); });
   }
   bool runs_executions() const override { return true; }
+  // On a device-resident data set the execution's steps run there, captured
+  // as graphs; else each step's gradients and update.
   void run_steps(replica_host& h, int64_t first, std::vector<batch> bs,
                  execution_promise rp) override {
-    run_on_device(h, "forward_backward_update", first, std::move(bs), work(h), std::move(rp));
+    run_execution_on_device(h, "forward_backward_update", first, std::move(bs),
+                            resident_or_each(work(h), h.fail_at_step()), std::move(rp));
   }
 
  private:
@@ -67,6 +77,7 @@ class one_device final : public strategy {
     return std::make_unique<local_step>();
   }
   bool steps_together() const override { return true; }
+  bool runs_on_resident_data() const override { return true; }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
     return std::make_unique<lockstep_driver>();
   }

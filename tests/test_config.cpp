@@ -424,7 +424,9 @@ TEST_CASE("config: to_json round-trips through parse_job_config") {
   CHECK(j.size() == 10);
   CHECK(j["optimizer"].size() == 11);
   CHECK(j["optimizer"]["schedule"].size() == 6);
-  CHECK(j["data"].size() == 11);
+  CHECK(j["data"].size() == 12);
+  CHECK(j["data"]["placement"] == "auto");
+  CHECK(j["training"]["step_graphs"] == "auto");
   CHECK(to_json(parse_job_config(to_json(job_config{}))) == to_json(job_config{}));
 }
 

@@ -1,6 +1,7 @@
 // Training on cuda:N (label gpu): one training step of the MLP on the GPU
 // against the CPU, every classifier strategy's job on cuda devices against
-// the same job on cpu devices, and the Fashion-MNIST example to >= 0.89.
+// the same job on cpu devices, the device-resident data set and CUDA graphs
+// against the host path, and the Fashion-MNIST example to >= 0.89.
 // Without a GPU it prints why and exits 77 (ctest: skipped).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -130,6 +131,29 @@ TEST_CASE("every classifier strategy on cuda devices trains what it trains on cp
     double d = max_diff(on_cpu, on_gpu);
     MESSAGE("max |cpu - cuda| = " << d);
     CHECK(d < kJobTolerance);
+  }
+}
+
+TEST_CASE("one_device on cuda:0: the resident data set, its steps captured or not, as the host") {
+  // The same kernels on the same rows: the gather and the scheduled Adam
+  // reproduce the host path bit for bit, captured as CUDA graphs or not.
+  strategy_env env(600);
+  auto c = env.job("", "adam", 1, 48);  // 600 rows: a partial last batch of 24
+  c.devices = {"cuda:0"};
+  c.training.epochs = 3;
+  c.training.steps_per_execution = 5;
+  c.training.eval_every_epochs = 1;
+  c.optimizer.schedule.kind = "cosine";
+  c.data.placement = "host";
+  const auto host = variables_of(run_job(c));
+  for (std::string graphs : {"off", "auto"}) {
+    CAPTURE(graphs);
+    c.data.placement = "device";
+    c.training.step_graphs = graphs;
+    c.logging.output_dir += "-" + graphs;
+    const double d = max_abs_diff(host, variables_of(run_job(c)));
+    MESSAGE("max |host - resident| = " << d);
+    CHECK(d == 0.0);
   }
 }
 

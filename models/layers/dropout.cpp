@@ -19,7 +19,7 @@ class dropout final : public layer {
       rc.ops->copy(y, x, static_cast<std::size_t>(rc.batch * numel(out_)));
       return;
     }
-    rc.ops->dropout(x, y, rc.batch, numel(out_), rate_, seed(rc), rc.example_ids);
+    mask(rc, x, y);
   }
   void backward(run_context& rc, const float*, const float*, float* dy, float* dx) override {
     if (!dx) return;
@@ -27,10 +27,17 @@ class dropout final : public layer {
       rc.ops->copy(dx, dy, static_cast<std::size_t>(rc.batch * numel(out_)));
       return;
     }
-    rc.ops->dropout(dy, dx, rc.batch, numel(out_), rate_, seed(rc), rc.example_ids);
+    mask(rc, dy, dx);
   }
 
  private:
+  void mask(run_context& rc, const float* in, float* out) const {
+    if (rc.step_counter)
+      rc.ops->dropout_at_step(in, out, rc.batch, numel(out_), rate_, rc.base_seed, stream_,
+                              rc.step_counter, rc.example_ids);
+    else
+      rc.ops->dropout(in, out, rc.batch, numel(out_), rate_, seed(rc), rc.example_ids);
+  }
   uint64_t seed(const run_context& rc) const { return derive_seed(rc.step_seed, stream_); }
   float rate_;
   uint64_t stream_;

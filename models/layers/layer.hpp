@@ -39,6 +39,11 @@ struct run_context {
   // Dropout: the job seed and the step folded (layers add their index), and
   // one id per row in device memory (the examples' indices in the data set).
   uint64_t step_seed = 0;
+  // Steps on a device-resident data set: the step is counter[0] in device
+  // memory (backend::gather_planned_rows), and dropout derives its masks'
+  // seed there from base_seed (a captured step replays with each step's).
+  const int64_t* step_counter = nullptr;
+  uint64_t base_seed = 0;
   const int64_t* example_ids = nullptr;
   // Synchronised batch norm: the replicas' group (null: per replica).
   device_communicator* sync = nullptr;
