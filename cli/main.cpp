@@ -307,6 +307,13 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     return 2;
   } catch (const std::exception& e) {
     pp.clear();
+    // A task stopping on a signal whose chief stopped at once (it had nothing
+    // to keep) loses the chief: it ends as the chief did, not as a failure.
+    if (const int signal = stops::received(); signal && node && task.job != "chief") {
+      spdlog::warn("{}: the chief left while this task stopped ({}); exiting with status {}",
+                   troupe::preemption::signal_name(signal), e.what(), stops::status_after(signal));
+      return stops::status_after(signal);
+    }
     std::cerr << "troupe: job '" << cfg.name << "' failed: " << e.what() << "\n";
     return 1;
   }

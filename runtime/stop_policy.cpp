@@ -112,6 +112,10 @@ void install_signal_handlers() {
   for (int s : {SIGINT, SIGTERM, SIGUSR1}) ::sigaction(s, &sa, nullptr);
 }
 
+int received() {
+  return first_signal.load();
+}
+
 void publish_job(const nlohmann::json& summary) {
   std::lock_guard<std::mutex> lock(job_mutex);
   job_summary = summary;

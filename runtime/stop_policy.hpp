@@ -50,6 +50,9 @@ phase current();
 // guard, which asks a training job to stop (preemption::request).
 void install_signal_handlers();
 
+// The first SIGINT, SIGTERM or SIGUSR1 the process got, 0 while none.
+int received();
+
 // Called by the coordinator so that a stop which cannot wait for it still
 // leaves a summary: the job's summary so far (job, strategy, output_dir, ...)
 // and, cheaply after every update, the step.

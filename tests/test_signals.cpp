@@ -340,3 +340,41 @@ TEST_CASE("troupe launch, SIGTERM while its tasks load data: every task stops at
       contains(s.log, "interrupted by SIGTERM; stopped all tasks; exit status 143 (the chief's)"));
   CHECK_FALSE(fs::exists(dir / "out/summary.json"));
 }
+
+TEST_CASE(
+    "troupe launch, SIGTERM during the chief's final evaluation: every task stops at once, "
+    "exit 143, the summary says why") {
+  strategy_env env(2000);
+  temp_dir dir;
+  auto job = two_process_job(env, dir, 1);
+  auto launcher = troupe_launch(job, dir, "launch", {}, {{"TROUPE_TEST_HOLD", "evaluating:60"}});
+  auto s = stop_when(*launcher, "[chief:0] [", SIGTERM);
+  CHECK_MESSAGE(s.rc == 143, s.log);
+  CHECK(s.seconds < kPromptSeconds);
+  CHECK(contains(s.log, "SIGTERM during the final evaluation: stopped at once"));
+  // The worker, stopping too, ends as its chief did (143), not as a failure (1).
+  CHECK(contains(s.log, "the chief left while this task stopped"));
+  CHECK_FALSE(contains(s.log, "exited with status 1\n"));
+  const auto summary = summary_of(dir);
+  CHECK(contains(summary["stop_reason"].get<std::string>(), "during the final evaluation"));
+  CHECK(summary["steps"] == 125);
+  CHECK_FALSE(fs::exists(dir / "out/checkpoints/preempted.json"));
+}
+
+TEST_CASE(
+    "troupe launch, Ctrl-C while the chief writes a checkpoint: the write completes, every "
+    "task exits 75, launch --resume finishes the job") {
+  strategy_env env(2000);
+  temp_dir dir;
+  auto job = two_process_job(env, dir, 40);
+  auto launcher = troupe_launch(job, dir, "launch", {}, {{"TROUPE_TEST_HOLD", "checkpoint:1"}});
+  auto s = stop_when(*launcher, "holding at checkpoint", SIGINT);
+  CHECK_MESSAGE(s.rc == preemption::kResumeExitStatus, s.log);
+  CHECK(s.seconds < kPromptSeconds);
+  CHECK(checkpoint::load(dir / "out/checkpoints/ckpt-0000000050").meta.step == 50);
+  const int64_t stopped_at = summary_of(dir)["steps"];
+  CHECK(checkpoint::load(*checkpoint::resolve(dir / "out/checkpoints")).meta.step == stopped_at);
+  auto again = troupe_launch(job, dir, "resumed", {"--resume"});
+  REQUIRE_MESSAGE(again->wait(std::chrono::seconds(180)) == 0, again->output());
+  CHECK(summary_of(dir)["steps_this_run"] == 5000 - stopped_at);
+}
