@@ -27,6 +27,10 @@ namespace {
 // Outside training a signal must end the process well within this; only a
 // hang guard (runtime/stop_policy.hpp exits within ~20 ms of the signal).
 constexpr double kPromptSeconds = 5;
+// The jobs signalled while training: 125 steps an epoch, a checkpoint every
+// 50; the signal comes at step 5 or 50, long before the end.
+constexpr int64_t kTrainingEpochs = 16;
+constexpr int64_t kTrainingSteps = kTrainingEpochs * 125;
 
 struct stopped {
   int rc = -1;
@@ -105,8 +109,8 @@ void check_resumable_stop(const stopped& s, const temp_dir& dir, const std::stri
   auto again = troupe_run(file, dir, "resumed", resume);
   REQUIRE_MESSAGE(again->wait(std::chrono::seconds(120)) == 0, again->output());
   const auto end = summary_of(dir);
-  CHECK(end["steps"] == 5000);
-  CHECK(end["steps_this_run"] == 5000 - stopped_at);
+  CHECK(end["steps"] == kTrainingSteps);
+  CHECK(end["steps_this_run"] == kTrainingSteps - stopped_at);
   CHECK_FALSE(end.contains("stop_reason"));
   CHECK_FALSE(fs::exists(dir / "out/checkpoints/preempted.json"));
 }
@@ -118,7 +122,7 @@ TEST_CASE(
     "same command resumes") {
   strategy_env env(2000);
   temp_dir dir;
-  const auto file = run_config(env, dir, 40);
+  const auto file = run_config(env, dir, kTrainingEpochs);
   auto p = troupe_run(file, dir, "run");
   auto s = stop_when(*p, "step 5", SIGTERM);  // the first progress line: it trains
   check_resumable_stop(s, dir, "SIGTERM", file, {});
@@ -127,7 +131,7 @@ TEST_CASE(
 TEST_CASE("troupe run, Ctrl-C (SIGINT) during training: as SIGTERM, and --resume continues") {
   strategy_env env(2000);
   temp_dir dir;
-  const auto file = run_config(env, dir, 40);
+  const auto file = run_config(env, dir, kTrainingEpochs);
   auto p = troupe_run(file, dir, "run");
   auto s = stop_when(*p, "step 5", SIGINT);
   check_resumable_stop(s, dir, "SIGINT", file, {"--resume"});
@@ -138,7 +142,7 @@ TEST_CASE(
     "stops at that step with 75") {
   strategy_env env(2000);
   temp_dir dir;
-  const auto file = run_config(env, dir, 40);
+  const auto file = run_config(env, dir, kTrainingEpochs);
   auto p = troupe_run(file, dir, "run", {}, {{"TROUPE_TEST_HOLD", "checkpoint:1"}});
   auto s = stop_when(*p, "holding at checkpoint", SIGTERM);
   CHECK(s.seconds < kPromptSeconds);
@@ -154,7 +158,7 @@ TEST_CASE(
     "checkpoint") {
   strategy_env env(2000);
   temp_dir dir;
-  const auto file = run_config(env, dir, 40);
+  const auto file = run_config(env, dir, kTrainingEpochs);
   // Held in its first checkpoint write, the job cannot reach its next update.
   auto p = troupe_run(file, dir, "run", {}, {{"TROUPE_TEST_HOLD", "checkpoint:60"}});
   auto s = stop_when(*p, "holding at checkpoint", SIGINT, SIGINT, "stopping at the next update");
@@ -273,7 +277,7 @@ TEST_CASE("troupe node during the rendezvous (the chief not there), SIGTERM: exi
 TEST_CASE("troupe node, training that cannot stop within cluster.grace_seconds: exit 75 then") {
   strategy_env env(2000);
   temp_dir dir;
-  auto job = two_process_job(env, dir, 40, 0.5);
+  auto job = two_process_job(env, dir, kTrainingEpochs, 0.5);
   // The chief is held in its first checkpoint write: it cannot stop in time.
   node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret, {},
                   {{"TROUPE_TEST_HOLD", "checkpoint:60"}});
@@ -305,7 +309,7 @@ TEST_CASE(
     "output kept, exit 75; launch --resume finishes the job") {
   strategy_env env(2000);
   temp_dir dir;
-  auto job = two_process_job(env, dir, 40);
+  auto job = two_process_job(env, dir, kTrainingEpochs);
   auto launcher = troupe_launch(job, dir, "launch");
   auto s = stop_when(*launcher, "[chief:0] step 5", SIGINT);
   CHECK_MESSAGE(s.rc == preemption::kResumeExitStatus, s.log);
@@ -322,8 +326,8 @@ TEST_CASE(
   auto again = troupe_launch(job, dir, "resumed", {"--resume"});
   REQUIRE_MESSAGE(again->wait(std::chrono::seconds(180)) == 0, again->output());
   const auto end = summary_of(dir);
-  CHECK(end["steps"] == 5000);
-  CHECK(end["steps_this_run"] == 5000 - stopped_at);
+  CHECK(end["steps"] == kTrainingSteps);
+  CHECK(end["steps_this_run"] == kTrainingSteps - stopped_at);
 }
 
 TEST_CASE("troupe launch, SIGTERM while its tasks load data: every task stops at once, exit 143") {
@@ -366,7 +370,7 @@ TEST_CASE(
     "task exits 75, launch --resume finishes the job") {
   strategy_env env(2000);
   temp_dir dir;
-  auto job = two_process_job(env, dir, 40);
+  auto job = two_process_job(env, dir, kTrainingEpochs);
   auto launcher = troupe_launch(job, dir, "launch", {}, {{"TROUPE_TEST_HOLD", "checkpoint:1"}});
   auto s = stop_when(*launcher, "holding at checkpoint", SIGINT);
   CHECK_MESSAGE(s.rc == preemption::kResumeExitStatus, s.log);
@@ -376,5 +380,5 @@ TEST_CASE(
   CHECK(checkpoint::load(*checkpoint::resolve(dir / "out/checkpoints")).meta.step == stopped_at);
   auto again = troupe_launch(job, dir, "resumed", {"--resume"});
   REQUIRE_MESSAGE(again->wait(std::chrono::seconds(180)) == 0, again->output());
-  CHECK(summary_of(dir)["steps_this_run"] == 5000 - stopped_at);
+  CHECK(summary_of(dir)["steps_this_run"] == kTrainingSteps - stopped_at);
 }
