@@ -98,6 +98,7 @@ bool contains(const std::string& text, const std::string& part) {
 void check_resumable_stop(const stopped& s, const temp_dir& dir, const std::string& signal,
                           const std::string& file, std::vector<std::string> resume) {
   CHECK_MESSAGE(s.rc == preemption::kResumeExitStatus, s.log);
+  CHECK(s.seconds < kPromptSeconds);  // an update of this tiny job, and a checkpoint
   CHECK(contains(s.log, signal + " during training: stopping at the next update"));
   const auto summary = summary_of(dir);
   CHECK(summary["stop_reason"] == "preempted by " + signal);
