@@ -26,7 +26,7 @@
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
 #include "config/strategy_rules.hpp"
-#include "runtime/preemption.hpp"
+#include "runtime/stop_policy.hpp"
 
 namespace troupe::launch {
 namespace {
@@ -130,8 +130,9 @@ void close_stream(stream& s, const std::string& prefix) {
 
 // Saves and restores the handlers supervise() installs.
 struct signal_scope {
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGCHLD};
-  struct sigaction old[3]{};
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGCHLD};
+  static constexpr int kCount = sizeof kSignals / sizeof kSignals[0];
+  struct sigaction old[kCount] {};
   int pipe_fds[2] = {-1, -1};
   bool ok = false;
 
@@ -142,12 +143,12 @@ struct signal_scope {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old[i]);
+    for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &sa, &old[i]);
     ok = true;
   }
   ~signal_scope() {
     if (ok)
-      for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old[i], nullptr);
+      for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &old[i], nullptr);
     g_signal_pipe = -1;
     for (int fd : pipe_fds)
       if (fd >= 0) ::close(fd);
@@ -210,7 +211,7 @@ bool start(running& r, int out_to, int err_to, std::string& why) {
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
-    for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) ::sigaction(s, &dfl, nullptr);
+    for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGCHLD, SIGPIPE}) ::sigaction(s, &dfl, nullptr);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -257,6 +258,70 @@ bool reap(running& r) {
   return true;
 }
 
+clock::time_point after_seconds(double s) {
+  return clock::now() +
+         std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(s));
+}
+
+// The launcher stopping its tasks: a signal to every one, then SIGKILL
+// past a deadline.
+struct stopper {
+  std::vector<running>& rs;
+  bool stopping = false, killed = false, forwarded_again = false;
+  clock::time_point kill_at{};
+  int interrupted_by = 0;  // the signal the launcher got, if one stopped the job
+
+  void stop_all(int sig, double grace_seconds) {
+    for (auto& r : rs)
+      if (r.alive) ::kill(-r.pid, sig);
+    if (sig == SIGKILL) killed = true;
+    if (!stopping) {
+      stopping = true;
+      kill_at = after_seconds(grace_seconds);
+    }
+  }
+
+  // A signal to the launcher, forwarded: the tasks apply the signal policy
+  // (runtime/stop_policy.hpp): the first stops them (at their next update
+  // with a checkpoint when training), a second SIGINT/SIGTERM at once; a
+  // third kills them.
+  template <class Say>
+  void on_signal(int sig, const supervise_options& opts, const Say& say) {
+    if (!stopping) {
+      interrupted_by = sig;
+      say("got " + signal_name(sig) + "; stopping all tasks (forwarded to each)");
+      stop_all(sig, opts.signal_grace_seconds);
+    } else if (sig == SIGUSR1 || killed) {
+      return;
+    } else if (!forwarded_again) {
+      forwarded_again = true;
+      say("got " + signal_name(sig) + " again; forwarded: every task stops at once");
+      stop_all(sig, 0);
+      kill_at = std::min(kill_at, after_seconds(2));
+    } else {
+      say("got " + signal_name(sig) + " a third time; killing all tasks");
+      stop_all(SIGKILL, 0);
+    }
+  }
+};
+
+// What a shell reports for a child: its exit status, or 128 + the signal
+// that ended it (runtime/stop_policy.hpp's statuses pass through unchanged).
+int shell_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return stop_policy::status_after(WTERMSIG(status));
+  return 1;
+}
+
+// After the launcher forwarded a signal: the chief's status, or without a
+// chief the first task's that did not exit 0.
+int interrupted_status(const std::vector<running>& rs, const running* chief) {
+  if (chief) return shell_status(chief->status);
+  for (const auto& r : rs)
+    if (r.pid > 0 && shell_status(r.status) != 0) return shell_status(r.status);
+  return 0;
+}
+
 // 3 -> "3", 0.5 -> "0.5".
 std::string fmt_seconds(double s) {
   char buf[32];
@@ -294,24 +359,14 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
     return "task " + r.spec->name + " (pid " + std::to_string(r.pid) + ")";
   };
 
-  bool stopping = false, killed = false;
-  clock::time_point kill_at{};
+  stopper stops{rs};
+  auto& [_, stopping, killed, forwarded_again, kill_at, interrupted_by] = stops;
   std::optional<std::string> failure;  // the first task that failed, and how
-  int interrupted_by = 0;
-  int restarts = 0;               // survivable tasks started again, in all
-  bool chief_ended = false;       // the chief is reaped
-  bool chief_on_its_own = false;  // ... and it ended before the launcher stopped anything
+  int restarts = 0;                    // survivable tasks started again, in all
+  bool chief_ended = false;            // the chief is reaped
+  bool chief_on_its_own = false;       // ... and it ended before the launcher stopped anything
   std::optional<clock::time_point> after_chief_at;  // then the others get SIGTERM
-  auto stop_all = [&](int sig) {
-    for (auto& r : rs)
-      if (r.alive) ::kill(-r.pid, sig);
-    if (sig == SIGKILL) killed = true;
-    if (!stopping) {
-      stopping = true;
-      kill_at = clock::now() + std::chrono::duration_cast<clock::duration>(
-                                   std::chrono::duration<double>(opts.grace_seconds));
-    }
-  };
+  auto stop_all = [&](int sig) { stops.stop_all(sig, opts.grace_seconds); };
   auto start_one = [&](running& r) {
     std::string why;
     if (!start(r, opts.out_fd, opts.err_fd, why)) {
@@ -380,15 +435,7 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
       if (fds[0].revents & POLLIN) {
         unsigned char sig = 0;
         while (::read(signals.pipe_fds[0], &sig, 1) == 1) {
-          if (sig != SIGINT && sig != SIGTERM) continue;  // SIGCHLD: reaped below
-          if (!stopping) {
-            interrupted_by = sig;
-            say("got " + signal_name(sig) + "; stopping all tasks");
-            stop_all(sig);
-          } else if (!killed) {
-            say("got " + signal_name(sig) + " again; killing all tasks");
-            stop_all(SIGKILL);
-          }
+          if (sig != SIGCHLD) stops.on_signal(sig, opts, say);  // SIGCHLD: reaped below
         }
       }
     }
@@ -467,14 +514,13 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
   }
 
   int rc = 1;
-  if (chief) {
+  if (interrupted_by && !failure) {
+    // A chief that left with its checkpoint says "resume me" (75), one that
+    // had nothing to keep 128 + the signal: the launcher says the same.
+    rc = interrupted_status(rs, chief);
+  } else if (chief) {
     if (chief_on_its_own) rc = WIFEXITED(chief->status) ? WEXITSTATUS(chief->status) : 1;
-    // SIGTERM forwarded: a chief that left with its checkpoint says "resume
-    // me" (runtime/preemption.hpp), and so does the launcher.
-    const bool chief_resumable =
-        WIFEXITED(chief->status) && WEXITSTATUS(chief->status) == preemption::kResumeExitStatus;
-    if (interrupted_by == SIGTERM && chief_resumable) rc = preemption::kResumeExitStatus;
-  } else if (!failure && !interrupted_by) {
+  } else if (!failure) {
     rc = 0;
     for (const auto& r : rs)
       if (!ok(r.status)) rc = 1;
@@ -489,7 +535,8 @@ int supervise(const std::vector<child>& children, const supervise_options& opts)
   if (failure)
     say(*failure);
   else if (interrupted_by)
-    say("interrupted by " + signal_name(interrupted_by) + "; stopped all tasks");
+    say("interrupted by " + signal_name(interrupted_by) + "; stopped all tasks; exit status " +
+        std::to_string(rc) + (chief ? " (the chief's)" : " (the tasks')"));
   return rc;
 }
 
@@ -634,6 +681,9 @@ int cmd_launch(const std::vector<std::string>& args,
   std::cout.flush();
   supervise_options so;
   so.restart_workers = opts.restart_workers;
+  // A task asked to stop while training takes up to cluster.grace_seconds to
+  // leave with its checkpoint; SIGKILL only after that.
+  so.signal_grace_seconds = spec.grace_seconds + 5;
   so.log_starts = true;
   return supervise(children, so);
 }

@@ -6,7 +6,11 @@
 // - Each line a child writes is relayed with its task name in front
 //   ("[worker:1] ..."), stdout to stdout and stderr to stderr, one write per
 //   line so lines of different tasks never interleave.
-// - SIGINT/SIGTERM to the launcher are forwarded to every child.
+// - SIGINT/SIGTERM/SIGUSR1 to the launcher are forwarded to every child,
+//   which stops as runtime/stop_policy.hpp says (with a checkpoint when
+//   training); a second SIGINT/SIGTERM is forwarded too (every child stops
+//   at once), a third kills them. Their output is relayed to the end, and
+//   the launcher's exit status is theirs (see supervise).
 // - When a child exits non-zero or is killed, the others get SIGTERM, then
 //   SIGKILL after a grace period; the launcher exits 1 naming the task, its
 //   pid and its status. It exits 0 when every child exits 0.
@@ -49,8 +53,11 @@ struct child {
 
 struct supervise_options {
   double grace_seconds = 3;  // between SIGTERM and SIGKILL when stopping
-  int out_fd = 1;            // where the children's prefixed stdout goes
-  int err_fd = 2;            // their stderr, and the launcher's own messages
+  // Between a signal forwarded to the tasks and SIGKILL: a task that is
+  // training leaves with its checkpoint within its cluster.grace_seconds.
+  double signal_grace_seconds = 30;
+  int out_fd = 1;  // where the children's prefixed stdout goes
+  int err_fd = 2;  // their stderr, and the launcher's own messages
   // Restarts of survivable tasks that died, in all (not per task).
   int restart_workers = 0;
   // Once the chief has exited 0, how long the others may take to end on
@@ -65,10 +72,12 @@ struct supervise_options {
 // stopping the others and writing `troupe launch: task NAME (pid P) exited
 // with status N` or `... killed by signal N (SIGNAME)` to err_fd). With a
 // chief: the chief's exit status when it ended on its own (1 when a signal
-// ended it), 1 when the launcher stopped the job (a task that is not
-// survivable ended, SIGINT/SIGTERM). Survivable children: see `child`.
-// Installs handlers for SIGINT, SIGTERM and SIGCHLD while it runs and
-// restores the previous ones. Call from one thread.
+// ended it), 1 when the launcher stopped the job because a task that is not
+// survivable ended. After a signal to the launcher: the chief's status, or
+// without a chief the first child's that is not 0 (a child ended by a
+// signal counts as 128 + the signal, as in a shell). Survivable children:
+// see `child`. Installs handlers for SIGINT, SIGTERM, SIGUSR1 and SIGCHLD
+// while it runs and restores the previous ones. Call from one thread.
 int supervise(const std::vector<child>& children, const supervise_options& opts = {});
 
 struct launch_options {

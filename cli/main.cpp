@@ -3,12 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/allreduce.hpp"
@@ -24,6 +22,7 @@
 #include "runtime/node.hpp"
 #include "runtime/preemption.hpp"
 #include "runtime/rendezvous.hpp"
+#include "runtime/stop_policy.hpp"
 #include "runtime/topology.hpp"
 
 namespace {
@@ -50,7 +49,8 @@ Usage:
                               prefixed [NAME]; if one fails, stop the others,
                               unless it is a worker the strategy goes on without
                               (parameter_server, elastic_average, actor_learner):
-                              then restart it, N times in all; exit status: the
+                              then restart it, N times in all; SIGINT/SIGTERM
+                              are forwarded to every task; exit status: the
                               chief's
   troupe report RUN_DIR... [-o FILE.html] [--trace TRACE.json]...
                               one self-contained HTML page comparing runs:
@@ -89,7 +89,11 @@ run options:
                  also write the metrics as TensorBoard event files under DIR
                  (logging.tensorboard, logging.tensorboard_dir; a node: the chief)
   --quiet        no progress line, warnings and errors only
-Exit status: 0 on success, 1 when the job fails, 2 on bad usage or config.
+Exit status: 0 on success, 1 when the job fails, 2 on bad usage or config;
+after a signal (SIGINT, SIGTERM, SIGUSR1): 75 when training stopped with a
+checkpoint (run the command again to resume), 128+signal (130 for Ctrl-C,
+143 for SIGTERM) when it stopped at once before or after training or at a
+second signal. troupe launch forwards them to its tasks; its status: theirs.
 )";
 
 int bad_usage(const std::string& why) {
@@ -158,23 +162,15 @@ struct progress_printer {
   }
 };
 
-// After SIGTERM/SIGUSR1 the job has `grace` seconds to checkpoint and end;
-// past them the process leaves anyway, with the status that means "resume
-// me" (the latest complete checkpoint is where the next start resumes).
-void leave_after_grace(double grace, int signal) {
-  spdlog::warn("{}: checkpointing and stopping; leaving in at most {:g} s (cluster.grace_seconds)",
-               troupe::preemption::signal_name(signal), grace);
-  std::thread([grace, signal] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(grace));
-    spdlog::error(
-        "{}: the job did not stop within cluster.grace_seconds ({:g} s); exiting with "
-        "status {} (resume from the latest checkpoint)",
-        troupe::preemption::signal_name(signal), grace, troupe::preemption::kResumeExitStatus);
-    spdlog::default_logger()->flush();
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(troupe::preemption::kResumeExitStatus);
-  }).detach();
+// A job a signal stopped with its checkpoint: the line, and "resume me".
+int say_preempted(const nlohmann::json& s) {
+  std::printf(
+      "job %s preempted by %s at step %lld; checkpoint %s\nrun the same command again to "
+      "resume (exit status %d)\n",
+      s.value("job", "").c_str(), s.value("preempted", "").c_str(),
+      static_cast<long long>(s.value("steps", 0)), s.value("checkpoint", "").c_str(),
+      troupe::preemption::kResumeExitStatus);
+  return troupe::preemption::kResumeExitStatus;
 }
 
 // troupe node without --task: the rank from the environment and the cluster
@@ -246,19 +242,21 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     return 2;
   }
   spdlog::set_level(quiet ? spdlog::level::warn : level_from(cfg.logging.level));
-  // Before the preemption handlers: a SIGTERM during the rendezvous has
-  // nothing to checkpoint and ends the process at once.
-  if (node && task_name.empty()) {
-    if (cfg.cluster && !cfg.cluster->tasks.empty())
-      return bad_usage(
-          "node needs --task NAME (chief, worker:N, ps:N), or a config without cluster.tasks to "
-          "take the cluster from the environment");
+  const bool from_environment = node && task_name.empty();
+  if (from_environment && cfg.cluster && !cfg.cluster->tasks.empty())
+    return bad_usage(
+        "node needs --task NAME (chief, worker:N, ps:N), or a config without cluster.tasks to "
+        "take the cluster from the environment");
+  // SIGINT, SIGTERM, SIGUSR1 from here on: runtime/stop_policy.hpp's table.
+  namespace stops = troupe::stop_policy;
+  stops::install_signal_handlers();
+  stops::guard stop_guard(cfg.cluster ? cfg.cluster->grace_seconds
+                                      : troupe::cluster_spec{}.grace_seconds);
+  if (from_environment) {
+    stops::enter(stops::phase::rendezvous);
     if (int rc = join_cluster_from_environment(cfg, file, task); rc != 0) return rc;
   }
-  troupe::preemption::install_signal_handlers();
-  const double grace =
-      cfg.cluster ? cfg.cluster->grace_seconds : troupe::cluster_spec{}.grace_seconds;
-  troupe::preemption::watch grace_watch([grace](int signal) { leave_after_grace(grace, signal); });
+  stops::enter(stops::phase::loading);
   progress_printer pp;
   pp.quiet = quiet;
   opts.on_progress = [&pp](const troupe::progress_info& p) { pp.step(p); };
@@ -273,15 +271,7 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
                  ? troupe::preemption::kResumeExitStatus
                  : 0;
     }
-    if (s.contains("preempted")) {
-      std::printf(
-          "job %s preempted by %s at step %lld; checkpoint %s\nrun the same command "
-          "again to resume (exit status %d)\n",
-          s.value("job", "").c_str(), s.value("preempted", "").c_str(),
-          static_cast<long long>(s.value("steps", 0)), s.value("checkpoint", "").c_str(),
-          troupe::preemption::kResumeExitStatus);
-      return troupe::preemption::kResumeExitStatus;
-    }
+    if (s.contains("preempted")) return say_preempted(s);
     if (s.contains("env_steps")) {
       std::printf(
           "job %s finished: strategy %s on %s, %lld updates, %lld env steps, %lld episodes, mean "
@@ -317,6 +307,13 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     return 2;
   } catch (const std::exception& e) {
     pp.clear();
+    // A task stopping on a signal whose chief stopped at once (it had nothing
+    // to keep) loses the chief: it ends as the chief did, not as a failure.
+    if (const int signal = stops::received(); signal && node && task.job != "chief") {
+      spdlog::warn("{}: the chief left while this task stopped ({}); exiting with status {}",
+                   troupe::preemption::signal_name(signal), e.what(), stops::status_after(signal));
+      return stops::status_after(signal);
+    }
     std::cerr << "troupe: job '" << cfg.name << "' failed: " << e.what() << "\n";
     return 1;
   }

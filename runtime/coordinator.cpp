@@ -11,6 +11,7 @@
 #include "monitoring/jsonl_sink.hpp"
 #include "runtime/checkpointing.hpp"
 #include "runtime/preemption.hpp"
+#include "runtime/stop_policy.hpp"
 
 namespace troupe {
 namespace {
@@ -146,6 +147,7 @@ void step_done(self_ptr self, const step_stats& sum) {
   ++st.completed;
   st.samples += sum.count;
   if (st.first_step_seconds < 0) st.first_step_seconds = seconds_since(st.started);
+  stop_policy::publish_step(st.completed);
   // A diverged job stops at once, saying so, instead of training on NaN to
   // the end (and leaving NaN checkpoints and metrics behind).
   if (!std::isfinite(sum.loss_sum))
@@ -260,8 +262,10 @@ void save_checkpoint(self_ptr self, std::function<void()> k) {
     if (st.finished()) return;
     const int64_t step = st.driver->checkpoint_step(ms, st.completed);
     trace::scoped_span span(st.track, "checkpoint_write", trace::category::io, {step, -1, -1});
+    stop_policy::hold_for_test("checkpoint");
     auto path = write_checkpoint(*st.host, step, ms, st.driver->checkpoint_extra());
     if (!path) return;  // the host failed the job
+    stop_policy::publish_checkpoint(*path);
     st.last_checkpoint = *path;
     st.last_checkpoint_step = st.completed;
     k();
@@ -322,6 +326,7 @@ void finish(self_ptr self) {
   if (!st.last_checkpoint.empty()) s["checkpoint"] = st.last_checkpoint;
   if (!st.preempted.empty()) s["preempted"] = st.preempted;
   mark_preemption(p, s);
+  stop_policy::publish_job(s);
   write_metrics(self, {{"type", "summary"}, {"summary", s}});
   st.now = phase::finished;
   st.done.deliver(s.dump());
@@ -375,7 +380,9 @@ void stop(self_ptr self, std::string reason) {
 
 // The stopped job's last boundary, once its steps in flight are in: a
 // preempted job has seconds to leave, so only its checkpoint (unless the last
-// boundary just wrote this step's), no evaluation, no replica check.
+// boundary just wrote this step's), no evaluation, no replica check. A job
+// that ended its training enters the phases in which a signal stops it at
+// once (runtime/stop_policy.hpp): its evaluation, then writing its results.
 void last_boundary(self_ptr self) {
   auto& st = self->state;
   const auto& p = *st.plan;
@@ -385,11 +392,17 @@ void last_boundary(self_ptr self) {
                               : p.config.checkpoint.save_at_end ||
                                     (p.config.checkpoint.every_steps > 0 &&
                                      st.completed % p.config.checkpoint.every_steps == 0);
-  // A job over a dataset ends with its epoch line and evaluation, epochs or not.
-  const bool epoch_end = p.train != nullptr && !preempted;
-  boundary_work(self, epoch_end, replicas_checked(self) && !preempted, ckpt, [self, t0] {
+  auto done = [self, t0] {
     self->state.boundary_seconds += seconds_since(t0);
     finish(self);
+  };
+  if (preempted) return boundary_work(self, false, false, ckpt, done);
+  // A job over a dataset ends with its epoch line and evaluation, epochs or not.
+  const bool epoch_end = p.train != nullptr;
+  stop_policy::enter(epoch_end ? stop_policy::phase::evaluating : stop_policy::phase::writing);
+  boundary_work(self, epoch_end, replicas_checked(self), false, [self, ckpt, done] {
+    stop_policy::enter(stop_policy::phase::writing);
+    boundary_work(self, false, false, ckpt, done);
   });
 }
 
@@ -445,6 +458,7 @@ void start(self_ptr self) {
     spdlog::info("checkpoint is at step {}, the job has {} steps: nothing to train", st.completed,
                  p.total_steps);
     st.now = phase::stopping;
+    stop_policy::enter(stop_policy::phase::evaluating);
     if (p.train)
       end_epoch(self, [self] { finish(self); });
     else
@@ -456,6 +470,18 @@ void start(self_ptr self) {
   st.driver->start(*st.host);
   check_stop(self);  // a preemption that came while restoring
   pump(self);
+}
+
+// From here a signal stops the job at the next update with a checkpoint;
+// a stop that cannot wait for that still finds what to write in its summary.
+void start_training(self_ptr self) {
+  const auto& p = *self->state.plan;
+  stop_policy::publish_step(p.start_step);
+  stop_policy::publish_job({{"job", p.config.name},
+                            {"strategy", p.config.strategy.kind},
+                            {"steps", p.start_step},
+                            {"output_dir", p.output_dir}});
+  stop_policy::enter(stop_policy::phase::training);
 }
 
 void restore_then_start(self_ptr self) {
@@ -555,6 +581,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
         st.driver = parts.hub ? parts.hub->make_driver(parts.workers)
                               : strategy_of(self).make_driver(*st.plan);
         watch_parts(self);
+        start_training(self);
         if (st.plan->resume_from)
           restore_then_start(self);
         else
@@ -600,7 +627,7 @@ nlohmann::json run_coordinator(caf::actor_system& sys, const coordinator_actor& 
   std::string error;
   nlohmann::json summary;
   caf::scoped_actor self{sys};
-  // SIGTERM/SIGUSR1 (runtime/preemption.hpp) reach the job as a message.
+  // SIGINT/SIGTERM/SIGUSR1 (runtime/stop_policy.hpp) reach the job as a message.
   preemption::watch preempt([coordinator](int signal) {
     caf::anon_send(coordinator, preempt_atom::value, preemption::signal_name(signal));
   });

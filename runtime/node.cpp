@@ -23,6 +23,7 @@
 #include "runtime/preemption.hpp"
 #include "runtime/process_monitoring.hpp"
 #include "runtime/secure_link.hpp"
+#include "runtime/stop_policy.hpp"
 #include "runtime/topology.hpp"
 #include "strategies/strategy.hpp"
 #include "trace/trace.hpp"
@@ -147,6 +148,9 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   auto placement = resolve_placement(c);
   auto mine = placement_of(placement, task);
   auto plan = make_plan(c, o, chief);
+  // Until the job trains, a signal stops this process at once: nothing to
+  // keep (runtime/stop_policy.hpp).
+  stop_policy::enter(stop_policy::phase::joining);
   shared->link = node_link_security(spec, shared->secret, *plan, task.str());
   std::optional<trace::session> tracing;  // this task's own trace file
   start_trace(tracing, c, o);
@@ -253,6 +257,10 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
           if (!p.shards.empty() && p.task.job != "chief") np.connect(p.task, {}, deadline);
       auto chief_node = np.connect({"chief", 0}, hello_parts, deadline);
       (void)chief_node;
+      // A task without replicas (ps) is built once it joined: its shards
+      // serve the job, so a signal now stops the job with a checkpoint. A
+      // task with replicas trains once they are built (below).
+      if (mine.replicas.empty()) stop_policy::enter(stop_policy::phase::training);
       // Asked to leave: the chief stops the whole job with a checkpoint.
       preemption::watch preempt([node](int signal) {
         caf::anon_send(node, preempt_atom::value, preemption::signal_name(signal));
@@ -265,6 +273,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
             try {
               workers = np.build_workers(ev->order);
               caf::anon_send(node, built_atom::value, np.parts_of(workers));
+              stop_policy::enter(stop_policy::phase::training);
               spdlog::info("{}: built {}s {}", task.str(), plan->strat->replica_unit(),
                            fmt::join(workers.indices, ", "));
             } catch (const std::exception& e) {
@@ -273,6 +282,7 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
             }
             break;
           case node_event::stop:
+            stop_policy::enter(stop_policy::phase::writing);
             if (!ev->reason.empty()) error = "the chief ended the job: " + ev->reason;
             if (!ev->preempted.empty()) summary["preempted"] = ev->preempted;
             done = true;

@@ -1,7 +1,6 @@
 #include "runtime/preemption.hpp"
 
 #include <csignal>
-#include <cstring>
 
 namespace troupe::preemption {
 
@@ -9,20 +8,7 @@ namespace {
 
 std::atomic<int> requested_signal{0};
 
-extern "C" void on_preemption_signal(int sig) {
-  request(sig);
-}
-
 }  // namespace
-
-void install_signal_handlers() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_preemption_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int s : {SIGTERM, SIGUSR1}) ::sigaction(s, &sa, nullptr);
-}
 
 void request(int signal) noexcept {
   int none = 0;

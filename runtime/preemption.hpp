@@ -1,15 +1,17 @@
 #pragma once
-// Graceful preemption: what SLURM and Kubernetes send before they kill a job
-// (SIGTERM; SIGUSR1 is SLURM's requeue signal) asks the job to leave with a
-// checkpoint instead of dying mid-step. The request is process-wide, set by
-// a signal handler and read by whoever runs the job:
+// Graceful preemption: a stop signal during training (SIGTERM from SLURM or
+// Kubernetes, SIGUSR1, Ctrl-C; the whole table is runtime/stop_policy.hpp)
+// asks the job to leave with a checkpoint instead of dying mid-step. The
+// request is process-wide, made by stop_policy::guard (after its line) and
+// read by whoever runs the job:
 //   - the coordinator (through a `preemption::watch` in run_coordinator)
 //     stops at the next update, writes a checkpoint and a marker beside it,
 //     and the summary says "preempted";
 //   - the CLI exits with kResumeExitStatus, and starting the same command
 //     again resumes from that checkpoint (the marker stands for --resume);
-//   - a deadline (cluster.grace_seconds) bounds it all: past it the process
-//     exits with the same status, resuming from the latest checkpoint.
+//   - a deadline (cluster.grace_seconds, stop_policy::guard) bounds it all:
+//     past it the process exits with the same status, resuming from the
+//     latest checkpoint.
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -28,19 +30,16 @@ constexpr int kResumeExitStatus = 75;
 // that finds it resumes (as --resume would) and removes it when it ends.
 constexpr const char* kMarkerFile = "preempted.json";
 
-// Installs the handlers of SIGTERM and SIGUSR1 (the CLI does, for `troupe
-// run` and `troupe node`). SIGINT keeps its default: Ctrl-C ends at once.
-void install_signal_handlers();
-
-// Asks for a preemption as if `signal` had arrived (async-signal-safe: the
-// handlers call it; tests call it too). The first request wins.
+// Asks for a preemption as if `signal` had arrived during training
+// (async-signal-safe; stop_policy::guard and tests call it). The first
+// request wins.
 void request(int signal) noexcept;
 // The signal that asked, 0 while none has.
 int requested() noexcept;
 // Forgets the request (tests; a library running several jobs in a row).
 void reset() noexcept;
 
-// "SIGTERM", "SIGUSR1", or "signal N".
+// "SIGTERM", "SIGUSR1", "SIGINT", or "signal N".
 std::string signal_name(int signal);
 
 // While alive, calls on_request(signal) once, on its own thread, as soon as

@@ -214,17 +214,40 @@ TEST_CASE("launch: SIGTERM to the launcher is forwarded to every task") {
       {sh("worker:0", "echo $$ > " + dir / "a.pid" + "; " + until("[ -s " + dir / "b.pid" + " ]") +
                           "sleep 0.2; kill -TERM $PPID; sleep 30 & wait"),
        sh("worker:1", "echo $$ > " + dir / "b.pid" + "; sleep 30 & wait")});
-  CHECK(r.rc == 1);
+  // The tasks' status, as a shell reports a process ended by SIGTERM.
+  CHECK(r.rc == 143);
   CHECK(r.seconds < 2.5);
   CHECK(r.err.find("troupe launch: got SIGTERM; stopping all tasks") != std::string::npos);
-  CHECK(r.err.find("troupe launch: interrupted by SIGTERM; stopped all tasks") !=
-        std::string::npos);
+  CHECK(r.err.find("troupe launch: interrupted by SIGTERM; stopped all tasks; exit status 143 "
+                   "(the tasks')") != std::string::npos);
   CHECK(gone(read_pid(dir / "a.pid")));
   CHECK(gone(read_pid(dir / "b.pid")));
   // The launcher's handler is gone again: the one before it is back.
   struct sigaction now {};
   ::sigaction(SIGTERM, nullptr, &now);
   CHECK((now.sa_handler == before.sa_handler));
+}
+
+TEST_CASE("launch: a second Ctrl-C is forwarded too; the exit status is the chief's") {
+  test::temp_dir dir;
+  pid_files pids;
+  pids.files = {dir / "chief.pid"};
+  // The chief stops at the second SIGINT only, as troupe node does while
+  // training; worker:0 plays the user pressing Ctrl-C twice.
+  auto chief = sh("chief:0",
+                  "n=0; trap 'n=$((n+1)); echo got SIGINT $n; [ $n -ge 2 ] && exit 130' "
+                  "INT; echo $$ > " +
+                      dir / "chief.pid" + "; while :; do sleep 0.02; done");
+  chief.chief = true;
+  auto r = run({chief, sh("worker:0", "trap '' INT; " + until("[ -s " + dir / "chief.pid" + " ]") +
+                                          "kill -INT $PPID; sleep 0.3; kill -INT $PPID")});
+  CHECK(r.rc == 130);
+  CHECK(r.seconds < 2.5);
+  CHECK(r.out.find("[chief:0] got SIGINT 1\n[chief:0] got SIGINT 2\n") != std::string::npos);
+  CHECK(r.err.find("troupe launch: got SIGINT again; forwarded: every task stops at once") !=
+        std::string::npos);
+  CHECK(r.err.find("exit status 130 (the chief's)") != std::string::npos);
+  CHECK(gone(read_pid(dir / "chief.pid")));
 }
 
 TEST_CASE("launch: node commands for every task of the cluster spec") {

@@ -32,135 +32,14 @@
 #include "runtime/preemption.hpp"
 #include "tests/attack.hpp"
 #include "tests/free_port.hpp"
+#include "tests/processes.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
 namespace fs = std::filesystem;
-using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-constexpr const char* kSecret = "troupe-test-secret-0123456789";
-
-using troupe::test::free_port;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// One `troupe node` child; killed (SIGKILL) if still running when destroyed.
-struct node_proc {
-  std::string task;
-  std::string log;
-  pid_t pid = -1;
-  int status = -1;
-
-  node_proc(const std::string& config, const std::string& t, const std::string& log_path,
-            const std::string& secret, std::vector<std::string> extra = {},
-            const std::map<std::string, std::string>& env = {})
-      : node_proc(
-            t, log_path, secret,
-            [&] {
-              std::vector<std::string> args{TROUPE_BIN, "node", "--config", config, "--task", t};
-              for (auto& e : extra) args.push_back(e);
-              return args;
-            }(),
-            env) {}
-  // Any troupe command line (args[0] is the binary); `env`: variables set
-  // in the child only.
-  node_proc(const std::string& name, const std::string& log_path, const std::string& secret,
-            std::vector<std::string> args, const std::map<std::string, std::string>& env = {})
-      : task(name), log(log_path) {
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      if (secret.empty())
-        ::unsetenv("TROUPE_SECRET");
-      else
-        ::setenv("TROUPE_SECRET", secret.c_str(), 1);
-      for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-  }
-  node_proc(const node_proc&) = delete;
-  ~node_proc() {
-    if (pid > 0 && status < 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-    }
-  }
-  bool running() {
-    if (status >= 0) return false;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return false;
-    status = -1;
-    return true;
-  }
-  // Waits up to `limit`; the exit code, or -signal; kills it and fails the
-  // test when it is still running.
-  int wait(std::chrono::duration<double> limit) {
-    auto end = clock_type::now() + limit;
-    while (running() && clock_type::now() < end)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (status < 0) {
-      FAIL_CHECK(task << " still running after " << limit.count() << " s; its log:\n" << output());
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  std::string output() const { return read_file(log); }
-};
-
-// A job config file with a cluster of free ports on 127.0.0.1.
-struct cluster_job {
-  std::string file;
-  std::map<std::string, std::string> address;  // task -> host:port
-  nlohmann::json json;
-  cluster_job(const job_config& c, const std::string& dir, int workers, int ps,
-              double join_timeout = 30) {
-    json = to_json(c);
-    nlohmann::json tasks;
-    auto add = [&](const std::string& job, int n) {
-      for (int i = 0; i < n; ++i) {
-        // The OS may hand out a port it just gave (each is closed at once).
-        std::string a;
-        do a = "127.0.0.1:" + std::to_string(free_port());
-        while (std::any_of(address.begin(), address.end(),
-                           [&](const auto& kv) { return kv.second == a; }));
-        tasks[job].push_back(a);
-        address[job + ":" + std::to_string(i)] = a;
-      }
-    };
-    add("chief", 1);
-    add("worker", workers);
-    add("ps", ps);
-    json["cluster"] = {
-        {"tasks", tasks}, {"join_timeout_seconds", join_timeout}, {"heartbeat_seconds", 0.5}};
-    file = dir + "/job.json";
-    std::ofstream(file) << json.dump(2);
-  }
-};
-
-using node_procs = std::map<std::string, std::unique_ptr<node_proc>>;
-
-// Whether `file` comes to hold `text` within 60 s (a running job's metrics).
-bool file_shows(const std::string& file, const std::string& text) {
-  auto until = clock_type::now() + std::chrono::seconds(60);
-  while (read_file(file).find(text) == std::string::npos && clock_type::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  return read_file(file).find(text) != std::string::npos;
-}
 
 // Starts every task of the cluster, logs in dir/<task>.log; `env`: task ->
 // variables set for that task's process only.
@@ -551,30 +430,6 @@ TEST_CASE(
     "SIGTERM to one worker process of a mirrored job (one evicted pod): the chief stops the whole "
     "job with a checkpoint, every process exits 75, and they resume to the same end") {
   preempt_and_resume({"worker:1"}, "SIGTERM to worker:1");
-}
-
-TEST_CASE("a process told to leave that cannot finish in time exits after grace_seconds with 75") {
-  strategy_env env(200);
-  auto c = env.job("mirrored", "adam", 2, 16);
-  c.logging.level = "info";  // its "kernels:" line: the handlers are in place
-  temp_dir dir;
-  cluster_job job(c, dir.str(), 1, 0);
-  job.json["cluster"]["grace_seconds"] = 0.5;
-  std::ofstream(job.file) << job.json.dump(2);
-  // worker:0 alone: its chief never comes, so it waits to join until told to leave.
-  node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
-  REQUIRE(file_shows(dir / "worker.log", "kernels:"));
-  REQUIRE(worker.running());
-  ::kill(worker.pid, SIGTERM);
-  const auto sent = clock_type::now();
-  int rc = worker.wait(std::chrono::seconds(20));
-  const double took = std::chrono::duration<double>(clock_type::now() - sent).count();
-  MESSAGE("exited " << took << " s after SIGTERM");
-  CHECK(rc == preemption::kResumeExitStatus);
-  CHECK(took >= 0.5);
-  CHECK_MESSAGE(
-      worker.output().find("did not stop within cluster.grace_seconds") != std::string::npos,
-      worker.output());
 }
 
 TEST_CASE("actor_learner with its rl_actors in another process solves CartPole") {
