@@ -1139,5 +1139,11 @@ TEST_CASE("a replica that throws in a worker process: the chief's error carries 
   CHECK_MESSAGE(out.find("injected failure at step 4") != std::string::npos, out);
   CHECK_MESSAGE(out.find("system_error(runtime_error)") == std::string::npos, out);
   CHECK(procs["worker:0"]->wait(std::chrono::seconds(30)) != 0);
-  CHECK(procs["worker:0"]->output().find("injected failure at step 4") != std::string::npos);
+  const auto worker_out = procs["worker:0"]->output();
+  CHECK(worker_out.find("injected failure at step 4") != std::string::npos);
+  // A test hook never acts unannounced.
+  CHECK_MESSAGE(
+      worker_out.find("test hook TROUPE_TEST_FAIL_REPLICA=1:4: replica 1 fails at step 4") !=
+          std::string::npos,
+      worker_out);
 }
