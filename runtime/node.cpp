@@ -71,7 +71,9 @@ void end_node_system(std::unique_ptr<node_system> ns, const std::string& task,
 }
 
 // Test interface of troupe node, whose tests run it as a process: the
-// faults of `o` and those the environment names.
+// faults of `o` and those the environment names (docs/testing.md, "Test
+// hooks"; each is logged at warning when set, so that a stray one in a
+// user's environment shows):
 //   TROUPE_TEST_FAIL_REPLICA="K:S": replica K, when this process hosts it,
 //     throws in its compute at step S;
 //   TROUPE_TEST_HOLD_SHARD_AT_EXIT (any value): a shard handle outlives the
@@ -83,8 +85,15 @@ std::shared_ptr<const fault_injection> faults_from_environment(
   if (!fail_replica && !hold_shard) return given;
   auto faults = faults_or_none(given);
   long long k = -1, step = -1;
-  if (fail_replica && std::sscanf(fail_replica, "%lld:%lld", &k, &step) == 2)
+  if (fail_replica && std::sscanf(fail_replica, "%lld:%lld", &k, &step) == 2) {
     faults.fail_replica = {k, step};
+    spdlog::warn("test hook TROUPE_TEST_FAIL_REPLICA={}: replica {} fails at step {}", fail_replica,
+                 k, step);
+  } else if (fail_replica) {
+    spdlog::warn("test hook TROUPE_TEST_FAIL_REPLICA={}: not \"K:S\", ignored", fail_replica);
+  }
+  if (hold_shard)
+    spdlog::warn("test hook TROUPE_TEST_HOLD_SHARD_AT_EXIT: a shard handle outlives the job");
   faults.hold_shard_at_exit = faults.hold_shard_at_exit || hold_shard;
   return inject_faults(faults);
 }
@@ -197,6 +206,8 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
     // Fault injection for the tests (tests/test_nodes.cpp): the gate's
     // thread fails this many seconds after it starts.
     if (const char* after = std::getenv("TROUPE_TEST_GATE_FAILS_AFTER_S")) {
+      spdlog::warn("test hook TROUPE_TEST_GATE_FAILS_AFTER_S={}: this gate fails after {} s", after,
+                   std::atof(after));
       const auto at = std::chrono::steady_clock::now() +
                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                           std::chrono::duration<double>(std::atof(after)));

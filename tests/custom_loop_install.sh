@@ -17,4 +17,14 @@ if grep -rqsE '\bclass strategy\b' "$tmp/prefix/include"; then
 fi
 cmake -S "$src/examples/custom_loop" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/build" -j2 >/dev/null
-"$tmp/build/custom_loop" --replicas 2 --epochs 3 --min-accuracy 0.85
+# Both must hold: the program's exit code (0: it reached its target) and the
+# accuracy it reports.
+rc=0
+out=$("$tmp/build/custom_loop" --replicas 2 --epochs 3 --min-accuracy 0.85 2>&1) || rc=$?
+echo "$out"
+if [ "$rc" -ne 0 ]; then
+  echo "FAIL: custom_loop exited $rc"; exit 1
+fi
+if ! grep -Eq 'final test accuracy 0\.(8[5-9]|9)' <<<"$out"; then
+  echo "FAIL: no 'final test accuracy' of 0.85 or more in custom_loop's output"; exit 1
+fi

@@ -13,6 +13,7 @@
 #include "devices/device.hpp"
 #include "devices/device_context.hpp"
 #include "models/model.hpp"
+#include "tests/skip.hpp"
 
 namespace troupe::test {
 
@@ -55,9 +56,7 @@ inline int gpu_test_main(int argc, char** argv) {
     std::printf("SKIPPED: no CUDA device: %s\n", why.c_str());
     return 77;
   }
-  doctest::Context ctx;
-  ctx.applyCommandLine(argc, argv);
-  return ctx.run();
+  return run_cases(argc, argv);
 }
 
 }  // namespace troupe::test

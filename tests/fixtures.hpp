@@ -3,6 +3,7 @@
 // reproducible random inputs.
 #include <unistd.h>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -13,6 +14,16 @@
 #include "models/random.hpp"
 
 namespace troupe::test {
+
+// How long a test waits for what takes well under a second before calling
+// it a hang: 10 s, five times that under the sanitizers (which slow the
+// runtime several-fold). How fast it happens is a benchmark's figure
+// (bench/), never a test's bound.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr std::chrono::seconds kHangGuard{50};
+#else
+constexpr std::chrono::seconds kHangGuard{10};
+#endif
 
 // A fresh directory under the system temp dir, removed on destruction.
 struct temp_dir {

@@ -6,7 +6,8 @@
 # srun again resumes it to the end of an uninterrupted run.
 #   tests/slurm_check.sh TROUPE_BIN
 # Exit 77 (ctest: skipped) with the reason when SLURM cannot run here (not
-# root, packages missing: scripts/slurm-local.sh install).
+# root, packages missing: scripts/slurm-local.sh install); daemons that are
+# installed but do not start fail it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 troupe=$(realpath "${1:?usage: tests/slurm_check.sh TROUPE_BIN}")
@@ -32,7 +33,9 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-scripts/slurm-local.sh start || skip "the local SLURM did not start (see above)"
+# Installed but not starting is a fault here (or in the install), not a
+# host without SLURM: it fails.
+scripts/slurm-local.sh start || fail "the local SLURM is installed but did not start (see above)"
 export SLURM_CONF=$TROUPE_SLURM_DIR/slurm.conf
 export TROUPE_SECRET=troupe-slurm-test-$RANDOM$RANDOM$RANDOM
 

@@ -15,6 +15,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "tests/fixtures.hpp"
+#include "tests/skip.hpp"
 
 namespace troupe::test {
 
@@ -85,7 +86,7 @@ inline std::vector<nlohmann::json> metrics_of(const nlohmann::json& summary,
 inline std::optional<job_config> fashion_mnist_job(const std::string& name,
                                                    const std::string& out_dir, int64_t epochs) {
   if (std::getenv("TROUPE_TEST_QUICK")) {
-    MESSAGE("skipped: TROUPE_TEST_QUICK is set");
+    skip_case("TROUPE_TEST_QUICK is set (minutes under ThreadSanitizer)");
     return std::nullopt;
   }
   job_config c;

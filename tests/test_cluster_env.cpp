@@ -4,6 +4,7 @@
 // threads on 127.0.0.1 (its refusals and its timeouts).
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -70,6 +71,22 @@ environment_map without(environment_map env, const std::string& name) {
 }
 
 using troupe::test::free_port;
+
+// Bytes read from `fd` until the peer closes it; -1 when it is still open
+// after `limit`.
+long bytes_until_closed(int fd, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  long total = 0;
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    auto n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return total;
+    total += n;
+  }
+  return -1;
+}
 
 cluster_env rank_env(int64_t rank, int64_t world, const std::string& chief) {
   cluster_env e;
@@ -447,8 +464,13 @@ TEST_CASE("a rank that reaches a chief whose rendezvous is over sends it nothing
   gate_options node_opts;
   node_opts.secret = kSecret;
   node_opts.name = "chief:0";
+  // What the rank sends once admitted, counted until it closes (or 10 s).
+  std::promise<long> received;
   gate node_gate("127.0.0.1", port, node_opts,
-                 [](int fd, const std::string&, const std::string&) { ::close(fd); });
+                 [&received](int fd, const std::string&, const std::string&) {
+                   received.set_value(bytes_until_closed(fd, std::chrono::seconds(10)));
+                   ::close(fd);
+                 });
   CHECK_THROWS_WITH_AS(join_rendezvous(kSecret, rank_env(1, 2, address(port)), address(free_port()),
                                        std::chrono::seconds(5)),
                        ("rank:1: " + address(port) +
@@ -456,6 +478,9 @@ TEST_CASE("a rank that reaches a chief whose rendezvous is over sends it nothing
                         "already")
                            .c_str(),
                        job_error);
+  auto count = received.get_future();
+  REQUIRE(count.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(count.get() == 0);
 }
 
 TEST_CASE("a config without cluster.tasks takes its cluster from the rendezvous, checked") {

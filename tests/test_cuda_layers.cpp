@@ -237,6 +237,7 @@ TEST_CASE("cuda layers: max and average pooling match the CPU (forward, backward
         pool(kind, 2, 2, 2, 2, 0, 0, 0, 0),  // the usual, odd image: last row/column dropped
         pool(kind, 3, 3, 1, 1, 1, 1, 1, 1),  // overlapping windows
         pool(kind, 2, 3, 2, 1, 1, 2, 1, 0),
+        pool(kind, 7, 9, 7, 9, 0, 0, 0, 0),  // the whole 7x9 image: global_avg_pool2d's window
     };
     for (const auto& s : shapes) {
       INFO((kind == pool_kind::max ? "max" : "avg")

@@ -22,6 +22,7 @@
 #include "tests/fixtures.hpp"
 #include "tests/fuzz/mutate.hpp"
 #include "tests/fuzz/targets.hpp"
+#include "tests/skip.hpp"
 
 namespace fs = std::filesystem;
 using namespace troupe;
@@ -419,7 +420,7 @@ TEST_CASE("the real Fashion-MNIST") {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   if (!fs::exists(fs::path(dir) / "train-images-idx3-ubyte.gz") &&
       !fs::exists(fs::path(dir) / "train-images-idx3-ubyte")) {
-    MESSAGE("skipped: Fashion-MNIST not found in " << dir << " (install dataset-fashion-mnist)");
+    test::skip_case("Fashion-MNIST not found in " + dir + " (install dataset-fashion-mnist)");
     return;
   }
   data_config c;
@@ -1211,7 +1212,7 @@ TEST_CASE("load_data: the idx format is load_fashion_mnist, with the example sha
 
 TEST_CASE("npz written by scripts/fashion_mnist_to_npz.py equals the IDX files") {
   if (std::system("python3 --version > /dev/null 2>&1") != 0) {
-    MESSAGE("skipped: no python3");
+    test::skip_case("no python3");
     return;
   }
   tiny_set t;

@@ -23,6 +23,7 @@
 #include "runtime/job.hpp"
 #include "strategies/strategy.hpp"
 #include "tests/device_fixtures.hpp"
+#include "tests/skip.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
@@ -337,7 +338,7 @@ TEST_CASE(
     "NCCL across processes: the chief makes one group id for the build order, unless "
     "hierarchical") {
   if (!built_with_nccl()) {
-    MESSAGE("skipped: this build has no NCCL");
+    test::skip_case("this build has no NCCL");
     return;
   }
   auto mirrored = find_strategy("mirrored");

@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "data/idx.hpp"
 #include "data/npy.hpp"
+#include "devices/device.hpp"
 #include "runtime/checkpointing.hpp"
 #include "runtime/job.hpp"
 #include "runtime/preemption.hpp"
@@ -357,11 +358,20 @@ TEST_CASE("resume errors: no checkpoint, corrupted checkpoint, mismatched model"
   CHECK_THROWS_WITH(run_job(c, resume), doctest::Contains("checksum"));
 }
 
-TEST_CASE("a cuda device without a GPU is refused with a clear message") {
+// cuda:999 is a device no host has, so the refusal holds with or without
+// GPUs; cuda:0 is refused only where there is none (as in test_devices).
+TEST_CASE("a cuda device the host does not have is refused with a clear message") {
   tiny_env env;
   auto c = env.job("cuda");
-  c.devices = {"cuda:0"};
-  CHECK_THROWS_WITH_AS(run_job(c), doctest::Contains("devices[0]: cuda:0 requested"), job_error);
+  c.devices = {"cuda:999"};
+  CHECK_THROWS_WITH_AS(run_job(c), doctest::Contains("devices[0]: cuda:999 requested, but "),
+                       job_error);
+  if (cuda_device_count() == 0) {
+    c.devices = {"cuda:0"};
+    CHECK_THROWS_WITH_AS(run_job(c),
+                         doctest::Contains("devices[0]: cuda:0 requested, but no CUDA device"),
+                         job_error);
+  }
 }
 
 namespace {

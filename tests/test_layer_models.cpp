@@ -235,6 +235,52 @@ TEST_CASE("layers: every layer's gradients, through the whole model, match finit
   }
 }
 
+TEST_CASE("layers: global_avg_pool2d is each channel's mean, with gradients to match") {
+  // Alone, its outputs are the logits: the loss is softmax cross-entropy
+  // of each channel's mean, computed here in double.
+  const int64_t c = 3, h = 5, w = 4;
+  model_shape s(c * h * w, c, {c, h, w});
+  auto pool = create_model(layers_config(json::parse(R"([{"type": "global_avg_pool2d"}])")), s, 1);
+  auto b = random_batch(4, s.features, c, 11);
+  auto id = ids(0, 4);
+  double want = 0;
+  for (int64_t r = 0; r < 4; ++r) {
+    std::vector<double> mean(c, 0.0);
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < h * w; ++i) mean[ch] += b.x.f32()[r * c * h * w + ch * h * w + i];
+    double norm = 0;
+    for (auto& m : mean) norm += std::exp(m /= static_cast<double>(h * w));
+    want -= mean[b.y.data<int32_t>()[r]] - std::log(norm);
+  }
+  CHECK(loss_of(*pool, b, id) == doctest::Approx(want).epsilon(1e-5));
+
+  // Between a convolution and a dense layer: the convolution's gradients
+  // come back through the pooling's backward.
+  auto m = create_model(layers_config(json::parse(R"([
+    {"type": "conv2d", "filters": 2, "kernel": 2, "padding": "same"},
+    {"type": "global_avg_pool2d"}, {"type": "dense", "units": 3}])")),
+                        s, 2);
+  auto grads = m->make_gradients();
+  m->set_step(3, &id);
+  m->train_batch(b.x, b.y, 1.0f, grads);
+  for (std::size_t v = 0; v < m->variables().size(); ++v) {
+    auto& var = m->variables()[v];
+    CAPTURE(var.name);
+    for (int64_t j = 0; j < var.value.numel(); ++j) {
+      float* p = var.value.f32() + j;
+      const float keep = *p;
+      const float step = 1e-2f * std::max(1.0f, std::fabs(keep));
+      *p = keep + step;
+      const double up = loss_of(*m, b, id);
+      *p = keep - step;
+      const double down = loss_of(*m, b, id);
+      *p = keep;
+      CHECK(grads[v].value.f32()[j] ==
+            doctest::Approx((up - down) / (2.0 * step)).epsilon(3e-2).scale(1e-2));
+    }
+  }
+}
+
 TEST_CASE("layers: relu then max pooling runs pooled first, with the same results bit for bit") {
   // The stack runs [relu, max_pool2d] as [max_pool2d, relu]; a reshape in
   // between keeps the order as written. Inputs on a coarse grid make ties,

@@ -639,6 +639,25 @@ TEST_CASE("a job's TensorBoard events hold exactly the numbers of its metrics.js
   CHECK_NOTHROW(event_file_in(out / "tensorboard" / "job"));
 }
 
+TEST_CASE("logging.tensorboard_dir puts the event files there, not under the output") {
+  test::strategy_env env(240);
+  auto c = env.job("one_device", "sgd", 1, 16);
+  c.logging.every_steps = 4;
+  c.logging.tensorboard = true;
+  test::temp_dir tb;
+  c.logging.tensorboard_dir = tb / "events";
+  run_job(c);
+  const fs::path out = c.logging.output_dir;
+  CHECK_FALSE(fs::exists(out / "tensorboard"));
+  auto events = read_events(event_file_in(fs::path(tb / "events") / "job"));
+  std::size_t losses = 0, lines = 0;
+  for (const auto& e : events)
+    for (const auto& v : e.values) losses += v.tag == "step/loss";
+  for (const auto& line : jsonl(out / "metrics.jsonl")) lines += line["type"] == "step";
+  CHECK(lines > 0);
+  CHECK(losses == lines);
+}
+
 TEST_CASE(
     "/metrics scraped during a job: the step grows with every report; hostile peers don't "
     "harm it") {

