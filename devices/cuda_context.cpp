@@ -4,6 +4,7 @@
 // over cudaHostAlloc) for every transfer between host and device.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -234,11 +235,20 @@ class cuda_context final : public device_context,
   // here instead would be simpler but would stall the device thread behind
   // all the compute queued before (the host would wait for the GPU on every
   // upload); with the event the call returns at once, and the blocks come
-  // back to the cache on later calls (reap) or at synchronize().
+  // back to the cache on later calls (reap) or at synchronize(). A large
+  // copy (a data set) goes in pieces, so that it needs a few staging blocks
+  // of kStagingPiece, not a pinned block of its size (slow to make, and kept
+  // in the cache after).
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
     refuse_in_capture("copy_to_device");
     count_up(bytes);
+    for (std::size_t at = 0; at < bytes; at += kStagingPiece)
+      copy_piece(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
+                 std::min(kStagingPiece, bytes - at));
+  }
+  static constexpr std::size_t kStagingPiece = std::size_t{16} << 20;
+  void copy_piece(void* dst, const void* src, std::size_t bytes) {
     reap();
     staging_block stage(pinned_alloc_, bytes);
     std::memcpy(stage.get(), src, bytes);
@@ -428,6 +438,12 @@ std::unique_ptr<device_graph> cuda_context::capture(const std::function<void()>&
 }
 
 }  // namespace
+
+void prepare_cuda_device(const device_spec& d) {
+  device_guard g(d.index);
+  // The primary context is made by the first call that needs one.
+  check(cudaFree(nullptr), d, "cudaFree (context creation)");
+}
 
 std::shared_ptr<device_context> make_cuda_context(const device_spec& d) {
   return std::make_shared<cuda_context>(d);

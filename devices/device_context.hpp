@@ -22,6 +22,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "devices/caching_allocator.hpp"
 #include "devices/device.hpp"
@@ -120,6 +122,12 @@ class device_context {
 // (CUDA binds the device to the calling thread). Throws device_error when the
 // device cannot be used here (check_device_available's message).
 std::shared_ptr<device_context> make_device_context(const device_spec& d);
+
+// Starts what makes a device's first use slow (a CUDA context) on a thread
+// of its own, so that it overlaps the caller's work (loading the data); the
+// returned thread is joined by the caller. Errors are left to the device's
+// own creation to report.
+std::thread prepare_devices(const std::vector<std::string>& devices);
 
 // Typed helpers over a context.
 template <class T>

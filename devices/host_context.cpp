@@ -227,6 +227,26 @@ std::unique_ptr<device_graph> sim_context::capture(const std::function<void()>& 
 
 }  // namespace
 
+std::thread prepare_devices(const std::vector<std::string>& devices) {
+  std::vector<device_spec> cuda;
+  for (const auto& name : devices) {
+    try {
+      const auto d = parse_device(name);
+      if (d.kind == device_spec::kind_t::cuda) cuda.push_back(d);
+    } catch (const device_error&) {  // the config's check reports it
+    }
+  }
+  if (cuda.empty()) return {};
+  return std::thread([cuda] {
+    for (const auto& d : cuda) {
+      try {
+        prepare_cuda_device(d);
+      } catch (const std::exception&) {  // make_device_context reports it, with its context
+      }
+    }
+  });
+}
+
 std::shared_ptr<device_context> make_device_context(const device_spec& d) {
   switch (d.kind) {
     case device_spec::kind_t::cpu:

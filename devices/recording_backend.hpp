@@ -216,7 +216,7 @@ class recording_backend final : public kernels::backend {
       inner.gather_planned_rows(src, words, plan, counter, rows, dst, ids);
     });
   }
-  void record_step_stats(const double* loss_sum, const int64_t* correct, const int64_t* counter,
+  void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter,
                          double* loss_out, int64_t* correct_out) override {
     add([=, &inner = inner_] {
       inner.record_step_stats(loss_sum, correct, counter, loss_out, correct_out);
@@ -225,12 +225,11 @@ class recording_backend final : public kernels::backend {
   void advance_step(int64_t* counter) override {
     add([=, &inner = inner_] { inner.advance_step(counter); });
   }
-  void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
-                           const float* scalars, const int64_t* counter, float b1, float b2,
-                           float eps, float weight_decay, bool decoupled) override {
+  void adam_step_scheduled(const kernels::adam_tensors& t, const float* scalars,
+                           const int64_t* counter, float b1, float b2, float eps,
+                           float weight_decay, bool decoupled) override {
     add([=, &inner = inner_] {
-      inner.adam_step_scheduled(w, m, v, g, n, scalars, counter, b1, b2, eps, weight_decay,
-                                decoupled);
+      inner.adam_step_scheduled(t, scalars, counter, b1, b2, eps, weight_decay, decoupled);
     });
   }
 

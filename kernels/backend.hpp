@@ -14,11 +14,20 @@
 // device context's copy_to_host (devices/device_context.hpp).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/activation.hpp"
 #include "kernels/layer_ops.hpp"
 
 namespace troupe::kernels {
+
+// Tensors updated together (backend::adam_step_scheduled): tensor i is
+// w[i], its gradient g[i] and Adam's moments m[i], v[i], n[i] floats each.
+struct adam_tensors {
+  std::vector<float*> w, m, v;
+  std::vector<const float*> g;
+  std::vector<std::size_t> n;
+};
 
 class backend {
  public:
@@ -199,17 +208,19 @@ class backend {
   virtual void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
                                    const int64_t* counter, int64_t rows, void* dst,
                                    int64_t* ids) = 0;
-  // loss_out[k] = *loss_sum and correct_out[k] = *correct.
-  virtual void record_step_stats(const double* loss_sum, const int64_t* correct,
-                                 const int64_t* counter, double* loss_out,
-                                 int64_t* correct_out) = 0;
+  // loss_out[k] = *loss_sum and correct_out[k] = *correct, then both sums
+  // zeroed for the next step (one launch where a fill would be another).
+  virtual void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter,
+                                 double* loss_out, int64_t* correct_out) = 0;
   virtual void advance_step(int64_t* counter) = 0;  // counter[0] += 1
-  // adam_step with this step's lr, step_size and inv_sqrt_bc2 read from
-  // scalars[3 * counter[0] + {0, 1, 2}] (kernels/optimizer.hpp:
-  // schedule_table), the same floats adam_step computes on the host.
-  virtual void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
-                                   const float* scalars, const int64_t* counter, float b1, float b2,
-                                   float eps, float weight_decay, bool decoupled) = 0;
+  // adam_step on every tensor of `t` in one launch (a multi-tensor update:
+  // one kernel, not one a variable), with this step's lr, step_size and
+  // inv_sqrt_bc2 read from scalars[3 * counter[0] + {0, 1, 2}]
+  // (kernels/optimizer.hpp: schedule_table), the same floats adam_step
+  // computes on the host.
+  virtual void adam_step_scheduled(const adam_tensors& t, const float* scalars,
+                                   const int64_t* counter, float b1, float b2, float eps,
+                                   float weight_decay, bool decoupled) = 0;
 };
 
 // The CPU kernels behind the backend interface (stateless; one per process).

@@ -1,6 +1,7 @@
 // The backend interface over the CPU kernels: every call runs to completion
 // on the calling thread (a device thread), so ordering is program order.
 #include <cstring>
+#include <utility>
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu_kernels.hpp"
@@ -175,18 +176,19 @@ class cpu_backend_impl final : public backend {
                   from + static_cast<std::size_t>(row[r]) * bytes, bytes);
     if (ids) std::memcpy(ids, row, static_cast<std::size_t>(rows) * sizeof(int64_t));
   }
-  void record_step_stats(const double* loss_sum, const int64_t* correct, const int64_t* counter,
+  void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter,
                          double* loss_out, int64_t* correct_out) override {
     const int64_t k = counter[0] - counter[1];
-    loss_out[k] = *loss_sum;
-    correct_out[k] = *correct;
+    loss_out[k] = std::exchange(*loss_sum, 0.0);
+    correct_out[k] = std::exchange(*correct, 0);
   }
   void advance_step(int64_t* counter) override { ++counter[0]; }
-  void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
-                           const float* scalars, const int64_t* counter, float b1, float b2,
-                           float eps, float wd, bool decoupled) override {
+  void adam_step_scheduled(const adam_tensors& t, const float* scalars, const int64_t* counter,
+                           float b1, float b2, float eps, float wd, bool decoupled) override {
     const float* s = scalars + 3 * counter[0];
-    kernels::adam_step_with(w, m, v, g, n, s[0], s[1], s[2], b1, b2, eps, wd, decoupled);
+    for (std::size_t i = 0; i < t.w.size(); ++i)
+      kernels::adam_step_with(t.w[i], t.m[i], t.v[i], t.g[i], t.n[i], s[0], s[1], s[2], b1, b2, eps,
+                              wd, decoupled);
   }
 };
 

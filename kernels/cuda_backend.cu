@@ -3,6 +3,7 @@
 // kernels/cuda_layers.cu for everything else.
 #include "kernels/cuda_backend.hpp"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -129,6 +130,27 @@ struct scratch_buffer {
 
 using conv_key = std::array<int64_t, 16>;
 
+// A dense layer's forward as one cuBLASLt matmul whose epilogue adds the
+// bias and applies ReLU (three launches otherwise: the bias broadcast, the
+// GEMM, the activation): its descriptors and the heuristic's algorithm, per
+// shape. FP32 compute, no TF32, as the cuBLAS path.
+struct lt_plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool usable = false;
+  lt_plan() = default;
+  lt_plan(const lt_plan&) = delete;
+  lt_plan& operator=(const lt_plan&) = delete;
+  ~lt_plan() {
+    for (auto* l : {a, b, c})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+using lt_key = std::array<int64_t, 4>;  // batch, in, out, relu
+constexpr std::size_t kLtWorkspace = 4 << 20;
+
 conv_key key_of(const conv2d_shape& s) {
   return {s.batch,    s.in_channels, s.in_h,      s.in_w,       s.out_channels, s.kernel_h,
           s.kernel_w, s.stride_h,    s.stride_w,  s.dilation_h, s.dilation_w,   s.pad_top,
@@ -140,18 +162,23 @@ class cuda_backend_impl final : public backend {
   explicit cuda_backend_impl(cudaStream_t stream) : stream_(stream) {
     check_cublas(cublasCreate(&handle_), "backend", "cublasCreate");
     try {
+      check_cublas(cublasLtCreate(&lt_), "backend", "cublasLtCreate");
       check_cublas(cublasSetStream(handle_, stream_), "backend", "cublasSetStream");
       // Plain FP32 (no TF32 tensor cores): within ~1e-6 relative of the CPU.
       check_cublas(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "backend", "cublasSetMathMode");
       check_cublas(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST), "backend",
                    "cublasSetPointerMode");
     } catch (...) {
+      if (lt_) cublasLtDestroy(lt_);
       cublasDestroy(handle_);
       throw;
     }
   }
   ~cuda_backend_impl() override {
     plans_.clear();
+    lt_plans_.clear();
+    if (lt_ws_.p && cudaFree(lt_ws_.p) != cudaSuccess) (void)cudaGetLastError();
+    if (lt_ && cublasLtDestroy(lt_) != CUBLAS_STATUS_SUCCESS) (void)cudaGetLastError();
     if (dnn_ && cudnnDestroy(dnn_) != CUDNN_STATUS_SUCCESS) (void)cudaGetLastError();
     for (void* b : {pad_.p, ws_.p})
       if (b && cudaFree(b) != cudaSuccess) (void)cudaGetLastError();
@@ -170,6 +197,8 @@ class cuda_backend_impl final : public backend {
     const int m = gemm_dim(out, op, "out"), n = gemm_dim(batch, op, "batch"),
               k = gemm_dim(in, op, "in");
     if (m == 0 || n == 0) return;
+    if (b && k > 0 && act != activation::tanh && fused_dense(x, w, b, y, batch, in, out, act))
+      return;
     if (b) cuda::broadcast_rows(b, y, batch, out, stream_);  // the GEMM adds to the bias
     if (k == 0) {
       if (!b) cuda::fill(y, 0.0f, elems(batch, out), stream_);
@@ -475,15 +504,14 @@ class cuda_backend_impl final : public backend {
                            const int64_t* counter, int64_t rows, void* dst, int64_t* ids) override {
     cuda::gather_planned_rows(src, words, plan, counter, rows, dst, ids, stream_);
   }
-  void record_step_stats(const double* loss_sum, const int64_t* correct, const int64_t* counter,
+  void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter,
                          double* loss_out, int64_t* correct_out) override {
     cuda::record_step_stats(loss_sum, correct, counter, loss_out, correct_out, stream_);
   }
   void advance_step(int64_t* counter) override { cuda::advance_step(counter, stream_); }
-  void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
-                           const float* scalars, const int64_t* counter, float b1, float b2,
-                           float eps, float wd, bool decoupled) override {
-    cuda::adam_step_scheduled(w, m, v, g, n, scalars, counter, b1, b2, eps, wd, decoupled, stream_);
+  void adam_step_scheduled(const adam_tensors& t, const float* scalars, const int64_t* counter,
+                           float b1, float b2, float eps, float wd, bool decoupled) override {
+    cuda::adam_step_scheduled(t, scalars, counter, b1, b2, eps, wd, decoupled, stream_);
   }
 
  private:
@@ -504,6 +532,61 @@ class cuda_backend_impl final : public backend {
   // b's memory, at least `bytes` long. Growing it waits for the work queued
   // on the stream, which may still use the old memory; that happens only
   // when a larger shape first comes.
+  // y = act(x w + b) as one cuBLASLt matmul with a bias (+ReLU) epilogue;
+  // false where cuBLASLt has no algorithm for the shape (then the caller's
+  // three launches run).
+  bool fused_dense(const float* x, const float* w, const float* b, float* y, int64_t batch,
+                   int64_t in, int64_t out, activation act) {
+    const lt_key key{batch, in, out, act == activation::relu ? 1 : 0};
+    auto it = lt_plans_.find(key);
+    if (it == lt_plans_.end()) it = lt_plans_.emplace(key, make_lt_plan(key)).first;
+    lt_plan& p = *it->second;
+    if (!p.usable) return false;
+    const char* op = "dense_forward";
+    check_cublas(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b), op,
+        "cublasLtMatmulDescSetAttribute (bias)");
+    char* ws = grow(lt_ws_, kLtWorkspace, op, "cuBLASLt workspace");
+    const float one = 1.0f, zero = 0.0f;
+    check_cublas(cublasLtMatmul(lt_, p.desc, &one, w, p.a, x, p.b, &zero, y, p.c, y, p.c, &p.algo,
+                                ws, kLtWorkspace, stream_),
+                 op, "cublasLtMatmul");
+    return true;
+  }
+  // Column-major as the cuBLAS path: Y^T[out, b] = W^T[out, in] X^T[in, b].
+  std::unique_ptr<lt_plan> make_lt_plan(const lt_key& k) {
+    auto p = std::make_unique<lt_plan>();
+    const auto m = static_cast<uint64_t>(k[2]), n = static_cast<uint64_t>(k[0]),
+               kk = static_cast<uint64_t>(k[1]);
+    const cublasLtEpilogue_t epilogue = k[3] ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    cublasLtMatmulPreference_t pref = nullptr;
+    bool ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                             sizeof epilogue) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, m, kk, static_cast<int64_t>(m)) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, kk, n, static_cast<int64_t>(kk)) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, m, n, static_cast<int64_t>(m)) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+    const std::size_t ws = kLtWorkspace;
+    if (ok)
+      ok = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                sizeof ws) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (ok)
+      ok = cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
+                                          &found) == CUBLAS_STATUS_SUCCESS &&
+           found > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ok) p->algo = result.algo;
+    p->usable = ok;
+    return p;
+  }
+
   char* grow(scratch_buffer& b, std::size_t bytes, const char* op, const char* what) {
     if (bytes <= b.bytes) return static_cast<char*>(b.p);
     check_cuda(cudaStreamSynchronize(stream_), op, "cudaStreamSynchronize (scratch)");
@@ -651,6 +734,9 @@ class cuda_backend_impl final : public backend {
 
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  std::map<lt_key, std::unique_ptr<lt_plan>> lt_plans_;
+  scratch_buffer lt_ws_;
   cudnnHandle_t dnn_ = nullptr;
   std::map<conv_key, std::unique_ptr<conv_plan>> plans_;
   scratch_buffer pad_;  // the zero-padded copies of x and dx (asymmetric padding)

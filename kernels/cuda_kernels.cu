@@ -209,13 +209,30 @@ __global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::s
 
 // The step's scalars come from device memory, so a captured graph replays
 // every step with its own (backend.hpp: adam_step_scheduled).
-__global__ void adam_scheduled_kernel(float* w, float* m, float* v, const float* g, std::size_t n,
-                                      const float* scalars, const int64_t* counter, float b1,
-                                      float b2, float eps, float wd, bool decoupled) {
+// Up to this many tensors a launch (their pointers travel as the kernel's
+// argument); more take several launches.
+constexpr int kAdamTensors = 16;
+struct adam_launch {
+  float* w[kAdamTensors];
+  float* m[kAdamTensors];
+  float* v[kAdamTensors];
+  const float* g[kAdamTensors];
+  std::size_t end[kAdamTensors];  // prefix sums of the sizes
+  int count;
+};
+
+__global__ void adam_scheduled_kernel(adam_launch t, const float* scalars, const int64_t* counter,
+                                      float b1, float b2, float eps, float wd, bool decoupled) {
   const float* s = scalars + 3 * counter[0];
   const float lr = s[0], step_size = s[1], inv_sqrt_bc2 = s[2];
-  TROUPE_GRID_LOOP(i, n)
-  ew::adam_update(w[i], m[i], v[i], g[i], lr, b1, b2, eps, step_size, inv_sqrt_bc2, wd, decoupled);
+  const std::size_t total = t.end[t.count - 1];
+  TROUPE_GRID_LOOP(i, total) {
+    int k = 0;
+    while (i >= t.end[k]) ++k;
+    const std::size_t j = i - (k > 0 ? t.end[k - 1] : 0);
+    ew::adam_update(t.w[k][j], t.m[k][j], t.v[k][j], t.g[k][j], lr, b1, b2, eps, step_size,
+                    inv_sqrt_bc2, wd, decoupled);
+  }
 }
 
 // One block a row, its words strided over the threads.
@@ -231,12 +248,13 @@ __global__ void gather_planned_kernel(const uint32_t* src, int64_t words, const 
   }
 }
 
-__global__ void record_stats_kernel(const double* loss_sum, const int64_t* correct,
-                                    const int64_t* counter, double* loss_out,
-                                    int64_t* correct_out) {
+__global__ void record_stats_kernel(double* loss_sum, int64_t* correct, const int64_t* counter,
+                                    double* loss_out, int64_t* correct_out) {
   const int64_t k = counter[0] - counter[1];
   loss_out[k] = *loss_sum;
   correct_out[k] = *correct;
+  *loss_sum = 0;
+  *correct = 0;
 }
 
 __global__ void advance_step_kernel(int64_t* counter) {
@@ -362,13 +380,26 @@ void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, floa
   check_launch("adam_step");
 }
 
-void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
-                         const float* scalars, const int64_t* counter, float b1, float b2,
-                         float eps, float weight_decay, bool decoupled, cudaStream_t stream) {
-  if (n == 0) return;
-  adam_scheduled_kernel<<<blocks_for(n), threads_per_block, 0, stream>>>(
-      w, m, v, g, n, scalars, counter, b1, b2, eps, weight_decay, decoupled);
-  check_launch("adam_step_scheduled");
+void adam_step_scheduled(const adam_tensors& t, const float* scalars, const int64_t* counter,
+                         float b1, float b2, float eps, float weight_decay, bool decoupled,
+                         cudaStream_t stream) {
+  std::size_t i = 0;
+  while (i < t.w.size()) {
+    adam_launch a{};
+    std::size_t total = 0;
+    for (; i < t.w.size() && a.count < kAdamTensors; ++i) {
+      if (t.n[i] == 0) continue;
+      a.w[a.count] = t.w[i];
+      a.m[a.count] = t.m[i];
+      a.v[a.count] = t.v[i];
+      a.g[a.count] = t.g[i];
+      a.end[a.count++] = total += t.n[i];
+    }
+    if (a.count == 0) continue;
+    adam_scheduled_kernel<<<blocks_for(total), threads_per_block, 0, stream>>>(
+        a, scalars, counter, b1, b2, eps, weight_decay, decoupled);
+    check_launch("adam_step_scheduled");
+  }
 }
 
 void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
@@ -383,8 +414,8 @@ void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
   check_launch("gather_planned_rows");
 }
 
-void record_step_stats(const double* loss_sum, const int64_t* correct, const int64_t* counter,
-                       double* loss_out, int64_t* correct_out, cudaStream_t stream) {
+void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter, double* loss_out,
+                       int64_t* correct_out, cudaStream_t stream) {
   record_stats_kernel<<<1, 1, 0, stream>>>(loss_sum, correct, counter, loss_out, correct_out);
   check_launch("record_step_stats");
 }

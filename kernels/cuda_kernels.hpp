@@ -8,6 +8,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/backend.hpp"
+
 namespace troupe::kernels::cuda {
 
 void relu_forward(const float* x, float* y, std::size_t n, cudaStream_t stream);
@@ -56,11 +58,11 @@ void decoupled_decay_step(float* w, std::size_t n, float lr, float weight_decay,
 void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
                          const int64_t* counter, int64_t rows, void* dst, int64_t* ids,
                          cudaStream_t stream);
-void record_step_stats(const double* loss_sum, const int64_t* correct, const int64_t* counter,
-                       double* loss_out, int64_t* correct_out, cudaStream_t stream);
+void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter, double* loss_out,
+                       int64_t* correct_out, cudaStream_t stream);
 void advance_step(int64_t* counter, cudaStream_t stream);
-void adam_step_scheduled(float* w, float* m, float* v, const float* g, std::size_t n,
-                         const float* scalars, const int64_t* counter, float b1, float b2,
-                         float eps, float weight_decay, bool decoupled, cudaStream_t stream);
+void adam_step_scheduled(const adam_tensors& t, const float* scalars, const int64_t* counter,
+                         float b1, float b2, float eps, float weight_decay, bool decoupled,
+                         cudaStream_t stream);
 
 }  // namespace troupe::kernels::cuda

@@ -188,11 +188,17 @@ void optimizer::apply_scheduled(backend& ops, const std::vector<float*>& w,
                                 " variables with their gradients and Adam's 2 slots");
   const float wd = static_cast<float>(cfg_.weight_decay);
   const bool decoupled = cfg_.decoupled_weight_decay && cfg_.weight_decay != 0.0;
-  for (std::size_t i = 0; i < names_.size(); ++i)
-    ops.adam_step_scheduled(w[i], slots[0][i], slots[1][i], g[i],
-                            static_cast<std::size_t>(troupe::shape_numel(shapes_[i])), table,
-                            counter, static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
-                            static_cast<float>(cfg_.epsilon), wd, decoupled);
+  adam_tensors t;
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    t.w.push_back(w[i]);
+    t.m.push_back(slots[0][i]);
+    t.v.push_back(slots[1][i]);
+    t.g.push_back(g[i]);
+    t.n.push_back(static_cast<std::size_t>(troupe::shape_numel(shapes_[i])));
+  }
+  ops.adam_step_scheduled(t, table, counter, static_cast<float>(cfg_.beta1),
+                          static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.epsilon), wd,
+                          decoupled);
 }
 
 double optimizer::lr_at(int64_t step) const {

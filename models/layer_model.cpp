@@ -173,7 +173,7 @@ class layer_model final : public model {
     const float* xin = stage_batch(x, y);
     auto rc = context(b, true, accumulate);
     if (net_.dropout) stage_ids(rc, b);
-    forward_loss_backward(rc, xin, label_ptr(y), b, grad_scale);
+    forward_loss_backward(rc, xin, label_ptr(y), b, grad_scale, true);
     stats_end(st);
     return st;
   }
@@ -203,11 +203,9 @@ class layer_model final : public model {
     auto rc = context(rows, true, false);
     rc.example_ids = planned_ids_.as<int64_t>();
     rc.step_counter = counter;
-    forward_loss_backward(rc, planned_x_.f32(), planned_y_.data(), rows, grad_scale);
+    forward_loss_backward(rc, planned_x_.f32(), planned_y_.data(), rows, grad_scale, false);
   }
-  std::pair<const double*, const int64_t*> device_stats() override {
-    return {loss_ptr(), correct_ptr()};
-  }
+  std::pair<double*, int64_t*> device_stats() override { return {loss_ptr(), correct_ptr()}; }
   bool capturable(std::string* why) const override {
     const char* no = nullptr;
     if (!resident_)
@@ -284,13 +282,14 @@ class layer_model final : public model {
     rc.example_ids = dids_.as<int64_t>();
   }
 
-  // Forward, loss (its sums into the stats) and backward of b rows at xin
-  // with their labels at `labels`, both where the device reads them.
+  // Forward, loss (its sums added to the stats, zeroed first with
+  // zero_stats) and backward of b rows at xin with their labels at
+  // `labels`, both where the device reads them.
   void forward_loss_backward(layers::run_context& rc, const float* xin, const void* labels,
-                             int64_t b, float grad_scale) {
+                             int64_t b, float grad_scale, bool zero_stats) {
     const float* out = net_.stack->forward(rc, xin);
     grow(dout_, static_cast<std::size_t>(std::max<int64_t>(b, 1) * net_.outputs) * sizeof(float));
-    stats_begin();
+    if (zero_stats) stats_begin();
     loss(out, labels, b, grad_scale, dout_.f32());
     net_.stack->backward(
         rc, xin, dout_.f32(), nullptr,

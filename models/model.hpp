@@ -102,14 +102,15 @@ class model {
   virtual bool attach_dataset(const tensor& /*images*/, const tensor& /*labels*/) { return false; }
   // train_batch on `rows` rows of the attached set that the device gathers
   // itself (backend::gather_planned_rows with `plan` and `counter`), one
-  // micro-batch, the loss sum and correct count left in device_stats():
+  // micro-batch, the loss sum and correct count added to device_stats():
   // nothing crosses between host and device, so a step can be captured.
   virtual void train_planned(const int64_t* /*plan*/, const int64_t* /*counter*/, int64_t /*rows*/,
                              float /*grad_scale*/) {
     throw std::logic_error("model: train_planned without an attached data set");
   }
-  // Where train_planned leaves its loss sum (double) and correct count.
-  virtual std::pair<const double*, const int64_t*> device_stats() { return {nullptr, nullptr}; }
+  // Where train_planned ADDS its loss sum (double) and correct count: the
+  // caller zeroes them (backend::fill_stats, record_step_stats).
+  virtual std::pair<double*, int64_t*> device_stats() { return {nullptr, nullptr}; }
   // Whether train_planned may be captured as a graph and replayed: nothing
   // in it may depend on the host from one step to the next. Else false,
   // with why.

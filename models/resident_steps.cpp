@@ -36,6 +36,7 @@ std::vector<batch_stats> resident_steps::run(const std::vector<step>& steps) {
   grow(correct_out_, static_cast<std::size_t>(n) * sizeof(int64_t));
   const int64_t counter[2] = {first, first};
   dev_->copy_to_device(counter_.data(), counter, sizeof counter);
+  zero_sums();
   for (const auto& s : steps) {
     const int64_t rows = s.rows->numel();
     const float scale = s.global_size > 0 ? 1.0f / static_cast<float>(s.global_size) : 0.0f;
@@ -72,6 +73,7 @@ void resident_steps::warm_up(int64_t rows, int64_t global_size) {
   dev_->copy_to_device(counter_.data(), counter, sizeof counter);
   const float scale = 1.0f / static_cast<float>(global_size);
   auto& g = graphs_[{rows, scale}];
+  zero_sums();
   body(rows, scale);
   ++g.seen;
   if (capture_) capture_step(g, rows, scale);  // captured, not launched
@@ -172,6 +174,12 @@ void resident_steps::body(int64_t rows, float scale) {
   ops.record_step_stats(loss, correct, counter, loss_out_.as<double>(), correct_out_.as<int64_t>());
   update();
   ops.advance_step(counter_.as<int64_t>());
+}
+
+// The model adds each step's sums; record_step_stats zeroes them after.
+void resident_steps::zero_sums() {
+  auto [loss, correct] = net_.device_stats();
+  dev_->ops().fill_stats(loss, correct);
 }
 
 void resident_steps::update() {

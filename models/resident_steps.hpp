@@ -88,6 +88,7 @@ class resident_steps {
   void capture_step(shape_graph& g, int64_t rows, float scale);
   void body(int64_t rows, float scale);
   void update();
+  void zero_sums();
   // Buffers whose addresses a graph holds: replacing one drops the graphs.
   void grow(device_buffer& b, std::size_t bytes);
   void say(const std::string& line) const {

@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "actors/system_config.hpp"
+#include "devices/device_context.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/process_monitoring.hpp"
@@ -43,10 +45,19 @@ void finish_trace(std::optional<trace::session>& tracing, nlohmann::json& summar
 }
 
 nlohmann::json run_job(const job_config& c, const job_options& o) {
+  // A GPU's context is made while the data loads.
+  std::thread devices_ready = prepare_devices(c.devices);
+  struct join_at_exit {
+    std::thread& t;
+    ~join_at_exit() {
+      if (t.joinable()) t.join();
+    }
+  } joined{devices_ready};
   kernels::init_cpu_kernels();
   // Which kernels run, measured here, so a slow machine's log says why.
   spdlog::info("kernels: {}", kernels::describe_cpu_kernels(true));
   auto plan = make_plan(c, o);
+  if (devices_ready.joinable()) devices_ready.join();
   // Opened before any actor runs, so an unwritable path loses no training;
   // destroyed after the actor system, so a failing job's trace is written.
   std::optional<trace::session> tracing;
