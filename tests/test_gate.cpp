@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <atomic>
@@ -29,9 +28,11 @@
 #include "runtime/gate.hpp"
 #include "runtime/rendezvous.hpp"
 #include "tests/attack.hpp"
+#include "tests/captured_log.hpp"
 
 using namespace troupe;
 using namespace troupe::attack;
+using troupe::test::captured_log;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -399,21 +400,6 @@ int raw_listen(uint16_t port, uint16_t* bound) {
 bool recv_all(int fd, std::string& out) {
   return ::recv(fd, out.data(), out.size(), MSG_WAITALL) == static_cast<ssize_t>(out.size());
 }
-
-// What spdlog's default logger writes while this lives.
-struct captured_log {
-  std::shared_ptr<std::ostringstream> out = std::make_shared<std::ostringstream>();
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  captured_log() {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*out);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
-  }
-  ~captured_log() { spdlog::set_default_logger(previous); }
-  std::string text() const {
-    spdlog::default_logger()->flush();
-    return out->str();
-  }
-};
 
 // A listener's answer to one raw proof: the verdict's letter ('A', 'R'), or
 // 0 when it closed without one.

@@ -5,8 +5,6 @@
 // took a changing value from the host at capture time trains differently
 // here too. Each path must train exactly what the host path trains.
 #include <doctest/doctest.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <sstream>
@@ -16,31 +14,13 @@
 #include "models/model.hpp"
 #include "models/resident_steps.hpp"
 #include "runtime/job.hpp"
+#include "tests/captured_log.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
 
 namespace {
-
-// What spdlog's default logger writes while this lives.
-struct captured_log {
-  std::shared_ptr<std::ostringstream> out = std::make_shared<std::ostringstream>();
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  captured_log() {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*out);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
-    spdlog::set_level(spdlog::level::info);
-  }
-  ~captured_log() {
-    spdlog::set_default_logger(previous);
-    spdlog::set_level(spdlog::level::warn);
-  }
-  std::string text() const {
-    spdlog::default_logger()->flush();
-    return out->str();
-  }
-};
 
 // The one_device job on sim:0 (400 examples of batch 48: a partial last
 // batch of 16 each epoch), several steps an execution, evaluated each epoch.
@@ -65,12 +45,12 @@ TEST_CASE("one_device on sim: the device-resident data set, captured or not, tra
   std::string log_uncaptured, log_captured;
   nlohmann::json uncaptured_summary, captured_summary;
   {
-    captured_log log;
+    captured_log log(spdlog::level::info);
     uncaptured_summary = run_job(sim_job(env, "device", "off"));
     log_uncaptured = log.text();
   }
   {
-    captured_log log;
+    captured_log log(spdlog::level::info);
     captured_summary = run_job(sim_job(env, "auto", "auto"));
     log_captured = log.text();
   }
@@ -101,7 +81,7 @@ TEST_CASE("a captured step with dropout and batch norm draws each step's masks, 
   std::string log;
   nlohmann::json captured;
   {
-    captured_log capture;
+    captured_log capture(spdlog::level::info);
     captured = run_job(layered("device"));
     log = capture.text();
   }
