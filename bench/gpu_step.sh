@@ -9,6 +9,8 @@
 # (the epochs after the first), the first step, the job's wall time and the
 # test accuracy, with the GPU's name. Needs a build with CUDA
 # (scripts/test.sh) and a GPU; TROUPE=path overrides build/release/troupe.
+# COMPILE=1 adds PyTorch with torch.compile(mode="max-autotune") (eager
+# steps of the compiled model; its autotuning takes minutes a setup).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -64,6 +66,9 @@ PY
 
 run_torch() {  # model batch epochs
   python3 bench/pytorch_mlp.py --data "$data" --model "$1" --batch "$2" --epochs "$3" --graph
+  if [ "${COMPILE:-0}" = 1 ]; then
+    python3 bench/pytorch_mlp.py --data "$data" --model "$1" --batch "$2" --epochs "$3" --compile --fused
+  fi
 }
 
 for r in $(seq 1 "$rounds"); do
