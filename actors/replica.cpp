@@ -9,6 +9,18 @@
 #include "kernels/optimizer.hpp"
 
 namespace troupe {
+namespace {
+// slots[k][i]: where slot k of variable i lives on the device.
+std::vector<std::vector<float*>> slot_pointers(
+    const std::vector<std::vector<device_buffer>>& device_slots) {
+  std::vector<std::vector<float*>> slots;
+  for (const auto& per_var : device_slots) {
+    slots.emplace_back();
+    for (const auto& b : per_var) slots.back().push_back(b.f32());
+  }
+  return slots;
+}
+}  // namespace
 
 step_stats compute_gradients(compute_state& cs, const batch& b, int64_t step, int64_t fail_at_step,
                              bool local_mean, model::gradients_ready_fn on_ready) {
@@ -74,12 +86,8 @@ void compute_state::apply_update() {
     return;
   }
   auto g = net->device_gradients();
-  std::vector<std::vector<float*>> slots;
-  for (auto& per_var : device_slots) {
-    slots.emplace_back();
-    for (auto& b : per_var) slots.back().push_back(b.f32());
-  }
-  opt->apply_on(dev->ops(), net->device_variables(), {g.begin(), g.end()}, slots);
+  opt->apply_on(dev->ops(), net->device_variables(), {g.begin(), g.end()},
+                slot_pointers(device_slots));
 }
 
 std::vector<tensor> variable_buffers(compute_state& cs) {
@@ -300,11 +308,7 @@ void place_data_set(compute_state& cs, const replica_config& c) {
     spdlog::info("{}: data.placement auto: host (the model cannot hold the training set)", who);
     return;
   }
-  std::vector<std::vector<float*>> slots;
-  for (auto& per_var : cs.device_slots) {
-    slots.emplace_back();
-    for (auto& b : per_var) slots.back().push_back(b.f32());
-  }
+  auto slots = slot_pointers(cs.device_slots);
   resident_steps::options o;
   o.graphs = c.step_graphs;
   o.note = [who](const std::string& line) { spdlog::info("{}: {}", who, line); };

@@ -209,7 +209,7 @@ void adam_step(float* w, float* m, float* v, const float* g, std::size_t n, floa
     throw std::invalid_argument("adam_step: step must be >= 1 (1-based), got " +
                                 std::to_string(step));
   const auto k = ew::adam_scalars_for(lr, b1, b2, step);
-  vk().adam_step(w, m, v, g, n, lr, b1, b2, eps, k.step_size, k.inv_sqrt_bc2, weight_decay,
+  adam_step_with(w, m, v, g, n, lr, k.step_size, k.inv_sqrt_bc2, b1, b2, eps, weight_decay,
                  decoupled);
 }
 
