@@ -29,14 +29,7 @@ resident_steps::resident_steps(model& net, int64_t set_size, kernels::optimizer&
 std::vector<batch_stats> resident_steps::run(const std::vector<step>& steps) {
   if (steps.empty()) return {};
   const auto n = static_cast<int64_t>(steps.size());
-  const int64_t first = opt_.step();
-  write_plan(steps);
-  if (scheduled_) ensure_table(first + n);
-  grow(loss_out_, static_cast<std::size_t>(n) * sizeof(double));
-  grow(correct_out_, static_cast<std::size_t>(n) * sizeof(int64_t));
-  const int64_t counter[2] = {first, first};
-  dev_->copy_to_device(counter_.data(), counter, sizeof counter);
-  zero_sums();
+  begin_execution(steps);
   for (const auto& s : steps) {
     const int64_t rows = s.rows->numel();
     const float scale = s.global_size > 0 ? 1.0f / static_cast<float>(s.global_size) : 0.0f;
@@ -59,21 +52,16 @@ void resident_steps::warm_up(int64_t rows, int64_t global_size) {
   tensor ids({rows}, dtype::i64);
   for (int64_t r = 0; r < rows; ++r) ids.data<int64_t>()[r] = r;
   const std::vector<step> steps{{&ids, global_size}};
-  const int64_t first = opt_.step();
   // Room for the largest execution of such steps: the buffers a graph
   // holds are not replaced later.
   const auto most = static_cast<std::size_t>(training_config::kMaxStepsPerExecution);
   grow(plan_, most * static_cast<std::size_t>(1 + rows) * sizeof(int64_t));
   grow(loss_out_, most * sizeof(double));
   grow(correct_out_, most * sizeof(int64_t));
-  write_plan(steps);
-  if (scheduled_) ensure_table(std::max(first + 1, opt_.total_steps()));
   net_.variables_to_host();  // the host copies, to put back after
-  const int64_t counter[2] = {first, first};
-  dev_->copy_to_device(counter_.data(), counter, sizeof counter);
+  begin_execution(steps);
   const float scale = 1.0f / static_cast<float>(global_size);
   auto& g = graphs_[{rows, scale}];
-  zero_sums();
   body(rows, scale);
   ++g.seen;
   if (capture_) capture_step(g, rows, scale);  // captured, not launched
@@ -86,6 +74,21 @@ void resident_steps::warm_up(int64_t rows, int64_t global_size) {
   if (!scheduled_) opt_.advance(-1);  // apply_on counted the step
   dev_->synchronize();
   requests_seen_ = dev_->memory_stats().requests;
+}
+
+// What an execution's steps read, written before them: the plan, the
+// schedule's table (all of training, so it is not regrown mid-way), room for
+// their figures, the counter at the optimizer's step, the sums at zero.
+void resident_steps::begin_execution(const std::vector<step>& steps) {
+  const auto n = static_cast<int64_t>(steps.size());
+  const int64_t first = opt_.step();
+  write_plan(steps);
+  if (scheduled_) ensure_table(std::max(first + n, opt_.total_steps()));
+  grow(loss_out_, static_cast<std::size_t>(n) * sizeof(double));
+  grow(correct_out_, static_cast<std::size_t>(n) * sizeof(int64_t));
+  const int64_t counter[2] = {first, first};
+  dev_->copy_to_device(counter_.data(), counter, sizeof counter);
+  zero_sums();
 }
 
 // plan = [where each step's rows begin in plan] [the rows, step after step]

@@ -81,6 +81,7 @@ class resident_steps {
     bool failed = false;
     std::unique_ptr<device_graph> graph;
   };
+  void begin_execution(const std::vector<step>& steps);
   void write_plan(const std::vector<step>& steps);
   void ensure_table(int64_t steps);
   void run_step(int64_t rows, float scale);
