@@ -165,9 +165,27 @@ const task_placement& placement_of(const std::vector<task_placement>& placement,
   throw std::out_of_range("no placement for task " + task.str());
 }
 
+namespace {
+
+// Every placement starts from the chief (it runs the coordinator and, without
+// workers, every replica), so a spec without exactly one is refused here, not
+// only when the config is read: a spec the rendezvous filled in comes here too.
+void require_one_chief(const cluster_spec& spec) {
+  std::size_t chiefs = job_size(spec, "chief");
+  if (chiefs == 0)
+    fail("cluster.tasks.chief",
+         "missing; a cluster needs exactly one chief task (it runs the coordinator)");
+  if (chiefs != 1)
+    fail("cluster.tasks.chief",
+         "expected exactly one address (one chief task), got " + std::to_string(chiefs));
+}
+
+}  // namespace
+
 std::vector<task_placement> resolve_placement(const job_config& job) {
   if (!job.cluster) throw config_error("cluster", "the job has no cluster spec");
   const cluster_spec& spec = *job.cluster;
+  require_one_chief(spec);
   const std::string& kind = job.strategy.kind;
   const int64_t S = job.strategy.shards;
   const auto W = static_cast<int64_t>(job_size(spec, "worker"));
@@ -320,13 +338,6 @@ void check_cluster(const job_config& job) {
   const cluster_spec& spec = *job.cluster;
   // From the environment: checked once the rendezvous has filled it in.
   if (spec.tasks.empty()) return;
-  std::size_t chiefs = job_size(spec, "chief");
-  if (chiefs == 0)
-    fail("cluster.tasks.chief",
-         "missing; a cluster needs exactly one chief task (it runs the coordinator)");
-  if (chiefs != 1)
-    fail("cluster.tasks.chief",
-         "expected exactly one address (one chief task), got " + std::to_string(chiefs));
   resolve_placement(job);
 }
 

@@ -262,6 +262,16 @@ TEST_CASE("cluster: default placement") {
     REQUIRE(p.size() == 1);
     CHECK(p[0].replicas == std::vector<int64_t>{0, 1});
   }
+  SUBCASE("a spec left to the environment has no chief yet: refused, not a crash") {
+    // Found by fuzz_cluster: resolve_placement met a spec without tasks.
+    auto j = mirrored_job();
+    j["cluster"].erase("tasks");
+    auto c = parse_job_config(j);
+    REQUIRE(c.cluster);
+    CHECK(c.cluster->tasks.empty());
+    CHECK_THROWS_AS(resolve_placement(c), config_error);
+    CHECK_THROWS_WITH(resolve_placement(c), doctest::Contains("cluster.tasks.chief: missing"));
+  }
   SUBCASE("parameter_server: shards on ps, workers on workers") {
     auto c = parse_job_config(ps_job());
     auto p = resolve_placement(c);
