@@ -1,0 +1,641 @@
+#include "runtime/process_ring.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "actors/reducers/collective.hpp"
+#include "config/secret.hpp"
+#include "runtime/tls_records.hpp"
+
+namespace troupe {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Sealed and sent at a time: 4 records of 16 KB. Sealing a piece in such
+// steps cuts the same records as sealing it whole, which the receiver's
+// byte count relies on.
+constexpr std::size_t kSendBytes = 4 * tls13::max_plaintext;
+constexpr std::size_t kReadBytes = 256 * 1024;  // read from the socket at a time
+constexpr std::size_t kChallengeBytes = 32;
+constexpr auto kProofTimeout = std::chrono::seconds(5);
+constexpr std::size_t kMaxUnproven = 16;
+
+// A link that broke during a collective: the caller fails the ring with it.
+class link_broken : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::string errno_text(const char* call) {
+  return std::string(call) + ": " + std::strerror(errno);
+}
+
+void set_nonblocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    throw device_error("process ring: " + errno_text("fcntl"));
+}
+
+std::string random_bytes(std::size_t n) {
+  std::string out(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1)
+    throw device_error("process ring: RAND_bytes failed");
+  return out;
+}
+
+int ms_until(clock_type::time_point t) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - clock_type::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));
+}
+
+// A flat range of the caller's spans as pieces that lie in one span each.
+// Each piece is sealed on its own, so both ends cut the same records.
+struct piece {
+  char* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+std::vector<piece> pieces_of(const std::vector<float_span>& spans, int64_t b, int64_t e) {
+  std::vector<piece> out;
+  int64_t at = 0;
+  for (const auto& s : spans) {
+    const int64_t sb = at;
+    const int64_t se = at + static_cast<int64_t>(s.size);
+    at = se;
+    const int64_t lo = std::max(b, sb);
+    const int64_t hi = std::min(e, se);
+    if (lo < hi)
+      out.push_back({reinterpret_cast<char*>(s.data + (lo - sb)),
+                     static_cast<std::size_t>(hi - lo) * sizeof(float)});
+    if (se >= e) break;
+  }
+  return out;
+}
+
+}  // namespace
+
+// The sending half: pieces go out sealed (or as they are) while the
+// receiving half runs in the same loop.
+class process_ring::outbound {
+ public:
+  explicit outbound(ring_socket s) : sock_(std::move(s)) {
+    if (!sock_.traffic_secret.empty()) {
+      writer_ = std::make_unique<tls13::record_writer>(sock_.traffic_secret);
+      sealed_.resize(tls13::record_writer::sealed_size(kSendBytes));
+    }
+  }
+  ~outbound() {
+    if (sock_.fd >= 0) ::close(sock_.fd);
+  }
+  int fd() const { return sock_.fd; }
+  const std::string& peer() const { return sock_.peer; }
+  void shut() { ::shutdown(sock_.fd, SHUT_RDWR); }
+
+  void start(std::vector<piece> pieces) {
+    pieces_ = std::move(pieces);
+    next_ = 0;
+    offset_ = 0;
+    cur_ = nullptr;
+    cur_b_ = cur_e_ = 0;
+    total_ = left_ = 0;
+    for (const auto& p : pieces_)
+      total_ += writer_ ? tls13::record_writer::sealed_size(p.bytes) : p.bytes;
+    left_ = total_;
+  }
+  bool done() const { return left_ == 0; }
+  uint64_t sent() const { return total_ - left_; }
+  uint64_t total() const { return total_; }
+
+  // Writes what the socket takes now; false if nothing moved.
+  bool progress(uint64_t& counter) {
+    bool moved = false;
+    while (left_ > 0) {
+      if (cur_b_ == cur_e_) fill();
+      ssize_t k = ::send(sock_.fd, cur_ + cur_b_, cur_e_ - cur_b_, MSG_NOSIGNAL);
+      if (k < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
+        if (errno == EINTR) continue;
+        throw link_broken(errno_text("send"));
+      }
+      cur_b_ += static_cast<std::size_t>(k);
+      left_ -= static_cast<uint64_t>(k);
+      counter += static_cast<uint64_t>(k);
+      moved = true;
+    }
+    return moved;
+  }
+
+ private:
+  // The next bytes to send: up to kSendBytes of the current piece, sealed,
+  // or the piece's own memory on a plain link.
+  void fill() {
+    piece& p = pieces_[next_];
+    const std::size_t n = std::min(kSendBytes, p.bytes - offset_);
+    const char* src = p.data + offset_;
+    if (writer_) {
+      cur_e_ = writer_->seal_to(src, n, sealed_.data());
+      cur_ = sealed_.data();
+    } else {
+      cur_ = src;
+      cur_e_ = n;
+    }
+    cur_b_ = 0;
+    offset_ += n;
+    if (offset_ == p.bytes) {
+      ++next_;
+      offset_ = 0;
+    }
+  }
+
+  ring_socket sock_;
+  std::unique_ptr<tls13::record_writer> writer_;
+  std::vector<char> sealed_;
+  std::vector<piece> pieces_;
+  std::size_t next_ = 0, offset_ = 0;
+  const char* cur_ = nullptr;
+  std::size_t cur_b_ = 0, cur_e_ = 0;
+  uint64_t total_ = 0, left_ = 0;
+};
+
+// The receiving half: reads exactly the collective's wire bytes and combines
+// (or copies) what they carry into the caller's pieces as it comes.
+class process_ring::inbound {
+ public:
+  explicit inbound(ring_socket s) : sock_(std::move(s)) {
+    if (!sock_.traffic_secret.empty()) {
+      reader_ = std::make_unique<tls13::record_reader>(sock_.traffic_secret);
+      wire_.resize(kReadBytes);
+      // Room for a read's records and a partial one kept from the read before.
+      scratch_.resize(kReadBytes + tls13::header_size + tls13::max_ciphertext);
+    } else {
+      scratch_.resize(kReadBytes + sizeof(float));
+    }
+  }
+  ~inbound() {
+    if (sock_.fd >= 0) ::close(sock_.fd);
+  }
+  int fd() const { return sock_.fd; }
+  const std::string& peer() const { return sock_.peer; }
+  void shut() { ::shutdown(sock_.fd, SHUT_RDWR); }
+
+  void start(std::vector<piece> pieces, bool combine, reduce_op op, float scale) {
+    pieces_ = std::move(pieces);
+    next_ = 0;
+    offset_ = 0;
+    carry_ = 0;
+    combine_ = combine;
+    op_ = op;
+    scale_ = scale;
+    total_ = 0;
+    for (const auto& p : pieces_)
+      total_ += reader_ ? tls13::record_writer::sealed_size(p.bytes) : p.bytes;
+    left_ = total_;
+  }
+  bool done() const { return left_ == 0; }
+  uint64_t received() const { return total_ - left_; }
+  uint64_t total() const { return total_; }
+
+  // Reads what the socket has now; false if nothing moved.
+  bool progress(uint64_t& counter) {
+    bool moved = false;
+    while (left_ > 0) {
+      char* dst = reader_ ? wire_.data() : scratch_.data() + carry_;
+      const std::size_t room = reader_ ? wire_.size() : scratch_.size() - carry_;
+      ssize_t k =
+          ::recv(sock_.fd, dst, static_cast<std::size_t>(std::min<uint64_t>(left_, room)), 0);
+      if (k == 0) throw link_broken("the peer closed the link");
+      if (k < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
+        if (errno == EINTR) continue;
+        throw link_broken(errno_text("recv"));
+      }
+      left_ -= static_cast<uint64_t>(k);
+      counter += static_cast<uint64_t>(k);
+      moved = true;
+      take(static_cast<std::size_t>(k));
+    }
+    if (next_ != pieces_.size())
+      throw link_broken("the peer's records do not match the collective (different sizes?)");
+    return moved;
+  }
+
+ private:
+  void take(std::size_t k) {
+    if (reader_) {
+      std::size_t produced = 0;
+      auto err = reader_->feed_to(wire_.data(), k, scratch_.data(), &produced);
+      if (!err.empty()) throw link_broken("a record did not open: " + err);
+      deliver(scratch_.data(), produced);
+      return;
+    }
+    const std::size_t have = carry_ + k;
+    const std::size_t whole = have / sizeof(float) * sizeof(float);
+    deliver(scratch_.data(), whole);
+    carry_ = have - whole;
+    std::memmove(scratch_.data(), scratch_.data() + whole, carry_);
+  }
+
+  // Whole floats into the pieces, in order.
+  void deliver(const char* data, std::size_t n) {
+    while (n > 0) {
+      if (next_ == pieces_.size())
+        throw link_broken("the peer sent more than the collective holds");
+      piece& p = pieces_[next_];
+      const std::size_t k = std::min(n, p.bytes - offset_);
+      if (combine_)
+        reducers::combine_final(reinterpret_cast<float*>(p.data + offset_),
+                                reinterpret_cast<const float*>(data),
+                                static_cast<int64_t>(k / sizeof(float)), op_, scale_);
+      else
+        std::memcpy(p.data + offset_, data, k);
+      offset_ += k;
+      data += k;
+      n -= k;
+      if (offset_ == p.bytes) {
+        ++next_;
+        offset_ = 0;
+      }
+    }
+  }
+
+  ring_socket sock_;
+  std::unique_ptr<tls13::record_reader> reader_;
+  std::vector<char> wire_, scratch_;
+  std::vector<piece> pieces_;
+  std::size_t next_ = 0, offset_ = 0, carry_ = 0;
+  bool combine_ = false;
+  reduce_op op_ = reduce_op::sum;
+  float scale_ = 1.0f;
+  uint64_t total_ = 0, left_ = 0;
+};
+
+process_ring::process_ring(int rank, int size, ring_socket to_next, ring_socket from_prev,
+                           std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), timeout_(timeout) {
+  const int next_fd = to_next.fd, prev_fd = from_prev.fd;
+  try {
+    out_ = std::make_unique<outbound>(std::move(to_next));
+    in_ = std::make_unique<inbound>(std::move(from_prev));
+  } catch (...) {
+    if (!out_ && next_fd >= 0) ::close(next_fd);
+    if (!in_ && prev_fd >= 0) ::close(prev_fd);
+    throw;
+  }
+  if (size < 1 || rank < 0 || rank >= size)
+    throw device_error("process ring: rank " + std::to_string(rank) + " of " +
+                       std::to_string(size));
+  if (size > 1) {
+    set_nonblocking(out_->fd());
+    set_nonblocking(in_->fd());
+    int one = 1;
+    ::setsockopt(out_->fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  if (::pipe2(wake_, O_NONBLOCK | O_CLOEXEC) != 0)
+    throw device_error("process ring: " + errno_text("pipe2"));
+}
+
+process_ring::~process_ring() {
+  for (int fd : wake_)
+    if (fd >= 0) ::close(fd);
+}
+
+void process_ring::check() {
+  if (!failed_.load()) return;
+  std::lock_guard lock(failure_mutex_);
+  throw device_error(failure_);
+}
+
+void process_ring::abort(const std::string& why) {
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (failed_.load()) return;
+    failure_ = "process ring rank " + std::to_string(rank_) + ": aborted: " + why;
+    failed_.store(true);
+  }
+  char b = 1;
+  [[maybe_unused]] auto n = ::write(wake_[1], &b, 1);
+  if (size_ > 1) {
+    out_->shut();
+    in_->shut();
+  }
+}
+
+void process_ring::fail(const std::string& why) {
+  {
+    std::lock_guard lock(failure_mutex_);
+    if (!failed_.load()) {
+      failure_ = "process ring rank " + std::to_string(rank_) + ": " + why;
+      failed_.store(true);
+    }
+  }
+  out_->shut();
+  in_->shut();
+  check();
+  throw device_error(why);  // not reached: check() throws
+}
+
+void process_ring::exchange(const std::vector<float_span>& spans, int64_t send_b, int64_t send_e,
+                            int64_t recv_b, int64_t recv_e, bool combine, reduce_op op,
+                            float scale) {
+  out_->start(pieces_of(spans, send_b, send_e));
+  in_->start(pieces_of(spans, recv_b, recv_e), combine, op, scale);
+  const auto deadline = clock_type::now() + timeout_;
+  const std::string next = "rank " + std::to_string(mod(rank_ + 1)) + " (" + out_->peer() + ")";
+  const std::string prev = "rank " + std::to_string(mod(rank_ - 1)) + " (" + in_->peer() + ")";
+  try {
+    for (;;) {
+      bool moved = out_->progress(sent_bytes_);
+      moved = in_->progress(received_bytes_) || moved;
+      if (out_->done() && in_->done()) return;
+      check();
+      if (moved) continue;
+      pollfd fds[3] = {{out_->fd(), static_cast<short>(out_->done() ? 0 : POLLOUT), 0},
+                       {in_->fd(), static_cast<short>(in_->done() ? 0 : POLLIN), 0},
+                       {wake_[0], POLLIN, 0}};
+      if (clock_type::now() >= deadline)
+        fail("timed out after " + std::to_string(timeout_.count()) + " ms (received " +
+             std::to_string(in_->received()) + " of " + std::to_string(in_->total()) +
+             " bytes from " + prev + ", sent " + std::to_string(out_->sent()) + " of " +
+             std::to_string(out_->total()) + " to " + next + ")");
+      if (::poll(fds, 3, ms_until(deadline)) < 0 && errno != EINTR) fail(errno_text("poll"));
+    }
+  } catch (const link_broken& e) {
+    // Which half broke is not known here when both moved; name both links.
+    fail(std::string("link to ") + next + " or from " + prev + ": " + e.what());
+  }
+}
+
+void process_ring::reduce_scatter_steps(const std::vector<float_span>& spans,
+                                        const std::vector<int64_t>& seg, int finish, reduce_op op) {
+  const float final_scale = op == reduce_op::mean ? 1.0f / static_cast<float>(size_) : 1.0f;
+  for (int s = 0; s + 1 < size_; ++s) {
+    const int send = mod(rank_ + finish - 1 - s);
+    const int recv = mod(rank_ + finish - 2 - s);
+    const float scale = s + 2 == size_ ? final_scale : 1.0f;
+    exchange(spans, seg[send], seg[send + 1], seg[recv], seg[recv + 1], true, op, scale);
+  }
+}
+
+void process_ring::all_gather_steps(const std::vector<float_span>& spans,
+                                    const std::vector<int64_t>& seg, int owned) {
+  for (int s = 0; s + 1 < size_; ++s) {
+    const int send = mod(rank_ + owned - s);
+    const int recv = mod(rank_ + owned - s - 1);
+    exchange(spans, seg[send], seg[send + 1], seg[recv], seg[recv + 1], false, reduce_op::sum,
+             1.0f);
+  }
+}
+
+void process_ring::all_reduce(const std::vector<float_span>& spans, reduce_op op) {
+  require_device_reduce_op(op, "all_reduce");
+  check();
+  if (size_ == 1) return;  // sum or mean over one rank: the data itself
+  int64_t n = 0;
+  for (const auto& s : spans) n += static_cast<int64_t>(s.size);
+  auto seg = reducers::split_range(0, n, size_);
+  reduce_scatter_steps(spans, seg, 1, op);
+  all_gather_steps(spans, seg, 1);
+}
+
+void process_ring::all_reduce(float* data, std::size_t n, reduce_op op) {
+  all_reduce(std::vector<float_span>{{data, n}}, op);
+}
+
+namespace {
+std::vector<int64_t> chunk_bounds(int size, std::size_t chunk) {
+  std::vector<int64_t> seg(static_cast<std::size_t>(size) + 1);
+  for (int k = 0; k <= size; ++k)
+    seg[static_cast<std::size_t>(k)] = static_cast<int64_t>(chunk) * k;
+  return seg;
+}
+}  // namespace
+
+void process_ring::reduce_scatter(float* data, std::size_t chunk, reduce_op op) {
+  require_device_reduce_op(op, "reduce_scatter");
+  check();
+  if (size_ == 1) return;
+  std::vector<float_span> spans{{data, chunk * static_cast<std::size_t>(size_)}};
+  reduce_scatter_steps(spans, chunk_bounds(size_, chunk), 0, op);
+}
+
+void process_ring::all_gather(float* data, std::size_t chunk) {
+  check();
+  if (size_ == 1) return;
+  std::vector<float_span> spans{{data, chunk * static_cast<std::size_t>(size_)}};
+  all_gather_steps(spans, chunk_bounds(size_, chunk), 0);
+}
+
+// --- setting the links up ---
+
+std::string ring_link_proof(const std::string& key, const std::string& challenge) {
+  auto d = hmac_sha256(key, "troupe process_ring v1 proof:" + challenge);
+  return {d.begin(), d.end()};
+}
+
+std::string ring_link_secret(const std::string& key, const std::string& challenge) {
+  return hkdf_sha256(challenge, key, "troupe process_ring v1 traffic", 32);
+}
+
+namespace {
+
+addrinfo* resolve(const std::string& host, uint16_t port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0 || !res)
+    throw device_error("process ring: cannot resolve \"" + host + "\": " + ::gai_strerror(rc));
+  return res;
+}
+
+uint16_t bound_port(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw device_error("process ring: " + errno_text("getsockname"));
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
+  return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+}
+
+// A connection that has been sent its challenge and owes the proof.
+struct unproven {
+  int fd = -1;
+  std::string challenge;
+  std::string answer;
+  clock_type::time_point until;
+};
+
+// Reads what `u` sent of its answer; true once it is whole.
+bool read_answer(unproven& u) {
+  char buf[kChallengeBytes];
+  ssize_t k = ::recv(u.fd, buf, kChallengeBytes - u.answer.size(), 0);
+  if (k > 0) u.answer.append(buf, static_cast<std::size_t>(k));
+  if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+    u.until = clock_type::time_point::min();  // gone: dropped below
+  return u.answer.size() == kChallengeBytes;
+}
+
+}  // namespace
+
+ring_link_listener::ring_link_listener(const std::string& bind_host) {
+  addrinfo* res = resolve(bind_host, 0, true);
+  std::string why;
+  for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) continue;
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 16) == 0) {
+      fd_ = fd;
+    } else {
+      why = errno_text("bind");
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd_ < 0) throw device_error("process ring: cannot listen on " + bind_host + ": " + why);
+  offer_.host = bind_host;
+  offer_.port = bound_port(fd_);
+  offer_.key = random_bytes(32);
+}
+
+ring_link_listener::~ring_link_listener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ring_socket ring_link_listener::accept(clock_type::time_point deadline, const std::string& peer,
+                                       bool encrypted) {
+  std::vector<unproven> waiting;
+  auto drop = [&](std::size_t i, const char* why) {
+    spdlog::warn("process ring: a connection to {}:{} (waiting for {}) {}; closed", offer_.host,
+                 offer_.port, peer, why);
+    ::close(waiting[i].fd);
+    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  for (;;) {
+    const auto now = clock_type::now();
+    if (now >= deadline) {
+      for (auto& u : waiting) ::close(u.fd);
+      throw device_error("process ring: " + peer + " did not connect to " + offer_.host + ":" +
+                         std::to_string(offer_.port) + " in time");
+    }
+    for (std::size_t i = waiting.size(); i-- > 0;)
+      if (waiting[i].until <= now) drop(i, "did not prove the link key in time");
+    std::vector<pollfd> fds;
+    fds.push_back({fd_, static_cast<short>(waiting.size() < kMaxUnproven ? POLLIN : 0), 0});
+    for (auto& u : waiting) fds.push_back({u.fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), std::min(ms_until(deadline), 100));
+    for (std::size_t i = waiting.size(); i-- > 0;) {
+      if (!(fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (!read_answer(waiting[i])) continue;
+      if (!constant_time_equal(waiting[i].answer,
+                               ring_link_proof(offer_.key, waiting[i].challenge))) {
+        drop(i, "answered its challenge wrongly");
+        continue;
+      }
+      ring_socket s{waiting[i].fd,
+                    encrypted ? ring_link_secret(offer_.key, waiting[i].challenge) : std::string(),
+                    peer};
+      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
+      for (auto& u : waiting) ::close(u.fd);
+      ::close(fd_);
+      fd_ = -1;
+      return s;
+    }
+    if (!(fds[0].revents & POLLIN)) continue;
+    int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) continue;
+    unproven u{c, random_bytes(kChallengeBytes), {}, clock_type::now() + kProofTimeout};
+    // 32 bytes into a fresh socket's empty buffer: sent whole or not at all.
+    if (::send(c, u.challenge.data(), kChallengeBytes, MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(kChallengeBytes)) {
+      ::close(c);
+      continue;
+    }
+    waiting.push_back(std::move(u));
+  }
+}
+
+namespace {
+
+// A connected non-blocking socket to host:port, or -1 while it is refused.
+int try_connect(const ring_link_offer& offer, clock_type::time_point deadline) {
+  addrinfo* res = resolve(offer.host, offer.port, false);
+  int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    ::freeaddrinfo(res);
+    throw device_error("process ring: " + errno_text("socket"));
+  }
+  int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
+  ::freeaddrinfo(res);
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    ::poll(&p, 1, std::min(ms_until(deadline), 1000));
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    rc = (p.revents & POLLOUT) && err == 0 ? 0 : -1;
+  }
+  if (rc != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Reads exactly n bytes by the deadline; false if the peer closed or is late.
+bool read_exactly(int fd, char* out, std::size_t n, clock_type::time_point deadline) {
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t k = ::recv(fd, out + got, n - got, 0);
+    if (k > 0) {
+      got += static_cast<std::size_t>(k);
+      continue;
+    }
+    if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+    if (clock_type::now() >= deadline) return false;
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, std::min(ms_until(deadline), 1000));
+  }
+  return true;
+}
+
+}  // namespace
+
+ring_socket connect_ring_link(const ring_link_offer& offer, clock_type::time_point deadline,
+                              const std::string& peer, bool encrypted) {
+  const std::string where = peer + " at " + offer.host + ":" + std::to_string(offer.port);
+  int fd = -1;
+  while ((fd = try_connect(offer, deadline)) < 0) {
+    if (clock_type::now() >= deadline)
+      throw device_error("process ring: cannot connect to " + where);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string challenge(kChallengeBytes, '\0');
+  if (!read_exactly(fd, challenge.data(), kChallengeBytes, deadline)) {
+    ::close(fd);
+    throw device_error("process ring: " + where + " sent no challenge");
+  }
+  const std::string proof = ring_link_proof(offer.key, challenge);
+  if (::send(fd, proof.data(), proof.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(proof.size())) {
+    ::close(fd);
+    throw device_error("process ring: sending the proof to " + where + ": " + errno_text("send"));
+  }
+  return {fd, encrypted ? ring_link_secret(offer.key, challenge) : std::string(), peer};
+}
+
+}  // namespace troupe

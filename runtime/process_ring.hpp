@@ -1,0 +1,176 @@
+#pragma once
+// process_ring: collectives between processes on sockets of their own, run
+// on the calling thread (gloo's way): no actor, no BASP frame, no thread
+// hand-over between a replica's gradients and the wire. Mirrored across
+// processes uses it for the process's sum (strategies/mirrored_device_ring.cpp);
+// the ring nodes (actors/reducers/remote_ring.hpp) stay the control plane
+// that introduces the links.
+//
+// Links: rank r sends on a TCP connection it opened to rank r+1 (mod P) and
+// receives on the one rank r-1 opened to it. Each step sends and receives
+// at once in one poll loop (non-blocking sockets), so two ranks sending to
+// each other never wait on each other's full socket buffers. A received
+// range is combined into the caller's buffer piece by piece while the rest
+// is still on the wire.
+//
+// Algorithm (rank r of P, the buffer split into P segments as the ring
+// nodes split it, reducers::split_range): reduce-scatter, steps s = 0..P-2,
+// r sends segment (r - s) and combines segment (r - s - 1) from r-1; then
+// all-gather, r sends the segment it finished and copies the one r-1 did.
+// Each segment is summed in the same order as the ring nodes sum it and
+// finished by one rank only, so every rank ends bit-identical.
+//
+// Wire: TLS 1.3 application-data records (runtime/tls_records.hpp,
+// AES-128-GCM), or plain bytes (cluster.insecure). Records are cut the same
+// way on both ends (a buffer's pieces sealed separately), so the receiver
+// knows how many wire bytes a collective is and never reads into the next.
+//
+// Threat model. The listener of each link makes a fresh random 32-byte link
+// key and gives it only to the rank that is to connect, over the job's
+// authenticated and encrypted links (a typed message between the ring
+// nodes, accepted only from the ring peer it names). Whoever connects first
+// gets a fresh 32-byte challenge and must answer HMAC-SHA256(link key,
+// challenge) within a few seconds; it is compared in constant time before
+// anything else is read, a wrong or late answer closes that connection only
+// (up to 16 unproven connections wait side by side; a stranger cannot delay
+// the peer past its own timeout), and the first proven one closes the
+// listener. The link's traffic secret is HKDF(salt = challenge, ikm = link
+// key): fresh for every connection, never the key itself. A stranger thus
+// sees a challenge and nothing else; a task of the job that was not handed
+// the key can neither join nor read a link; an on-path attacker can cut a
+// link (the collective then fails, naming it) but not read or change it.
+//
+// Failure: a peer that closes, sends a record that does not authenticate,
+// or is silent past the timeout fails the collective with device_error
+// naming the link and its task; the sockets are shut then, so the peers
+// fail theirs at once too. abort() (from any thread) does the same. A
+// failed ring stays failed.
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "devices/device_communicator.hpp"
+
+namespace troupe {
+
+namespace tls13 {
+class record_writer;
+class record_reader;
+}  // namespace tls13
+
+// One end of a ring link, connected and proven.
+struct ring_socket {
+  int fd = -1;                 // owned from here on
+  std::string traffic_secret;  // 32 bytes; empty: plain bytes (cluster.insecure)
+  std::string peer;            // its task, for errors ("worker:0")
+};
+
+// A contiguous run of floats of the caller's (a variable's gradient).
+struct float_span {
+  float* data = nullptr;
+  std::size_t size = 0;
+};
+
+class process_ring final : public device_communicator {
+ public:
+  // Takes both sockets over (also when it throws).
+  process_ring(int rank, int size, ring_socket to_next, ring_socket from_prev,
+               std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  ~process_ring() override;
+  process_ring(const process_ring&) = delete;
+  process_ring& operator=(const process_ring&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce(float* data, std::size_t n, reduce_op op) override;
+  void reduce_scatter(float* data, std::size_t chunk, reduce_op op) override;
+  void all_gather(float* data, std::size_t chunk) override;
+  void check() override;
+  void abort(const std::string& why) override;
+
+  // All-reduce over the spans taken as one buffer (a model's gradients, one
+  // span per variable): every rank passes spans of the same sizes.
+  void all_reduce(const std::vector<float_span>& spans, reduce_op op);
+
+  // Bytes this rank sent and received on its links (wire bytes).
+  uint64_t bytes_sent() const { return sent_bytes_; }
+  uint64_t bytes_received() const { return received_bytes_; }
+
+  class outbound;
+  class inbound;
+
+ private:
+  // Reduce-scatter over `segments` (P + 1 boundaries into the flat buffer)
+  // so that rank r ends with segment r + finish finished, then (gather)
+  // that segment to every rank.
+  void reduce_scatter_steps(const std::vector<float_span>& spans,
+                            const std::vector<int64_t>& segments, int finish, reduce_op op);
+  void all_gather_steps(const std::vector<float_span>& spans, const std::vector<int64_t>& segments,
+                        int owned);
+  // Sends flat range [send_b, send_e) to the next rank while receiving
+  // [recv_b, recv_e) from the previous one: combined (scaled by `scale`
+  // when finishing a mean) or copied.
+  void exchange(const std::vector<float_span>& spans, int64_t send_b, int64_t send_e,
+                int64_t recv_b, int64_t recv_e, bool combine, reduce_op op, float scale);
+  [[noreturn]] void fail(const std::string& why);
+  int mod(int64_t x) const { return static_cast<int>(((x % size_) + size_) % size_); }
+
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<outbound> out_;
+  std::unique_ptr<inbound> in_;
+  int wake_[2] = {-1, -1};  // abort() wakes a poll through it
+  std::mutex failure_mutex_;
+  std::string failure_;
+  std::atomic<bool> failed_{false};
+  uint64_t sent_bytes_ = 0;
+  uint64_t received_bytes_ = 0;
+};
+
+// --- setting the links up ---
+
+// What the listener of a link hands to the rank that is to connect.
+struct ring_link_offer {
+  std::string host;
+  uint16_t port = 0;
+  std::string key;  // 32 random bytes
+};
+
+// A listening socket for one link, on `bind_host` at a port the OS picks,
+// with a fresh key. Throws device_error naming the call that failed.
+class ring_link_listener {
+ public:
+  explicit ring_link_listener(const std::string& bind_host);
+  ~ring_link_listener();
+  ring_link_listener(const ring_link_listener&) = delete;
+  ring_link_listener& operator=(const ring_link_listener&) = delete;
+
+  const ring_link_offer& offer() const { return offer_; }
+  // The first connection that answers its challenge with the key's proof;
+  // closes the listener. `peer` names the expected task in errors. Throws
+  // device_error at the deadline.
+  ring_socket accept(std::chrono::steady_clock::time_point deadline, const std::string& peer,
+                     bool encrypted);
+
+ private:
+  int fd_ = -1;
+  ring_link_offer offer_;
+};
+
+// Connects to an offer and proves the key (retrying a refused connection
+// until the deadline). Throws device_error naming `peer` and the cause.
+ring_socket connect_ring_link(const ring_link_offer& offer,
+                              std::chrono::steady_clock::time_point deadline,
+                              const std::string& peer, bool encrypted);
+
+// The proof and the traffic secret of a link (exposed for tests).
+std::string ring_link_proof(const std::string& key, const std::string& challenge);
+std::string ring_link_secret(const std::string& key, const std::string& challenge);
+
+}  // namespace troupe

@@ -1,0 +1,270 @@
+// process_ring: collectives between ranks over sockets of their own
+// (runtime/process_ring.hpp). The ranks are threads of this process on
+// 127.0.0.1, connected through ring_link_listener / connect_ring_link as
+// processes are.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <functional>
+#include <future>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "runtime/process_ring.hpp"
+
+using namespace troupe;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+using ring_ptr = std::unique_ptr<process_ring>;
+
+std::string task(int r) {
+  return "worker:" + std::to_string(r);
+}
+
+// P ranks joined as processes join: rank r listens for r-1 and connects to
+// r+1 with the offer r+1 made.
+std::vector<ring_ptr> make_ring(int P, bool encrypted,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  std::vector<std::unique_ptr<ring_link_listener>> listeners;
+  for (int r = 0; r < P; ++r)
+    listeners.push_back(std::make_unique<ring_link_listener>("127.0.0.1"));
+  const auto deadline = clock_type::now() + std::chrono::seconds(10);
+  std::vector<std::future<ring_socket>> accepted;
+  for (int r = 0; r < P; ++r)
+    accepted.push_back(std::async(std::launch::async, [&, r] {
+      return listeners[r]->accept(deadline, task((r + P - 1) % P), encrypted);
+    }));
+  std::vector<ring_socket> to_next;
+  for (int r = 0; r < P; ++r)
+    to_next.push_back(
+        connect_ring_link(listeners[(r + 1) % P]->offer(), deadline, task((r + 1) % P), encrypted));
+  std::vector<ring_ptr> ring;
+  for (int r = 0; r < P; ++r)
+    ring.push_back(
+        std::make_unique<process_ring>(r, P, std::move(to_next[r]), accepted[r].get(), timeout));
+  return ring;
+}
+
+// Runs f(rank) on one thread per rank; rethrows the first failure.
+void on_every_rank(int P, const std::function<void(int)>& f) {
+  std::vector<std::future<void>> done;
+  for (int r = 0; r < P; ++r) done.push_back(std::async(std::launch::async, f, r));
+  for (auto& d : done) d.get();
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+// The ring's order for an element of segment j: x_j + x_{j+1} + ... (mod P).
+float ring_order_sum(const std::vector<std::vector<float>>& x, std::size_t i, int j) {
+  const int P = static_cast<int>(x.size());
+  float acc = x[static_cast<std::size_t>(j)][i];
+  for (int k = 1; k < P; ++k) acc += x[static_cast<std::size_t>((j + k) % P)][i];
+  return acc;
+}
+
+// The segment of element i under reducers::split_range (as the ring nodes).
+int segment_of(std::size_t i, std::size_t n, int P) {
+  for (int j = P - 1; j >= 0; --j) {
+    auto b = static_cast<int64_t>(n) * j / P;
+    if (j > 0 && static_cast<int64_t>(n) >= 16 * P) b = b / 16 * 16;
+    if (static_cast<int64_t>(i) >= b) return j;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("process ring: all-reduce sums in the ring's order, bit-identical on every rank") {
+  for (bool encrypted : {true, false}) {
+    for (int P : {2, 3}) {
+      CAPTURE(encrypted);
+      CAPTURE(P);
+      auto ring = make_ring(P, encrypted);
+      for (std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{300'001}}) {
+        CAPTURE(n);
+        std::vector<std::vector<float>> x, y;
+        for (int r = 0; r < P; ++r)
+          x.push_back(random_floats(n, 100u * static_cast<unsigned>(r) + 7));
+        y = x;
+        on_every_rank(P, [&](int r) { ring[r]->all_reduce(y[r].data(), n, reduce_op::sum); });
+        for (int r = 1; r < P; ++r) CHECK(y[r] == y[0]);
+        bool ordered = true;
+        for (std::size_t i = 0; i < n; ++i)
+          ordered = ordered && y[0][i] == ring_order_sum(x, i, segment_of(i, n, P));
+        CHECK(ordered);
+      }
+      CHECK(ring[0]->bytes_sent() > 0);
+      CHECK(ring[0]->bytes_received() == ring[P - 1]->bytes_sent());
+    }
+  }
+}
+
+TEST_CASE("process ring: spans are one buffer (gradients of several variables), mean divides") {
+  const int P = 2;
+  auto ring = make_ring(P, true);
+  const std::vector<std::size_t> sizes{5, 1, 0, 200'003, 7, 65'536};
+  std::vector<std::vector<std::vector<float>>> vars(P);
+  for (int r = 0; r < P; ++r)
+    for (std::size_t v = 0; v < sizes.size(); ++v)
+      vars[r].push_back(random_floats(sizes[v], static_cast<unsigned>(10 * r + v)));
+  auto expected = vars[0];
+  for (std::size_t v = 0; v < sizes.size(); ++v)
+    for (std::size_t i = 0; i < sizes[v]; ++i)
+      expected[v][i] = (vars[0][v][i] + vars[1][v][i]) * 0.5f;
+  on_every_rank(P, [&](int r) {
+    std::vector<float_span> spans;
+    for (auto& v : vars[r]) spans.push_back({v.data(), v.size()});
+    ring[r]->all_reduce(spans, reduce_op::mean);
+  });
+  CHECK(vars[0] == expected);
+  CHECK(vars[1] == expected);
+}
+
+TEST_CASE("process ring: reduce-scatter leaves rank r its chunk, all-gather spreads them") {
+  const int P = 3;
+  const std::size_t chunk = 50'000;
+  auto ring = make_ring(P, true);
+  std::vector<std::vector<float>> x;
+  for (int r = 0; r < P; ++r) x.push_back(random_floats(chunk * P, static_cast<unsigned>(r + 1)));
+  auto y = x;
+  on_every_rank(P, [&](int r) { ring[r]->reduce_scatter(y[r].data(), chunk, reduce_op::sum); });
+  for (int r = 0; r < P; ++r) {
+    bool right = true;
+    for (std::size_t i = r * chunk; i < (r + 1) * chunk; ++i)
+      right = right && std::fabs(y[r][i] - (x[0][i] + x[1][i] + x[2][i])) < 1e-5f;
+    CHECK(right);
+  }
+  auto g = x;
+  on_every_rank(P, [&](int r) { ring[r]->all_gather(g[r].data(), chunk); });
+  for (int r = 0; r < P; ++r)
+    for (int k = 0; k < P; ++k)
+      CHECK(std::equal(g[r].begin() + k * chunk, g[r].begin() + (k + 1) * chunk,
+                       x[k].begin() + k * chunk));
+}
+
+TEST_CASE("process ring: min and max are refused, naming the collective") {
+  auto ring = make_ring(2, false);
+  float x = 1.0f;
+  CHECK_THROWS_WITH_AS(ring[0]->all_reduce(&x, 1, reduce_op::max), doctest::Contains("all_reduce"),
+                       device_error);
+}
+
+TEST_CASE("process ring: abort ends a collective a peer never joins, and the peer's next one") {
+  auto ring = make_ring(2, true);
+  std::vector<float> x(1000, 1.0f);
+  auto blocked = std::async(std::launch::async,
+                            [&] { ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ring[0]->abort("replica 0 failed");
+  CHECK_THROWS_WITH_AS(blocked.get(), doctest::Contains("aborted: replica 0 failed"), device_error);
+  CHECK_THROWS_AS(ring[0]->check(), device_error);
+  std::vector<float> y(1000, 1.0f);
+  CHECK_THROWS_AS(ring[1]->all_reduce(y.data(), y.size(), reduce_op::sum), device_error);
+}
+
+TEST_CASE("process ring: a peer that goes away fails the collective, naming the link") {
+  auto ring = make_ring(2, true);
+  ring[1].reset();  // its sockets close
+  std::vector<float> x(100'000, 1.0f);
+  CHECK_THROWS_WITH_AS(ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum),
+                       doctest::Contains("worker:1"), device_error);
+}
+
+TEST_CASE("process ring: a silent peer times out with what was moved") {
+  auto ring = make_ring(2, false, std::chrono::milliseconds(200));
+  std::vector<float> x(10, 1.0f);
+  CHECK_THROWS_WITH_AS(ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum),
+                       doctest::Contains("timed out after 200 ms"), device_error);
+}
+
+TEST_CASE("process ring: records sealed with another key do not open") {
+  // Two links made by hand; rank 0 then opens with a key rank 1 does not
+  // seal with.
+  ring_link_listener l0("127.0.0.1"), l1("127.0.0.1");
+  const auto deadline = clock_type::now() + std::chrono::seconds(10);
+  auto a0 = std::async(std::launch::async, [&] { return l0.accept(deadline, task(1), true); });
+  auto a1 = std::async(std::launch::async, [&] { return l1.accept(deadline, task(0), true); });
+  auto c0 = connect_ring_link(l1.offer(), deadline, task(1), true);
+  auto c1 = connect_ring_link(l0.offer(), deadline, task(0), true);
+  auto from1 = a0.get();
+  from1.traffic_secret[0] ^= 1;  // rank 0 expects another key than rank 1 seals with
+  process_ring r0(0, 2, std::move(c0), std::move(from1), std::chrono::seconds(5));
+  process_ring r1(1, 2, std::move(c1), a1.get(), std::chrono::seconds(5));
+  std::vector<float> x(1000, 1.0f), y(1000, 2.0f);
+  auto other = std::async(std::launch::async, [&] {
+    try {
+      r1.all_reduce(y.data(), y.size(), reduce_op::sum);
+    } catch (const device_error&) {
+    }
+  });
+  CHECK_THROWS_WITH_AS(r0.all_reduce(x.data(), x.size(), reduce_op::sum),
+                       doctest::Contains("did not open"), device_error);
+  other.get();
+}
+
+namespace {
+
+int raw_connect(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("process ring: the listener admits only a proof of its key; strangers wait beside") {
+  ring_link_listener l("127.0.0.1");
+  const auto deadline = clock_type::now() + std::chrono::seconds(10);
+  auto accepted = std::async(std::launch::async, [&] { return l.accept(deadline, task(0), true); });
+  // A stranger that says nothing, and one that answers wrongly.
+  int silent = raw_connect(l.offer().port);
+  int wrong = raw_connect(l.offer().port);
+  char challenge[32];
+  REQUIRE(::recv(wrong, challenge, sizeof(challenge), MSG_WAITALL) == 32);
+  std::string bad(32, 'x');
+  REQUIRE(::send(wrong, bad.data(), bad.size(), 0) == 32);
+  char more;
+  CHECK(::recv(wrong, &more, 1, 0) == 0);  // closed after the wrong answer, nothing else sent
+  // The right peer gets in while the silent one still waits.
+  const auto start = clock_type::now();
+  auto s = connect_ring_link(l.offer(), deadline, task(1), true);
+  auto got = accepted.get();
+  CHECK(clock_type::now() - start < std::chrono::seconds(4));
+  CHECK(got.traffic_secret == s.traffic_secret);
+  CHECK(got.traffic_secret.size() == 32);
+  CHECK(got.traffic_secret != l.offer().key);
+  ::close(got.fd);
+  ::close(s.fd);
+  ::close(silent);
+  ::close(wrong);
+}
+
+TEST_CASE("process ring: no peer by the deadline is an error naming it") {
+  ring_link_listener l("127.0.0.1");
+  CHECK_THROWS_WITH_AS(
+      l.accept(clock_type::now() + std::chrono::milliseconds(100), "worker:3", true),
+      doctest::Contains("worker:3 did not connect"), device_error);
+  ring_link_offer nowhere = l.offer();
+  nowhere.port = 1;  // nothing listens there
+  CHECK_THROWS_WITH_AS(
+      connect_ring_link(nowhere, clock_type::now() + std::chrono::milliseconds(100), "worker:4",
+                        true),
+      doctest::Contains("cannot connect to worker:4"), device_error);
+}
