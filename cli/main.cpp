@@ -41,7 +41,7 @@ Usage:
                               environment or a file (cluster.secret_env/_file);
                               without --task and cluster.tasks, the rank comes
                               from TROUPE_RANK/RANK/SLURM_PROCID and the cluster
-                              from a rendezvous at the chief (see README)
+                              from a rendezvous at the chief (docs/clusters.md)
   troupe launch [--config] FILE [--output DIR] [--resume | --overwrite]
          [--restart-workers N] [-- ARGS]
                               start every task of FILE's cluster spec as a local

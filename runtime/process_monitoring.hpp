@@ -1,5 +1,5 @@
 #pragma once
-// The monitoring of one process of a job (logging.*, README "Monitoring"):
+// The monitoring of one process of a job (logging.*, docs/monitoring.md):
 // its /metrics endpoint, and where the coordinator runs, the sinks its
 // metrics lines go to besides metrics.jsonl (TensorBoard event files, the
 // endpoint's registry).

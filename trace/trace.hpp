@@ -11,7 +11,7 @@
 // One session at a time per process (a job's), from its start to its end;
 // events are written when it finishes, also when the job fails.
 //
-// The format (docs: README "Timeline traces"): tracks are `tid`s named by
+// The format (docs/traces.md): tracks are `tid`s named by
 // thread_name metadata; spans are complete ("X") events whose `cat` is one
 // of compute, communicate, wait, io; spans on one track nest but never
 // partially overlap; counters ("C") carry mailbox and queue depths.

@@ -113,7 +113,7 @@ struct build_context {
 std::unique_ptr<layer> build_layer(const nlohmann::json& spec, const std::string& path,
                                    const shape& in, const nlohmann::json* next, build_context& bc);
 
-// The layer types, for errors and the README's table.
+// The layer types, for errors and the table in docs/models.md.
 std::vector<std::string> layer_types();
 
 }  // namespace troupe::layers
