@@ -340,6 +340,11 @@ struct replica_wiring {
   // The device group spans every replica of the job (NCCL across
   // processes): ranks are global replica indices, no ring is involved.
   bool device_group_global = false;
+  // With device collectives across processes: the process's direct links to
+  // the other processes' first replicas (given with `ring`, to the first
+  // replica only); when set, the process's sum goes over them, on the device
+  // thread, instead of through the ring node.
+  std::shared_ptr<device_communicator> process_links;
 };
 
 // What make_reducers builds on.

@@ -13,6 +13,7 @@
 #include "actors/partitioner.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "devices/device.hpp"
+#include "devices/device_communicator.hpp"
 #include "messages/protocols.hpp"
 
 namespace troupe {
@@ -30,6 +31,9 @@ struct worker_spec {
   ring_node_actor ring;                           // this process's ring node, or null
   std::vector<std::string> ring_tasks;            // the ring of processes, or empty
   std::string device_group_id;                    // see node_build
+  // The process's direct links to the other processes (runtime/
+  // process_ring.hpp, strategy::uses_process_links), or null.
+  std::shared_ptr<device_communicator> process_links;
 };
 
 // The actors of a process's replicas: devices, input pipelines, replicas,

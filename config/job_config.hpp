@@ -120,6 +120,11 @@ struct reducer_settings {
   // each process and the CAF ring across them. cpu/sim devices are always
   // hierarchical (their group is in-process).
   bool hierarchical = false;
+  // Device collectives across processes with a ring between the processes
+  // (cpu/sim devices, or hierarchical cuda): "direct" = the processes' first
+  // replicas exchange over sockets of their own, on the device thread
+  // (runtime/process_ring.hpp); "actors" = through the CAF ring nodes.
+  std::string transport = "direct";
 };
 
 // How variables are spread over variable shards (actors/partitioner.hpp).

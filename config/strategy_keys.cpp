@@ -41,7 +41,8 @@ strategy_key steps_per_update() {
 strategy_key reducer(std::vector<std::string> algorithms) {
   auto read = [algorithms](const json& j, const std::string& path, strategy_config& c) {
     auto& s = c.reducer;
-    object_reader r(j, path, {"algorithm", "bucket_bytes", "chunk_bytes", "hierarchical"});
+    object_reader r(j, path,
+                    {"algorithm", "bucket_bytes", "chunk_bytes", "hierarchical", "transport"});
     r.with("algorithm",
            [&](const json& v, const std::string& p) { s.algorithm = read_enum(v, p, algorithms); });
     r.with("bucket_bytes",
@@ -50,12 +51,16 @@ strategy_key reducer(std::vector<std::string> algorithms) {
            [&](const json& v, const std::string& p) { s.chunk_bytes = read_int(v, p, 4); });
     r.with("hierarchical",
            [&](const json& v, const std::string& p) { s.hierarchical = read_bool(v, p); });
+    r.with("transport", [&](const json& v, const std::string& p) {
+      s.transport = read_enum(v, p, {"direct", "actors"});
+    });
   };
   auto write = [](const strategy_config& c) {
     return json{{"algorithm", c.reducer.algorithm},
                 {"bucket_bytes", c.reducer.bucket_bytes},
                 {"chunk_bytes", c.reducer.chunk_bytes},
-                {"hierarchical", c.reducer.hierarchical}};
+                {"hierarchical", c.reducer.hierarchical},
+                {"transport", c.reducer.transport}};
   };
   return {"reducer", read, write};
 }

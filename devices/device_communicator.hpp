@@ -30,6 +30,12 @@ namespace troupe {
 // actors (strategy.reducer.algorithm ring, tree, reduce_to_one) do all four.
 void require_device_reduce_op(reduce_op op, const char* collective);
 
+// A contiguous run of floats of the caller's (a variable's gradient).
+struct float_span {
+  float* data = nullptr;
+  std::size_t size = 0;
+};
+
 class device_communicator {
  public:
   virtual ~device_communicator() = default;
@@ -42,6 +48,12 @@ class device_communicator {
   virtual void reduce_scatter(float* data, std::size_t chunk, reduce_op op) = 0;
   // data holds size() * chunk floats; rank r's chunk r goes to every rank.
   virtual void all_gather(float* data, std::size_t chunk) = 0;
+  // All-reduce over the spans taken as one buffer (a model's gradients, one
+  // span per variable; every rank passes spans of the same sizes). Here one
+  // all_reduce per span; a link between processes sends them as one.
+  virtual void all_reduce_spans(const std::vector<float_span>& spans, reduce_op op) {
+    for (const auto& s : spans) all_reduce(s.data, s.size, op);
+  }
   // The same three, issued: the collective may still be running when the
   // call returns, and until complete() the caller neither touches `data` nor
   // passes it to another collective. In the host group (cpu:N, sim:N) a rank

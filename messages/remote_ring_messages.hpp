@@ -21,6 +21,7 @@ using ring_wire_atom = caf::atom_constant<caf::atom("rr_wire")>;
 using ring_timeout_atom = caf::atom_constant<caf::atom("rr_timeout")>;
 using ring_hello_atom = caf::atom_constant<caf::atom("rr_hello")>;
 using ring_known_atom = caf::atom_constant<caf::atom("rr_known")>;
+using ring_offer_atom = caf::atom_constant<caf::atom("rr_offer")>;
 
 // One chunk of one step of a ring collective, from a node to its right
 // neighbour. Steps 0 .. P-2 are the reduce-scatter, P-1 .. 2P-3 the
@@ -103,7 +104,12 @@ using ring_peer_actor = caf::typed_actor<
     caf::reacts_to<ring_credit_atom, int32_t>,
     // Collective `seq` failed on rank `from` for `reason`; the group is
     // unusable from then on (every rank fails its pending work at once).
-    caf::reacts_to<ring_abort_atom, uint64_t, int32_t, std::string>>;
+    caf::reacts_to<ring_abort_atom, uint64_t, int32_t, std::string>,
+    // Direct links (runtime/process_ring.hpp): rank `from`, this node's right
+    // neighbour, listens at host:port for this process's link to it and
+    // hands over the link's key (over this authenticated link; accepted only
+    // from that neighbour's node).
+    caf::reacts_to<ring_offer_atom, int32_t, std::string, uint16_t, std::string>>;
 
 // A ring node: one per process (or per test "process"), the peer protocol
 // plus its owner's requests.
@@ -128,7 +134,12 @@ using ring_node_actor = ring_peer_actor::extend<
     // connections, and with it the proxies (remote_link_unreachable).
     caf::reacts_to<ring_hello_atom, int32_t, ring_peer_actor>,
     // Joining: the node rank `rank` introduced (an error until it has).
-    caf::replies_to<ring_known_atom, int32_t>::with<ring_peer_actor>>;
+    caf::replies_to<ring_known_atom, int32_t>::with<ring_peer_actor>,
+    // Direct links, from the owner: offer host:port and the key to the left
+    // neighbour (once wired) ...
+    caf::reacts_to<ring_offer_atom, std::string, uint16_t, std::string>,
+    // ... and the offer rank `from` made to this node (an error until then).
+    caf::replies_to<ring_offer_atom, int32_t>::with<std::string, uint16_t, std::string>>;
 
 // Registers reduce_op, ring_chunk and the two handles with CAF (called by
 // register_messages()).

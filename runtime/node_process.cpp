@@ -9,6 +9,7 @@
 #include "actors/reducers/remote_ring.hpp"
 #include "config/secret.hpp"
 #include "runtime/node_process.hpp"
+#include "runtime/process_links.hpp"
 
 namespace troupe::node_detail {
 
@@ -100,6 +101,21 @@ void node_process::join_process_ring(const std::vector<std::string>& ring_tasks)
   spdlog::info("{}: ring rank {} of {}", name(), rank, ring_tasks.size());
 }
 
+std::shared_ptr<device_communicator> node_process::join_links(
+    const std::vector<std::string>& ring_tasks) {
+  const auto rank = static_cast<int32_t>(std::find(ring_tasks.begin(), ring_tasks.end(), name()) -
+                                         ring_tasks.begin());
+  const auto host = parse_host_port(task_address(spec(), me)).host;
+  auto links = join_process_links(sys, ring, rank, ring_tasks, host, !spec().insecure,
+                                  clock_type::now() + join_timeout);
+  spdlog::info(
+      "{}: direct links to {} and from {} ({})", name(),
+      ring_tasks[static_cast<std::size_t>((rank + 1) % ring_tasks.size())],
+      ring_tasks[static_cast<std::size_t>((rank + ring_tasks.size() - 1) % ring_tasks.size())],
+      spec().insecure ? "plain, cluster.insecure" : "TLS 1.3 records");
+  return links;
+}
+
 worker_parts node_process::build_workers(const node_build& order) {
   worker_spec ws;
   ws.indices = mine.replicas;
@@ -112,6 +128,7 @@ worker_parts node_process::build_workers(const node_build& order) {
     join_process_ring(order.ring_tasks);
     ws.ring = ring;
     ws.ring_tasks = order.ring_tasks;
+    if (plan->strat->uses_process_links(c)) ws.process_links = join_links(order.ring_tasks);
   }
   ws.device_group_id = order.device_group_id;
   return spawn_job_workers(sys, plan, std::move(ws), order.hub);

@@ -400,7 +400,7 @@ void process_ring::all_gather_steps(const std::vector<float_span>& spans,
   }
 }
 
-void process_ring::all_reduce(const std::vector<float_span>& spans, reduce_op op) {
+void process_ring::all_reduce_spans(const std::vector<float_span>& spans, reduce_op op) {
   require_device_reduce_op(op, "all_reduce");
   check();
   if (size_ == 1) return;  // sum or mean over one rank: the data itself
@@ -412,7 +412,7 @@ void process_ring::all_reduce(const std::vector<float_span>& spans, reduce_op op
 }
 
 void process_ring::all_reduce(float* data, std::size_t n, reduce_op op) {
-  all_reduce(std::vector<float_span>{{data, n}}, op);
+  all_reduce_spans(std::vector<float_span>{{data, n}}, op);
 }
 
 namespace {

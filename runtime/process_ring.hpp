@@ -70,12 +70,6 @@ struct ring_socket {
   std::string peer;            // its task, for errors ("worker:0")
 };
 
-// A contiguous run of floats of the caller's (a variable's gradient).
-struct float_span {
-  float* data = nullptr;
-  std::size_t size = 0;
-};
-
 class process_ring final : public device_communicator {
  public:
   // Takes both sockets over (also when it throws).
@@ -93,9 +87,9 @@ class process_ring final : public device_communicator {
   void check() override;
   void abort(const std::string& why) override;
 
-  // All-reduce over the spans taken as one buffer (a model's gradients, one
-  // span per variable): every rank passes spans of the same sizes.
-  void all_reduce(const std::vector<float_span>& spans, reduce_op op);
+  // One collective over all the spans (sealed span by span, so both ends
+  // cut the same records).
+  void all_reduce_spans(const std::vector<float_span>& spans, reduce_op op) override;
 
   // Bytes this rank sent and received on its links (wire bytes).
   uint64_t bytes_sent() const { return sent_bytes_; }

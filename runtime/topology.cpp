@@ -303,7 +303,10 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     w.local_index = static_cast<int64_t>(k);
     w.device_group = reducers.device_group;
     w.device_group_global = reducers.device_group_global;
-    if (w.device_group && !w.device_group_global && k == 0) w.ring = spec.ring;
+    if (w.device_group && !w.device_group_global && k == 0) {
+      w.ring = spec.ring;
+      w.process_links = spec.process_links;
+    }
     w.shards = spec.shards;
     w.place = spec.place;
     w.across_processes = spec.ring_tasks.size() > 1;

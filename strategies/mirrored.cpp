@@ -132,6 +132,14 @@ class mirrored final : public strategy {
       return make_mirrored_device_ring_step(w, reducer_config_of(c));
     return make_mirrored_device_step(w, reducer_config_of(c), sharded);
   }
+  // Device collectives with the ring of processes between them (every
+  // device kind but cuda's one communicator over the job).
+  bool uses_process_links(const job_config& c) const override {
+    const bool one_nccl_group = parse_device(c.devices.front()).kind == device_spec::kind_t::cuda &&
+                                !c.strategy.reducer.hierarchical;
+    return c.strategy.reducer.algorithm == "nccl" && !one_nccl_group &&
+           c.strategy.reducer.transport == "direct";
+  }
   bool steps_together() const override { return true; }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
     return std::make_unique<lockstep_driver>();

@@ -33,7 +33,11 @@ device_group_step::device_group_step(replica_wiring w, reducer_config rc)
     : wiring_(std::move(w)), reducer_cfg_(rc) {}
 
 device_group_step::~device_group_step() {
-  wiring_.device_group->abort("replica " + std::to_string(wiring_.index) + " stopped");
+  const std::string why = "replica " + std::to_string(wiring_.index) + " stopped";
+  wiring_.device_group->abort(why);
+  // The links too: a device thread waiting on another process must not keep
+  // this one from ending (the peers then fail at once, their links closed).
+  if (wiring_.process_links) wiring_.process_links->abort(why);
 }
 
 void device_group_step::init(compute_state& cs) {

@@ -78,12 +78,14 @@ class device_group_step : public replica_step {
   // replica ends with the error), so that the peers are not left waiting.
   template <class F>
   auto guarded(F f) {
-    return [f = std::move(f), group = wiring_.device_group, index = wiring_.index](
-               compute_state& cs, auto&&... args) mutable {
+    return [f = std::move(f), group = wiring_.device_group, links = wiring_.process_links,
+            index = wiring_.index](compute_state& cs, auto&&... args) mutable {
       try {
         return f(cs, std::forward<decltype(args)>(args)...);
       } catch (const std::exception& e) {
-        group->abort("replica " + std::to_string(index) + ": " + e.what());
+        const std::string why = "replica " + std::to_string(index) + ": " + e.what();
+        group->abort(why);
+        if (links) links->abort(why);
         throw;
       }
     };

@@ -74,6 +74,10 @@ class strategy : public strategy_rules {
   virtual std::string device_group_id(const job_config&, std::size_t /*processes*/) const {
     return {};
   }
+  // Whether the process's first replica also gets direct links to the other
+  // processes' (runtime/process_ring.hpp), set up by troupe node after the
+  // ring of processes is wired.
+  virtual bool uses_process_links(const job_config&) const { return false; }
   virtual reducer_parts make_reducers(caf::actor_system&, const job_config&,
                                       const reducer_wiring&) const {
     return {};

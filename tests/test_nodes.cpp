@@ -268,11 +268,22 @@ TEST_CASE(
   c.devices = {"sim:0", "sim:1", "sim:2"};
   temp_dir dir;
   // chief, worker:0 (replicas 0, 1: a device group of 2), worker:1 (replica 2)
+  // The processes' sum over their direct links (the default), then through
+  // the ring nodes: the same ring order, so the same bits.
+  c.logging.level = "info";
   auto many = run_in_processes(c, dir, 2, 0);
   CHECK(many["steps"] == one["steps"]);
   double d = max_abs_diff(variables_of(one), variables_of(many));
   MESSAGE("mirrored nccl, 3 processes vs ring in 1: max |diff| " << d);
   CHECK(d < 2e-5);
+  const auto worker_log = read_file(dir / "worker:1.log");
+  CHECK_MESSAGE(worker_log.find("direct links to worker:0 and from worker:0 (TLS 1.3 records)") !=
+                    std::string::npos,
+                worker_log);
+  temp_dir dir2;
+  c.strategy.reducer.transport = "actors";
+  auto through_actors = run_in_processes(c, dir2, 2, 0);
+  CHECK(max_abs_diff(variables_of(many), variables_of(through_actors)) == 0.0);
 }
 
 TEST_CASE("mirrored with replicas on the chief too (explicit hosts) equals one process") {

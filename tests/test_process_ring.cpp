@@ -127,7 +127,7 @@ TEST_CASE("process ring: spans are one buffer (gradients of several variables), 
   on_every_rank(P, [&](int r) {
     std::vector<float_span> spans;
     for (auto& v : vars[r]) spans.push_back({v.data(), v.size()});
-    ring[r]->all_reduce(spans, reduce_op::mean);
+    ring[r]->all_reduce_spans(spans, reduce_op::mean);
   });
   CHECK(vars[0] == expected);
   CHECK(vars[1] == expected);

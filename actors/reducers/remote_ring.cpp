@@ -8,6 +8,8 @@
 #include <mutex>
 #include <optional>
 
+#include <spdlog/spdlog.h>
+
 #include "actors/reducers/collective.hpp"
 
 namespace troupe {
@@ -151,6 +153,14 @@ struct ring_state {
   std::vector<ring_peer_actor> peers;
   std::string broken;                             // non-empty: the group failed for this reason
   std::map<int32_t, ring_peer_actor> introduced;  // joining: higher ranks' hellos
+  // Direct links: offers (host, port, key) as they came, by claimed rank.
+  struct link_offer {
+    caf::strong_actor_ptr sender;
+    std::string host;
+    uint16_t port = 0;
+    std::string key;
+  };
+  std::map<int32_t, link_offer> offers;
   uint64_t next_seq = 1;
   std::deque<pending_request> queue;
   std::optional<active_collective> act;
@@ -466,6 +476,43 @@ ring_node_actor::behavior_type ring_node_impl(Self self, ring_options opt) {
         if (i == known.end())
           return ring_error("remote_ring: rank " + std::to_string(rank) + " has not joined yet");
         return i->second;
+      },
+      [=](ring_offer_atom, std::string& host, uint16_t port, std::string& key) {
+        auto& st = self->state;
+        // From this process only: a remote sender could otherwise point the
+        // left neighbour's gradients at an address of its choosing.
+        auto sender = self->current_sender();
+        if (sender && sender->node() != self->node()) {
+          spdlog::warn("{}: a direct-link offer to forward from another process; dropped",
+                       where(st));
+          return;
+        }
+        if (st.n < 2) return;  // not wired (or alone): nobody to offer to
+        self->send(st.peers[st.left()], ring_offer_atom::value, st.rank, std::move(host), port,
+                   std::move(key));
+      },
+      [=](ring_offer_atom, int32_t from, std::string& host, uint16_t port, std::string& key) {
+        // Kept with its sender: this node may not be wired yet (the right
+        // neighbour can finish its rendezvous first); checked when asked for.
+        self->state.offers[from] = {self->current_sender(), std::move(host), port, std::move(key)};
+      },
+      [=](ring_offer_atom, int32_t from) -> caf::result<std::string, uint16_t, std::string> {
+        auto& st = self->state;
+        auto i = st.offers.find(from);
+        if (st.n < 2 || i == st.offers.end())
+          return ring_error("remote_ring: rank " + std::to_string(from) + " has made no offer yet");
+        // Only the right neighbour's node offers, and only as itself.
+        auto& o = i->second;
+        auto peer = caf::actor_cast<caf::strong_actor_ptr>(st.peers[st.right()]);
+        if (from != st.right() || !o.sender || o.sender->node() != peer->node() ||
+            o.sender->id() != peer->id()) {
+          st.offers.erase(i);
+          spdlog::warn(
+              "{}: a direct-link offer claiming rank {} not from that rank's node; dropped",
+              where(st), from);
+          return ring_error("remote_ring: rank " + std::to_string(from) + " has made no offer yet");
+        }
+        return {o.host, o.port, o.key};
       },
       [=](allreduce_atom, reduce_op op,
           std::vector<tensor>& ts) -> caf::result<std::vector<tensor>> {

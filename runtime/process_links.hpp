@@ -1,0 +1,31 @@
+#pragma once
+// Setting up a process ring's direct links (runtime/process_ring.hpp)
+// through the ring nodes that are already wired (actors/reducers/
+// remote_ring.hpp): each process listens, offers host, port and a fresh key
+// to its left neighbour as a typed message between the ring nodes (over the
+// job's authenticated links), connects to its right neighbour's offer and
+// accepts its left neighbour's connection.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "messages/remote_ring_messages.hpp"
+#include "runtime/process_ring.hpp"
+
+namespace troupe {
+
+// Rank `rank` of the ring of `tasks` (this process's task is tasks[rank]);
+// listens on `bind_host`. `encrypted`: TLS 1.3 records on the links (every
+// job but cluster.insecure). Throws device_error naming the task that did
+// not come by `deadline`.
+std::shared_ptr<process_ring> join_process_links(caf::actor_system& sys,
+                                                 const ring_node_actor& node, int32_t rank,
+                                                 const std::vector<std::string>& tasks,
+                                                 const std::string& bind_host, bool encrypted,
+                                                 std::chrono::steady_clock::time_point deadline);
+
+}  // namespace troupe
