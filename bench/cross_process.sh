@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The mirrored MLP across two processes against the same job in one process,
+# alternating in one session: examples/fashion_mnist_mirrored_2proc.json with
+# R replicas in each process (2R in all), and per round
+#   inprocess       the same 2R replicas in one process (device collectives)
+#   direct          2 processes, device collectives, the processes' sum over
+#                   direct links (strategy.reducer.transport "direct", TLS 1.3)
+#   direct_plain    the same with cluster.insecure (plain bytes)
+#   device_actors   2 processes, device collectives, the sum through the CAF
+#                   ring nodes (transport "actors")
+#   reducer_ring    2 processes, the reducer actors' ring (algorithm "ring",
+#                   the example as it was shipped before direct links)
+#
+#   bench/cross_process.sh [ROUNDS=3] [EPOCHS=2] [R=1]     (BUILD=build/release)
+#
+# Prints one JSON line per run: {"bench":"cross_process","setup":...,
+# "samples_per_second":...,"test_accuracy":...}.
+set -euo pipefail
+ROUNDS=${1:-3}
+EPOCHS=${2:-2}
+R=${3:-1}
+BUILD=${BUILD:-build/release}
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export TROUPE_SECRET=${TROUPE_SECRET:-$(openssl rand -hex 32)}
+python3 - examples/fashion_mnist_mirrored_2proc.json "$work" "$EPOCHS" "$R" <<'PY'
+import json, sys
+src, work, epochs, r = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+devices = [f"cpu:{i}" for i in range(2 * r)]
+def base(setup):
+    j = json.load(open(src))
+    j["training"]["epochs"] = epochs
+    j["checkpoint"] = {"every_steps": 0, "save_at_end": False}
+    j["logging"] = {"output_dir": f"{work}/out-{setup}"}
+    j["strategy"]["replicas"] = 2 * r
+    j["devices"] = devices
+    j["cluster"]["hosts"] = {
+        "chief:0": {"replicas": list(range(r)), "devices": devices[:r]},
+        "worker:0": {"replicas": list(range(r, 2 * r)), "devices": devices[r:]}}
+    return j
+for setup in ("direct", "direct_plain", "device_actors", "reducer_ring", "inprocess"):
+    j = base(setup)
+    red = j["strategy"]["reducer"]
+    if setup == "reducer_ring":
+        red["algorithm"] = "ring"
+    else:
+        red["algorithm"] = "nccl"
+        red["transport"] = "actors" if setup == "device_actors" else "direct"
+    if setup == "direct_plain":
+        j["cluster"]["insecure"] = True
+    if setup == "inprocess":
+        del j["cluster"]
+    json.dump(j, open(f"{work}/{setup}.json", "w"))
+PY
+echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(date -u +%F), R=$R" >&2
+for _ in $(seq "$ROUNDS"); do
+  for setup in inprocess direct direct_plain device_actors reducer_ring; do
+    if [ "$setup" = inprocess ]; then
+      cmd=("$BUILD/troupe" run "$work/$setup.json" --overwrite --quiet)
+    else
+      cmd=("$BUILD/troupe" launch "$work/$setup.json" --overwrite)
+    fi
+    "${cmd[@]}" >"$work/log-$setup" 2>&1 || { cat "$work/log-$setup" >&2; exit 1; }
+    python3 - "$work/out-$setup/summary.json" "$setup" "$R" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(json.dumps({"bench": "cross_process", "setup": sys.argv[2],
+                  "replicas_per_process": int(sys.argv[3]),
+                  "samples_per_second": round(s["samples_per_second"]),
+                  "test_accuracy": s.get("test_accuracy")}), flush=True)
+PY
+  done
+done
