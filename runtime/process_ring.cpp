@@ -88,91 +88,17 @@ std::vector<piece> pieces_of(const std::vector<float_span>& spans, int64_t b, in
 
 }  // namespace
 
-// The sending half: pieces go out sealed (or as they are) while the
-// receiving half runs in the same loop.
-class process_ring::outbound {
- public:
-  explicit outbound(ring_socket s) : sock_(std::move(s)) {
-    if (!sock_.traffic_secret.empty()) {
-      writer_ = std::make_unique<tls13::record_writer>(sock_.traffic_secret);
-      sealed_.resize(tls13::record_writer::sealed_size(kSendBytes));
-    }
-  }
-  ~outbound() {
-    if (sock_.fd >= 0) ::close(sock_.fd);
-  }
-  int fd() const { return sock_.fd; }
-  const std::string& peer() const { return sock_.peer; }
-  void shut() { ::shutdown(sock_.fd, SHUT_RDWR); }
-
-  void start(std::vector<piece> pieces) {
-    pieces_ = std::move(pieces);
-    next_ = 0;
-    offset_ = 0;
-    cur_ = nullptr;
-    cur_b_ = cur_e_ = 0;
-    total_ = left_ = 0;
-    for (const auto& p : pieces_)
-      total_ += writer_ ? tls13::record_writer::sealed_size(p.bytes) : p.bytes;
-    left_ = total_;
-  }
-  bool done() const { return left_ == 0; }
-  uint64_t sent() const { return total_ - left_; }
-  uint64_t total() const { return total_; }
-
-  // Writes what the socket takes now; false if nothing moved.
-  bool progress(uint64_t& counter) {
-    bool moved = false;
-    while (left_ > 0) {
-      if (cur_b_ == cur_e_) fill();
-      ssize_t k = ::send(sock_.fd, cur_ + cur_b_, cur_e_ - cur_b_, MSG_NOSIGNAL);
-      if (k < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
-        if (errno == EINTR) continue;
-        throw link_broken(errno_text("send"));
-      }
-      cur_b_ += static_cast<std::size_t>(k);
-      left_ -= static_cast<uint64_t>(k);
-      counter += static_cast<uint64_t>(k);
-      moved = true;
-    }
-    return moved;
-  }
-
- private:
-  // The next bytes to send: up to kSendBytes of the current piece, sealed,
-  // or the piece's own memory on a plain link.
-  void fill() {
-    piece& p = pieces_[next_];
-    const std::size_t n = std::min(kSendBytes, p.bytes - offset_);
-    const char* src = p.data + offset_;
-    if (writer_) {
-      cur_e_ = writer_->seal_to(src, n, sealed_.data());
-      cur_ = sealed_.data();
-    } else {
-      cur_ = src;
-      cur_e_ = n;
-    }
-    cur_b_ = 0;
-    offset_ += n;
-    if (offset_ == p.bytes) {
-      ++next_;
-      offset_ = 0;
-    }
-  }
-
-  ring_socket sock_;
-  std::unique_ptr<tls13::record_writer> writer_;
-  std::vector<char> sealed_;
-  std::vector<piece> pieces_;
-  std::size_t next_ = 0, offset_ = 0;
-  const char* cur_ = nullptr;
-  std::size_t cur_b_ = 0, cur_e_ = 0;
-  uint64_t total_ = 0, left_ = 0;
+// One step of a collective: the flat ranges sent to the next rank and
+// received from the previous one, and what becomes of the received floats.
+struct process_ring::step {
+  std::vector<piece> send, recv;
+  bool combine = false;  // combined into the buffer (else copied over it)
+  float scale = 1.0f;    // finishing a mean: 1/P
 };
 
 // The receiving half: reads exactly the collective's wire bytes and combines
-// (or copies) what they carry into the caller's pieces as it comes.
+// (or copies) what they carry into the caller's pieces as it comes, counting
+// what each step has delivered (the sending half forwards from it).
 class process_ring::inbound {
  public:
   explicit inbound(ring_socket s) : sock_(std::move(s)) {
@@ -192,22 +118,23 @@ class process_ring::inbound {
   const std::string& peer() const { return sock_.peer; }
   void shut() { ::shutdown(sock_.fd, SHUT_RDWR); }
 
-  void start(std::vector<piece> pieces, bool combine, reduce_op op, float scale) {
-    pieces_ = std::move(pieces);
-    next_ = 0;
-    offset_ = 0;
-    carry_ = 0;
-    combine_ = combine;
+  void start(const std::vector<step>& steps, reduce_op op) {
+    steps_ = &steps;
     op_ = op;
-    scale_ = scale;
+    step_ = next_ = offset_ = carry_ = 0;
+    delivered_.assign(steps.size(), 0);
     total_ = 0;
-    for (const auto& p : pieces_)
-      total_ += reader_ ? tls13::record_writer::sealed_size(p.bytes) : p.bytes;
+    for (const auto& st : steps)
+      for (const auto& p : st.recv)
+        total_ += reader_ ? tls13::record_writer::sealed_size(p.bytes) : p.bytes;
     left_ = total_;
+    skip_empty_steps();
   }
   bool done() const { return left_ == 0; }
   uint64_t received() const { return total_ - left_; }
   uint64_t total() const { return total_; }
+  // Plaintext bytes of step k in the caller's buffer so far.
+  uint64_t delivered(std::size_t k) const { return delivered_[k]; }
 
   // Reads what the socket has now; false if nothing moved.
   bool progress(uint64_t& counter) {
@@ -227,8 +154,10 @@ class process_ring::inbound {
       counter += static_cast<uint64_t>(k);
       moved = true;
       take(static_cast<std::size_t>(k));
+      // Return after each read: the sending half may forward it now.
+      break;
     }
-    if (next_ != pieces_.size())
+    if (left_ == 0 && step_ != steps_->size())
       throw link_broken("the peer's records do not match the collective (different sizes?)");
     return moved;
   }
@@ -249,25 +178,35 @@ class process_ring::inbound {
     std::memmove(scratch_.data(), scratch_.data() + whole, carry_);
   }
 
-  // Whole floats into the pieces, in order.
+  void skip_empty_steps() {
+    while (step_ < steps_->size() && next_ == (*steps_)[step_].recv.size()) {
+      ++step_;
+      next_ = 0;
+    }
+  }
+
+  // Whole floats into the pieces, in order, step after step.
   void deliver(const char* data, std::size_t n) {
     while (n > 0) {
-      if (next_ == pieces_.size())
+      if (step_ == steps_->size())
         throw link_broken("the peer sent more than the collective holds");
-      piece& p = pieces_[next_];
+      const step& st = (*steps_)[step_];
+      const piece& p = st.recv[next_];
       const std::size_t k = std::min(n, p.bytes - offset_);
-      if (combine_)
+      if (st.combine)
         reducers::combine_final(reinterpret_cast<float*>(p.data + offset_),
                                 reinterpret_cast<const float*>(data),
-                                static_cast<int64_t>(k / sizeof(float)), op_, scale_);
+                                static_cast<int64_t>(k / sizeof(float)), op_, st.scale);
       else
         std::memcpy(p.data + offset_, data, k);
+      delivered_[step_] += k;
       offset_ += k;
       data += k;
       n -= k;
       if (offset_ == p.bytes) {
         ++next_;
         offset_ = 0;
+        skip_empty_steps();
       }
     }
   }
@@ -275,11 +214,119 @@ class process_ring::inbound {
   ring_socket sock_;
   std::unique_ptr<tls13::record_reader> reader_;
   std::vector<char> wire_, scratch_;
-  std::vector<piece> pieces_;
-  std::size_t next_ = 0, offset_ = 0, carry_ = 0;
-  bool combine_ = false;
+  const std::vector<step>* steps_ = nullptr;
   reduce_op op_ = reduce_op::sum;
-  float scale_ = 1.0f;
+  std::size_t step_ = 0, next_ = 0, offset_ = 0, carry_ = 0;
+  std::vector<uint64_t> delivered_;
+  uint64_t total_ = 0, left_ = 0;
+};
+
+// The sending half: step 0 goes out as it is; a later step sends the range
+// the step before it received, as far as it has been delivered, so a
+// received chunk goes on to the next rank while the rest is still coming.
+// Sealed (or sent from the caller's memory on a plain link) in pieces of at
+// most kSendBytes whose records are cut as if the piece were sealed whole.
+class process_ring::outbound {
+ public:
+  explicit outbound(ring_socket s) : sock_(std::move(s)) {
+    if (!sock_.traffic_secret.empty()) {
+      writer_ = std::make_unique<tls13::record_writer>(sock_.traffic_secret);
+      sealed_.resize(tls13::record_writer::sealed_size(kSendBytes));
+    }
+  }
+  ~outbound() {
+    if (sock_.fd >= 0) ::close(sock_.fd);
+  }
+  int fd() const { return sock_.fd; }
+  const std::string& peer() const { return sock_.peer; }
+  void shut() { ::shutdown(sock_.fd, SHUT_RDWR); }
+
+  void start(const std::vector<step>& steps, const inbound& in) {
+    steps_ = &steps;
+    in_ = &in;
+    step_ = next_ = offset_ = 0;
+    step_sent_ = 0;
+    cur_ = nullptr;
+    cur_b_ = cur_e_ = 0;
+    total_ = 0;
+    for (const auto& st : steps)
+      for (const auto& p : st.send)
+        total_ += writer_ ? tls13::record_writer::sealed_size(p.bytes) : p.bytes;
+    left_ = total_;
+  }
+  bool done() const { return left_ == 0; }
+  // Bytes sealed and waiting for the socket (poll for POLLOUT only then).
+  bool pending() const { return cur_b_ < cur_e_; }
+  uint64_t sent() const { return total_ - left_; }
+  uint64_t total() const { return total_; }
+
+  // Writes what the socket takes and the data allow now; false if nothing moved.
+  bool progress(uint64_t& counter) {
+    bool moved = false;
+    while (left_ > 0) {
+      if (cur_b_ == cur_e_ && !fill()) return moved;
+      ssize_t k = ::send(sock_.fd, cur_ + cur_b_, cur_e_ - cur_b_, MSG_NOSIGNAL);
+      if (k < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
+        if (errno == EINTR) continue;
+        throw link_broken(errno_text("send"));
+      }
+      cur_b_ += static_cast<std::size_t>(k);
+      left_ -= static_cast<uint64_t>(k);
+      counter += static_cast<uint64_t>(k);
+      moved = true;
+    }
+    return moved;
+  }
+
+ private:
+  // The next bytes to send, if the data allow; false if they do not yet.
+  bool fill() {
+    while (next_ == (*steps_)[step_].send.size()) {  // steps with nothing to send
+      ++step_;
+      next_ = 0;
+      step_sent_ = 0;
+    }
+    const piece& p = (*steps_)[step_].send[next_];
+    std::size_t n = std::min(kSendBytes, p.bytes - offset_);
+    if (step_ > 0) {
+      // What the step before has delivered and this step has not yet sent.
+      const uint64_t ready = in_->delivered(step_ - 1) - step_sent_;
+      if (ready < n) {
+        // Whole records only (cut at multiples of max_plaintext from the
+        // piece's start); on a plain link the same, so that a trickle of
+        // small reads is not forwarded as a trickle of small sends.
+        n = static_cast<std::size_t>(ready) / tls13::max_plaintext * tls13::max_plaintext;
+        if (n == 0) return false;
+      }
+    }
+    const char* src = p.data + offset_;
+    if (writer_) {
+      cur_e_ = writer_->seal_to(src, n, sealed_.data());
+      cur_ = sealed_.data();
+    } else {
+      cur_ = src;
+      cur_e_ = n;
+    }
+    cur_b_ = 0;
+    offset_ += n;
+    step_sent_ += n;
+    if (offset_ == p.bytes) {
+      ++next_;
+      offset_ = 0;
+    }
+    return true;
+  }
+
+  ring_socket sock_;
+  std::unique_ptr<tls13::record_writer> writer_;
+  std::vector<char> sealed_;
+  const std::vector<step>* steps_ = nullptr;
+  const inbound* in_ = nullptr;
+  std::size_t step_ = 0, next_ = 0, offset_ = 0;
+  uint64_t step_sent_ = 0;
+  const char* cur_ = nullptr;
+  std::size_t cur_b_ = 0, cur_e_ = 0;
   uint64_t total_ = 0, left_ = 0;
 };
 
@@ -348,11 +395,9 @@ void process_ring::fail(const std::string& why) {
   throw device_error(why);  // not reached: check() throws
 }
 
-void process_ring::exchange(const std::vector<float_span>& spans, int64_t send_b, int64_t send_e,
-                            int64_t recv_b, int64_t recv_e, bool combine, reduce_op op,
-                            float scale) {
-  out_->start(pieces_of(spans, send_b, send_e));
-  in_->start(pieces_of(spans, recv_b, recv_e), combine, op, scale);
+void process_ring::run(const std::vector<step>& steps, reduce_op op) {
+  in_->start(steps, op);
+  out_->start(steps, *in_);
   const auto deadline = clock_type::now() + timeout_;
   const std::string next = "rank " + std::to_string(mod(rank_ + 1)) + " (" + out_->peer() + ")";
   const std::string prev = "rank " + std::to_string(mod(rank_ - 1)) + " (" + in_->peer() + ")";
@@ -363,7 +408,7 @@ void process_ring::exchange(const std::vector<float_span>& spans, int64_t send_b
       if (out_->done() && in_->done()) return;
       check();
       if (moved) continue;
-      pollfd fds[3] = {{out_->fd(), static_cast<short>(out_->done() ? 0 : POLLOUT), 0},
+      pollfd fds[3] = {{out_->fd(), static_cast<short>(out_->pending() ? POLLOUT : 0), 0},
                        {in_->fd(), static_cast<short>(in_->done() ? 0 : POLLIN), 0},
                        {wake_[0], POLLIN, 0}};
       if (clock_type::now() >= deadline)
@@ -379,25 +424,23 @@ void process_ring::exchange(const std::vector<float_span>& spans, int64_t send_b
   }
 }
 
-void process_ring::reduce_scatter_steps(const std::vector<float_span>& spans,
-                                        const std::vector<int64_t>& seg, int finish, reduce_op op) {
+// Rank r sends, at step s of the reduce-scatter, the segment it received at
+// step s - 1 (its own at s = 0), so that it finishes segment r + finish; the
+// all-gather then passes the finished segments on, P - 1 steps more.
+std::vector<process_ring::step> process_ring::ring_steps(const std::vector<float_span>& spans,
+                                                         const std::vector<int64_t>& seg,
+                                                         int finish, bool reduce, bool gather,
+                                                         reduce_op op) const {
+  auto range = [&](int k) { return pieces_of(spans, seg[k], seg[k + 1]); };
+  std::vector<step> steps;
   const float final_scale = op == reduce_op::mean ? 1.0f / static_cast<float>(size_) : 1.0f;
-  for (int s = 0; s + 1 < size_; ++s) {
-    const int send = mod(rank_ + finish - 1 - s);
-    const int recv = mod(rank_ + finish - 2 - s);
-    const float scale = s + 2 == size_ ? final_scale : 1.0f;
-    exchange(spans, seg[send], seg[send + 1], seg[recv], seg[recv + 1], true, op, scale);
-  }
-}
-
-void process_ring::all_gather_steps(const std::vector<float_span>& spans,
-                                    const std::vector<int64_t>& seg, int owned) {
-  for (int s = 0; s + 1 < size_; ++s) {
-    const int send = mod(rank_ + owned - s);
-    const int recv = mod(rank_ + owned - s - 1);
-    exchange(spans, seg[send], seg[send + 1], seg[recv], seg[recv + 1], false, reduce_op::sum,
-             1.0f);
-  }
+  for (int s = 0; reduce && s + 1 < size_; ++s)
+    steps.push_back({range(mod(rank_ + finish - 1 - s)), range(mod(rank_ + finish - 2 - s)), true,
+                     s + 2 == size_ ? final_scale : 1.0f});
+  for (int s = 0; gather && s + 1 < size_; ++s)
+    steps.push_back(
+        {range(mod(rank_ + finish - s)), range(mod(rank_ + finish - s - 1)), false, 1.0f});
+  return steps;
 }
 
 void process_ring::all_reduce_spans(const std::vector<float_span>& spans, reduce_op op) {
@@ -406,9 +449,7 @@ void process_ring::all_reduce_spans(const std::vector<float_span>& spans, reduce
   if (size_ == 1) return;  // sum or mean over one rank: the data itself
   int64_t n = 0;
   for (const auto& s : spans) n += static_cast<int64_t>(s.size);
-  auto seg = reducers::split_range(0, n, size_);
-  reduce_scatter_steps(spans, seg, 1, op);
-  all_gather_steps(spans, seg, 1);
+  run(ring_steps(spans, reducers::split_range(0, n, size_), 1, true, true, op), op);
 }
 
 void process_ring::all_reduce(float* data, std::size_t n, reduce_op op) {
@@ -429,14 +470,15 @@ void process_ring::reduce_scatter(float* data, std::size_t chunk, reduce_op op) 
   check();
   if (size_ == 1) return;
   std::vector<float_span> spans{{data, chunk * static_cast<std::size_t>(size_)}};
-  reduce_scatter_steps(spans, chunk_bounds(size_, chunk), 0, op);
+  run(ring_steps(spans, chunk_bounds(size_, chunk), 0, true, false, op), op);
 }
 
 void process_ring::all_gather(float* data, std::size_t chunk) {
   check();
   if (size_ == 1) return;
   std::vector<float_span> spans{{data, chunk * static_cast<std::size_t>(size_)}};
-  all_gather_steps(spans, chunk_bounds(size_, chunk), 0);
+  run(ring_steps(spans, chunk_bounds(size_, chunk), 0, false, true, reduce_op::sum),
+      reduce_op::sum);
 }
 
 // --- setting the links up ---

@@ -97,20 +97,17 @@ class process_ring final : public device_communicator {
 
   class outbound;
   class inbound;
+  struct step;
 
  private:
-  // Reduce-scatter over `segments` (P + 1 boundaries into the flat buffer)
-  // so that rank r ends with segment r + finish finished, then (gather)
-  // that segment to every rank.
-  void reduce_scatter_steps(const std::vector<float_span>& spans,
-                            const std::vector<int64_t>& segments, int finish, reduce_op op);
-  void all_gather_steps(const std::vector<float_span>& spans, const std::vector<int64_t>& segments,
-                        int owned);
-  // Sends flat range [send_b, send_e) to the next rank while receiving
-  // [recv_b, recv_e) from the previous one: combined (scaled by `scale`
-  // when finishing a mean) or copied.
-  void exchange(const std::vector<float_span>& spans, int64_t send_b, int64_t send_e,
-                int64_t recv_b, int64_t recv_e, bool combine, reduce_op op, float scale);
+  // The steps of a ring collective over `seg` (P + 1 boundaries into the
+  // flat buffer): reduce-scatter so that rank r finishes segment r +
+  // finish, then (gather) that segment to every rank.
+  std::vector<step> ring_steps(const std::vector<float_span>& spans,
+                               const std::vector<int64_t>& seg, int finish, bool reduce,
+                               bool gather, reduce_op op) const;
+  // Runs the steps, sending and receiving at once in one poll loop.
+  void run(const std::vector<step>& steps, reduce_op op);
   [[noreturn]] void fail(const std::string& why);
   int mod(int64_t x) const { return static_cast<int>(((x % size_) + size_) % size_); }
 
