@@ -125,6 +125,8 @@ struct reducer_settings {
   // replicas exchange over sockets of their own, on the device thread
   // (runtime/process_ring.hpp); "actors" = through the CAF ring nodes.
   std::string transport = "direct";
+  // On the direct links: "fp32", or "bf16" (half the bytes; sums in fp32).
+  std::string wire = "fp32";
 };
 
 // How variables are spread over variable shards (actors/partitioner.hpp).

@@ -35,7 +35,7 @@ std::shared_ptr<process_ring> join_process_links(caf::actor_system& sys,
                                                  const ring_node_actor& node, int32_t rank,
                                                  const std::vector<std::string>& tasks,
                                                  const std::string& bind_host, bool encrypted,
-                                                 clock_type::time_point deadline) {
+                                                 clock_type::time_point deadline, ring_wire wire) {
   const auto P = static_cast<int32_t>(tasks.size());
   const int32_t right = (rank + 1) % P;
   const int32_t left = (rank + P - 1) % P;
@@ -50,7 +50,8 @@ std::shared_ptr<process_ring> join_process_links(caf::actor_system& sys,
                              [&] { return listener.accept(deadline, left_task, encrypted); });
   ring_socket to_next = connect_ring_link(await_offer(sys, node, right, right_task, deadline),
                                           deadline, right_task, encrypted);
-  return std::make_shared<process_ring>(rank, P, std::move(to_next), accepted.get());
+  return std::make_shared<process_ring>(rank, P, std::move(to_next), accepted.get(),
+                                        std::chrono::seconds(60), wire);
 }
 
 }  // namespace troupe

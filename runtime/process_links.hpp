@@ -26,6 +26,7 @@ std::shared_ptr<process_ring> join_process_links(caf::actor_system& sys,
                                                  const ring_node_actor& node, int32_t rank,
                                                  const std::vector<std::string>& tasks,
                                                  const std::string& bind_host, bool encrypted,
-                                                 std::chrono::steady_clock::time_point deadline);
+                                                 std::chrono::steady_clock::time_point deadline,
+                                                 ring_wire wire = ring_wire::fp32);
 
 }  // namespace troupe

@@ -65,8 +65,8 @@ int ms_until(clock_type::time_point t) {
 // A flat range of the caller's spans as pieces that lie in one span each.
 // Each piece is sealed on its own, so both ends cut the same records.
 struct piece {
-  char* data = nullptr;
-  std::size_t bytes = 0;
+  float* data = nullptr;
+  std::size_t floats = 0;
 };
 
 std::vector<piece> pieces_of(const std::vector<float_span>& spans, int64_t b, int64_t e) {
@@ -78,12 +78,30 @@ std::vector<piece> pieces_of(const std::vector<float_span>& spans, int64_t b, in
     at = se;
     const int64_t lo = std::max(b, sb);
     const int64_t hi = std::min(e, se);
-    if (lo < hi)
-      out.push_back({reinterpret_cast<char*>(s.data + (lo - sb)),
-                     static_cast<std::size_t>(hi - lo) * sizeof(float)});
+    if (lo < hi) out.push_back({s.data + (lo - sb), static_cast<std::size_t>(hi - lo)});
     if (se >= e) break;
   }
   return out;
+}
+
+// bfloat16: the top half of a float, rounded to nearest even (NaN kept NaN).
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+std::size_t wire_size(ring_wire w) {
+  return w == ring_wire::bf16 ? 2 : sizeof(float);
 }
 
 }  // namespace
@@ -93,23 +111,25 @@ std::vector<piece> pieces_of(const std::vector<float_span>& spans, int64_t b, in
 struct process_ring::step {
   std::vector<piece> send, recv;
   bool combine = false;  // combined into the buffer (else copied over it)
+  bool finish = false;   // the last combine: these floats are final here
   float scale = 1.0f;    // finishing a mean: 1/P
 };
 
 // The receiving half: reads exactly the collective's wire bytes and combines
-// (or copies) what they carry into the caller's pieces as it comes, counting
-// what each step has delivered (the sending half forwards from it).
+// (or copies) the floats they carry into the caller's pieces as they come,
+// counting what each step has delivered (the sending half forwards from it).
 class process_ring::inbound {
  public:
-  explicit inbound(ring_socket s) : sock_(std::move(s)) {
+  inbound(ring_socket s, ring_wire wire) : sock_(std::move(s)), wire_(wire) {
     if (!sock_.traffic_secret.empty()) {
       reader_ = std::make_unique<tls13::record_reader>(sock_.traffic_secret);
-      wire_.resize(kReadBytes);
+      raw_.resize(kReadBytes);
       // Room for a read's records and a partial one kept from the read before.
       scratch_.resize(kReadBytes + tls13::header_size + tls13::max_ciphertext);
     } else {
       scratch_.resize(kReadBytes + sizeof(float));
     }
+    if (wire_ == ring_wire::bf16) widened_.resize(scratch_.size() / 2);
   }
   ~inbound() {
     if (sock_.fd >= 0) ::close(sock_.fd);
@@ -125,55 +145,57 @@ class process_ring::inbound {
     delivered_.assign(steps.size(), 0);
     total_ = 0;
     for (const auto& st : steps)
-      for (const auto& p : st.recv)
-        total_ += reader_ ? tls13::record_writer::sealed_size(p.bytes) : p.bytes;
+      for (const auto& p : st.recv) {
+        const std::size_t bytes = p.floats * wire_size(wire_);
+        total_ += reader_ ? tls13::record_writer::sealed_size(bytes) : bytes;
+      }
     left_ = total_;
     skip_empty_steps();
   }
   bool done() const { return left_ == 0; }
   uint64_t received() const { return total_ - left_; }
   uint64_t total() const { return total_; }
-  // Plaintext bytes of step k in the caller's buffer so far.
+  // Floats of step k in the caller's buffer so far.
   uint64_t delivered(std::size_t k) const { return delivered_[k]; }
 
-  // Reads what the socket has now; false if nothing moved.
+  // Reads what the socket has now (one read, so that the sending half can
+  // forward it at once); false if nothing moved.
   bool progress(uint64_t& counter) {
-    bool moved = false;
-    while (left_ > 0) {
-      char* dst = reader_ ? wire_.data() : scratch_.data() + carry_;
-      const std::size_t room = reader_ ? wire_.size() : scratch_.size() - carry_;
+    if (left_ == 0) return false;
+    for (;;) {
+      char* dst = reader_ ? raw_.data() : scratch_.data() + carry_;
+      const std::size_t room = reader_ ? raw_.size() : scratch_.size() - carry_;
       ssize_t k =
           ::recv(sock_.fd, dst, static_cast<std::size_t>(std::min<uint64_t>(left_, room)), 0);
       if (k == 0) throw link_broken("the peer closed the link");
       if (k < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
         if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
         throw link_broken(errno_text("recv"));
       }
       left_ -= static_cast<uint64_t>(k);
       counter += static_cast<uint64_t>(k);
-      moved = true;
       take(static_cast<std::size_t>(k));
-      // Return after each read: the sending half may forward it now.
-      break;
+      if (left_ == 0 && step_ != steps_->size())
+        throw link_broken("the peer's records do not match the collective (different sizes?)");
+      return true;
     }
-    if (left_ == 0 && step_ != steps_->size())
-      throw link_broken("the peer's records do not match the collective (different sizes?)");
-    return moved;
   }
 
  private:
   void take(std::size_t k) {
+    const std::size_t unit = wire_size(wire_);
     if (reader_) {
       std::size_t produced = 0;
-      auto err = reader_->feed_to(wire_.data(), k, scratch_.data(), &produced);
+      auto err = reader_->feed_to(raw_.data(), k, scratch_.data(), &produced);
       if (!err.empty()) throw link_broken("a record did not open: " + err);
-      deliver(scratch_.data(), produced);
+      if (produced % unit != 0) throw link_broken("a record does not hold whole values");
+      deliver(scratch_.data(), produced / unit);
       return;
     }
     const std::size_t have = carry_ + k;
-    const std::size_t whole = have / sizeof(float) * sizeof(float);
-    deliver(scratch_.data(), whole);
+    const std::size_t whole = have / unit * unit;
+    deliver(scratch_.data(), whole / unit);
     carry_ = have - whole;
     std::memmove(scratch_.data(), scratch_.data() + whole, carry_);
   }
@@ -185,25 +207,33 @@ class process_ring::inbound {
     }
   }
 
-  // Whole floats into the pieces, in order, step after step.
+  // `n` values from the wire into the pieces, in order, step after step.
   void deliver(const char* data, std::size_t n) {
+    const float* x = reinterpret_cast<const float*>(data);
+    if (wire_ == ring_wire::bf16) {
+      const auto* h = reinterpret_cast<const uint16_t*>(data);
+      for (std::size_t i = 0; i < n; ++i) widened_[i] = from_bf16(h[i]);
+      x = widened_.data();
+    }
     while (n > 0) {
       if (step_ == steps_->size())
         throw link_broken("the peer sent more than the collective holds");
       const step& st = (*steps_)[step_];
       const piece& p = st.recv[next_];
-      const std::size_t k = std::min(n, p.bytes - offset_);
+      const std::size_t k = std::min(n, p.floats - offset_);
+      float* acc = p.data + offset_;
       if (st.combine)
-        reducers::combine_final(reinterpret_cast<float*>(p.data + offset_),
-                                reinterpret_cast<const float*>(data),
-                                static_cast<int64_t>(k / sizeof(float)), op_, st.scale);
+        reducers::combine_final(acc, x, static_cast<int64_t>(k), op_, st.scale);
       else
-        std::memcpy(p.data + offset_, data, k);
+        std::memcpy(acc, x, k * sizeof(float));
+      // A finished value goes on in bf16: this rank keeps what it sends.
+      if (st.finish && wire_ == ring_wire::bf16)
+        for (std::size_t i = 0; i < k; ++i) acc[i] = from_bf16(to_bf16(acc[i]));
       delivered_[step_] += k;
       offset_ += k;
-      data += k;
+      x += k;
       n -= k;
-      if (offset_ == p.bytes) {
+      if (offset_ == p.floats) {
         ++next_;
         offset_ = 0;
         skip_empty_steps();
@@ -212,8 +242,10 @@ class process_ring::inbound {
   }
 
   ring_socket sock_;
+  ring_wire wire_;
   std::unique_ptr<tls13::record_reader> reader_;
-  std::vector<char> wire_, scratch_;
+  std::vector<char> raw_, scratch_;
+  std::vector<float> widened_;  // bf16 values as floats
   const std::vector<step>* steps_ = nullptr;
   reduce_op op_ = reduce_op::sum;
   std::size_t step_ = 0, next_ = 0, offset_ = 0, carry_ = 0;
@@ -224,15 +256,17 @@ class process_ring::inbound {
 // The sending half: step 0 goes out as it is; a later step sends the range
 // the step before it received, as far as it has been delivered, so a
 // received chunk goes on to the next rank while the rest is still coming.
-// Sealed (or sent from the caller's memory on a plain link) in pieces of at
-// most kSendBytes whose records are cut as if the piece were sealed whole.
+// Sealed (or sent from the caller's memory on a plain fp32 link) in pieces
+// of at most kSendBytes on the wire, whose records are cut as if the piece
+// were sealed whole.
 class process_ring::outbound {
  public:
-  explicit outbound(ring_socket s) : sock_(std::move(s)) {
+  outbound(ring_socket s, ring_wire wire) : sock_(std::move(s)), wire_(wire) {
     if (!sock_.traffic_secret.empty()) {
       writer_ = std::make_unique<tls13::record_writer>(sock_.traffic_secret);
       sealed_.resize(tls13::record_writer::sealed_size(kSendBytes));
     }
+    if (wire_ == ring_wire::bf16) narrowed_.resize(kSendBytes / 2);
   }
   ~outbound() {
     if (sock_.fd >= 0) ::close(sock_.fd);
@@ -250,12 +284,14 @@ class process_ring::outbound {
     cur_b_ = cur_e_ = 0;
     total_ = 0;
     for (const auto& st : steps)
-      for (const auto& p : st.send)
-        total_ += writer_ ? tls13::record_writer::sealed_size(p.bytes) : p.bytes;
+      for (const auto& p : st.send) {
+        const std::size_t bytes = p.floats * wire_size(wire_);
+        total_ += writer_ ? tls13::record_writer::sealed_size(bytes) : bytes;
+      }
     left_ = total_;
   }
   bool done() const { return left_ == 0; }
-  // Bytes sealed and waiting for the socket (poll for POLLOUT only then).
+  // Bytes ready and waiting for the socket (poll for POLLOUT only then).
   bool pending() const { return cur_b_ < cur_e_; }
   uint64_t sent() const { return total_ - left_; }
   uint64_t total() const { return total_; }
@@ -267,8 +303,8 @@ class process_ring::outbound {
       if (cur_b_ == cur_e_ && !fill()) return moved;
       ssize_t k = ::send(sock_.fd, cur_ + cur_b_, cur_e_ - cur_b_, MSG_NOSIGNAL);
       if (k < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
         if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
         throw link_broken(errno_text("send"));
       }
       cur_b_ += static_cast<std::size_t>(k);
@@ -280,6 +316,21 @@ class process_ring::outbound {
   }
 
  private:
+  // How many floats of the current piece go out next; 0: not delivered yet.
+  std::size_t next_count(const piece& p) const {
+    const std::size_t unit = wire_size(wire_);
+    std::size_t n = std::min(kSendBytes / unit, p.floats - offset_);
+    if (step_ == 0) return n;
+    // What the step before has delivered and this step has not yet sent, in
+    // whole records (cut at multiples of max_plaintext from the piece's
+    // start; a plain link the same, so a trickle of small reads is not
+    // forwarded as a trickle of small sends).
+    const uint64_t ready = in_->delivered(step_ - 1) - step_sent_;
+    if (ready >= n) return n;
+    const std::size_t record = tls13::max_plaintext / unit;
+    return static_cast<std::size_t>(ready) / record * record;
+  }
+
   // The next bytes to send, if the data allow; false if they do not yet.
   bool fill() {
     while (next_ == (*steps_)[step_].send.size()) {  // steps with nothing to send
@@ -288,30 +339,27 @@ class process_ring::outbound {
       step_sent_ = 0;
     }
     const piece& p = (*steps_)[step_].send[next_];
-    std::size_t n = std::min(kSendBytes, p.bytes - offset_);
-    if (step_ > 0) {
-      // What the step before has delivered and this step has not yet sent.
-      const uint64_t ready = in_->delivered(step_ - 1) - step_sent_;
-      if (ready < n) {
-        // Whole records only (cut at multiples of max_plaintext from the
-        // piece's start); on a plain link the same, so that a trickle of
-        // small reads is not forwarded as a trickle of small sends.
-        n = static_cast<std::size_t>(ready) / tls13::max_plaintext * tls13::max_plaintext;
-        if (n == 0) return false;
-      }
+    const std::size_t n = next_count(p);
+    if (n == 0) return false;
+    const float* src = p.data + offset_;
+    const char* bytes = reinterpret_cast<const char*>(src);
+    std::size_t len = n * sizeof(float);
+    if (wire_ == ring_wire::bf16) {
+      for (std::size_t i = 0; i < n; ++i) narrowed_[i] = to_bf16(src[i]);
+      bytes = reinterpret_cast<const char*>(narrowed_.data());
+      len = n * 2;
     }
-    const char* src = p.data + offset_;
     if (writer_) {
-      cur_e_ = writer_->seal_to(src, n, sealed_.data());
+      cur_e_ = writer_->seal_to(bytes, len, sealed_.data());
       cur_ = sealed_.data();
     } else {
-      cur_ = src;
-      cur_e_ = n;
+      cur_ = bytes;
+      cur_e_ = len;
     }
     cur_b_ = 0;
     offset_ += n;
     step_sent_ += n;
-    if (offset_ == p.bytes) {
+    if (offset_ == p.floats) {
       ++next_;
       offset_ = 0;
     }
@@ -319,8 +367,10 @@ class process_ring::outbound {
   }
 
   ring_socket sock_;
+  ring_wire wire_;
   std::unique_ptr<tls13::record_writer> writer_;
   std::vector<char> sealed_;
+  std::vector<uint16_t> narrowed_;  // a piece's floats as bf16
   const std::vector<step>* steps_ = nullptr;
   const inbound* in_ = nullptr;
   std::size_t step_ = 0, next_ = 0, offset_ = 0;
@@ -331,12 +381,12 @@ class process_ring::outbound {
 };
 
 process_ring::process_ring(int rank, int size, ring_socket to_next, ring_socket from_prev,
-                           std::chrono::milliseconds timeout)
+                           std::chrono::milliseconds timeout, ring_wire wire)
     : rank_(rank), size_(size), timeout_(timeout) {
   const int next_fd = to_next.fd, prev_fd = from_prev.fd;
   try {
-    out_ = std::make_unique<outbound>(std::move(to_next));
-    in_ = std::make_unique<inbound>(std::move(from_prev));
+    out_ = std::make_unique<outbound>(std::move(to_next), wire);
+    in_ = std::make_unique<inbound>(std::move(from_prev), wire);
   } catch (...) {
     if (!out_ && next_fd >= 0) ::close(next_fd);
     if (!in_ && prev_fd >= 0) ::close(prev_fd);
@@ -436,10 +486,10 @@ std::vector<process_ring::step> process_ring::ring_steps(const std::vector<float
   const float final_scale = op == reduce_op::mean ? 1.0f / static_cast<float>(size_) : 1.0f;
   for (int s = 0; reduce && s + 1 < size_; ++s)
     steps.push_back({range(mod(rank_ + finish - 1 - s)), range(mod(rank_ + finish - 2 - s)), true,
-                     s + 2 == size_ ? final_scale : 1.0f});
+                     s + 2 == size_, s + 2 == size_ ? final_scale : 1.0f});
   for (int s = 0; gather && s + 1 < size_; ++s)
     steps.push_back(
-        {range(mod(rank_ + finish - s)), range(mod(rank_ + finish - s - 1)), false, 1.0f});
+        {range(mod(rank_ + finish - s)), range(mod(rank_ + finish - s - 1)), false, false, 1.0f});
   return steps;
 }
 

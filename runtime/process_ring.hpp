@@ -70,11 +70,17 @@ struct ring_socket {
   std::string peer;            // its task, for errors ("worker:0")
 };
 
+// What a float is on the wire: itself, or bfloat16 (half the bytes; the sums
+// are still formed in float32 on each rank, and a finished value is rounded
+// to bfloat16 on the rank that finished it too, so all ranks stay equal).
+enum class ring_wire { fp32, bf16 };
+
 class process_ring final : public device_communicator {
  public:
   // Takes both sockets over (also when it throws).
   process_ring(int rank, int size, ring_socket to_next, ring_socket from_prev,
-               std::chrono::milliseconds timeout = std::chrono::seconds(60));
+               std::chrono::milliseconds timeout = std::chrono::seconds(60),
+               ring_wire wire = ring_wire::fp32);
   ~process_ring() override;
   process_ring(const process_ring&) = delete;
   process_ring& operator=(const process_ring&) = delete;

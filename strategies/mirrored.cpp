@@ -46,6 +46,13 @@ class mirrored final : public strategy {
   // replica applies the whole update, logged.)
   void validate(const job_config& c) const override {
     check_global_batch_covers_replicas(c);
+    const auto& red = c.strategy.reducer;
+    if (red.wire != "fp32" && (red.algorithm != "nccl" || red.transport != "direct"))
+      throw config_error("strategy.reducer.wire",
+                         "\"" + red.wire +
+                             "\" is for the direct links between processes (algorithm \"nccl\", "
+                             "transport \"direct\"), got algorithm \"" +
+                             red.algorithm + "\", transport \"" + red.transport + "\"");
     if (c.strategy.reducer.algorithm != "nccl") return;
     auto kind_of = [](const std::string& d) { return d.substr(0, d.find(':')); };
     for (const auto& d : c.devices)

@@ -330,6 +330,10 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
   refused({{"strategy", {{"replicas", 3}, {"reducer", {{"algorithm", "nccl"}}}}}},
           "strategy.replicas: the nccl all-reduce needs one device per replica: 3 replicas on 2 "
           "devices");
+  refused({{"strategy", {{"reducer", {{"wire", "bf16"}}}}}},
+          "strategy.reducer.wire: \"bf16\" is for the direct links between processes");
+  refused({{"strategy", {{"reducer", {{"algorithm", "nccl"}, {"wire", "half"}}}}}},
+          "strategy.reducer.wire: expected one of");
   refused({{"devices", {"sim:0", "cpu:1"}}, {"strategy", {{"reducer", {{"algorithm", "nccl"}}}}}},
           "devices: the nccl all-reduce needs devices of one kind");
 }

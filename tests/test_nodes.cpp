@@ -277,9 +277,11 @@ TEST_CASE(
   MESSAGE("mirrored nccl, 3 processes vs ring in 1: max |diff| " << d);
   CHECK(d < 2e-5);
   const auto worker_log = read_file(dir / "worker:1.log");
-  CHECK_MESSAGE(worker_log.find("direct links to worker:0 and from worker:0 (TLS 1.3 records)") !=
-                    std::string::npos,
-                worker_log);
+  CHECK_MESSAGE(
+      worker_log.find(
+          "direct links to worker:0 and from worker:0 (TLS 1.3 records, fp32 on the wire)") !=
+          std::string::npos,
+      worker_log);
   temp_dir dir2;
   c.strategy.reducer.transport = "actors";
   auto through_actors = run_in_processes(c, dir2, 2, 0);

@@ -31,7 +31,8 @@ std::string task(int r) {
 // P ranks joined as processes join: rank r listens for r-1 and connects to
 // r+1 with the offer r+1 made.
 std::vector<ring_ptr> make_ring(int P, bool encrypted,
-                                std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+                                std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                                ring_wire wire = ring_wire::fp32) {
   std::vector<std::unique_ptr<ring_link_listener>> listeners;
   for (int r = 0; r < P; ++r)
     listeners.push_back(std::make_unique<ring_link_listener>("127.0.0.1"));
@@ -47,8 +48,8 @@ std::vector<ring_ptr> make_ring(int P, bool encrypted,
         connect_ring_link(listeners[(r + 1) % P]->offer(), deadline, task((r + 1) % P), encrypted));
   std::vector<ring_ptr> ring;
   for (int r = 0; r < P; ++r)
-    ring.push_back(
-        std::make_unique<process_ring>(r, P, std::move(to_next[r]), accepted[r].get(), timeout));
+    ring.push_back(std::make_unique<process_ring>(r, P, std::move(to_next[r]), accepted[r].get(),
+                                                  timeout, wire));
   return ring;
 }
 
@@ -131,6 +132,36 @@ TEST_CASE("process ring: spans are one buffer (gradients of several variables), 
   });
   CHECK(vars[0] == expected);
   CHECK(vars[1] == expected);
+}
+
+TEST_CASE("process ring: bf16 on the wire halves the bytes, sums in float32, ranks stay equal") {
+  for (bool encrypted : {true, false}) {
+    CAPTURE(encrypted);
+    const int P = 3;
+    const std::size_t n = 100'003;
+    auto fp32 = make_ring(P, encrypted);
+    auto bf16 = make_ring(P, encrypted, std::chrono::seconds(20), ring_wire::bf16);
+    std::vector<std::vector<float>> x;
+    for (int r = 0; r < P; ++r) x.push_back(random_floats(n, static_cast<unsigned>(r + 40)));
+    auto exact = x, half = x;
+    on_every_rank(P, [&](int r) {
+      fp32[r]->all_reduce(exact[r].data(), n, reduce_op::sum);
+      bf16[r]->all_reduce(half[r].data(), n, reduce_op::sum);
+    });
+    for (int r = 1; r < P; ++r) CHECK(half[r] == half[0]);
+    // Each value crossed the wire as bf16 (8 bits of mantissa) at most P - 1
+    // times in a partial sum, and once finished.
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      double scale = std::fabs(x[0][i]) + std::fabs(x[1][i]) + std::fabs(x[2][i]);
+      worst = std::max(worst, std::fabs(half[0][i] - exact[0][i]) / scale);
+    }
+    MESSAGE("bf16 wire: worst |error| / sum|x| = " << worst);
+    CHECK(worst < 4 * std::ldexp(1.0, -8));
+    CHECK(worst > 0);
+    CHECK(bf16[0]->bytes_sent() * 2 < fp32[0]->bytes_sent() + 4096);
+    CHECK(bf16[0]->bytes_sent() * 2 > fp32[0]->bytes_sent() - 4096);
+  }
 }
 
 TEST_CASE("process ring: reduce-scatter leaves rank r its chunk, all-gather spreads them") {
