@@ -26,6 +26,7 @@
 
 #include "config/cluster.hpp"
 #include "config/secret.hpp"
+#include "crypto/crypto.hpp"
 #include "runtime/basp_guard.hpp"
 #include "runtime/fork_join_pool.hpp"
 #include "runtime/tls_records.hpp"
@@ -750,7 +751,7 @@ link_end open_link(int tcp_fd, const link_security& sec, link_params p) {
       info += listener_task;
       info += '\0';
       info += connector_task;
-      l->psk = hkdf_sha256(p.server_challenge + p.client_challenge, sec.psk_key, info, 32);
+      l->psk = crypto::hkdf(p.server_challenge + p.client_challenge, sec.psk_key, info, 32);
     }
   }
   if (!p.local_node.empty())
