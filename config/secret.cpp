@@ -26,7 +26,7 @@ struct shipped_placeholder {
   std::string_view value, where;
 };
 constexpr std::array<shipped_placeholder, 1> kShippedPlaceholders = {
-    {{"replace-me-with-openssl-rand-hex-32", "deploy/kubernetes/secret.yaml"}}};
+    {{"replace-me-with-openssl-rand-hex-32", "an earlier deploy/kubernetes/secret.yaml"}}};
 // Parts of a value that mark a placeholder nobody replaced.
 constexpr std::array<std::string_view, 9> kPlaceholderMarks = {
     "replace-me", "replace_me",  "replaceme",   "changeme", "change-me",

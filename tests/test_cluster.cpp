@@ -445,10 +445,10 @@ TEST_CASE("secret: placeholders and guessable secrets are refused, naming the so
   const std::string env = "the environment variable TROUPE_SECRET";
   CHECK(check_cluster_secret(kStrongSecret, env) == kStrongSecret);
   CHECK(check_cluster_secret("0f1e2d3c4b5a69788796a5b4c3d2e1f0", env).size() == 32);
-  // What deploy/kubernetes/secret.yaml shipped.
+  // What deploy/kubernetes/secret.yaml once shipped.
   CHECK_THROWS_WITH_AS(check_cluster_secret("replace-me-with-openssl-rand-hex-32", env),
                        doctest::Contains("the environment variable TROUPE_SECRET holds the "
-                                         "placeholder secret shipped in "
+                                         "placeholder secret shipped in an earlier "
                                          "deploy/kubernetes/secret.yaml"),
                        secret_error);
   CHECK_THROWS_WITH(check_cluster_secret("please-CHANGEME-4f1c9a07d2b86e35c0a7f4", env),
