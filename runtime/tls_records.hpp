@@ -24,11 +24,11 @@
 // Key updates (RFC 8446 4.6.3, 7.2): AES-GCM allows about 2^24.5 full-size
 // records under one key (5.5). Each direction rekeys itself long before,
 // every records_per_key records: a KeyUpdate record, then the next traffic
-// secret. In-band rekeying costs one HKDF and new cipher keys: 11 us a
-// KeyUpdate against 2.9 ms for a TLS 1.3 handshake alone, in memory
-// (test_tls_records' informational case, 2-vCPU build VM, 2026-11-28);
-// closing and reopening a link would add the network's round trips, the
-// gate's exchange and BASP's own handshake, and drop the messages in flight. A peer's KeyUpdate is
+// secret. In-band rekeying costs one HKDF and new cipher keys: 5-13 us a
+// KeyUpdate against 1.3-3.1 ms for a TLS 1.3 handshake alone, in memory
+// (bench/README.md, 2026-11-28); closing and reopening a link would add the
+// network's round trips, the gate's exchange and BASP's own handshake, and
+// drop the messages in flight. A peer's KeyUpdate is
 // followed; one with update_requested makes take_key_update_request() true once, and the link's
 // writer then updates its own keys before its next record (request_key_update). No other
 // post-handshake message is taken (OpenSSL sends none unprompted with
