@@ -111,7 +111,9 @@ bool continues_run(std::string_view s, std::size_t i) {
   return d1 == d2 && d1 >= -1 && d1 <= 1;
 }
 
+// Adds `what` to a comma-separated list, once.
 void note(std::string& list, const std::string& what) {
+  if (list.find(what) != std::string::npos) return;
   if (!list.empty()) list += ", ";
   list += what;
 }

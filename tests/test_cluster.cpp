@@ -438,6 +438,7 @@ TEST_CASE("secret: the entropy estimate") {
   CHECK(words.bits == doctest::Approx(6 + std::log2(26.0 + 26 + 33) + 6));
   CHECK(words.discounted.find("the word \"troupe\"") != std::string::npos);
   CHECK(words.discounted.find("the word \"secret\"") != std::string::npos);
+  CHECK(estimate_secret_entropy("test-Q7x-test-w9v").discounted == "the word \"test\"");
   CHECK(bits("") == 0);
 }
 
