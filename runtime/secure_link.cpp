@@ -59,7 +59,7 @@ using ctx_ptr = std::unique_ptr<SSL_CTX, ctx_free>;
 // The process's link counters (link_totals()).
 struct link_counters {
   std::atomic<uint64_t> opened{0}, failed{0}, guard_closed{0}, dropped{0}, bytes_in{0},
-      bytes_out{0};
+      bytes_out{0}, key_updates{0};
 };
 
 // One connection: the peer's socket (with its TLS session) and the plain end
@@ -81,6 +81,7 @@ struct link {
   // This end's two halves of the record layer (null: insecure).
   std::unique_ptr<tls13::record_writer> writer;
   std::unique_ptr<tls13::record_reader> reader;
+  uint64_t records_per_key = tls13::default_records_per_key;  // the writer's
   // From the inbound thread to the outbound one: the alert owed to the
   // peer for a bad record (-1: none), and a peer's request for new keys.
   std::atomic<int> alert_due{-1};
@@ -350,8 +351,9 @@ class link_hub {
   }
 
   link_stats totals() const {
-    return {counters_.opened.load(),  counters_.failed.load(),   counters_.guard_closed.load(),
-            counters_.dropped.load(), counters_.bytes_in.load(), counters_.bytes_out.load()};
+    return {counters_.opened.load(),     counters_.failed.load(),   counters_.guard_closed.load(),
+            counters_.dropped.load(),    counters_.bytes_in.load(), counters_.bytes_out.load(),
+            counters_.key_updates.load()};
   }
 
   void wake() {
@@ -617,6 +619,7 @@ void pump_inbound(link& l, link_counters& counters) {
   } else if (peer_closed) {
     l.decide("the peer closed the connection after the TLS handshake");
   }
+  if (records) counters.key_updates += records->key_updates();
   // BASP closing its end may leave its last messages (a chief's stop to its
   // tasks) unread in the socketpair: the outbound side sends them, reads the
   // end, and ends the link then.
@@ -679,6 +682,7 @@ void pump_outbound(link& l, link_counters& counters, std::vector<char> pending) 
     counters.bytes_out += len;
   }
   send_owed_alert(l);
+  if (records) counters.key_updates += records->key_updates();
   l.stop();
 }
 
@@ -705,7 +709,7 @@ std::string link_hub::key_records(link& l) {
   try {
     const auto& mine = l.p.listener ? l.server_secret : l.client_secret;
     const auto& theirs = l.p.listener ? l.client_secret : l.server_secret;
-    l.writer = std::make_unique<tls13::record_writer>(mine, &crypto_);
+    l.writer = std::make_unique<tls13::record_writer>(mine, &crypto_, l.records_per_key);
     l.reader = std::make_unique<tls13::record_reader>(theirs, &crypto_);
   } catch (const std::exception& e) {
     return std::string("TLS: cannot key the record layer: ") + e.what();
@@ -823,6 +827,7 @@ link_end open_link(int tcp_fd, const link_security& sec, link_params p) {
     l->guard = std::make_unique<basp_guard>(
         p.listener ? basp_guard::side::listener : basp_guard::side::connector, p.local_node,
         p.peer_task, sec.max_frame_bytes);
+  l->records_per_key = sec.records_per_key;
   l->deadline = clock_type::now() + sec.handshake_timeout;
   l->timeout_ms = sec.handshake_timeout.count();
   l->p = std::move(p);
