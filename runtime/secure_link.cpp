@@ -550,6 +550,41 @@ void link_hub::handshake(link& l) {
   fail(l, why, true);
 }
 
+// The n wire bytes at `in` opened into `out`; n becomes the plaintext's
+// size. "" or why the link ends (with the alert owed noted for the
+// outbound side, which owns the writer).
+std::string open_records(link& l, tls13::record_reader& records, const char* in, std::size_t& n,
+                         char* out) {
+  std::size_t got = 0;
+  if (auto problem = records.feed_to(in, n, out, &got); !problem.empty()) {
+    if (auto owed = records.alert()) l.alert_due = *owed;
+    return "TLS: " + problem;  // a record that fails authentication lands here
+  }
+  if (records.take_key_update_request()) l.key_update_asked = true;
+  n = got;
+  return "";
+}
+
+// The guard's check of the n bytes at `data`; data and n become what passed
+// (in `checked`). "" or why the link ends.
+std::string check_frames(link& l, link_counters& counters, const char*& data, std::size_t& n,
+                         std::vector<char>& checked) {
+  checked.clear();
+  auto problem = l.guard->feed(data, n, checked);
+  if (auto drops = l.guard->take_drops(); drops.count > 0) {
+    counters.dropped += drops.count;
+    spdlog::warn("{}: dropped {} frame(s) from {}: {}", l.p.me, drops.count, l.who(),
+                 drops.first_reason);
+  }
+  if (!problem.empty()) {
+    ++counters.guard_closed;
+    return problem;
+  }
+  data = checked.data();
+  n = checked.size();
+  return "";
+}
+
 // Peer -> BASP: records opened, frames checked by the guard, written to the
 // plain end. Ends when the peer closes or misbehaves, or the link stops.
 void pump_inbound(link& l, link_counters& counters) {
@@ -578,35 +613,17 @@ void pump_inbound(link& l, link_counters& counters) {
     const char* data = buf.data();
     std::size_t len = static_cast<std::size_t>(n);
     if (records) {
-      std::size_t got = 0;
-      if (auto problem = records->feed_to(buf.data(), len, opened.get(), &got); !problem.empty()) {
-        why = "TLS: " + problem;  // a record that fails authentication lands here
-        if (auto owed = records->alert()) l.alert_due = *owed;  // the outbound side sends it
-        break;
-      }
-      if (records->take_key_update_request()) l.key_update_asked = true;
+      why = open_records(l, *records, buf.data(), len, opened.get());
+      if (!why.empty()) break;
       peer_closed = records->closed();
       data = opened.get();
-      len = got;
     }
     if (len == 0) continue;
     counters.bytes_in += len;
     l.decide({});
     if (l.guard) {
-      checked.clear();
-      auto problem = l.guard->feed(data, len, checked);
-      if (auto drops = l.guard->take_drops(); drops.count > 0) {
-        counters.dropped += drops.count;
-        spdlog::warn("{}: dropped {} frame(s) from {}: {}", l.p.me, drops.count, l.who(),
-                     drops.first_reason);
-      }
-      if (!problem.empty()) {
-        ++counters.guard_closed;
-        why = problem;
-        break;
-      }
-      data = checked.data();
-      len = checked.size();
+      why = check_frames(l, counters, data, len, checked);
+      if (!why.empty()) break;
     }
     if (!send_all(l, l.plain, data, len)) {  // BASP went away, or the link stops
       basp_gone = !l.stopping;
