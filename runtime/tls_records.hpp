@@ -28,11 +28,11 @@
 // KeyUpdate against 1.3-3.1 ms for a TLS 1.3 handshake alone, in memory
 // (bench/README.md, 2026-11-28); closing and reopening a link would add the
 // network's round trips, the gate's exchange and BASP's own handshake, and
-// drop the messages in flight. A peer's KeyUpdate is
-// followed; one with update_requested makes take_key_update_request() true once, and the link's
-// writer then updates its own keys before its next record (request_key_update). No other
-// post-handshake message is taken (OpenSSL sends none unprompted with
-// num_tickets 0).
+// drop the messages in flight. A peer's KeyUpdate is followed; one with
+// update_requested makes take_key_update_request() true once, and the
+// link's writer then updates its own keys before its next record
+// (request_key_update). No other post-handshake message is taken (OpenSSL
+// sends none unprompted with num_tickets 0).
 #include <array>
 #include <cstddef>
 #include <cstdint>
