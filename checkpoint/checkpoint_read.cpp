@@ -14,7 +14,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/format.hpp"
 #include "config/json_limits.hpp"
-#include "config/secret.hpp"
+#include "crypto/crypto.hpp"
 
 namespace troupe::checkpoint {
 
@@ -114,7 +114,7 @@ void check_position(const manifest& m, const std::string& dir, const std::string
 std::string manifest_checksum(const nlohmann::json& manifest) {
   json copy = manifest;
   if (copy.is_object()) copy.erase(kChecksumField);
-  return to_hex(sha256(copy.dump()));
+  return crypto::to_hex(crypto::sha256(copy.dump()));
 }
 
 namespace {

@@ -7,7 +7,12 @@
 //     stripped; the file must be a regular file that neither group nor others
 //     may read or write (chmod 600), or it is refused, as ssh refuses keys;
 //   - else the environment variable cluster.secret_env (default TROUPE_SECRET).
-// A secret must be at least kMinSecretBytes long (`openssl rand -hex 16`).
+// A secret is refused, with an error naming the variable or the file and
+// why, when it is shorter than kMinSecretBytes, when it is a placeholder
+// that troupe's deploy files or docs once shipped (or looks like one:
+// "replace-me", "changeme", ...), or when its estimated entropy
+// (estimate_secret_entropy) is below kMinSecretBits. `openssl rand -hex 32`
+// makes a good one (256 bits).
 //
 // The handshake (challenge/response; both sides run it, so each proves it
 // knows the secret to the other):
@@ -15,14 +20,12 @@
 //   prover:    r = challenge_response(secret, c, me) -> sends r (and `me`)
 //   verifier:  verify_challenge_response(secret, c, me, r)
 // r = HMAC-SHA256(secret, "troupe-join-v1" 0 me 0 c), hex. The challenge is
-// 32 fresh random bytes (getrandom), so a recorded response is useless later;
-// binding the prover's task name stops a response from being reflected back
-// as the answer to the other side's challenge; HMAC (not SHA-256(secret||c))
-// has no length-extension weakness; the secret itself never crosses the wire.
-// SHA-256 and HMAC are implemented here (FIPS 180-4, RFC 2104) so the project
-// needs no crypto library.
-#include <array>
-#include <cstdint>
+// 32 fresh random bytes, so a recorded response is useless later; binding
+// the prover's task name stops a response from being reflected back as the
+// answer to the other side's challenge; HMAC (not SHA-256(secret||c)) has no
+// length-extension weakness; the secret itself never crosses the wire. The
+// cryptography is OpenSSL's, through crypto/crypto.hpp.
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -31,29 +34,47 @@ namespace troupe {
 
 struct cluster_spec;
 
-// A missing, unreadable, too-open or too-short secret; what() names the
-// variable or the file.
+// A missing, unreadable, too-open, too-short, placeholder or low-entropy
+// secret; what() names the variable or the file and why.
 class secret_error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 inline constexpr std::size_t kMinSecretBytes = 16;
+// NIST SP 800-57's floor for a key's strength; `openssl rand -hex 16` (128
+// bits) passes, a phrase of words and digits does not.
+inline constexpr double kMinSecretBits = 112;
+
+// How guessable a secret is, as estimate_secret_entropy sees it.
+struct secret_entropy {
+  double bits = 0;           // the estimate
+  std::size_t alphabet = 0;  // the symbols it draws from (16 for hex, ...)
+  std::string discounted;    // what was counted as guessable: words, runs, repeats
+};
+// An estimate, in bits, of a secret's entropy: each byte counts
+// log2(alphabet), where the alphabet is the smallest usual one holding every
+// byte (hex digits 16, decimal 10, else the classes present: lowercase 26,
+// uppercase 26, digits 10, punctuation and space 33, and any other byte
+// makes it 256); a byte that continues a run of equal or consecutive bytes
+// ("aaa", "1234") counts 1 bit; a common word ("secret", "password",
+// "troupe", ...) counts 6 bits whole; a secret that repeats itself counts
+// its first period only. It catches the usual mistakes (a word and a
+// number, a short alphabet, a pattern); it cannot see that a phrase of
+// dictionary words is guessable, so a person's invention may still pass:
+// make secrets with a random generator.
+secret_entropy estimate_secret_entropy(std::string_view secret);
+
+// The checks above on `secret`, as read from `source` (e.g. "the
+// environment variable TROUPE_SECRET"); returns it or throws secret_error.
+std::string check_cluster_secret(std::string secret, const std::string& source);
 
 // The secret for `spec` from secret_file or secret_env (see above); throws
 // secret_error.
 std::string load_cluster_secret(const cluster_spec& spec);
 
-// True when a == b, in time that depends only on the lengths.
-bool constant_time_equal(std::string_view a, std::string_view b);
-
-using sha256_digest = std::array<uint8_t, 32>;
-sha256_digest sha256(std::string_view data);
-sha256_digest hmac_sha256(std::string_view key, std::string_view message);
-std::string to_hex(const sha256_digest& d);  // 64 lowercase hex digits
-
-// 32 random bytes from the kernel (getrandom), as 64 hex digits; throws
-// std::runtime_error when the kernel cannot supply them.
+// 32 random bytes (crypto::random_bytes), as 64 hex digits; throws
+// crypto::crypto_error when none can be had.
 std::string make_challenge();
 // The prover's answer to `challenge`, as 64 hex digits; `prover` is the
 // answering task's name (e.g. "worker:1").
@@ -63,11 +84,6 @@ std::string challenge_response(std::string_view secret, std::string_view challen
 // challenge or prover, or an empty/garbled response.
 bool verify_challenge_response(std::string_view secret, std::string_view challenge,
                                std::string_view prover, std::string_view response);
-
-// HKDF-SHA256 (RFC 5869): `length` (at most 255 * 32) bytes of key material
-// from `ikm`, bound to `salt` and `info`.
-std::string hkdf_sha256(std::string_view salt, std::string_view ikm, std::string_view info,
-                        std::size_t length);
 
 // What each derived key is for. One secret, one KDF, a key per purpose, so a
 // MAC computed for one purpose (a gate proof, the node handshake, the TLS

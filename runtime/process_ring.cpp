@@ -4,7 +4,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/rand.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -17,7 +16,7 @@
 #include <thread>
 
 #include "actors/reducers/collective.hpp"
-#include "config/secret.hpp"
+#include "crypto/crypto.hpp"
 #include "runtime/tls_records.hpp"
 
 namespace troupe {
@@ -48,13 +47,6 @@ void set_nonblocking(int fd) {
   int flags = ::fcntl(fd, F_GETFL, 0);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
     throw device_error("process ring: " + errno_text("fcntl"));
-}
-
-std::string random_bytes(std::size_t n) {
-  std::string out(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1)
-    throw device_error("process ring: RAND_bytes failed");
-  return out;
 }
 
 int ms_until(clock_type::time_point t) {
@@ -534,12 +526,11 @@ void process_ring::all_gather(float* data, std::size_t chunk) {
 // --- setting the links up ---
 
 std::string ring_link_proof(const std::string& key, const std::string& challenge) {
-  auto d = hmac_sha256(key, "troupe process_ring v1 proof:" + challenge);
-  return {d.begin(), d.end()};
+  return crypto::as_string(crypto::hmac_sha256(key, "troupe process_ring v1 proof:" + challenge));
 }
 
 std::string ring_link_secret(const std::string& key, const std::string& challenge) {
-  return hkdf_sha256(challenge, key, "troupe process_ring v1 traffic", 32);
+  return crypto::hkdf(challenge, key, "troupe process_ring v1 traffic", 32);
 }
 
 namespace {
@@ -602,7 +593,7 @@ ring_link_listener::ring_link_listener(const std::string& bind_host) {
   if (fd_ < 0) throw device_error("process ring: cannot listen on " + bind_host + ": " + why);
   offer_.host = bind_host;
   offer_.port = bound_port(fd_);
-  offer_.key = random_bytes(32);
+  offer_.key = crypto::random_bytes(32);
 }
 
 ring_link_listener::~ring_link_listener() {
@@ -634,8 +625,8 @@ ring_socket ring_link_listener::accept(clock_type::time_point deadline, const st
     for (std::size_t i = waiting.size(); i-- > 0;) {
       if (!(fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       if (!read_answer(waiting[i])) continue;
-      if (!constant_time_equal(waiting[i].answer,
-                               ring_link_proof(offer_.key, waiting[i].challenge))) {
+      if (!crypto::constant_time_equal(waiting[i].answer,
+                                       ring_link_proof(offer_.key, waiting[i].challenge))) {
         drop(i, "answered its challenge wrongly");
         continue;
       }
@@ -651,7 +642,7 @@ ring_socket ring_link_listener::accept(clock_type::time_point deadline, const st
     if (!(fds[0].revents & POLLIN)) continue;
     int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (c < 0) continue;
-    unproven u{c, random_bytes(kChallengeBytes), {}, clock_type::now() + kProofTimeout};
+    unproven u{c, crypto::random_bytes(kChallengeBytes), {}, clock_type::now() + kProofTimeout};
     // 32 bytes into a fresh socket's empty buffer: sent whole or not at all.
     if (::send(c, u.challenge.data(), kChallengeBytes, MSG_NOSIGNAL) !=
         static_cast<ssize_t>(kChallengeBytes)) {

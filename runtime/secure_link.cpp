@@ -22,10 +22,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "config/cluster.hpp"
 #include "config/secret.hpp"
+#include "crypto/crypto.hpp"
 #include "runtime/basp_guard.hpp"
 #include "runtime/fork_join_pool.hpp"
 #include "runtime/tls_records.hpp"
@@ -57,7 +59,7 @@ using ctx_ptr = std::unique_ptr<SSL_CTX, ctx_free>;
 // The process's link counters (link_totals()).
 struct link_counters {
   std::atomic<uint64_t> opened{0}, failed{0}, guard_closed{0}, dropped{0}, bytes_in{0},
-      bytes_out{0};
+      bytes_out{0}, key_updates{0};
 };
 
 // One connection: the peer's socket (with its TLS session) and the plain end
@@ -73,8 +75,17 @@ struct link {
   std::string psk;  // this connection's pre-shared key
   std::string psk_problem;
   // The application traffic secrets, from OpenSSL's key log as the
-  // handshake derives them.
+  // handshake derives them; wiped (and the SSL freed) once the record
+  // layer below is keyed from them.
   std::string client_secret, server_secret;
+  // This end's two halves of the record layer (null: insecure).
+  std::unique_ptr<tls13::record_writer> writer;
+  std::unique_ptr<tls13::record_reader> reader;
+  uint64_t records_per_key = tls13::default_records_per_key;  // the writer's
+  // From the inbound thread to the outbound one: the alert owed to the
+  // peer for a bad record (-1: none), and a peer's request for new keys.
+  std::atomic<int> alert_due{-1};
+  std::atomic<bool> key_update_asked{false};
   std::unique_ptr<basp_guard> guard;
   std::promise<std::string> ready;
   std::atomic<bool> decided{false};
@@ -99,8 +110,16 @@ struct link {
     if (inbound.joinable()) inbound.join();
     if (outbound.joinable()) outbound.join();
     if (ssl) SSL_free(ssl);
+    forget_keys();
     for (int fd : {tcp, plain, stop_pipe[0], stop_pipe[1]})
       if (fd >= 0) ::close(fd);
+  }
+  // Wipes the pre-shared key and the traffic secrets (the record layer and
+  // OpenSSL keep their own copies, wiped when they are freed).
+  void forget_keys() {
+    crypto::cleanse(psk);
+    crypto::cleanse(client_secret);
+    crypto::cleanse(server_secret);
   }
   std::size_t pending_wire() const { return wire.size() - wire_off; }
   std::string who() const { return p.peer_task + " (" + p.peer_address + ")"; }
@@ -192,19 +211,20 @@ bool certificate_names(X509* cert, const std::string& task) {
 // keeps the two application traffic secrets (never written anywhere) to
 // key its record layer.
 void keep_traffic_secret(const SSL* ssl, const char* line) {
+  // (Nothing here may throw: OpenSSL's C frames are below. The line is
+  // OpenSSL's, wiped by it after this call: no copy of it is made.)
   auto* l = link_of(const_cast<SSL*>(ssl));
   if (!l) return;
-  const std::string text(line);
+  const std::string_view text(line);
   std::string* slot = nullptr;
-  if (text.rfind("CLIENT_TRAFFIC_SECRET_0 ", 0) == 0)
+  if (text.starts_with("CLIENT_TRAFFIC_SECRET_0 "))
     slot = &l->client_secret;
-  else if (text.rfind("SERVER_TRAFFIC_SECRET_0 ", 0) == 0)
+  else if (text.starts_with("SERVER_TRAFFIC_SECRET_0 "))
     slot = &l->server_secret;
   if (!slot) return;
-  // (Nothing here may throw: OpenSSL's C frames are below.)
   long len = 0;
-  unsigned char* bytes = OPENSSL_hexstr2buf(text.c_str() + text.rfind(' ') + 1, &len);
-  slot->clear();
+  unsigned char* bytes = OPENSSL_hexstr2buf(line + text.rfind(' ') + 1, &len);
+  crypto::cleanse(*slot);
   if (bytes) slot->assign(reinterpret_cast<const char*>(bytes), static_cast<std::size_t>(len));
   OPENSSL_clear_free(bytes, static_cast<std::size_t>(len));
 }
@@ -331,8 +351,9 @@ class link_hub {
   }
 
   link_stats totals() const {
-    return {counters_.opened.load(),  counters_.failed.load(),   counters_.guard_closed.load(),
-            counters_.dropped.load(), counters_.bytes_in.load(), counters_.bytes_out.load()};
+    return {counters_.opened.load(),     counters_.failed.load(),   counters_.guard_closed.load(),
+            counters_.dropped.load(),    counters_.bytes_in.load(), counters_.bytes_out.load(),
+            counters_.key_updates.load()};
   }
 
   void wake() {
@@ -373,6 +394,9 @@ class link_hub {
   void fail(link& l, const std::string& why, bool handshake_failure);
   // Hands an open link to its two threads.
   void start_pumps(std::unique_ptr<link> l);
+  // Keys the link's record layer from its traffic secrets, then frees its
+  // SSL and wipes the secrets; "" or why it cannot.
+  std::string key_records(link& l);
   // Moves what OpenSSL wrote to `wire` and sends what the socket takes.
   void send_wire(link& l);
 
@@ -526,13 +550,45 @@ void link_hub::handshake(link& l) {
   fail(l, why, true);
 }
 
+// The n wire bytes at `in` opened into `out`; n becomes the plaintext's
+// size. "" or why the link ends (with the alert owed noted for the
+// outbound side, which owns the writer).
+std::string open_records(link& l, tls13::record_reader& records, const char* in, std::size_t& n,
+                         char* out) {
+  std::size_t got = 0;
+  if (auto problem = records.feed_to(in, n, out, &got); !problem.empty()) {
+    if (auto owed = records.alert()) l.alert_due = *owed;
+    return "TLS: " + problem;  // a record that fails authentication lands here
+  }
+  if (records.take_key_update_request()) l.key_update_asked = true;
+  n = got;
+  return "";
+}
+
+// The guard's check of the n bytes at `data`; data and n become what passed
+// (in `checked`). "" or why the link ends.
+std::string check_frames(link& l, link_counters& counters, const char*& data, std::size_t& n,
+                         std::vector<char>& checked) {
+  checked.clear();
+  auto problem = l.guard->feed(data, n, checked);
+  if (auto drops = l.guard->take_drops(); drops.count > 0) {
+    counters.dropped += drops.count;
+    spdlog::warn("{}: dropped {} frame(s) from {}: {}", l.p.me, drops.count, l.who(),
+                 drops.first_reason);
+  }
+  if (!problem.empty()) {
+    ++counters.guard_closed;
+    return problem;
+  }
+  data = checked.data();
+  n = checked.size();
+  return "";
+}
+
 // Peer -> BASP: records opened, frames checked by the guard, written to the
 // plain end. Ends when the peer closes or misbehaves, or the link stops.
-void pump_inbound(link& l, link_counters& counters, fork_join_pool& crypto) {
-  std::unique_ptr<tls13::record_reader> records;
-  if (l.ssl)
-    records = std::make_unique<tls13::record_reader>(
-        l.p.listener ? l.client_secret : l.server_secret, &crypto);
+void pump_inbound(link& l, link_counters& counters) {
+  tls13::record_reader* records = l.reader.get();
   // Record plaintext goes straight into `opened` (never zero-filled): at
   // most what came in, plus a record left over from the last read.
   std::vector<char> buf(kChunk), checked;
@@ -557,33 +613,17 @@ void pump_inbound(link& l, link_counters& counters, fork_join_pool& crypto) {
     const char* data = buf.data();
     std::size_t len = static_cast<std::size_t>(n);
     if (records) {
-      std::size_t got = 0;
-      if (auto problem = records->feed_to(buf.data(), len, opened.get(), &got); !problem.empty()) {
-        why = "TLS: " + problem;  // a record that fails authentication lands here
-        break;
-      }
+      why = open_records(l, *records, buf.data(), len, opened.get());
+      if (!why.empty()) break;
       peer_closed = records->closed();
       data = opened.get();
-      len = got;
     }
     if (len == 0) continue;
     counters.bytes_in += len;
     l.decide({});
     if (l.guard) {
-      checked.clear();
-      auto problem = l.guard->feed(data, len, checked);
-      if (auto drops = l.guard->take_drops(); drops.count > 0) {
-        counters.dropped += drops.count;
-        spdlog::warn("{}: dropped {} frame(s) from {}: {}", l.p.me, drops.count, l.who(),
-                     drops.first_reason);
-      }
-      if (!problem.empty()) {
-        ++counters.guard_closed;
-        why = problem;
-        break;
-      }
-      data = checked.data();
-      len = checked.size();
+      why = check_frames(l, counters, data, len, checked);
+      if (!why.empty()) break;
     }
     if (!send_all(l, l.plain, data, len)) {  // BASP went away, or the link stops
       basp_gone = !l.stopping;
@@ -596,27 +636,33 @@ void pump_inbound(link& l, link_counters& counters, fork_join_pool& crypto) {
   } else if (peer_closed) {
     l.decide("the peer closed the connection after the TLS handshake");
   }
+  if (records) counters.key_updates += records->key_updates();
   // BASP closing its end may leave its last messages (a chief's stop to its
   // tasks) unread in the socketpair: the outbound side sends them, reads the
   // end, and ends the link then.
   if (!basp_gone) l.stop();
 }
 
+// The alert the inbound side found owed (a record that failed), sealed and
+// sent if the socket takes it now: best effort, the link is ending.
+void send_owed_alert(link& l) {
+  const int owed = l.alert_due.exchange(-1);
+  if (owed < 0 || !l.writer || l.writer->failed()) return;
+  std::vector<char> alert;
+  l.writer->seal_alert(static_cast<unsigned char>(owed), alert);
+  [[maybe_unused]] auto n = ::send(l.tcp, alert.data(), alert.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 // BASP -> peer: what BASP writes, sealed into records and sent. When BASP
 // closes its end, what is left goes out (within kLinger) with a
 // close_notify.
-void pump_outbound(link& l, link_counters& counters, fork_join_pool& crypto,
-                   std::vector<char> pending) {
-  std::unique_ptr<tls13::record_writer> records;
-  if (l.ssl)
-    records = std::make_unique<tls13::record_writer>(
-        l.p.listener ? l.server_secret : l.client_secret, &crypto);
+void pump_outbound(link& l, link_counters& counters, std::vector<char> pending) {
+  tls13::record_writer* records = l.writer.get();
   // The handshake's last flight first, if the socket had not taken it all.
   if (!pending.empty() && !send_all(l, l.tcp, pending.data(), pending.size())) return l.stop();
   std::vector<char> buf(kChunk);
   // Records are sealed straight into `wire` (never zero-filled).
-  std::unique_ptr<char[]> wire(records ? new char[tls13::record_writer::sealed_size(kChunk)]
-                                       : nullptr);
+  std::unique_ptr<char[]> wire(records ? new char[records->max_sealed_size(kChunk)] : nullptr);
   while (!l.stopping) {
     ssize_t n = ::recv(l.plain, buf.data(), buf.size(), 0);
     if (n < 0) {
@@ -638,6 +684,7 @@ void pump_outbound(link& l, link_counters& counters, fork_join_pool& crypto,
     const auto len = static_cast<std::size_t>(n);
     bool sent;
     if (records) {
+      if (l.key_update_asked.exchange(false)) records->request_key_update();
       // Sealed records go out while the ones after them are sealed.
       std::size_t gone = 0;
       sent = true;
@@ -651,7 +698,46 @@ void pump_outbound(link& l, link_counters& counters, fork_join_pool& crypto,
     if (!sent) break;
     counters.bytes_out += len;
   }
+  send_owed_alert(l);
+  if (records) counters.key_updates += records->key_updates();
   l.stop();
+}
+
+// A pump that throws (no memory, a record layer failure) ends its link,
+// named in the log, never the process.
+template <typename Pump>
+void run_pump(link& l, Pump& pump) {
+  std::string why;
+  try {
+    pump();
+    return;
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+    why = "an unknown exception";
+  }
+  spdlog::warn("{}: closed the connection with {}: {}", l.p.me, l.who(), why);
+  l.decide(why);
+  l.stop();
+}
+
+std::string link_hub::key_records(link& l) {
+  if (!l.ssl) return "";
+  try {
+    const auto& mine = l.p.listener ? l.server_secret : l.client_secret;
+    const auto& theirs = l.p.listener ? l.client_secret : l.server_secret;
+    l.writer = std::make_unique<tls13::record_writer>(mine, &crypto_, l.records_per_key);
+    l.reader = std::make_unique<tls13::record_reader>(theirs, &crypto_);
+  } catch (const std::exception& e) {
+    return std::string("TLS: cannot key the record layer: ") + e.what();
+  }
+  // The records have their keys: OpenSSL's session, the secrets and the
+  // pre-shared key are no longer needed here.
+  SSL_free(l.ssl);
+  l.ssl = nullptr;
+  l.wbio = nullptr;  // (was the SSL's)
+  l.forget_keys();
+  return "";
 }
 
 void link_hub::start_pumps(std::unique_ptr<link> owned) {
@@ -660,18 +746,19 @@ void link_hub::start_pumps(std::unique_ptr<link> owned) {
     fail(l, std::string("pipe: ") + std::strerror(errno), false);
     return;
   }
+  if (auto why = key_records(l); !why.empty()) return fail(l, why, false);
   std::vector<char> pending(l.wire.begin() + static_cast<std::ptrdiff_t>(l.wire_off), l.wire.end());
   l.wire.clear();
   l.running = 2;
   auto body = [this, &l](auto pump) {
     block_sigpipe();
-    pump();
+    run_pump(l, pump);
     OPENSSL_thread_stop();
     if (--l.running == 0) wake();  // the hub joins and closes it
   };
-  l.inbound = std::thread(body, [this, &l] { pump_inbound(l, counters_, crypto_); });
+  l.inbound = std::thread(body, [this, &l] { pump_inbound(l, counters_); });
   l.outbound = std::thread(body, [this, &l, pending = std::move(pending)]() mutable {
-    pump_outbound(l, counters_, crypto_, std::move(pending));
+    pump_outbound(l, counters_, std::move(pending));
   });
   open_.push_back(std::move(owned));
 }
@@ -750,13 +837,14 @@ link_end open_link(int tcp_fd, const link_security& sec, link_params p) {
       info += listener_task;
       info += '\0';
       info += connector_task;
-      l->psk = hkdf_sha256(p.server_challenge + p.client_challenge, sec.psk_key, info, 32);
+      l->psk = crypto::hkdf(p.server_challenge + p.client_challenge, sec.psk_key, info, 32);
     }
   }
   if (!p.local_node.empty())
     l->guard = std::make_unique<basp_guard>(
         p.listener ? basp_guard::side::listener : basp_guard::side::connector, p.local_node,
         p.peer_task, sec.max_frame_bytes);
+  l->records_per_key = sec.records_per_key;
   l->deadline = clock_type::now() + sec.handshake_timeout;
   l->timeout_ms = sec.handshake_timeout.count();
   l->p = std::move(p);

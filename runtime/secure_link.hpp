@@ -42,6 +42,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/tls_records.hpp"
+
 namespace troupe {
 
 struct cluster_spec;
@@ -58,6 +60,8 @@ struct link_security {
   std::string ca_file, cert_file, key_file;
   uint64_t max_frame_bytes = uint64_t{256} << 20;  // the guard's cap
   std::chrono::milliseconds handshake_timeout{10000};
+  // When this end's records update their keys (tests lower it).
+  uint64_t records_per_key = tls13::default_records_per_key;
 };
 
 // A link that cannot be set up here (unreadable certificate, no
@@ -104,6 +108,7 @@ struct link_stats {
   uint64_t frames_dropped = 0;   // spoofed node ids, repeated handshakes
   uint64_t bytes_in = 0;         // decrypted, from peers
   uint64_t bytes_out = 0;        // to peers, before encryption
+  uint64_t key_updates = 0;      // TLS KeyUpdates sent and followed, counted as links end
 };
 link_stats link_totals();
 

@@ -4,7 +4,8 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+
+#include "crypto/crypto.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -23,75 +24,10 @@ constexpr unsigned char type_app_data = 23;
 // Per record on the wire beyond the content: header, inner type, tag.
 constexpr std::size_t record_overhead = header_size + 1 + tag_size;
 
-// HKDF-Expand (RFC 5869) over SHA-256.
-void hkdf_expand(const std::string& prk, const std::string& info, unsigned char* out,
-                 std::size_t len) {
-  unsigned char t[32];
-  std::size_t t_len = 0;
-  std::string block;
-  for (unsigned char i = 1; len > 0; ++i) {
-    block.assign(reinterpret_cast<const char*>(t), t_len);
-    block += info;
-    block.push_back(static_cast<char>(i));
-    unsigned int md_len = 0;
-    if (!HMAC(EVP_sha256(), prk.data(), static_cast<int>(prk.size()),
-              reinterpret_cast<const unsigned char*>(block.data()), block.size(), t, &md_len) ||
-        md_len != sizeof t)
-      throw std::runtime_error("TLS 1.3 traffic keys: HMAC-SHA256 failed");
-    t_len = md_len;
-    std::size_t take = std::min(len, t_len);
-    std::memcpy(out, t, take);
-    out += take;
-    len -= take;
-  }
-  OPENSSL_cleanse(t, sizeof t);
-  OPENSSL_cleanse(block.data(), block.size());
-}
-
-// HKDF-Expand-Label(secret, label, "", len) of RFC 8446 section 7.1.
-void expand_label(const std::string& secret, const std::string& label, unsigned char* out,
-                  std::size_t len) {
-  std::string full = "tls13 " + label;
-  std::string info;
-  info.push_back(static_cast<char>(len >> 8));
-  info.push_back(static_cast<char>(len & 0xff));
-  info.push_back(static_cast<char>(full.size()));
-  info += full;
-  info.push_back(0);  // empty context
-  hkdf_expand(secret, info, out, len);
-}
-
 // iv XOR the 64-bit big-endian sequence number, left-padded to 12 bytes.
 void make_nonce(const std::array<unsigned char, 12>& iv, uint64_t seq, unsigned char* nonce) {
   std::memcpy(nonce, iv.data(), 12);
   for (int i = 0; i < 8; ++i) nonce[11 - i] ^= static_cast<unsigned char>(seq >> (8 * i));
-}
-
-// One AES-128-GCM context per lane, all keyed from `secret`.
-std::vector<EVP_CIPHER_CTX*> make_contexts(const std::string& secret, int enc,
-                                           std::array<unsigned char, 12>& iv,
-                                           const fork_join_pool* pool) {
-  traffic_keys k = derive_traffic_keys(secret);
-  iv = k.iv;
-  std::vector<EVP_CIPHER_CTX*> contexts;
-  const unsigned lanes = pool ? pool->lanes() : 1;
-  bool ok = true;
-  for (unsigned lane = 0; ok && lane < lanes; ++lane) {
-    EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-    if (ctx) contexts.push_back(ctx);
-    ok = ctx && EVP_CipherInit_ex(ctx, EVP_aes_128_gcm(), nullptr, k.key.data(), nullptr, enc);
-  }
-  OPENSSL_cleanse(k.key.data(), k.key.size());
-  if (!ok) {
-    for (auto* ctx : contexts) EVP_CIPHER_CTX_free(ctx);
-    throw std::runtime_error("TLS 1.3 records: cannot set up AES-128-GCM");
-  }
-  return contexts;
-}
-
-void free_contexts(std::vector<EVP_CIPHER_CTX*>& contexts) {
-  for (auto* ctx : contexts) EVP_CIPHER_CTX_free(ctx);
-  contexts.clear();
 }
 
 const char* alert_name(unsigned char desc) {
@@ -166,23 +102,81 @@ traffic_keys derive_traffic_keys(const std::string& secret) {
     throw std::runtime_error("a TLS_AES_128_GCM_SHA256 traffic secret is 32 bytes, got " +
                              std::to_string(secret.size()));
   traffic_keys k;
-  expand_label(secret, "key", k.key.data(), k.key.size());
-  expand_label(secret, "iv", k.iv.data(), k.iv.size());
+  std::string key = crypto::hkdf_expand_label(secret, "key", "", k.key.size());
+  std::string iv = crypto::hkdf_expand_label(secret, "iv", "", k.iv.size());
+  std::memcpy(k.key.data(), key.data(), k.key.size());
+  std::memcpy(k.iv.data(), iv.data(), k.iv.size());
+  crypto::cleanse(key);
+  crypto::cleanse(iv);
   return k;
+}
+
+// ---------------------------------------------------------------- keys
+
+traffic_contexts::traffic_contexts(const std::string& secret, bool encrypt, unsigned lanes)
+    : secret_(secret), encrypt_(encrypt) {
+  try {
+    for (unsigned lane = 0; lane < lanes; ++lane) {
+      ctx_.push_back(EVP_CIPHER_CTX_new());
+      if (!ctx_.back())
+        throw std::runtime_error("TLS 1.3 records: cannot allocate a cipher context");
+    }
+    key_contexts();
+  } catch (...) {
+    release();  // (no destructor runs for a constructor that throws)
+    throw;
+  }
+}
+
+traffic_contexts::~traffic_contexts() {
+  release();
+}
+
+void traffic_contexts::release() {
+  for (auto* ctx : ctx_) EVP_CIPHER_CTX_free(ctx);  // (null is fine; it wipes the key schedule)
+  ctx_.clear();
+  crypto::cleanse(secret_);
+  OPENSSL_cleanse(iv_.data(), iv_.size());
+}
+
+void traffic_contexts::key_contexts() {
+  traffic_keys k = derive_traffic_keys(secret_);
+  iv_ = k.iv;
+  bool ok = true;
+  for (auto* ctx : ctx_)
+    ok = ok && EVP_CipherInit_ex(ctx, EVP_aes_128_gcm(), nullptr, k.key.data(), nullptr,
+                                 encrypt_ ? 1 : 0) == 1;
+  OPENSSL_cleanse(k.key.data(), k.key.size());
+  OPENSSL_cleanse(k.iv.data(), k.iv.size());
+  if (!ok) throw std::runtime_error("TLS 1.3 records: cannot set up AES-128-GCM");
+}
+
+void traffic_contexts::update() {
+  std::string next = crypto::hkdf_expand_label(secret_, "traffic upd", "", 32);
+  crypto::cleanse(secret_);
+  secret_ = std::move(next);
+  key_contexts();
 }
 
 // ---------------------------------------------------------------- writer
 
-// (iv_ is a member declared after ctx_: set in the body, not the initializer list.)
-record_writer::record_writer(const std::string& traffic_secret, fork_join_pool* pool)
-    : pool_(pool) {
-  ctx_ = make_contexts(traffic_secret, 1, iv_, pool);
+namespace {
+constexpr const char* kSealFailed = "TLS 1.3 records: AES-128-GCM sealing failed";
+constexpr const char* kWriterFailed =
+    "TLS 1.3 records: this writer failed before (a sequence number may have been used; the "
+    "link must close)";
+}  // namespace
+
+record_writer::record_writer(const std::string& traffic_secret, fork_join_pool* pool,
+                             uint64_t records_per_key)
+    : keys_(traffic_secret, true, pool ? pool->lanes() : 1),
+      pool_(pool),
+      records_per_key_(records_per_key) {
+  if (records_per_key < 2)
+    throw std::invalid_argument("TLS 1.3 records: at least 2 records per key (data and update)");
 }
 
-record_writer::~record_writer() {
-  free_contexts(ctx_);
-  OPENSSL_cleanse(iv_.data(), iv_.size());
-}
+record_writer::~record_writer() = default;
 
 bool record_writer::seal_record(unsigned lane, uint64_t seq, const unsigned char* data,
                                 std::size_t n, unsigned char type, char* dst) {
@@ -194,9 +188,9 @@ bool record_writer::seal_record(unsigned lane, uint64_t seq, const unsigned char
   h[3] = static_cast<unsigned char>(body >> 8);
   h[4] = static_cast<unsigned char>(body & 0xff);
   unsigned char nonce[12];
-  make_nonce(iv_, seq, nonce);
+  make_nonce(keys_.iv(), seq, nonce);
   unsigned char* c = h + header_size;
-  EVP_CIPHER_CTX* ctx = ctx_[lane];
+  EVP_CIPHER_CTX* ctx = keys_[lane];
   int len = 0;
   return EVP_CipherInit_ex(ctx, nullptr, nullptr, nullptr, nonce, 1) == 1 &&
          EVP_EncryptUpdate(ctx, nullptr, &len, h, static_cast<int>(header_size)) == 1 &&
@@ -210,16 +204,55 @@ std::size_t record_writer::sealed_size(std::size_t n) {
   return n + (n + max_plaintext - 1) / max_plaintext * record_overhead;
 }
 
+std::size_t record_writer::max_sealed_size(std::size_t n) const {
+  const std::size_t records = (n + max_plaintext - 1) / max_plaintext;
+  // One update may come first; then one after every records_per_key - 1.
+  return sealed_size(n) + (1 + records / (records_per_key_ - 1)) * key_update_size;
+}
+
+std::size_t record_writer::seal_key_update(char* dst) {
+  const unsigned char key_update[5] = {24, 0, 0, 1, 0};  // KeyUpdate, update_not_requested
+  if (!seal_record(0, seq_, key_update, sizeof key_update, type_handshake, dst))
+    throw std::runtime_error(kSealFailed);
+  ++records_;
+  keys_.update();
+  seq_ = 0;
+  ++key_updates_;
+  update_due_ = false;
+  return key_update_size;
+}
+
 std::size_t record_writer::seal_to(const char* data, std::size_t n, char* dst) {
   return seal_to(data, n, dst, {});
 }
 
 std::size_t record_writer::seal_to(const char* data, std::size_t n, char* dst,
                                    const std::function<void(std::size_t)>& sealed) {
-  const std::size_t records = (n + max_plaintext - 1) / max_plaintext;
-  if (records > std::numeric_limits<uint64_t>::max() - seq_)
-    throw std::runtime_error("TLS 1.3 records: the sequence numbers of this key are used up");
+  if (failed_) throw std::runtime_error(kWriterFailed);
   const auto* src = reinterpret_cast<const unsigned char*>(data);
+  std::size_t at = 0;  // bytes of dst sealed
+  try {
+    for (std::size_t done = 0; done < n;) {
+      if (key_update_due()) at += seal_key_update(dst + at);
+      // As many records as the current key has room for, its update aside.
+      const uint64_t records_left = (n - done + max_plaintext - 1) / max_plaintext;
+      const uint64_t records = std::min(records_left, records_per_key_ - 1 - seq_);
+      const std::size_t take =
+          static_cast<std::size_t>(std::min<uint64_t>(n - done, records * uint64_t{max_plaintext}));
+      at += seal_run(src + done, take, dst + at, at, sealed);
+      done += take;
+    }
+  } catch (...) {
+    failed_ = true;  // whatever failed, no record is ever sealed again
+    throw;
+  }
+  return at;
+}
+
+std::size_t record_writer::seal_run(const unsigned char* src, std::size_t n, char* dst,
+                                    std::size_t base,
+                                    const std::function<void(std::size_t)>& sealed) {
+  const std::size_t records = (n + max_plaintext - 1) / max_plaintext;
   const std::size_t total = sealed_size(n);
   std::atomic<std::size_t> first_failed{records};
   auto seal_one = [&](std::size_t i, unsigned lane) {
@@ -234,7 +267,7 @@ std::size_t record_writer::seal_to(const char* data, std::size_t n, char* dst,
   // Hands on whole records only, and none from the first failed one on.
   auto hand_on = [&](std::size_t k) {
     k = std::min(k, first_failed.load());
-    if (sealed) sealed(std::min(total, k * (max_plaintext + record_overhead)));
+    if (sealed) sealed(base + std::min(total, k * (max_plaintext + record_overhead)));
   };
   if (pool_ && records >= min_parallel_records) {
     if (sealed)
@@ -245,54 +278,71 @@ std::size_t record_writer::seal_to(const char* data, std::size_t n, char* dst,
     for (std::size_t i = 0; i < records; ++i) seal_one(i, 0);
     hand_on(records);
   }
-  if (first_failed.load() < records)
-    throw std::runtime_error("TLS 1.3 records: AES-128-GCM sealing failed");
+  if (first_failed.load() < records) throw std::runtime_error(kSealFailed);
   seq_ += records;
+  records_ += records;
   return total;
 }
 
 void record_writer::seal(const char* data, std::size_t n, std::vector<char>& out) {
   if (n == 0) return;
   const std::size_t old = out.size();
-  out.resize(old + sealed_size(n));
+  out.resize(old + max_sealed_size(n));
   try {
-    seal_to(data, n, out.data() + old);
+    out.resize(old + seal_to(data, n, out.data() + old));
   } catch (...) {
     out.resize(old);
     throw;
   }
 }
 
-void record_writer::seal_close_notify(std::vector<char>& out) {
-  const unsigned char alert[2] = {1, 0};  // warning, close_notify
-  if (seq_ == std::numeric_limits<uint64_t>::max())
-    throw std::runtime_error("TLS 1.3 records: the sequence numbers of this key are used up");
+void record_writer::seal_alert_record(unsigned char level, unsigned char description,
+                                      std::vector<char>& out) {
+  if (failed_) throw std::runtime_error(kWriterFailed);
+  const unsigned char alert[2] = {level, description};
   const std::size_t old = out.size();
-  out.resize(old + sizeof alert + record_overhead);
-  if (!seal_record(0, seq_, alert, sizeof alert, type_alert, out.data() + old)) {
+  out.resize(old + key_update_size + sizeof alert + record_overhead);
+  try {
+    std::size_t at = old;
+    if (key_update_due()) at += seal_key_update(out.data() + at);
+    if (!seal_record(0, seq_, alert, sizeof alert, type_alert, out.data() + at))
+      throw std::runtime_error(kSealFailed);
+    ++seq_;
+    ++records_;
+    out.resize(at + sizeof alert + record_overhead);
+  } catch (...) {
+    failed_ = true;
     out.resize(old);
-    throw std::runtime_error("TLS 1.3 records: AES-128-GCM sealing failed");
+    throw;
   }
-  ++seq_;
+}
+
+void record_writer::seal_close_notify(std::vector<char>& out) {
+  seal_alert_record(1, 0, out);  // warning, close_notify
+}
+
+void record_writer::seal_alert(unsigned char description, std::vector<char>& out) {
+  seal_alert_record(2, description, out);  // fatal
 }
 
 // ---------------------------------------------------------------- reader
 
-// (iv_ is a member declared after ctx_: set in the body, not the initializer list.)
 record_reader::record_reader(const std::string& traffic_secret, fork_join_pool* pool)
-    : pool_(pool) {
-  ctx_ = make_contexts(traffic_secret, 0, iv_, pool);
-}
+    : keys_(traffic_secret, false, pool ? pool->lanes() : 1), pool_(pool) {}
 
-record_reader::~record_reader() {
-  free_contexts(ctx_);
-  OPENSSL_cleanse(iv_.data(), iv_.size());
+std::string record_reader::refuse(unsigned char description, std::string why) {
+  alert_ = description;
+  return why;
 }
 
 std::string record_reader::check_header(const unsigned char* h, std::size_t* body) {
   const std::size_t len = (std::size_t{h[3]} << 8) | h[4];
   *body = len;
-  if ((h[0] != type_app_data && h[0] != type_ccs) || h[1] != 0x03 || h[2] != 0x03) {
+  if (h[0] == type_ccs)  // RFC 8446 5: only before the peer's Finished, which came before
+    return refuse(alert::unexpected_message,
+                  "a change_cipher_spec record after the handshake (TLS 1.3 allows one only "
+                  "before the peer's Finished)");
+  if (h[0] != type_app_data || h[1] != 0x03 || h[2] != 0x03) {
     static const char hex[] = "0123456789abcdef";
     std::string bytes;
     for (int i = 0; i < 3; ++i) {
@@ -300,19 +350,18 @@ std::string record_reader::check_header(const unsigned char* h, std::size_t* bod
       bytes += hex[h[i] & 15];
       if (i < 2) bytes += ' ';
     }
-    return "not a TLS 1.3 application data record: header " + bytes +
-           " (expected type 23 with version 03 03)";
+    return refuse(alert::unexpected_message, "not a TLS 1.3 application data record: header " +
+                                                 bytes + " (expected type 23 with version 03 03)");
   }
   if (len > max_ciphertext)
-    return "a record of " + std::to_string(len) + " bytes, over TLS's limit (" +
-           std::to_string(max_ciphertext) + ")";
-  if (h[0] == type_ccs) {
-    if (len != 1)
-      return "a change_cipher_spec record of " + std::to_string(len) + " bytes (expected 1)";
-  } else if (len < 1 + tag_size) {
-    return "a record of " + std::to_string(len) +
-           " bytes, too short for TLS 1.3 (at least 17: a content type and the 16-byte tag)";
-  }
+    return refuse(alert::record_overflow, "a record of " + std::to_string(len) +
+                                              " bytes, over TLS's limit (" +
+                                              std::to_string(max_ciphertext) + ")");
+  if (len < 1 + tag_size)
+    return refuse(alert::decode_error,
+                  "a record of " + std::to_string(len) +
+                      " bytes, too short for TLS 1.3 (at least 17: a content type and the "
+                      "16-byte tag)");
   return "";
 }
 
@@ -321,10 +370,10 @@ bool record_reader::decrypt_record(unsigned lane, uint64_t seq, const unsigned c
   const unsigned char* b = rec + header_size;
   const std::size_t clen = body - tag_size;
   unsigned char nonce[12];
-  make_nonce(iv_, seq, nonce);
+  make_nonce(keys_.iv(), seq, nonce);
   unsigned char tag[tag_size];
   std::memcpy(tag, b + clen, tag_size);
-  EVP_CIPHER_CTX* ctx = ctx_[lane];
+  EVP_CIPHER_CTX* ctx = keys_[lane];
   int len = 0;
   return EVP_CipherInit_ex(ctx, nullptr, nullptr, nullptr, nonce, 0) == 1 &&
          EVP_DecryptUpdate(ctx, nullptr, &len, rec, static_cast<int>(header_size)) == 1 &&
@@ -334,8 +383,8 @@ bool record_reader::decrypt_record(unsigned lane, uint64_t seq, const unsigned c
 }
 
 namespace {
-std::string bad_mac(uint64_t seq, std::size_t body) {
-  return "cannot decrypt " + record_number(seq) + " of " + std::to_string(body) +
+std::string bad_mac(uint64_t record, std::size_t body) {
+  return "cannot decrypt " + record_number(record) + " of " + std::to_string(body) +
          " bytes: bad record mac (the record was altered, replayed, reordered or sealed "
          "with another key)";
 }
@@ -344,61 +393,78 @@ std::string bad_mac(uint64_t seq, std::size_t body) {
 std::string record_reader::open_record(const unsigned char* rec, std::size_t body, char* out,
                                        std::size_t* produced) {
   *produced = 0;
-  const unsigned char* b = rec + header_size;
-  if (rec[0] == type_ccs) {
-    if (b[0] != 0x01)
-      return "a change_cipher_spec record holding " + std::to_string(b[0]) + " (expected 1)";
-    if (seen_ccs_) return "a second change_cipher_spec record (only one may come, before the data)";
-    seen_ccs_ = true;
-    return "";
-  }
   if (seq_ == std::numeric_limits<uint64_t>::max())
-    return "the sequence numbers of this key are used up";
+    return refuse(alert::internal_error, "the sequence numbers of this key are used up");
   auto* dst = reinterpret_cast<unsigned char*>(out);
-  if (!decrypt_record(0, seq_, rec, body, dst)) return bad_mac(seq_, body);
+  if (!decrypt_record(0, seq_, rec, body, dst))
+    return refuse(alert::bad_record_mac, bad_mac(records_, body));
   return finish_record(dst, body - tag_size, produced);
 }
 
 std::string record_reader::finish_record(unsigned char* dst, std::size_t clen,
                                          std::size_t* produced) {
   *produced = 0;
-  if (clen > max_plaintext + 1) {
-    return record_number(seq_) + " holds " + std::to_string(clen) +
-           " bytes of plaintext, over TLS's limit (record_overflow)";
-  }
+  const uint64_t number = records_;
+  if (clen > max_plaintext + 1)
+    return refuse(alert::record_overflow,
+                  record_number(number) + " holds " + std::to_string(clen) +
+                      " bytes of plaintext, over TLS's limit (record_overflow)");
   // Strip the zero padding: the content type is the last non-zero byte.
   std::size_t i = clen;
   while (i > 0 && dst[i - 1] == 0) --i;
-  if (i == 0) {
-    return record_number(seq_) + " has no content type (its plaintext is all zeros)";
-  }
+  if (i == 0)
+    return refuse(alert::unexpected_message,
+                  record_number(number) + " has no content type (its plaintext is all zeros)");
   const unsigned char type = dst[i - 1];
   const std::size_t content = i - 1;
+  ++seq_;
+  ++records_;
   if (type == type_app_data) {
     *produced = content;
-    ++seq_;
     return "";
   }
-  std::string why;
-  if (type == type_alert) {
-    if (content != 2) {
-      why = "a malformed TLS alert (" + std::to_string(content) + " bytes, expected 2)";
-    } else if (dst[1] == 0 && (dst[0] == 1 || dst[0] == 2)) {
-      closed_ = true;
-    } else if (dst[1] == 0) {
-      why = "a close_notify alert with level " + std::to_string(dst[0]) + " (expected 1 or 2)";
-    } else {
-      why = "the peer sent TLS alert " + std::to_string(dst[1]) + " (" + alert_name(dst[1]) + ")";
-    }
-  } else if (type == type_handshake) {
-    why = "the peer sent a post-handshake message (type " +
-          (content > 0 ? std::to_string(dst[0]) : std::string("none: an empty record")) +
-          "), which these links do not take";
-  } else {
-    why = record_number(seq_) + " has the unknown inner content type " + std::to_string(type);
+  if (type == type_alert) return read_alert(dst, content);
+  if (type == type_handshake) return read_key_update(dst, content);
+  return refuse(
+      alert::unexpected_message,
+      record_number(number) + " has the unknown inner content type " + std::to_string(type));
+}
+
+std::string record_reader::read_alert(const unsigned char* a, std::size_t n) {
+  if (n != 2)
+    return refuse(alert::decode_error,
+                  "a malformed TLS alert (" + std::to_string(n) + " bytes, expected 2)");
+  if (a[1] == 0 && (a[0] == 1 || a[0] == 2)) {
+    closed_ = true;
+    return "";
   }
-  ++seq_;
-  return why;
+  if (a[1] == 0)
+    return refuse(alert::illegal_parameter,
+                  "a close_notify alert with level " + std::to_string(a[0]) + " (expected 1 or 2)");
+  alert_.reset();  // the peer ended it: nothing is owed
+  return "the peer sent TLS alert " + std::to_string(a[1]) + " (" + alert_name(a[1]) + ")";
+}
+
+std::string record_reader::read_key_update(const unsigned char* m, std::size_t n) {
+  constexpr unsigned char key_update = 24;
+  if (n == 0 || m[0] != key_update)
+    return refuse(alert::unexpected_message,
+                  "the peer sent a post-handshake message (type " +
+                      (n > 0 ? std::to_string(m[0]) : std::string("none: an empty record")) +
+                      "), which these links do not take");
+  // Exactly one KeyUpdate, alone in its record (RFC 8446 5.1: a message that
+  // changes keys ends its record): type, 24-bit length 1, request_update.
+  if (n != 5 || m[1] != 0 || m[2] != 0 || m[3] != 1 || m[4] > 1)
+    return refuse(alert::decode_error,
+                  "a malformed KeyUpdate (" + std::to_string(n) +
+                      " bytes; expected the 5 of one message with request_update 0 or 1, alone "
+                      "in its record)");
+  keys_.update();
+  seq_ = 0;
+  ++key_updates_;
+  rekeyed_ = true;
+  update_requested_ |= m[4] == 1;
+  return "";
 }
 
 std::string record_reader::open_run(const unsigned char*& p, std::size_t& left, char*& out,
@@ -406,7 +472,7 @@ std::string record_reader::open_run(const unsigned char*& p, std::size_t& left, 
   run_.clear();
   std::size_t off = 0, at = 0, body = 0;
   // Only whole application-data records with good headers: anything else
-  // (CCS, a bad header, a partial record) is left to the one-by-one path.
+  // (a bad header, a partial record) is left to the one-by-one path.
   while (left - off >= header_size && p[off] == type_app_data &&
          check_header(p + off, &body).empty() && left - off >= header_size + body) {
     run_.push_back({p + off, body, at, false});
@@ -422,17 +488,20 @@ std::string record_reader::open_run(const unsigned char*& p, std::size_t& left, 
     r.authentic = decrypt_record(lane, seq_ + i, r.rec, r.body, base + r.at);
   });
   // In order, as one by one: what precedes a bad record is delivered, what
-  // follows a close_notify is ignored.
+  // follows a close_notify is ignored, and what follows a KeyUpdate is
+  // opened again under the new keys.
   std::size_t written = 0;
   std::string why;
+  rekeyed_ = false;
   for (const auto& r : run_) {
     std::size_t got = 0;
-    why = r.authentic ? finish_record(base + r.at, r.body - tag_size, &got) : bad_mac(seq_, r.body);
+    why = r.authentic ? finish_record(base + r.at, r.body - tag_size, &got)
+                      : refuse(alert::bad_record_mac, bad_mac(records_, r.body));
     if (got > 0 && r.at != written) std::memmove(base + written, base + r.at, got);
     written += got;
     p += header_size + r.body;
     left -= header_size + r.body;
-    if (!why.empty() || closed_) break;
+    if (!why.empty() || closed_ || rekeyed_) break;
   }
   out += written;
   *produced += written;

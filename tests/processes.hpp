@@ -26,7 +26,10 @@ namespace troupe::test {
 
 using clock_type = std::chrono::steady_clock;
 
-inline constexpr const char* kSecret = "troupe-test-secret-0123456789";
+// A strong secret (`openssl rand -hex 32`): a guessable one is refused
+// (config/secret.hpp).
+inline constexpr const char* kSecret =
+    "7834a8fdce0a3a0077c828817deb43cd1a958f30a0a43568bf0d69e58e998062";
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);

@@ -37,7 +37,7 @@ trap cleanup EXIT
 # host without SLURM: it fails.
 scripts/slurm-local.sh start || fail "the local SLURM is installed but did not start (see above)"
 export SLURM_CONF=$TROUPE_SLURM_DIR/slurm.conf
-export TROUPE_SECRET=troupe-slurm-test-$RANDOM$RANDOM$RANDOM
+export TROUPE_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')  # strong: a guessable one is refused
 
 # The env examples, shorter (4 epochs; the accuracy bar is 4 epochs' one).
 config() {  # example out_json epochs checkpoint_every

@@ -347,6 +347,21 @@ TEST_CASE("diff reports per-variable differences") {
   CHECK(contains(err3.str(), "manifest.json is missing"));
 }
 
+TEST_CASE("manifest checksums: the same digests as the checkpoints written before") {
+  // SHA-256 of the compact dump without the checksum field: known bytes, and
+  // the value the hand-written SHA-256 of earlier builds gave for them.
+  const auto known = nlohmann::json::parse(R"({"step": 40, "format_version": 2,
+                                               "manifest_sha256": "ignored"})");
+  CHECK(ck::manifest_checksum(known) ==
+        "2447eebfd0b948a7f4c6ef84c9d87e839f3932146389f1f8045c5b75b0e4ffa4");
+  // A whole manifest an earlier build wrote (the fuzz seed) still verifies.
+  const auto written = nlohmann::json::parse(
+      slurp(fs::path(TROUPE_SOURCE_DIR) / "tests/fuzz/corpus/manifest/cli_small_step40.json"));
+  CHECK(written.at("manifest_sha256") ==
+        "d5f7146f5e6fd3cc8f90c40d016d9e5b85ef54004d1e2395accad2466b7aa0d6");
+  CHECK(ck::manifest_checksum(written) == written.at("manifest_sha256"));
+}
+
 TEST_CASE("a manifest cannot lie: its checksum and cross-checks") {
   temp_dir root;
   ck::snapshot snap = make_snapshot(100);

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "config/cluster.hpp"
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
+#include "crypto/crypto.hpp"
 #include "fixtures.hpp"
 #include "runtime/secure_link.hpp"
 
@@ -377,64 +379,18 @@ TEST_CASE("cluster: an explicit hosts override") {
 
 // ------------------------------------------------------------------ secret
 
-TEST_CASE("secret: SHA-256 and HMAC-SHA256 test vectors") {
-  // FIPS 180-4 / NIST CSRC examples.
-  CHECK(to_hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  CHECK(to_hex(sha256("abc")) ==
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  CHECK(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
-        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  CHECK(to_hex(sha256(std::string(1000000, 'a'))) ==
-        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-  // 55, 56 and 64 bytes: the padding's edge cases.
-  CHECK(to_hex(sha256(std::string(55, 'a'))) ==
-        "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
-  CHECK(to_hex(sha256(std::string(56, 'a'))) ==
-        "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
-  CHECK(to_hex(sha256(std::string(64, 'a'))) ==
-        "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
-  // RFC 4231 test cases 1, 2 and 6 (a key longer than the block).
-  CHECK(to_hex(hmac_sha256(std::string(20, '\x0b'), "Hi There")) ==
-        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
-  CHECK(to_hex(hmac_sha256("Jefe", "what do ya want for nothing?")) ==
-        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-  CHECK(to_hex(hmac_sha256(std::string(131, '\xaa'),
-                           "Test Using Larger Than Block-Size Key - Hash Key First")) ==
-        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
-}
-
-TEST_CASE("secret: HKDF-SHA256 test vectors and a key per purpose") {
-  auto hex = [](const std::string& bytes) {
-    std::string out;
-    for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
-    return out;
-  };
-  std::string salt, info;
-  for (int i = 0; i <= 0x0c; ++i) salt += static_cast<char>(i);
-  for (int i = 0xf0; i <= 0xf9; ++i) info += static_cast<char>(i);
-  // RFC 5869 test cases 1 and 3 (no salt, no info).
-  CHECK(hex(hkdf_sha256(salt, std::string(22, '\x0b'), info, 42)) ==
-        "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865");
-  CHECK(hex(hkdf_sha256("", std::string(22, '\x0b'), "", 42)) ==
-        "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8");
+TEST_CASE("secret: a key per purpose, by HKDF-SHA256 under troupe's salt") {
   const std::string secret = "0123456789abcdef0123456789abcdef";
   auto gate = derive_key(secret, key_purpose::gate);
   CHECK(gate.size() == 32);
+  // The same key as the hand-written HKDF of earlier builds computed.
+  CHECK(crypto::to_hex(gate) == "8f4f91a1d8721bb1c3007bad9e6fd3bc962af2ca10f5d8a617bde9cd39346641");
   CHECK(gate == derive_key(secret, key_purpose::gate));
   CHECK(gate != derive_key(secret, key_purpose::node_handshake));
   CHECK(derive_key(secret, key_purpose::tls_psk) !=
         derive_key(secret, key_purpose::node_handshake));
   CHECK(gate != derive_key(secret + "x", key_purpose::gate));
   CHECK(gate.find(secret) == std::string::npos);
-}
-
-TEST_CASE("secret: constant-time comparison") {
-  CHECK(constant_time_equal("", ""));
-  CHECK(constant_time_equal("abc", "abc"));
-  CHECK_FALSE(constant_time_equal("abc", "abd"));
-  CHECK_FALSE(constant_time_equal("abc", "abcd"));
-  CHECK_FALSE(constant_time_equal("abc", ""));
-  CHECK_FALSE(constant_time_equal(std::string("a\0b", 3), std::string("a\0c", 3)));
 }
 
 TEST_CASE("secret: challenge and response") {
@@ -458,12 +414,77 @@ TEST_CASE("secret: challenge and response") {
   CHECK_FALSE(verify_challenge_response("", c, "worker:1", challenge_response("", c, "worker:1")));
 }
 
+// `openssl rand -hex 32`, once.
+constexpr const char* kStrongSecret =
+    "4f1c9a07d2b86e35c0a7f49e12d85b6ae3907c4d5f61b28a9e0d3c7b14f6a852";
+
+TEST_CASE("secret: the entropy estimate") {
+  auto bits = [](std::string_view s) { return estimate_secret_entropy(s).bits; };
+  // Random hex: 4 bits a digit.
+  CHECK(estimate_secret_entropy(kStrongSecret).alphabet == 16);
+  CHECK(bits(kStrongSecret) == doctest::Approx(256));
+  CHECK(bits("0f1e2d3c4b5a69788796a5b4c3d2e1f0") == doctest::Approx(128));
+  // Decimal, mixed classes, any byte.
+  CHECK(estimate_secret_entropy("8405719263").alphabet == 10);
+  CHECK(estimate_secret_entropy("Zq7!").alphabet == 95);
+  CHECK(estimate_secret_entropy(std::string("k\x01", 2)).alphabet == 256);
+  // Runs count 1 bit a byte after their first two.
+  CHECK(bits("0123456789") == doctest::Approx(2 * std::log2(10.0) + 8));
+  CHECK(bits("zzzz") == doctest::Approx(std::log2(26.0)));  // a repeat of "z"
+  // A repeated piece counts once.
+  CHECK(bits("q8Vx2Lq8Vx2Lq8Vx2L") == doctest::Approx(bits("q8Vx2L")));
+  // Common words count 6 bits whole, in any case.
+  const auto words = estimate_secret_entropy("Troupe-SECRET");
+  CHECK(words.bits == doctest::Approx(6 + std::log2(26.0 + 26 + 33) + 6));
+  CHECK(words.discounted.find("the word \"troupe\"") != std::string::npos);
+  CHECK(words.discounted.find("the word \"secret\"") != std::string::npos);
+  CHECK(estimate_secret_entropy("test-Q7x-test-w9v").discounted == "the word \"test\"");
+  CHECK(bits("") == 0);
+}
+
+TEST_CASE("secret: placeholders and guessable secrets are refused, naming the source") {
+  const std::string env = "the environment variable TROUPE_SECRET";
+  CHECK(check_cluster_secret(kStrongSecret, env) == kStrongSecret);
+  CHECK(check_cluster_secret("0f1e2d3c4b5a69788796a5b4c3d2e1f0", env).size() == 32);
+  // What deploy/kubernetes/secret.yaml once shipped.
+  CHECK_THROWS_WITH_AS(check_cluster_secret("replace-me-with-openssl-rand-hex-32", env),
+                       doctest::Contains("the environment variable TROUPE_SECRET holds the "
+                                         "placeholder secret shipped in an earlier "
+                                         "deploy/kubernetes/secret.yaml"),
+                       secret_error);
+  CHECK_THROWS_WITH(check_cluster_secret("please-CHANGEME-4f1c9a07d2b86e35c0a7f4", env),
+                    doctest::Contains("a placeholder secret (it contains \"changeme\")"));
+  // The tests' old fixed secret: words and a run, about 56 bits.
+  const std::string file = "cluster.secret_file \"/run/secret\"";
+  CHECK_THROWS_WITH_AS(
+      check_cluster_secret("troupe-test-secret-0123456789", file),
+      doctest::Contains("cluster.secret_file \"/run/secret\" holds a guessable secret: about 56 "
+                        "bits of entropy by troupe's estimate (29 bytes from a 69-symbol "
+                        "alphabet; less for the word \"troupe\""),
+      secret_error);
+  CHECK_THROWS_WITH(check_cluster_secret("troupe-test-secret-0123456789", file),
+                    doctest::Contains("under the 112 bits required; make one with `openssl "
+                                      "rand -hex 32`"));
+  // Long is not enough: 40 bytes of one letter, a short phrase repeated.
+  CHECK_THROWS_WITH(check_cluster_secret(std::string(40, 'a'), env),
+                    doctest::Contains("about 4 bits"));
+  CHECK_THROWS_WITH(check_cluster_secret("abc123abc123abc123abc123abc123", env),
+                    doctest::Contains("a repeat of its first 6 byte(s)"));
+  // The secret itself never appears in the message.
+  try {
+    check_cluster_secret("zebrazebrazebrazebra", env);
+    FAIL("a guessable secret passed");
+  } catch (const secret_error& e) {
+    CHECK(std::string(e.what()).find("zebra") == std::string::npos);
+  }
+}
+
 TEST_CASE("secret: from the environment") {
   cluster_spec spec;
   spec.secret_env = "TROUPE_TEST_SECRET_ENV";
   {
-    scoped_env e(spec.secret_env, "a-long-enough-secret-value");
-    CHECK(load_cluster_secret(spec) == "a-long-enough-secret-value");
+    scoped_env e(spec.secret_env, kStrongSecret);
+    CHECK(load_cluster_secret(spec) == kStrongSecret);
   }
   {
     scoped_env e(spec.secret_env, nullptr);
@@ -489,19 +510,19 @@ TEST_CASE("secret: from a file, refused when others may read it") {
   spec.secret_env = "TROUPE_TEST_SECRET_UNUSED";
   scoped_env e(spec.secret_env, "the-env-is-not-used-when-a-file-is-set");
   spec.secret_file = dir / "secret";
-  write_file(spec.secret_file, "file-secret-0123456789\n", 0600);
-  CHECK(load_cluster_secret(spec) == "file-secret-0123456789");
+  write_file(spec.secret_file, std::string(kStrongSecret) + "\n", 0600);
+  CHECK(load_cluster_secret(spec) == kStrongSecret);
 
-  write_file(spec.secret_file, "file-secret-0123456789\n", 0644);
+  write_file(spec.secret_file, std::string(kStrongSecret) + "\n", 0644);
   CHECK_THROWS_WITH_AS(load_cluster_secret(spec),
                        ("permissions 0644 for cluster.secret_file \"" + spec.secret_file +
                         "\" are too open: group and others must have no access (chmod 600 the "
                         "file)")
                            .c_str(),
                        secret_error);
-  write_file(spec.secret_file, "file-secret-0123456789\n", 0640);
+  write_file(spec.secret_file, std::string(kStrongSecret) + "\n", 0640);
   CHECK_THROWS_WITH(load_cluster_secret(spec), doctest::Contains("permissions 0640"));
-  write_file(spec.secret_file, "file-secret-0123456789\n", 0602);
+  write_file(spec.secret_file, std::string(kStrongSecret) + "\n", 0602);
   CHECK_THROWS_WITH(load_cluster_secret(spec), doctest::Contains("permissions 0602"));
 
   write_file(spec.secret_file, "\n", 0600);

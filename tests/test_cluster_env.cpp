@@ -26,7 +26,7 @@ using hosts = std::vector<std::string>;
 
 namespace {
 
-constexpr const char* kSecret = "troupe-test-secret-0123456789";
+constexpr const char* kSecret = "7834a8fdce0a3a0077c828817deb43cd1a958f30a0a43568bf0d69e58e998062";
 
 // spdlog's registry is made on first use, inside libspdlog, which TSan does
 // not see: made here, before the rendezvous threads log, it is not reported

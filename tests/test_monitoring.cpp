@@ -754,7 +754,8 @@ struct node_process {
       const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
-      ::setenv("TROUPE_SECRET", "troupe-test-secret-0123456789", 1);
+      ::setenv("TROUPE_SECRET", "7834a8fdce0a3a0077c828817deb43cd1a958f30a0a43568bf0d69e58e998062",
+               1);
       std::vector<std::string> args{TROUPE_BIN, "node", "--config", config, "--task", task};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());

@@ -640,7 +640,8 @@ TEST_CASE("a node with a wrong or missing secret is refused") {
     CHECK_MESSAGE(err.find("wrong or missing cluster secret") != std::string::npos, err);
   }
   {
-    node_proc bad(job.file, "worker:0", dir / "bad.log", "another-secret-0123456789");
+    node_proc bad(job.file, "worker:0", dir / "bad.log",
+                  "858988d7451b7b4ab7cd20522af617685549e1314acf692f0fb4d1b380ef7194");
     CHECK(bad.wait(std::chrono::seconds(20)) == 1);
     // (Its refusal is not authenticated, as the worker cannot check the
     // chief's MAC without the secret: it retries until its join deadline,

@@ -473,9 +473,34 @@ TEST_CASE("a byte flipped on the wire ends the connection and never reaches a ha
   CHECK(c.ask(*a, "tampered", std::chrono::seconds(2)) == -1);
   CHECK(r.flipped == 1);
   CHECK(eventually([&] { return logs.contains("bad record mac") || logs.contains("decrypt"); }));
+  // The listener tells the connector why, with the alert TLS names for it.
+  CHECK(eventually([&] { return logs.contains("the peer sent TLS alert 20 (bad_record_mac)"); }));
   std::lock_guard<std::mutex> g(l.box.mutex);
   CHECK(l.box.got == std::vector<std::string>{"before"});
   (void)failures;
+}
+
+TEST_CASE("a link updates its keys every few records and its traffic goes on") {
+  // 3 records a key on both ends: a KeyUpdate after every 2 records each way.
+  auto listener_opts = opts("chief:0"), connector_opts = opts("worker:0");
+  listener_opts.link.records_per_key = connector_opts.link.records_per_key = 3;
+  listener l(listener_opts);
+  const auto before = link_totals().key_updates;
+  {
+    connector c;
+    auto a = c.connect(l.port(), connector_opts);
+    REQUIRE_MESSAGE(a, c.sys.render(a.error()));
+    for (int i = 0; i < 40; ++i) {
+      const std::string m = "message " + std::to_string(i);
+      REQUIRE(c.ask(*a, m) == static_cast<int>(m.size()));
+    }
+    const std::string big(200000, 'k');  // 13 records, 6 keys, in one message
+    CHECK(c.ask(*a, big) == 200000);
+  }  // the connector's links close; each end counts its updates as it ends
+  // 41 requests and 41 replies at least: 20 updates a direction, each counted
+  // by the writer and by the reader that followed it.
+  CHECK(eventually([&] { return link_totals().key_updates >= before + 4 * 20; }));
+  CHECK(l.box.strings == 41);
 }
 
 TEST_CASE("a holder of the secret: a 4 GiB header closes its connection, memory stays bounded") {

@@ -4,10 +4,12 @@
 // (runtime/tls_records.hpp).
 //   - tls_records: the input as a record stream, whole and cut at a point
 //     the input picks; then the input as plaintext, sealed and opened again,
-//     which must give it back exactly (a mismatch aborts: a finding). The
+//     which must give it back exactly (a mismatch aborts: a finding), with
+//     a key update every few records (how many, the input picks). The
 //     whole stream is also read by a reader that opens runs of records as
 //     a pool's parts (a pool without helpers: the same code, no threads),
 //     which must say and give what the one-by-one reader does.
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -38,12 +40,15 @@ inline bool tls_records(std::string_view bytes) {
     if (cut.feed(bytes.data(), at, out).empty())
       any |= cut.feed(bytes.data() + at, bytes.size() - at, out).empty();
   }
-  tls13::record_writer writer(secret, &caller_only);
+  const uint64_t records_per_key =
+      2 + (bytes.empty() ? 0 : static_cast<unsigned char>(bytes[0]) % 6);
+  tls13::record_writer writer(secret, &caller_only, records_per_key);
   tls13::record_reader reader(secret);
   std::vector<char> sealed, opened;
   writer.seal(bytes.data(), bytes.size(), sealed);
   writer.seal_close_notify(sealed);
   if (!reader.feed(sealed.data(), sealed.size(), opened).empty() || !reader.closed() ||
+      reader.key_updates() != writer.key_updates() ||
       std::string_view(opened.data(), opened.size()) != bytes)
     std::abort();  // our own records must come back as they went
   return any;
