@@ -74,6 +74,11 @@ class link_claims {
         i = i->second == link ? live->erase(i) : std::next(i);
   }
 
+  bool task_is_live(const std::vector<char>& local, const std::string& task) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return live_tasks_.count(key_of(local, task)) > 0;
+  }
+
   // The task of `node`'s live connection to `local`, or empty.
   std::string live_task(const std::vector<char>& local, const std::vector<char>& node) {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -115,6 +120,10 @@ basp_guard::~basp_guard() {
 
 std::string live_task_of(const caf::node_id& local, const caf::node_id& peer) {
   return claims().live_task(serialized_node_id(local), serialized_node_id(peer));
+}
+
+bool task_has_live_link(const caf::node_id& local, const std::string& task) {
+  return claims().task_is_live(serialized_node_id(local), task);
 }
 
 basp_guard::drops basp_guard::take_drops() {

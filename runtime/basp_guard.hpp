@@ -100,5 +100,7 @@ std::vector<char> serialized_node_id(const caf::node_id& node);
 // handshake passed a guard), or empty: what TLS proved about a sender, for
 // the node actor's handshake (runtime/node_actor.cpp).
 std::string live_task_of(const caf::node_id& local, const caf::node_id& peer);
+// Whether `task` has a live connection to `local` (the gate's check).
+bool task_has_live_link(const caf::node_id& local, const std::string& task);
 
 }  // namespace troupe
