@@ -90,6 +90,15 @@ struct node_shared {
 node_actor spawn_node_actor(caf::actor_system& sys, std::shared_ptr<node_shared> shared,
                             ring_node_actor ring, const job_config* config);
 
+// The node handshake (config/secret.hpp) of this process, task `me` with
+// node actor `node`, with `peer`, the node actor of task `peer_task`, keyed
+// by `key` (derive_key(secret, key_purpose::node_handshake)): both prove the
+// secret, then `node` takes `peer` for `peer_task` (with `monitor`, losing
+// it ends this task). Empty, or why it failed.
+std::string node_handshake(caf::actor_system& sys, const node_actor& node, const node_actor& peer,
+                           const std::string& me, const std::string& peer_task,
+                           const std::string& key, bool monitor);
+
 struct node_process {
   const job_config& c;
   task_id me;
