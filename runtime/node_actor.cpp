@@ -79,6 +79,7 @@ bool is_chief(const std::string& task) {
 struct sender_view {
   bool local = false;
   std::string task;
+  caf::node_id node;
   std::string who;
 };
 
@@ -92,6 +93,7 @@ sender_view sender_of(node_ptr self) {
     v.who = "this process";
   } else if (auto i = self->state.names.find(s->node()); i != self->state.names.end()) {
     v.task = i->second;
+    v.node = s->node();
     v.who = v.task + " (node " + to_string(s->node()) + ")";
   } else {
     auto live = live_task_of(self->home_system().node(), s->node());
@@ -101,12 +103,17 @@ sender_view sender_of(node_ptr self) {
   return v;
 }
 
-bool sent_by(const sender_view& v, may_send who) {
+// "The chief" of a task is the process it dialed at the chief's address
+// and made the handshake with, never a peer that dialed in under a chief's
+// name (with a pre-shared key, a name any holder of the secret can claim).
+bool sent_by(node_ptr self, const sender_view& v, may_send who) {
   switch (who) {
     case may_send::here:
       return v.local;
     case may_send::chief:
-      return !v.task.empty() && is_chief(v.task);
+      return !v.task.empty() && is_chief(v.task) &&
+             (self->state.shared->chief ||
+              (self->state.chief && v.node == self->state.chief.node()));
     case may_send::task:
       return !v.task.empty() && !is_chief(v.task);
     case may_send::peer:
@@ -119,7 +126,7 @@ bool sent_by(const sender_view& v, may_send who) {
 // refusal for the sender, logged at warning naming it.
 std::optional<caf::error> refused(node_ptr self, const char* what, may_send who) {
   auto v = sender_of(self);
-  if (sent_by(v, who)) return std::nullopt;
+  if (sent_by(self, v, who)) return std::nullopt;
   const auto& me = self->state.shared->task;
   spdlog::warn("{}: refused '{}' from {}: only {} may send it", me, what, v.who, role_text(who));
   const bool stranger = !v.local && v.task.empty();

@@ -171,6 +171,22 @@ TEST_CASE("control 'build': to a task from its chief only") {
   CHECK(c.other.ask<node_parts>(c.worker_at_other, build_atom::value, node_build{})
             .find("'build' refused: not from the chief") != std::string::npos);
   CHECK(logged("worker:0: refused 'build' from worker:1"));
+  // A holder of the secret dialing a task as chief:0 (with a pre-shared
+  // key the name is all it proves): refused at the gate while the chief's
+  // connection is live, and elsewhere not taken for the chief (a task's
+  // chief is the process it dialed).
+  host impostor("chief:0"), lone("worker:5");
+  gate_options as_chief;
+  as_chief.secret = kSecret;
+  as_chief.name = "chief:0";
+  as_chief.expect_peer = "worker:0";
+  CHECK_FALSE(gate_remote_actor<node_actor>(impostor.sys, "127.0.0.1", c.worker.door->port(),
+                                            as_chief, kWait));
+  CHECK(logged("worker:0: refused a peer claiming to be chief:0"));
+  auto lone_at_impostor = impostor.dial(lone, true);
+  CHECK(impostor.ask<node_parts>(lone_at_impostor, build_atom::value, node_build{})
+            .find("'build' refused: not from the chief") != std::string::npos);
+  CHECK(logged("worker:5: refused 'build' from chief:0 (node"));
   CHECK_FALSE(c.worker.next_event(std::chrono::milliseconds(300)));
   // From the chief: the worker's main thread builds, and says so.
   // (A future: its destructor waits for the answer, also when a check fails.)
