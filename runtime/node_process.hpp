@@ -35,6 +35,11 @@ using clock_type = std::chrono::steady_clock;
 // or hung peer is detected much sooner (its down message, heartbeats); this
 // only bounds what CAF would otherwise leave pending for ever.
 inline const caf::duration kRequestTimeout{std::chrono::seconds(600)};
+// How long a running job may make no update before the chief says so, at
+// warning, naming its tasks (runtime/stall_watch.hpp), and again after each
+// further period: far above a step of any job troupe runs, far below
+// kRequestTimeout.
+inline constexpr std::chrono::seconds kStallWarning{30};
 
 // What the node actor hands to the process's main thread, which does all
 // the blocking work (connecting, building, running the coordinator).

@@ -21,6 +21,7 @@
 #include "runtime/gate.hpp"
 #include "runtime/local_send.hpp"
 #include "runtime/node_process.hpp"
+#include "runtime/stall_watch.hpp"
 #include "tests/attack.hpp"
 #include "tests/captured_log.hpp"
 
@@ -354,4 +355,28 @@ TEST_CASE("control 'hello': only as the task the connection authenticated as") {
   CHECK(node_handshake(c.stranger.sys, c.stranger.node, c.chief_at_stranger, "worker:2", "chief:0",
                        c.stranger.shared->handshake_key, true)
             .empty());
+}
+
+// No silent hang: a running job that makes no update says so, naming the
+// tasks it waits on (troupe node's chief watches its job this way, with
+// kStallWarning).
+TEST_CASE("a running job that makes no update is said at warning, naming its tasks") {
+  std::atomic<int64_t> step{5};
+  std::atomic<bool> training{true};
+  stall_watch watch(
+      "chief", "worker:0, worker:1", std::chrono::seconds(1), [&] { return step.load(); },
+      [&] { return training.load(); });
+  for (int i = 0; i < 20; ++i) {  // an update every 50 ms: nothing to say
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ++step;
+  }
+  CHECK(watch.warnings() == 0);
+  CHECK(eventually([&] { return watch.warnings() >= 1; }, std::chrono::seconds(5)));
+  CHECK(logged("chief: no update for "));
+  CHECK(logged("(step 25); waiting on worker:0, worker:1"));
+  // Out of training (an evaluation, the end): quiet.
+  training = false;
+  const auto said = watch.warnings();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  CHECK(watch.warnings() == said);
 }
