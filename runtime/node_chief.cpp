@@ -195,7 +195,7 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
     // A job that stops making progress while every peer looks alive says
     // so, naming the tasks it runs on.
     stall_watch stalls(
-        "chief", fmt::format("{}", fmt::join(job_tasks(np), ", ")), kStallWarning,
+        np.name(), fmt::format("{}", fmt::join(job_tasks(np), ", ")), kStallWarning,
         [] { return stop_policy::published_step(); },
         [] { return stop_policy::current() == stop_policy::phase::training; });
     summary = run_coordinator(sys, coord);
