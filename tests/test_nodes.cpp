@@ -805,6 +805,62 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
   CHECK(d < 2e-5);
 }
 
+// Issue 40, row 1, as a job: while worker:0 trains, a holder of the secret on
+// loopback passes the chief's gate as worker:0 (the pre-shared key's identity
+// is a name it claims), then as chief:0 (a task of the cluster with no live
+// connection there), and each time claims worker:0's node id with CAF's
+// select-connection flag. Before the fix the chief's traffic for worker:0
+// went to the attacker and the job stalled with nothing logged.
+TEST_CASE("a holder of the secret cannot take a live worker's routes; refused, logged, job done") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 2, 48);
+  c.training.epochs = 60;
+  c.checkpoint.every_steps = 0;
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
+  node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
+  REQUIRE_MESSAGE(file_shows(dir / "out/metrics.jsonl", "\"step\""), chief.output());
+  // worker:0's node id: its process id on this host.
+  net_system_config cfg;
+  caf::actor_system sys{cfg};
+  const auto& here = static_cast<const caf::node_id::default_data&>(*sys.node());
+  const auto victim =
+      serialized_node_id(caf::make_node_id(static_cast<uint32_t>(worker.pid), here.host_id()));
+  const auto port = parse_host_port(job.address.at("chief:0")).port;
+  int admitted = 0;
+  for (const char* as : {"worker:0", "chief:0"}) {
+    gate_options o;
+    o.secret = kSecret;
+    o.name = as;
+    o.expect_peer = "chief:0";
+    auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(5));
+    if (s.fd < 0) continue;  // refused at the gate
+    ++admitted;
+    const auto forged = attack::basp_header(1, 0x02, static_cast<uint32_t>(victim.size())) +
+                        std::string(victim.begin(), victim.end());
+    CHECK(socket_io::send_all(s.fd, forged, clock_type::now() + std::chrono::seconds(2)));
+    CHECK(attack::closed_within(s.fd, std::chrono::seconds(3)));  // the chief closed it
+    ::close(s.fd);
+  }
+  CHECK(admitted == 1);  // as chief:0 only: worker:0 is live
+  CHECK_MESSAGE(worker.running(), "the attack came after the job: make it longer");
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(120)) == 0, chief.output());
+  CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
+  const auto log = chief.output();
+  CHECK_MESSAGE(log.find("refused a peer claiming to be worker:0") != std::string::npos, log);
+  CHECK(log.find("worker:0 has a live connection here already") != std::string::npos);
+  CHECK(log.find("closed the connection with chief:0") != std::string::npos);
+  CHECK(log.find("claims the node id of worker:0") != std::string::npos);
+  auto many = summary_in(dir / "out");
+  CHECK(many["steps"] == one["steps"]);
+  double d = max_abs_diff(variables_of(one), variables_of(many));
+  MESSAGE("attacked job vs one process: max |diff| " << d);
+  CHECK(d < 1e-4);
+}
+
 TEST_CASE("a chief whose gate fails mid-job ends with the error, and so does its worker") {
   strategy_env env(2000);
   auto c = env.job("mirrored", "adam", 2, 16);
