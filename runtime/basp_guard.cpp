@@ -93,9 +93,11 @@ class link_claims {
   std::map<std::string, const void*> live_tasks_;  // task -> its live connection
 };
 
+// Never destroyed: guards release their claims in their destructors, and a
+// link's guard may be destroyed by another static's destructor at exit.
 link_claims& claims() {
-  static link_claims c;
-  return c;
+  static auto* c = new link_claims;
+  return *c;
 }
 
 }  // namespace
