@@ -1,5 +1,13 @@
 // troupe node's node actor: the mutual handshake, the chief's build orders,
 // joins, rejoins and stops, handed to the process's main thread as events.
+//
+// Threat model: any holder of the cluster secret can pass a gate and address
+// this actor by its id, with or without a sender (BASP's source actor 0),
+// under any task name that is not connected (runtime/basp_guard.hpp). So
+// every message is taken only from the role that sends it (may_send below),
+// a peer's role is the task its connection authenticated as and proved
+// again in the node handshake, a task's chief is the process it dialed, and
+// everything refused is logged at warning naming the sender.
 #include <spdlog/spdlog.h>
 
 #include <map>
