@@ -35,12 +35,10 @@ namespace {
 constexpr const char* kSecret = "control-test-secret-0123456789abcdef";
 constexpr auto kWait = std::chrono::seconds(5);
 
-// Every log line of the run (installed before any actor system starts).
-troupe::test::captured_log logs;
+troupe::test::ring_log logs;  // (installed before any actor system starts)
 
 bool logged(const std::string& text) {
-  return eventually([&] { return logs.text().find(text) != std::string::npos; },
-                    std::chrono::seconds(5));
+  return eventually([&] { return logs.contains(text); }, std::chrono::seconds(5));
 }
 
 // One process of a cluster: its actor system and its node actor behind a

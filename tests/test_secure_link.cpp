@@ -4,8 +4,6 @@
 // and the certificates' checks.
 #include <doctest/doctest.h>
 #include <poll.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,6 +25,7 @@
 #include "runtime/gate.hpp"
 #include "runtime/secure_link.hpp"
 #include "tests/attack.hpp"
+#include "tests/captured_log.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/tls_fixtures.hpp"
 
@@ -39,22 +38,7 @@ namespace {
 
 constexpr const char* kSecret = "link-test-secret-0123456789abcdef";
 
-// Every log line, kept for the assertions (installed before any thread runs).
-struct log_capture {
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> ring =
-      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
-  log_capture() {
-    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-    spdlog::set_default_logger(
-        std::make_shared<spdlog::logger>("troupe", spdlog::sinks_init_list{console, ring}));
-  }
-  bool contains(const std::string& text) const {
-    for (const auto& line : ring->last_formatted())
-      if (line.find(text) != std::string::npos) return true;
-    return false;
-  }
-};
-log_capture logs;
+troupe::test::ring_log logs;  // (installed before any thread runs)
 
 gate_options opts(const std::string& name) {
   gate_options o;
