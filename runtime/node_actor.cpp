@@ -41,6 +41,8 @@ struct node_state {
   std::string early_preemption;
   // A task: the chief's node actor, once connected.
   node_actor chief;
+  // The job is ending (the stop came): peers leaving are expected now.
+  bool ending = false;
   node_build order;
   const job_config* config = nullptr;
   static inline const char* name = "node";
@@ -322,6 +324,7 @@ caf::result<int32_t> on_stop(node_ptr self, std::string& reason, std::string& pr
   auto& st = self->state;
   if (auto no = refused(self, "stop", st.shared->chief ? may_send::here : may_send::chief))
     return std::move(*no);
+  st.ending = true;
   if (st.shared->chief) return stop_every_task(self, reason, preempted);
   node_event ev{node_event::stop, {}, {}, {}, {}, std::move(reason), {}};
   ev.preempted = std::move(preempted);
@@ -349,15 +352,19 @@ void on_running(node_ptr self, caf::actor& coord, node_build& order) {
   st.order = std::move(order);
 }
 
-// A watched peer's node actor is gone: said at once, naming the task, and
-// handed to the main thread, which ends this task or the job (or, for a
-// worker the strategy can lose, goes on).
+// A watched peer's node actor is gone: said at once, naming the task (at
+// warning unless the job is ending), and handed to the main thread, which
+// ends this task or the job (or, for a worker the strategy can lose, goes
+// on).
 void on_peer_down(node_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   auto i = st.peers.find(dm.source);
   if (i == st.peers.end()) return;
   const auto why = dm.reason ? describe(dm.reason) : std::string("exited");
-  spdlog::warn("{}: lost {} ({})", st.shared->task, i->second, why);
+  if (st.ending)
+    spdlog::info("{}: {} left ({})", st.shared->task, i->second, why);
+  else
+    spdlog::warn("{}: lost {} ({})", st.shared->task, i->second, why);
   st.shared->events.push({node_event::lost, i->second, {}, {}, {}, why, {}});
   st.peers.erase(i);
 }
