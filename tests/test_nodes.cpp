@@ -359,6 +359,8 @@ TEST_CASE(
   MESSAGE("the chief ended " << took << " s after the SIGKILL");
   CHECK(rc == 1);
   CHECK_MESSAGE(out.find("worker:1") != std::string::npos, out);
+  // Said at once, naming the task, before the job's end says why.
+  CHECK_MESSAGE(out.find("[warning] chief:0: lost worker:1 (") != std::string::npos, out);
   CHECK(procs["worker:0"]->wait(std::chrono::seconds(10)) != 0);
   procs.clear();
   CHECK_FALSE(fs::exists(dir / "killed/summary.json"));
