@@ -18,12 +18,15 @@
 
 #include "actors/net_system_config.hpp"
 #include "config/secret.hpp"
+#include "runtime/coordinator.hpp"
 #include "runtime/gate.hpp"
 #include "runtime/local_send.hpp"
 #include "runtime/node_process.hpp"
 #include "runtime/stall_watch.hpp"
+#include "runtime/topology.hpp"
 #include "tests/attack.hpp"
 #include "tests/captured_log.hpp"
+#include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
 using namespace troupe::node_detail;
@@ -377,4 +380,27 @@ TEST_CASE("a running job that makes no update is said at warning, naming its tas
   const auto said = watch.warnings();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   CHECK(watch.warnings() == said);
+}
+
+// The coordinator's lifecycle messages: an anonymous one (a BASP message with
+// source actor 0 addressed to its actor id looks the same to it as this)
+// is refused and logged; from this process, taken.
+TEST_CASE("coordinator: run, preempt and rejoin from its own process only") {
+  troupe::test::strategy_env env(200);
+  auto c = env.job("mirrored", "sgd", 2, 20);
+  net_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto plan = make_plan(c, {});
+  auto coord =
+      sys.spawn(coordinator, std::shared_ptr<const job_plan>(plan), std::make_shared<job_parts>());
+  caf::anon_send(coord, preempt_atom::value, std::string("chosen by the attacker"));
+  CHECK(logged("coordinator: refused 'preempt' from an anonymous sender"));
+  caf::anon_send(coord, rejoin_atom::value, int64_t{0}, caf::actor{});
+  CHECK(logged("coordinator: refused 'rejoin' from an anonymous sender"));
+  caf::anon_send(coord, run_atom::value);
+  CHECK(logged("coordinator: refused 'run' from an anonymous sender"));
+  CHECK_FALSE(logs.contains("chosen by the attacker: the job stops"));
+  send_from_here(sys, coord, preempt_atom::value, std::string("SIGTERM"));
+  CHECK(logged("SIGTERM: the job stops at the next update with a checkpoint"));
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
 }
