@@ -70,8 +70,10 @@ typename Inspector::result_type inspect(Inspector& f, node_build& x) {
 }
 
 // A task's node actor. Only `challenge` and `hello` answer a peer that has
-// not completed the handshake (config/secret.hpp): everything else is refused
-// with an error and logged.
+// not completed the handshake (config/secret.hpp), and each other message
+// only the role the comments below name (runtime/node_actor.cpp); an
+// anonymous one never: everything else is refused, with an error to a
+// request, and logged.
 using node_actor = caf::typed_actor<
     // (caller's task) -> a fresh challenge for it.
     caf::replies_to<challenge_atom, std::string>::with<std::string>,

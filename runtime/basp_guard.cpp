@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
 namespace troupe {
@@ -35,30 +36,68 @@ std::string mib(uint64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
 }
 
-// Which task each peer node id belongs to, per local node: the first
-// connection that authenticates a node id binds it. Node ids are claims a
-// peer writes into its handshake; tasks are what TLS proved.
-class node_claims {
+std::string key_of(const std::vector<char>& local, std::string_view what) {
+  return std::string(local.begin(), local.end()) + '|' + std::string(what);
+}
+
+// Who may be which node, per local node. A node id is a claim a peer writes
+// into its handshake; a task is what TLS proved. The first connection that
+// authenticates a node id binds it to its task for good. While a connection
+// is live, no second one may claim its node id (CAF would take the node's
+// routes over to the newer connection: the select-connection flag) or its
+// task (a holder of the secret speaking for a task that is there).
+class link_claims {
  public:
-  // Empty when `task` may be `node`; else the task that holds it.
+  // Empty when the connection `link` may be `node` as `task`; else why not.
   std::string claim(const std::vector<char>& local, const std::vector<char>& node,
-                    const std::string& task) {
+                    const std::string& task, const void* link) {
     std::lock_guard<std::mutex> guard(mutex_);
-    auto key =
-        std::string(local.begin(), local.end()) + '|' + std::string(node.begin(), node.end());
-    auto [it, inserted] = owners_.emplace(std::move(key), task);
-    if (inserted || it->second == task) return {};
-    return it->second;
+    const auto node_key = key_of(local, std::string_view(node.data(), node.size()));
+    const auto task_key = key_of(local, task);
+    auto [owner, inserted] = owners_.emplace(node_key, task);
+    if (!inserted && owner->second != task) return "claims the node id of " + owner->second;
+    if (auto live = live_nodes_.find(node_key); live != live_nodes_.end() && live->second != link)
+      return "claims the node id of " + task +
+             ", whose connection is live: a second connection may not take over its routes";
+    if (auto live = live_tasks_.find(task_key); live != live_tasks_.end() && live->second != link)
+      return task + " has a live connection already: a second connection may not claim a live task";
+    live_nodes_[node_key] = link;
+    live_tasks_[task_key] = link;
+    return {};
+  }
+
+  // The connection `link` ended: its node id and task are free again.
+  void release(const void* link) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto* live : {&live_nodes_, &live_tasks_})
+      for (auto i = live->begin(); i != live->end();)
+        i = i->second == link ? live->erase(i) : std::next(i);
+  }
+
+  bool task_is_live(const std::vector<char>& local, const std::string& task) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return live_tasks_.count(key_of(local, task)) > 0;
+  }
+
+  // The task of `node`'s live connection to `local`, or empty.
+  std::string live_task(const std::vector<char>& local, const std::vector<char>& node) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const auto node_key = key_of(local, std::string_view(node.data(), node.size()));
+    return live_nodes_.count(node_key) ? owners_[node_key] : std::string();
   }
 
  private:
   std::mutex mutex_;
-  std::map<std::string, std::string> owners_;
+  std::map<std::string, std::string> owners_;      // node -> its task, for good
+  std::map<std::string, const void*> live_nodes_;  // node -> its live connection
+  std::map<std::string, const void*> live_tasks_;  // task -> its live connection
 };
 
-node_claims& claims() {
-  static node_claims c;
-  return c;
+// Never destroyed: guards release their claims in their destructors, and a
+// link's guard may be destroyed by another static's destructor at exit.
+link_claims& claims() {
+  static auto* c = new link_claims;
+  return *c;
 }
 
 }  // namespace
@@ -76,6 +115,18 @@ basp_guard::basp_guard(side me, std::vector<char> local_node, std::string peer_t
       local_node_(std::move(local_node)),
       peer_task_(std::move(peer_task)),
       cap_(max_frame_bytes) {}
+
+basp_guard::~basp_guard() {
+  if (!peer_node_.empty()) claims().release(this);
+}
+
+std::string live_task_of(const caf::node_id& local, const caf::node_id& peer) {
+  return claims().live_task(serialized_node_id(local), serialized_node_id(peer));
+}
+
+bool task_has_live_link(const caf::node_id& local, const std::string& task) {
+  return claims().task_is_live(serialized_node_id(local), task);
+}
 
 basp_guard::drops basp_guard::take_drops() {
   return std::exchange(drops_, drops{});
@@ -174,8 +225,8 @@ std::string basp_guard::decide(std::vector<char>& out) {
       auto bytes = serialized_node_id(node);
       if (peer_node_.empty()) {
         if (bytes == local_node_) return "claims this node's own id";
-        auto owner = claims().claim(local_node_, bytes, peer_task_);
-        if (!owner.empty()) return "claims the node id of " + owner;
+        if (auto refused = claims().claim(local_node_, bytes, peer_task_, this); !refused.empty())
+          return refused;
         peer_node_ = std::move(bytes);
       } else if (operation_ != client_handshake || me_ != side::listener || bytes != peer_node_) {
         pass = false;

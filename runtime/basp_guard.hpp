@@ -15,7 +15,14 @@
 //   - the first frame is the handshake the peer's role sends (a listener
 //     sends server_handshake, a connector client_handshake); the node id in
 //     it becomes the connection's identity. A node id already bound to
-//     another task (by an earlier connection) closes the connection;
+//     another task (by an earlier connection) closes the connection, and so
+//     does a node id or a task that another connection to this node holds
+//     while it is live: a holder of the secret who passes the gate as a
+//     task that is there (with a pre-shared key, the task is a name it
+//     claims) can neither take over that node's routes (CAF moves them to
+//     a connection whose handshake carries the select-connection flag) nor
+//     speak as that task beside it. The claim ends with the connection
+//     (the guard's destructor);
 //   - later handshakes pass only from the connector, for its own node id
 //     (CAF repeats it with the select-connection flag); any other is
 //     dropped;
@@ -45,6 +52,9 @@ class basp_guard {
   // task the connection authenticated as; `max_frame_bytes`: the cap.
   basp_guard(side me, std::vector<char> local_node, std::string peer_task,
              uint64_t max_frame_bytes);
+  ~basp_guard();  // frees the node id and task this connection held
+  basp_guard(const basp_guard&) = delete;
+  basp_guard& operator=(const basp_guard&) = delete;
 
   // Reads `n` bytes from the peer, appending what BASP may see to `out`.
   // Returns empty, or why the connection must close (for the log).
@@ -85,5 +95,12 @@ class basp_guard {
 
 // A node id's bytes as BASP writes them (the guard compares these).
 std::vector<char> serialized_node_id(const caf::node_id& node);
+
+// The task whose live connection to `local` carries node `peer` (its
+// handshake passed a guard), or empty: what TLS proved about a sender, for
+// the node actor's handshake (runtime/node_actor.cpp).
+std::string live_task_of(const caf::node_id& local, const caf::node_id& peer);
+// Whether `task` has a live connection to `local` (the gate's check).
+bool task_has_live_link(const caf::node_id& local, const std::string& task);
 
 }  // namespace troupe

@@ -10,6 +10,7 @@
 #include "actors/worker_parts.hpp"
 #include "monitoring/jsonl_sink.hpp"
 #include "runtime/checkpointing.hpp"
+#include "runtime/local_send.hpp"
 #include "runtime/preemption.hpp"
 #include "runtime/stop_policy.hpp"
 
@@ -507,6 +508,16 @@ void on_preempt(self_ptr self, std::string signal) {
   if (st.now == phase::running) check_stop(self);
 }
 
+// Whether the control message now handled came from this process (its
+// signal watch, run_coordinator, the chief's node actor): the job's lifecycle
+// is never a peer's to drive (runtime/local_send.hpp). Refusals are logged.
+bool from_here(self_ptr self, const char* what) {
+  if (sent_from_here(self)) return true;
+  spdlog::warn("coordinator: refused '{}' from {}: only this process may send it", what,
+               sender_text(self));
+  return false;
+}
+
 // Who a down message names, for the failure: a replica (and its task), a
 // watched actor, or the driver's own worker that it lets go.
 void on_down(self_ptr self, const caf::down_msg& dm) {
@@ -571,6 +582,8 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
   st.metrics.add(st.plan->metrics_sink);
   return {
       [self](run_atom) -> caf::result<std::string> {
+        if (!from_here(self, "run"))
+          return caf::make_error(caf::sec::runtime_error, "coordinator: 'run' refused");
         auto& st = self->state;
         st.done = self->make_response_promise<std::string>();
         if (st.now != phase::waiting) {
@@ -588,9 +601,12 @@ coordinator_actor::behavior_type coordinator(self_ptr self, std::shared_ptr<cons
           start(self);
         return st.done;
       },
-      [self](preempt_atom, std::string& signal) { on_preempt(self, std::move(signal)); },
+      [self](preempt_atom, std::string& signal) {
+        if (from_here(self, "preempt")) on_preempt(self, std::move(signal));
+      },
       [self](rejoin_atom, int64_t index, caf::actor& a) {
         auto& st = self->state;
+        if (!from_here(self, "rejoin")) return;
         if (st.finished() || st.now == phase::stopping || !st.driver || index < 0 || !a) return;
         st.driver->rejoin(*st.host, static_cast<std::size_t>(index), std::move(a));
       },
@@ -628,8 +644,8 @@ nlohmann::json run_coordinator(caf::actor_system& sys, const coordinator_actor& 
   nlohmann::json summary;
   caf::scoped_actor self{sys};
   // SIGINT/SIGTERM/SIGUSR1 (runtime/stop_policy.hpp) reach the job as a message.
-  preemption::watch preempt([coordinator](int signal) {
-    caf::anon_send(coordinator, preempt_atom::value, preemption::signal_name(signal));
+  preemption::watch preempt([&sys, coordinator](int signal) {
+    send_from_here(sys, coordinator, preempt_atom::value, preemption::signal_name(signal));
   });
   self->request(coordinator, caf::infinite, run_atom::value)
       .receive([&](std::string& s) { summary = nlohmann::json::parse(s); },

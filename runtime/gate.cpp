@@ -359,6 +359,16 @@ struct gate::state {
       refuse(p, check.name + " is not a task of this cluster", &gate_stats::refused, check.name);
       return true;
     }
+    if (sys && task_has_live_link(sys->node(), check.name)) {
+      // No verdict: to the connector this is a listener that went away, which
+      // it retries until its deadline; a task whose old connection is still
+      // closing (a restarted process) gets in once it has closed.
+      refuse(p,
+             check.name + " has a live connection here already: a second connection may not " +
+                 "claim a live task",
+             &gate_stats::refused, check.name);
+      return true;
+    }
     auto verdict =
         gate_wire::make_verdict(true, key, opts.name, p.challenge, check.client_challenge);
     if (!send_all(p.fd, verdict, clock_type::now() + std::chrono::seconds(1))) {

@@ -30,14 +30,16 @@
 // listener refuses a proof for another task than itself, so a proof cannot
 // be relayed from a squatted port to another node, and a name outside
 // gate_options::allowed_peers; the connector refuses a verdict whose MAC'd
-// name L is not T. Refusals are MAC'd too: a connector treats only a refusal
-// that proves K as final; garbage, a bad MAC or an unproven refusal is
-// `unreachable` (retried until the caller's deadline), since anyone may sit
-// on a port. Only after an 'A' is the socket handed to the BASP broker: as a
-// new incoming connection on the listener's side, as a connect on the
-// connector's side.
-// From there on it is BASP between two authenticated processes, inside TLS
-// 1.3 and behind the frame guard (runtime/secure_link.hpp).
+// name L is not T. A BASP listener also closes, without a verdict, a
+// proof from a task that has a live connection to this process already
+// (runtime/basp_guard.hpp): with the pre-shared key any holder of the
+// secret can prove any task's name, but not take a live one; the connector
+// retries it like a listener that went away. Refusals are MAC'd too: a connector treats only a
+// refusal that proves K as final; garbage, a bad MAC or an unproven refusal is `unreachable`
+// (retried until the caller's deadline), since anyone may sit on a port. Only after an 'A' is the
+// socket handed to the BASP broker: as a new incoming connection on the listener's side, as a
+// connect on the connector's side. From there on it is BASP between two authenticated processes,
+// inside TLS 1.3 and behind the frame guard (runtime/secure_link.hpp).
 //
 // Limits before authentication: at most `max_pending` connections, at most
 // half of them from one address, and at most a quarter of the descriptor

@@ -19,6 +19,7 @@
 #include "config/secret.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "runtime/job_trace.hpp"
+#include "runtime/local_send.hpp"
 #include "runtime/node_process.hpp"
 #include "runtime/preemption.hpp"
 #include "runtime/process_monitoring.hpp"
@@ -273,8 +274,8 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
       // task with replicas trains once they are built (below).
       if (mine.replicas.empty()) stop_policy::enter(stop_policy::phase::training);
       // Asked to leave: the chief stops the whole job with a checkpoint.
-      preemption::watch preempt([node](int signal) {
-        caf::anon_send(node, preempt_atom::value, preemption::signal_name(signal));
+      preemption::watch preempt([&sys, node](int signal) {
+        send_from_here(sys, node, preempt_atom::value, preemption::signal_name(signal));
       });
       for (bool done = false; !done;) {
         auto ev = events.pop_until(clock_type::time_point::max());
@@ -283,12 +284,12 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
           case node_event::build:
             try {
               workers = np.build_workers(ev->order);
-              caf::anon_send(node, built_atom::value, np.parts_of(workers));
+              send_from_here(sys, node, built_atom::value, np.parts_of(workers));
               stop_policy::enter(stop_policy::phase::training);
               spdlog::info("{}: built {}s {}", task.str(), plan->strat->replica_unit(),
                            fmt::join(workers.indices, ", "));
             } catch (const std::exception& e) {
-              caf::anon_send(node, built_atom::value, std::string(e.what()));
+              send_from_here(sys, node, built_atom::value, std::string(e.what()));
               throw;
             }
             break;

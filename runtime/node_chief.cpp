@@ -7,6 +7,8 @@
 #include "actors/failure.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/node_process.hpp"
+#include "runtime/stall_watch.hpp"
+#include "runtime/stop_policy.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe::node_detail {
@@ -92,6 +94,15 @@ node_build build_order(node_process& np, const shard_set& shards, const job_hub*
   if (!strat.reduces_across_processes() || order.ring_tasks.size() < 2) order.ring_tasks.clear();
   order.device_group_id = strat.device_group_id(c, order.ring_tasks.size());
   return order;
+}
+
+// The tasks the job runs on: the chief's own, if it hosts replicas, and
+// every task that joined.
+std::vector<std::string> job_tasks(const node_process& np) {
+  std::vector<std::string> out;
+  if (!np.mine.replicas.empty()) out.push_back(np.name());
+  for (const auto& [task, ev] : np.joined) out.push_back(task);
+  return out;
 }
 
 }  // namespace
@@ -181,6 +192,12 @@ nlohmann::json run_chief(node_process& np, shard_set& shards, worker_parts& work
   self->send(np.node, running_atom::value, caf::actor_cast<caf::actor>(coord), order);
   nlohmann::json summary;
   try {
+    // A job that stops making progress while every peer looks alive says
+    // so, naming the tasks it runs on.
+    stall_watch stalls(
+        np.name(), fmt::format("{}", fmt::join(job_tasks(np), ", ")), kStallWarning,
+        [] { return stop_policy::published_step(); },
+        [] { return stop_policy::current() == stop_policy::phase::training; });
     summary = run_coordinator(sys, coord);
   } catch (const job_error& e) {
     failure = e.what();

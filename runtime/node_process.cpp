@@ -45,36 +45,43 @@ node_actor node_process::connect(const task_id& task, const node_parts& parts,
                       ")");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  if (auto failure = node_handshake(sys, node, peer, name(), task.str(), shared->handshake_key,
+                                    task.job == "chief");
+      !failure.empty())
+    throw job_error(name() + ": " + failure);
+  connected[task.str()] = peer;
+  // Sent after the handshake told this process's node actor to trust the
+  // chief, so that it does before the chief can act on the join.
+  if (task.job == "chief") caf::scoped_actor {
+      sys
+      } -> send(peer, joined_atom::value, caf::actor_cast<caf::actor>(node), parts);
+  spdlog::info("{}: connected to {} at {}", name(), task.str(), address);
+  return peer;
+}
+
+std::string node_handshake(caf::actor_system& sys, const node_actor& node, const node_actor& peer,
+                           const std::string& me, const std::string& peer_task,
+                           const std::string& key, bool monitor) {
   caf::scoped_actor self{sys};
   std::string challenge;
   std::string failure;
-  self->request(peer, std::chrono::seconds(10), challenge_atom::value, name())
+  self->request(peer, std::chrono::seconds(10), challenge_atom::value, me)
       .receive([&](std::string& ch) { challenge = std::move(ch); },
                [&](caf::error& e) { failure = describe(e); });
-  if (!failure.empty())
-    throw job_error(name() + ": handshake with " + task.str() + " failed: " + failure);
+  if (!failure.empty()) return "handshake with " + peer_task + " failed: " + failure;
   auto mine_challenge = make_challenge();
-  auto response = challenge_response(shared->handshake_key, challenge, name());
-  self->request(peer, std::chrono::seconds(10), hello_atom::value, name(), response, mine_challenge)
+  auto response = challenge_response(key, challenge, me);
+  self->request(peer, std::chrono::seconds(10), hello_atom::value, me, response, mine_challenge)
       .receive(
           [&](std::string& theirs) {
-            if (!verify_challenge_response(shared->handshake_key, mine_challenge, task.str(),
-                                           theirs))
-              failure = task.str() + " did not prove it knows the cluster secret";
+            if (!verify_challenge_response(key, mine_challenge, peer_task, theirs))
+              failure = peer_task + " did not prove it knows the cluster secret";
           },
           [&](caf::error& e) { failure = describe(e); });
-  if (!failure.empty()) throw job_error(name() + ": joining " + task.str() + " failed: " + failure);
-  connected[task.str()] = peer;
-  // Its requests to this process are welcome now; losing the chief ends
-  // this task.
-  caf::anon_send(node, watch_atom::value, caf::actor_cast<caf::actor>(peer), task.str(),
-                 task.job == "chief");
-  // Sent after the line above, so this process trusts the chief before the
-  // chief can act on the join.
-  if (task.job == "chief")
-    self->send(peer, joined_atom::value, caf::actor_cast<caf::actor>(node), parts);
-  spdlog::info("{}: connected to {} at {}", name(), task.str(), address);
-  return peer;
+  if (!failure.empty()) return "joining " + peer_task + " failed: " + failure;
+  // Its requests to this process are welcome now.
+  self->send(node, watch_atom::value, caf::actor_cast<caf::actor>(peer), peer_task, monitor);
+  return {};
 }
 
 void node_process::join_process_ring(const std::vector<std::string>& ring_tasks) {

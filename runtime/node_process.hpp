@@ -35,6 +35,11 @@ using clock_type = std::chrono::steady_clock;
 // or hung peer is detected much sooner (its down message, heartbeats); this
 // only bounds what CAF would otherwise leave pending for ever.
 inline const caf::duration kRequestTimeout{std::chrono::seconds(600)};
+// How long a running job may make no update before the chief says so, at
+// warning, naming its tasks (runtime/stall_watch.hpp), and again after each
+// further period: far above a step of any job troupe runs, far below
+// kRequestTimeout.
+inline constexpr std::chrono::seconds kStallWarning{30};
 
 // What the node actor hands to the process's main thread, which does all
 // the blocking work (connecting, building, running the coordinator).
@@ -89,6 +94,15 @@ struct node_shared {
 // `config` outlives it.
 node_actor spawn_node_actor(caf::actor_system& sys, std::shared_ptr<node_shared> shared,
                             ring_node_actor ring, const job_config* config);
+
+// The node handshake (config/secret.hpp) of this process, task `me` with
+// node actor `node`, with `peer`, the node actor of task `peer_task`, keyed
+// by `key` (derive_key(secret, key_purpose::node_handshake)): both prove the
+// secret, then `node` takes `peer` for `peer_task` (with `monitor`, losing
+// it ends this task). Empty, or why it failed.
+std::string node_handshake(caf::actor_system& sys, const node_actor& node, const node_actor& peer,
+                           const std::string& me, const std::string& peer_task,
+                           const std::string& key, bool monitor);
 
 struct node_process {
   const job_config& c;

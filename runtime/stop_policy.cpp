@@ -130,6 +130,10 @@ void publish_step(int64_t step) {
   job_step.store(step, std::memory_order_relaxed);
 }
 
+int64_t published_step() {
+  return job_step.load(std::memory_order_relaxed);
+}
+
 void hold_for_test(std::string_view point) {
   static const auto hold = []() -> std::pair<std::string, double> {
     const char* v = std::getenv("TROUPE_TEST_HOLD");

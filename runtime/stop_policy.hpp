@@ -59,6 +59,8 @@ int received();
 void publish_job(const nlohmann::json& summary);
 void publish_checkpoint(const std::string& path);
 void publish_step(int64_t step);
+// The step publish_step last gave (-1 before the first).
+int64_t published_step();
 
 // Test interface (the signal tests run troupe as a process): with
 // TROUPE_TEST_HOLD="POINT:SECONDS" the process logs "holding at POINT" and

@@ -2,6 +2,8 @@
 // What spdlog's default logger writes while a captured_log lives (at
 // `level` when given; the level before is restored after).
 #include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <memory>
@@ -29,6 +31,24 @@ struct captured_log {
   std::string text() const {
     spdlog::default_logger()->flush();
     return out->str();
+  }
+};
+
+// Every log line of a test program, also on stderr, kept in a ring that is
+// safe to read while other threads log (TSan). Installed once, as a global,
+// before any thread starts.
+struct ring_log {
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> ring =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
+  ring_log() {
+    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    spdlog::set_default_logger(
+        std::make_shared<spdlog::logger>("troupe", spdlog::sinks_init_list{console, ring}));
+  }
+  bool contains(const std::string& text) const {
+    for (const auto& line : ring->last_formatted())
+      if (line.find(text) != std::string::npos) return true;
+    return false;
   }
 };
 

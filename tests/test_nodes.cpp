@@ -372,6 +372,8 @@ TEST_CASE(
   MESSAGE("the chief ended " << took << " s after the SIGKILL");
   CHECK(rc == 1);
   CHECK_MESSAGE(out.find("worker:1") != std::string::npos, out);
+  // Said at once, naming the task, before the job's end says why.
+  CHECK_MESSAGE(out.find("[warning] chief:0: lost worker:1 (") != std::string::npos, out);
   CHECK(procs["worker:0"]->wait(std::chrono::seconds(10)) != 0);
   procs.clear();
   CHECK_FALSE(fs::exists(dir / "killed/summary.json"));
@@ -817,6 +819,86 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
   // The job is the one the attack did not touch.
   double d = max_abs_diff(variables_of(one), variables_of(summary_in(dir / "out")));
   CHECK(d < 2e-5);
+}
+
+// The node id a task's BASP announces in its first frame (a server
+// handshake: header, then the node id) to a holder of the secret that
+// passes its gate (as the task itself: never connected there).
+caf::node_id announced_node_id(uint16_t port) {
+  gate_options o;
+  o.secret = kSecret;
+  o.name = "worker:0";
+  auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(5));
+  REQUIRE_MESSAGE(s.fd >= 0, s.error);
+  const auto deadline = clock_type::now() + std::chrono::seconds(5);
+  std::string why, header(32, '\0');
+  REQUIRE_MESSAGE(socket_io::recv_exact(s.fd, header, deadline, &why), why);
+  uint32_t len = 0;
+  for (int i = 4; i < 8; ++i) len = (len << 8) | static_cast<uint8_t>(header[i]);
+  REQUIRE(len < (1u << 20));
+  std::string payload(len, '\0');
+  REQUIRE_MESSAGE(socket_io::recv_exact(s.fd, payload, deadline, &why), why);
+  ::close(s.fd);
+  caf::binary_deserializer source{static_cast<caf::execution_unit*>(nullptr), payload.data(),
+                                  payload.size()};
+  caf::node_id node;
+  CHECK_FALSE(source(node));
+  return node;
+}
+
+// Issue 40, row 1, as a job: while worker:0 trains, a holder of the secret on
+// loopback passes the chief's gate as worker:0 (the pre-shared key's identity
+// is a name it claims), then as chief:0 (a task of the cluster with no live
+// connection there), and each time claims worker:0's node id with CAF's
+// select-connection flag. Before the fix the chief's traffic for worker:0
+// went to the attacker and the job stalled with nothing logged.
+TEST_CASE("a holder of the secret cannot take a live worker's routes; refused, logged, job done") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 2, 48);
+  c.training.epochs = 800;  // seconds: the attack comes while it trains
+  c.checkpoint.every_steps = 0;
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
+  node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
+  REQUIRE_MESSAGE(file_shows(dir / "out/metrics.jsonl", "\"step\""), chief.output());
+  // worker:0's node id, as its BASP announces it to anyone past its gate.
+  const auto victim =
+      serialized_node_id(announced_node_id(parse_host_port(job.address.at("worker:0")).port));
+  REQUIRE(!victim.empty());
+  const auto port = parse_host_port(job.address.at("chief:0")).port;
+  int admitted = 0;
+  for (const char* as : {"worker:0", "chief:0"}) {
+    gate_options o;
+    o.secret = kSecret;
+    o.name = as;
+    o.expect_peer = "chief:0";
+    auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(5));
+    if (s.fd < 0) continue;  // refused at the gate
+    ++admitted;
+    const auto forged = attack::basp_header(1, 0x02, static_cast<uint32_t>(victim.size())) +
+                        std::string(victim.begin(), victim.end());
+    CHECK(socket_io::send_all(s.fd, forged, clock_type::now() + std::chrono::seconds(2)));
+    CHECK(attack::closed_within(s.fd, std::chrono::seconds(3)));  // the chief closed it
+    ::close(s.fd);
+  }
+  CHECK(admitted == 1);  // as chief:0 only: worker:0 is live
+  CHECK_MESSAGE(!fs::exists(dir / "out/summary.json"),
+                "the attack came after the job had ended: make it longer");
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(120)) == 0, chief.output());
+  CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
+  const auto log = chief.output();
+  CHECK_MESSAGE(log.find("refused a peer claiming to be worker:0") != std::string::npos, log);
+  CHECK(log.find("worker:0 has a live connection here already") != std::string::npos);
+  CHECK(log.find("closed the connection with chief:0") != std::string::npos);
+  CHECK(log.find("claims the node id of worker:0") != std::string::npos);
+  auto many = summary_in(dir / "out");
+  CHECK(many["steps"] == one["steps"]);
+  double d = max_abs_diff(variables_of(one), variables_of(many));
+  MESSAGE("attacked job vs one process: max |diff| " << d);
+  CHECK(d < 1e-4);
 }
 
 TEST_CASE("a chief whose gate fails mid-job ends with the error, and so does its worker") {

@@ -454,6 +454,7 @@ TEST_CASE("remote_ring: a sender never has more than `window` chunks unacknowled
             [n](ring_chunk_atom, const ring_chunk&) { ++*n; },
             [](ring_credit_atom, int32_t) {},
             [](ring_abort_atom, uint64_t, int32_t, const std::string&) {},
+            [](ring_offer_atom, int32_t, const std::string&, uint16_t, const std::string&) {},
         };
       },
       counted);

@@ -4,12 +4,11 @@
 // and the certificates' checks.
 #include <doctest/doctest.h>
 #include <poll.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -26,6 +25,7 @@
 #include "runtime/gate.hpp"
 #include "runtime/secure_link.hpp"
 #include "tests/attack.hpp"
+#include "tests/captured_log.hpp"
 #include "tests/fixtures.hpp"
 #include "tests/tls_fixtures.hpp"
 
@@ -38,22 +38,7 @@ namespace {
 
 constexpr const char* kSecret = "link-test-secret-0123456789abcdef";
 
-// Every log line, kept for the assertions (installed before any thread runs).
-struct log_capture {
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> ring =
-      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
-  log_capture() {
-    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-    spdlog::set_default_logger(
-        std::make_shared<spdlog::logger>("troupe", spdlog::sinks_init_list{console, ring}));
-  }
-  bool contains(const std::string& text) const {
-    for (const auto& line : ring->last_formatted())
-      if (line.find(text) != std::string::npos) return true;
-    return false;
-  }
-};
-log_capture logs;
+troupe::test::ring_log logs;  // (installed before any thread runs)
 
 gate_options opts(const std::string& name) {
   gate_options o;
@@ -382,8 +367,10 @@ TEST_CASE("guard: a node id bound to one task is refused to another") {
   auto me = some_node(11), peer = some_node(12);
   std::vector<char> out;
   auto hs = basp_frame(1, 0, serialized_node_id(peer));
-  basp_guard first(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
-  CHECK(first.feed(hs.data(), hs.size(), out).empty());
+  {
+    basp_guard first(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
+    CHECK(first.feed(hs.data(), hs.size(), out).empty());
+  }
   basp_guard again(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
   CHECK(again.feed(hs.data(), hs.size(), out).empty());  // the same task reconnecting
   basp_guard thief(basp_guard::side::listener, serialized_node_id(me), "worker:1", 1 << 20);
@@ -391,6 +378,37 @@ TEST_CASE("guard: a node id bound to one task is refused to another") {
   auto self = basp_frame(1, 0, serialized_node_id(me));
   basp_guard mirror(basp_guard::side::listener, serialized_node_id(me), "worker:2", 1 << 20);
   CHECK(mirror.feed(self.data(), self.size(), out) == "claims this node's own id");
+}
+
+TEST_CASE("guard: a live connection's node id and task cannot be claimed by a second one") {
+  auto me = some_node(13), peer = some_node(14), fresh = some_node(15);
+  std::vector<char> out;
+  auto hs = basp_frame(1, 0, serialized_node_id(peer));
+  auto select = basp_frame(1, 0x02, serialized_node_id(peer));
+  auto fresh_hs = basp_frame(1, 0, serialized_node_id(fresh));
+  auto live = std::make_unique<basp_guard>(basp_guard::side::listener, serialized_node_id(me),
+                                           "worker:0", 1 << 20);
+  REQUIRE(live->feed(hs.data(), hs.size(), out).empty());
+  CHECK(live_task_of(me, peer) == "worker:0");
+  CHECK(live_task_of(me, fresh).empty());
+  {  // worker:0's node id with the select-connection flag: its routes
+    basp_guard thief(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
+    auto why = thief.feed(select.data(), select.size(), out);
+    CHECK(why.find("claims the node id of worker:0, whose connection is live") == 0);
+  }
+  {  // worker:0's name with a node id of its own
+    basp_guard thief(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
+    auto why = thief.feed(fresh_hs.data(), fresh_hs.size(), out);
+    CHECK(why ==
+          "worker:0 has a live connection already: a second connection may not claim a "
+          "live task");
+  }
+  CHECK(live_task_of(me, peer) == "worker:0");  // the refusals freed nothing of the live one
+  live.reset();  // the connection ends: a restarted worker:0 comes back
+  CHECK(live_task_of(me, peer).empty());
+  basp_guard back(basp_guard::side::listener, serialized_node_id(me), "worker:0", 1 << 20);
+  CHECK(back.feed(fresh_hs.data(), fresh_hs.size(), out).empty());
+  CHECK(live_task_of(me, fresh) == "worker:0");
 }
 
 TEST_CASE("guard: every corrupted byte of a valid stream is refused or passed, never more") {
@@ -539,6 +557,61 @@ TEST_CASE("a message naming another node as its sender is dropped; its own passe
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK(l.box.strings == 1);
   CHECK(logs.contains("claiming another source node"));
+}
+
+// Issue 40, row 1: a holder of the secret passes the gate as worker:0 (with a
+// pre-shared key the TLS identity is the name it claims), claims worker:0's
+// node id and sends CAF's client handshake with the select-connection flag.
+// Before the fix the listener's replies to worker:0 went to the attacker.
+// (The guard refuses the node id too: "guard: a live connection's node id
+// and task ..." above.)
+TEST_CASE("a second connection as a live task, with its node id and select flag, is refused") {
+  listener l;
+  connector c;
+  auto a = c.connect(l.port(), opts("worker:0"));
+  REQUIRE_MESSAGE(a, c.sys.render(a.error()));
+  CHECK(c.ask(*a, "before") == 6);
+  auto s = gate_secure_handshake("127.0.0.1", l.port(), opts("worker:0"), std::chrono::seconds(5));
+  if (s.fd >= 0) {
+    CHECK(send_all(s.fd, basp_frame(1, 0x02, serialized_node_id(c.sys.node()))));
+    CHECK(closed_within(s.fd, std::chrono::seconds(3)));
+    ::close(s.fd);
+  }
+  CHECK(s.fd < 0);       // refused at the gate
+  CHECK(s.unreachable);  // to the connector: a listener that went away
+  CHECK(eventually([&] {
+    return logs.contains("refused a peer claiming to be worker:0") &&
+           logs.contains("worker:0 has a live connection here already");
+  }));
+  // The replies to worker:0 still reach worker:0.
+  for (int i = 0; i < 5; ++i) CHECK(c.ask(*a, "after", std::chrono::seconds(2)) == 5);
+}
+
+TEST_CASE("a second connection as a live task with a node id of its own is refused; later one") {
+  listener l;
+  {
+    connector c;
+    auto a = c.connect(l.port(), opts("worker:3"));
+    REQUIRE_MESSAGE(a, c.sys.render(a.error()));
+    CHECK(c.ask(*a, "live") == 4);
+    connector thief;
+    if (auto t = thief.connect(l.port(), opts("worker:3")))
+      CHECK(thief.ask(*t, "stolen", std::chrono::seconds(2)) == -1);
+    CHECK(eventually([&] {
+      return logs.contains("refused a peer claiming to be worker:3") &&
+             logs.contains("worker:3 has a live connection here already");
+    }));
+    CHECK(c.ask(*a, "still") == 5);
+  }
+  // worker:3's process is gone: worker:3, restarted, gets in again.
+  connector back;
+  int answer = -1;
+  CHECK(eventually([&] {
+    if (auto b = back.connect(l.port(), opts("worker:3"))) answer = back.ask(*b, "back");
+    return answer == 4;
+  }));
+  std::lock_guard<std::mutex> g(l.box.mutex);
+  CHECK(std::count(l.box.got.begin(), l.box.got.end(), "stolen") == 0);
 }
 
 // ------------------------------------------------------------------ certificates
