@@ -233,12 +233,20 @@ std::vector<json> jsonl(const fs::path& file) {
 
 struct client_socket {
   int fd = -1;
-  explicit client_socket(uint16_t port) {
+  // `from`: the loopback address to connect from (127.0.0.x: another peer
+  // address to the server).
+  explicit client_socket(uint16_t port, const char* from = nullptr) {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);
     // A safety net so that a broken server fails the test instead of hanging it.
     timeval tv{60, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (from) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      REQUIRE(::inet_pton(AF_INET, from, &local.sin_addr) == 1);
+      REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) == 0);
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
@@ -269,8 +277,8 @@ struct client_socket {
   }
 };
 
-std::string request(uint16_t port, const std::string& raw) {
-  client_socket c(port);
+std::string request(uint16_t port, const std::string& raw, const char* from = nullptr) {
+  client_socket c(port, from);
   c.send_all(raw);
   return c.read_all();
 }
@@ -486,7 +494,9 @@ TEST_CASE("prometheus_exporter: connections past the limit get 503; it ends with
   auto registry = std::make_shared<monitoring::prometheus_registry>();
   monitoring::exporter_options o;
   o.max_connections = 2;
-  o.request_timeout = std::chrono::seconds(120);  // the two idle peers stay for the whole test
+  o.max_per_address = 2;
+  // The two idle peers stay for the whole test.
+  o.request_timeout = o.idle_timeout = std::chrono::seconds(120);
   auto ex = std::make_unique<monitoring::prometheus_exporter>(registry, o);
   client_socket idle1(ex->port()), idle2(ex->port());
   idle1.send_all("GET /metrics HTTP/1.1\r\n");  // never finished
@@ -495,6 +505,71 @@ TEST_CASE("prometheus_exporter: connections past the limit get 503; it ends with
   ex.reset();  // returns although two peers still hold their connections
   CHECK(idle1.read_all().empty());
   CHECK(idle2.read_all().empty());
+}
+
+namespace {
+
+// Until the exporter has answered `n` connections with 503 (10 s at most).
+bool wait_for_503s(const monitoring::prometheus_registry& registry, double n) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (registry.value("troupe_metrics_http_responses_total", {{"code", "503"}}) < n) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("prometheus_exporter: idle connections from one address never starve other scrapers") {
+  // Issue 40, row 6: 16 idle connections to /metrics took every slot, and
+  // every scraper and /healthz got 503.
+  auto registry = std::make_shared<monitoring::prometheus_registry>();
+  monitoring::exporter_options o;                                  // 16 slots, 4 per address
+  o.request_timeout = o.idle_timeout = std::chrono::seconds(120);  // the hog stays
+  monitoring::prometheus_exporter ex(registry, o);
+  std::vector<std::unique_ptr<client_socket>> hog;
+  for (int i = 0; i < 16; ++i)
+    hog.push_back(std::make_unique<client_socket>(ex.port(), "127.0.0.2"));
+  // The hog's address holds its 4 slots; its other 12 connections are
+  // turned away at once.
+  CHECK(wait_for_503s(*registry, 12));
+  auto metrics = request(ex.port(), "GET /metrics HTTP/1.1\r\n\r\n", "127.0.0.1");
+  CHECK(status_of(metrics) == 200);
+  auto health = request(ex.port(), "GET /healthz HTTP/1.1\r\n\r\n", "127.0.0.3");
+  CHECK(status_of(health) == 200);
+  CHECK(body_of(health) == "ok\n");
+  CHECK(registry->value("troupe_metrics_http_responses_total", {{"code", "503"}}) == 12);
+  // What the turned-away ones read: a 503 naming why.
+  int told = 0;
+  for (auto& c : hog) {
+    timeval tv{0, 200000};  // the 4 held ones get nothing yet
+    ::setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const auto r = c->read_all();
+    if (status_of(r) == 503 && body_of(r) == "too many connections from this address\n") ++told;
+  }
+  CHECK(told == 12);
+}
+
+TEST_CASE("prometheus_exporter: a connection that sends nothing is closed after idle_timeout") {
+  auto registry = std::make_shared<monitoring::prometheus_registry>();
+  monitoring::exporter_options o;
+  o.idle_timeout = std::chrono::milliseconds(200);
+  o.request_timeout = std::chrono::seconds(120);
+  monitoring::prometheus_exporter ex(registry, o);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    client_socket silent(ex.port());
+    CHECK(status_of(silent.read_all()) == 408);
+  }
+  // Well before request_timeout (120 s) and the client's own 60 s guard.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  // One that has started its request has request_timeout, not idle_timeout.
+  client_socket slow(ex.port());
+  slow.send_all("GET /metrics HTTP/1.1\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  slow.send_all("\r\n");
+  CHECK(status_of(slow.read_all()) == 200);
 }
 
 TEST_CASE("prometheus_exporter: an address in use or not numeric is an error naming it") {
