@@ -17,6 +17,7 @@
 #include <optional>
 #include <thread>
 
+#include "monitoring/output_file.hpp"
 #include "runtime/preemption.hpp"
 
 namespace troupe::stop_policy {
@@ -68,13 +69,14 @@ void write_stop_summary(const std::string& reason) {
   const fs::path dir = s["output_dir"].get<std::string>();
   const fs::path tmp = dir / ".summary.json.tmp";
   std::error_code ec;
-  {
-    std::ofstream out(tmp);
-    out << s.dump(2) << '\n';
-    if (!out) {
-      spdlog::error("cannot write {}", tmp.string());
-      return;
-    }
+  fs::remove(tmp, ec);  // an earlier stop's, or a planted link (the link goes, not its target)
+  try {
+    monitoring::output_file out(tmp.string(), monitoring::output_file::mode::create_new);
+    if (!out.write(s.dump(2) + '\n'))
+      throw monitoring::output_file_error(tmp.string() + ": a write failed");
+  } catch (const monitoring::output_file_error& e) {
+    spdlog::error("cannot write {}", e.what());
+    return;
   }
   fs::rename(tmp, dir / "summary.json", ec);
   if (ec) spdlog::error("cannot write {}: {}", (dir / "summary.json").string(), ec.message());

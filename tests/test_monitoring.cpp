@@ -30,12 +30,14 @@
 #include "config/job_config.hpp"
 #include "monitoring/crc32c.hpp"
 #include "monitoring/http_request.hpp"
+#include "monitoring/output_file.hpp"
 #include "monitoring/prometheus_exporter.hpp"
 #include "monitoring/prometheus_registry.hpp"
 #include "monitoring/prometheus_sink.hpp"
 #include "monitoring/tensorboard_writer.hpp"
 #include "runtime/job.hpp"
 #include "runtime/process_monitoring.hpp"
+#include "runtime/topology.hpp"
 #include "tests/free_port.hpp"
 #include "tests/strategy_fixtures.hpp"
 
@@ -807,6 +809,114 @@ TEST_CASE("a process without a coordinator (a troupe node task) exports its live
   c.logging.metrics_port = 0;
   process_monitoring off(c, tmp / "off", "worker:2", sys);
   CHECK_FALSE(fs::exists(tmp / "off/metrics_port.worker-2"));
+}
+
+// ------------------------------------------------ files under predictable names
+
+namespace {
+
+// A file outside the output directory that a planted link points to, and
+// what it held before.
+struct victim {
+  fs::path path;
+  std::string before = "the victim's own bytes\n";
+  explicit victim(const fs::path& dir) : path(dir / "victim") { std::ofstream(path) << before; }
+  bool untouched() const { return read_file(path) == before; }
+};
+
+}  // namespace
+
+TEST_CASE("output_file: a planted symbolic or hard link is refused naming it, nothing written") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(tmp.path);
+  const auto link = dir / "out.txt";
+  fs::create_symlink(v.path, link);
+  using monitoring::output_file;
+  for (auto m :
+       {output_file::mode::create_new, output_file::mode::replace, output_file::mode::append})
+    CHECK_THROWS_WITH_AS(
+        output_file(link.string(), m),
+        (link.string() + ": is a symbolic link; refusing to write through it").c_str(),
+        monitoring::output_file_error);
+  // A dangling link too: O_CREAT would have made its target.
+  fs::create_symlink(dir / "made-through-the-link", dir / "dangling");
+  CHECK_THROWS_AS(output_file((dir / "dangling").string(), output_file::mode::replace),
+                  monitoring::output_file_error);
+  CHECK_FALSE(fs::exists(dir / "made-through-the-link"));
+  // A hard link to another file: refused before it is truncated.
+  fs::create_hard_link(v.path, dir / "hard.txt");
+  CHECK_THROWS_WITH_AS(monitoring::write_output_file((dir / "hard.txt").string(), "x"),
+                       ((dir / "hard.txt").string() +
+                        ": has 2 hard links; refusing to write through a link to another file")
+                           .c_str(),
+                       monitoring::output_file_error);
+  CHECK(v.untouched());
+  // A file of its own is replaced; create_new never replaces one.
+  monitoring::write_output_file((dir / "own.txt").string(), "one\n");
+  monitoring::write_output_file((dir / "own.txt").string(), "two\n");
+  CHECK(read_file(dir / "own.txt") == "two\n");
+  CHECK_THROWS_WITH_AS(output_file((dir / "own.txt").string(), output_file::mode::create_new),
+                       doctest::Contains("own.txt: cannot create: File exists"),
+                       monitoring::output_file_error);
+}
+
+TEST_CASE("tensorboard_writer: an event file name taken by a symbolic link is refused, naming it") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(tmp.path);
+  const auto run = dir / "run";
+  fs::create_directories(run);
+  // Every name the writer may pick in the next 30 seconds is a link.
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof host - 1) == 0);
+  const auto now = static_cast<int64_t>(monitoring::unix_seconds_now());
+  for (int64_t t = now; t < now + 30; ++t)
+    fs::create_symlink(v.path, run / ("events.out.tfevents." + std::to_string(t) + "." + host));
+  std::string msg;
+  try {
+    monitoring::tensorboard_writer w(run.string());
+  } catch (const monitoring::tensorboard_error& e) {
+    msg = e.what();
+  }
+  CHECK_MESSAGE(msg.starts_with("cannot write TensorBoard event file " +
+                                (run / "events.out.tfevents.").string()),
+                msg);
+  CHECK_MESSAGE(msg.ends_with(": is a symbolic link; refusing to write through it"), msg);
+  CHECK(v.untouched());
+}
+
+TEST_CASE("the /metrics port file is never written through a planted link") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(tmp.path);
+  fs::create_symlink(v.path, dir / "metrics_port.worker-1");
+  job_config c;
+  c.logging.metrics_port = logging_config::kMetricsPortAuto;
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  {
+    process_monitoring m(c, tmp.str(), "worker:1", sys);  // serves; the file is only warned about
+  }
+  CHECK(v.untouched());
+  CHECK(fs::is_symlink(dir / "metrics_port.worker-1"));
+  // Without the link, the port is written.
+  fs::remove(dir / "metrics_port.worker-1");
+  process_monitoring m(c, tmp.str(), "worker:1", sys);
+  CHECK(read_port_file(dir / "metrics_port.worker-1") != 0);
+}
+
+TEST_CASE("config.json and summary.json: a planted link is a job_error naming it") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(tmp.path);
+  fs::create_symlink(v.path, dir / "summary.json");
+  CHECK_THROWS_WITH_AS(write_job_file((dir / "summary.json").string(), "{}\n"),
+                       ("cannot write " + (dir / "summary.json").string() +
+                        ": is a symbolic link; refusing to write through it")
+                           .c_str(),
+                       job_error);
+  CHECK(v.untouched());
 }
 
 // ------------------------------------------------------- troupe node tasks
