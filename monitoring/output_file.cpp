@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -93,6 +94,23 @@ bool output_file::write(std::string_view bytes) {
 void write_output_file(const std::string& path, std::string_view bytes) {
   output_file f(path, output_file::mode::replace);
   if (!f.write(bytes)) fail(path, std::string("cannot write: ") + std::strerror(errno));
+}
+
+void replace_file_atomically(const std::string& path, const std::string& temporary,
+                             std::string_view bytes) {
+  ::unlink(temporary.c_str());
+  try {
+    output_file f(temporary, output_file::mode::create_new);
+    if (!f.write(bytes)) fail(temporary, std::string("cannot write: ") + std::strerror(errno));
+  } catch (const output_file_error&) {
+    ::unlink(temporary.c_str());
+    throw;
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temporary.c_str());
+    fail(path, std::string("cannot replace it: ") + std::strerror(err));
+  }
 }
 
 }  // namespace troupe::monitoring

@@ -49,4 +49,12 @@ class output_file {
 // output_file_error naming the path.
 void write_output_file(const std::string& path, std::string_view bytes);
 
+// Writes `bytes` to `temporary` (whatever was there is removed first: a
+// stale one, or a planted link, never its target), created exclusively,
+// then renames it to `path`, so a reader never sees half of it and a link
+// at `path` is replaced, not followed. Throws output_file_error naming the
+// path; the temporary is removed on failure.
+void replace_file_atomically(const std::string& path, const std::string& temporary,
+                             std::string_view bytes);
+
 }  // namespace troupe::monitoring

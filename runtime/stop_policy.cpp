@@ -67,19 +67,12 @@ void write_stop_summary(const std::string& reason) {
   if (const int64_t step = job_step.load(); step > s.value("steps", int64_t{0})) s["steps"] = step;
   s["stop_reason"] = reason;
   const fs::path dir = s["output_dir"].get<std::string>();
-  const fs::path tmp = dir / ".summary.json.tmp";
-  std::error_code ec;
-  fs::remove(tmp, ec);  // an earlier stop's, or a planted link (the link goes, not its target)
   try {
-    monitoring::output_file out(tmp.string(), monitoring::output_file::mode::create_new);
-    if (!out.write(s.dump(2) + '\n'))
-      throw monitoring::output_file_error(tmp.string() + ": a write failed");
+    monitoring::replace_file_atomically((dir / "summary.json").string(),
+                                        (dir / ".summary.json.tmp").string(), s.dump(2) + '\n');
   } catch (const monitoring::output_file_error& e) {
     spdlog::error("cannot write {}", e.what());
-    return;
   }
-  fs::rename(tmp, dir / "summary.json", ec);
-  if (ec) spdlog::error("cannot write {}: {}", (dir / "summary.json").string(), ec.message());
 }
 
 [[noreturn]] void leave(const std::string& reason, int status) {

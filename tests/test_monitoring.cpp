@@ -861,6 +861,21 @@ TEST_CASE("output_file: a planted symbolic or hard link is refused naming it, no
                        monitoring::output_file_error);
 }
 
+TEST_CASE(
+    "replace_file_atomically: links at the temporary and the target are replaced, not followed") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(dir);
+  fs::create_symlink(v.path, dir / "summary.json");
+  fs::create_symlink(v.path, dir / ".summary.json.tmp");
+  monitoring::replace_file_atomically((dir / "summary.json").string(),
+                                      (dir / ".summary.json.tmp").string(), "{}\n");
+  CHECK(v.untouched());
+  CHECK_FALSE(fs::is_symlink(dir / "summary.json"));
+  CHECK(read_file(dir / "summary.json") == "{}\n");
+  CHECK_FALSE(fs::exists(fs::symlink_status(dir / ".summary.json.tmp")));
+}
+
 TEST_CASE("tensorboard_writer: an event file name taken by a symbolic link is refused, naming it") {
   test::temp_dir tmp;
   const fs::path dir = tmp.path;
