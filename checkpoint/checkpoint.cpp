@@ -146,7 +146,7 @@ std::string save(const std::string& root, const snapshot& s, int64_t keep) {
   try {
     {
       const fs::path file = tmp / kTensors;
-      fd_guard fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      fd_guard fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
       if (fd.get() < 0) sys_fail(where + ": cannot create " + file.string());
       static const char zeros[kAlign] = {};
       uint64_t pos = 0;
@@ -160,7 +160,7 @@ std::string save(const std::string& root, const snapshot& s, int64_t keep) {
     {
       const fs::path file = tmp / kManifest;
       std::string text = to_json(s.meta, entries, end).dump(2) + "\n";
-      fd_guard fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      fd_guard fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
       if (fd.get() < 0) sys_fail(where + ": cannot create " + file.string());
       write_all(fd.get(), text.data(), text.size(), file.string());
       close_synced(fd, file.string());

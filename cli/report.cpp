@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "monitoring/output_file.hpp"
 #include "report/html_report.hpp"
 
 namespace troupe::report {
@@ -42,24 +43,12 @@ int cmd_report(const std::vector<std::string>& args,
     std::cerr << "troupe: report: unexpected content in the input: " << e.what() << "\n";
     return 2;
   }
-  // Written beside the target and renamed: a failed write leaves no half page.
-  const std::string tmp = out + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << html;
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      std::cerr << "troupe: report: cannot write " << out << "\n";
-      return 2;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, out, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    std::cerr << "troupe: report: cannot write " << out << ": " << ec.message() << "\n";
+  // Written beside the target and renamed: a failed write leaves no half
+  // page, and a link planted at either name is never written through.
+  try {
+    monitoring::replace_file_atomically(out, out + ".tmp", html);
+  } catch (const monitoring::output_file_error& e) {
+    std::cerr << "troupe: report: cannot write " << e.what() << "\n";
     return 2;
   }
   std::cout << "report: " << out << " (" << dirs.size() << " run" << (dirs.size() == 1 ? "" : "s")

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -293,6 +294,27 @@ int64_t int_element(const npy_array& a, std::size_t i) {
   }
 }
 
+// "nan", "-inf", "1e+39": a value as the user would print it.
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+// As the CSV reader does: a value of a float array that is not finite or
+// is beyond float32's range is refused, naming the array, its row and its
+// column (the flat position within the row). `count` values, `per_row` a row.
+void check_finite(const npy_array& a, std::size_t count, int64_t per_row, const std::string& name) {
+  if (!npy_is_float(a.type)) return;
+  for (std::size_t i = 0; i < count; ++i) {
+    const double v = element(a, i);
+    if (std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max()) continue;
+    const auto row = static_cast<int64_t>(i) / per_row, column = static_cast<int64_t>(i) % per_row;
+    throw data_error(name + ": row " + std::to_string(row) + ", column " + std::to_string(column) +
+                     ": expected a finite number within float32's range, got " + fmt_double(v));
+  }
+}
+
 // x's shape: [N, ...] with at least one feature.
 void check_examples(const npy_array& x, const std::string& name) {
   if (x.dims.empty())
@@ -313,6 +335,7 @@ void set_examples(const split_arrays& s, int64_t n, bool may_map, const std::arr
   const int64_t f = x.dims.size() <= 1 ? 1 : features_of(x.dims);
   d.example_shape = example_shape_of(x.dims);
   const auto count = static_cast<std::size_t>(n * f);
+  check_finite(x, count, f, s.x_name);
   if (may_map && x.type == npy_dtype::f4 && reinterpret_cast<std::uintptr_t>(x.data) % 64 == 0) {
     // The tensor keeps the mapping alive: it is unmapped when the last
     // tensor (or batch sharing it) is gone.
@@ -364,6 +387,7 @@ void set_labels(const split_arrays& s, int64_t n, dataset& d, label_range& range
     d.labels = tensor::uninitialized({n, k}, dtype::f32);
     float* out = d.labels.f32();
     const auto count = static_cast<std::size_t>(n * k);
+    check_finite(y, count, k, s.y_name);
     for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<float>(element(y, i));
     d.classes = 0;
     return;

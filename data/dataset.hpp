@@ -67,7 +67,9 @@ void check_data_files(const troupe::data_config& cfg);
 // are scaled and normalized as IDX pixels are (cfg.normalize) and keep their
 // bytes for gather_batch; float32 .npy examples at an aligned offset are
 // memory-mapped, not copied (unless standardized). train_limit/test_limit
-// keep the first N. With cfg.standardize, then standardize(). Throws
+// keep the first N. With cfg.standardize, then standardize(). A float
+// example or target of .npy/.npz that is NaN, infinite or beyond float32's
+// range is refused as in CSV, naming the array, row and column. Throws
 // data_error naming the file and the problem.
 train_test load_data(const troupe::data_config& cfg);
 

@@ -289,8 +289,17 @@ std::shared_ptr<mapped_file> map_file(const std::string& path) {
   return m;
 }
 
-npy_array parse_npy(const uint8_t* p, std::size_t n, std::shared_ptr<void> owner,
-                    const std::string& name) {
+namespace {
+
+// Where a .npy header's dict lies: [start, start + length).
+struct npy_preamble {
+  uint64_t start = 0, length = 0;
+  uint64_t end() const { return start + length; }
+};
+
+// The magic, the version and the header's length, from the first `n`
+// bytes (the header itself need not be among them).
+npy_preamble read_preamble(const uint8_t* p, std::size_t n, const std::string& name) {
   static const uint8_t magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   if (n < 10) fail(name, "truncated: " + std::to_string(n) + " bytes, shorter than a .npy header");
   if (std::memcmp(p, magic, 6) != 0)
@@ -301,24 +310,26 @@ npy_array parse_npy(const uint8_t* p, std::size_t n, std::shared_ptr<void> owner
   if (major < 1 || major > 3)
     fail(name, "unsupported .npy format version " + std::to_string(major) + "." +
                    std::to_string(p[7]) + " (supported: 1, 2, 3)");
-  uint64_t header_len = 0, start = 0;
+  npy_preamble pre;
   if (major == 1) {
-    header_len = le16(p + 8);
-    start = 10;
+    pre.length = le16(p + 8);
+    pre.start = 10;
   } else {
     if (n < 12)
       fail(name, "truncated: " + std::to_string(n) + " bytes, shorter than a version " +
                      std::to_string(major) + " .npy header");
-    header_len = le32(p + 8);
-    start = 12;
+    pre.length = le32(p + 8);
+    pre.start = 12;
   }
-  if (header_len > kMaxHeaderBytes)
-    fail(name, "corrupt header: it declares " + std::to_string(header_len) +
+  if (pre.length > kMaxHeaderBytes)
+    fail(name, "corrupt header: it declares " + std::to_string(pre.length) +
                    " header bytes (more than 1 MiB)");
-  if (header_len > n - start)
-    fail(name, "truncated: the header declares " + std::to_string(header_len) +
-                   " bytes, the file has " + std::to_string(n - start) + " after the preamble");
-  std::string_view text(reinterpret_cast<const char*>(p + start), header_len);
+  return pre;
+}
+
+// The header dict's three keys, each of its kind.
+std::map<std::string, header_parser::value> header_dict(std::string_view text,
+                                                        const std::string& name) {
   if (text.empty() || text.back() != '\n')
     fail(name, "corrupt header: it does not end with a newline");
   auto dict = header_parser(text.substr(0, text.size() - 1), name).dict();
@@ -330,39 +341,70 @@ npy_array parse_npy(const uint8_t* p, std::size_t n, std::shared_ptr<void> owner
     if (!dict.count(key))
       fail(name, std::string("header lacks the key '") + key +
                      "' (expected exactly 'descr', 'fortran_order', 'shape')");
-  const auto& descr = dict["descr"];
-  const auto& fortran = dict["fortran_order"];
-  const auto& shape = dict["shape"];
-  if (descr.kind != header_parser::value::string) fail(name, "header: 'descr' is not a string");
-  if (fortran.kind != header_parser::value::boolean)
+  if (dict["descr"].kind != header_parser::value::string)
+    fail(name, "header: 'descr' is not a string");
+  if (dict["fortran_order"].kind != header_parser::value::boolean)
     fail(name, "header: 'fortran_order' is not True or False");
-  if (shape.kind != header_parser::value::tuple) fail(name, "header: 'shape' is not a tuple");
+  if (dict["shape"].kind != header_parser::value::tuple)
+    fail(name, "header: 'shape' is not a tuple");
+  return dict;
+}
 
-  npy_array a;
-  a.type = parse_descr(descr.str, name);
-  if (fortran.b)
+// What a .npy header declares: its dtype, its shape, where its data starts
+// and how many bytes the data is.
+struct npy_layout {
+  npy_dtype type = npy_dtype::f4;
+  std::vector<int64_t> dims;
+  uint64_t offset = 0, nbytes = 0;
+  std::string declared() const {
+    return "shape " + dims_string(dims) + " of '" + npy_descr(type) + "' is " +
+           std::to_string(nbytes) + " bytes of data";
+  }
+};
+
+// The header alone: [p, p + n) holds at least the preamble and the dict.
+npy_layout parse_header(const uint8_t* p, std::size_t n, const std::string& name) {
+  const auto pre = read_preamble(p, n, name);
+  if (pre.length > n - pre.start)
+    fail(name, "truncated: the header declares " + std::to_string(pre.length) +
+                   " bytes, the file has " + std::to_string(n - pre.start) + " after the preamble");
+  auto dict =
+      header_dict(std::string_view(reinterpret_cast<const char*>(p + pre.start), pre.length), name);
+  npy_layout l;
+  l.type = parse_descr(dict["descr"].str, name);
+  if (dict["fortran_order"].b)
     fail(name,
          "Fortran-order arrays (fortran_order: True) are not supported; save a C-order "
          "array (numpy.ascontiguousarray)");
-  a.dims = shape.ints;
+  l.dims = dict["shape"].ints;
   uint64_t numel = 1;
-  for (int64_t d : a.dims) {
+  for (int64_t d : l.dims) {
     const auto u = static_cast<uint64_t>(d);
     if (u != 0 && numel > kMaxElements / u)
-      fail(name, "implausible shape " + dims_string(a.dims) + " (more than 2^40 elements)");
+      fail(name, "implausible shape " + dims_string(l.dims) + " (more than 2^40 elements)");
     numel *= u;
   }
-  const uint64_t offset = start + header_len;
-  const uint64_t have = n - offset;
-  const uint64_t want = numel * npy_itemsize(a.type);
-  const std::string declared = "shape " + dims_string(a.dims) + " of '" + npy_descr(a.type) +
-                               "' is " + std::to_string(want) + " bytes of data";
-  if (have < want) fail(name, "truncated: " + declared + ", the file has " + std::to_string(have));
-  if (have > want)
-    fail(name, "trailing bytes: " + declared + ", the file has " + std::to_string(have) + " (" +
-                   std::to_string(have - want) + " more)");
-  a.data = p + offset;
-  a.nbytes = want;
+  l.offset = pre.end();
+  l.nbytes = numel * npy_itemsize(l.type);
+  return l;
+}
+
+}  // namespace
+
+npy_array parse_npy(const uint8_t* p, std::size_t n, std::shared_ptr<void> owner,
+                    const std::string& name) {
+  const auto l = parse_header(p, n, name);
+  const uint64_t have = n - l.offset;
+  if (have < l.nbytes)
+    fail(name, "truncated: " + l.declared() + ", the file has " + std::to_string(have));
+  if (have > l.nbytes)
+    fail(name, "trailing bytes: " + l.declared() + ", the file has " + std::to_string(have) + " (" +
+                   std::to_string(have - l.nbytes) + " more)");
+  npy_array a;
+  a.type = l.type;
+  a.dims = l.dims;
+  a.data = p + l.offset;
+  a.nbytes = l.nbytes;
   a.owner = std::move(owner);
   return a;
 }
@@ -385,6 +427,11 @@ constexpr uint32_t kEndSig = 0x06054b50;
 constexpr uint32_t kZip64LocatorSig = 0x07064b50;
 // Deflate expands at most 1032:1.
 constexpr uint64_t kMaxDeflateRatio = 1032;
+// A member that inflates to more than this many times its compressed size
+// is refused (npy.hpp), once it is over kRatioCheckedFrom bytes: a small one
+// costs nothing whatever its ratio.
+constexpr uint64_t kMaxNpzRatio = 100;
+constexpr uint64_t kRatioCheckedFrom = uint64_t{16} << 20;
 
 struct zip_entry {
   std::string name;
@@ -461,56 +508,113 @@ std::vector<zip_entry> central_directory(const uint8_t* p, std::size_t n, const 
   return out;
 }
 
-// Inflates raw deflate data into exactly `usize` bytes, growing the buffer
-// as output arrives (a lying size costs no more memory than the real data).
-std::vector<uint8_t> inflate_member(const uint8_t* src, uint64_t csize, uint64_t usize,
-                                    const std::string& name) {
-  z_stream zs{};
-  if (inflateInit2(&zs, -15) != Z_OK) fail(name, "cannot start zlib's inflate");
-  std::vector<uint8_t> out(static_cast<std::size_t>(std::min<uint64_t>(usize, 1 << 20)));
-  zs.next_in = const_cast<Bytef*>(src);    // zlib's API is not const; it only reads
-  zs.avail_in = static_cast<uInt>(csize);  // csize < 2^32 (no ZIP64)
-  int rc = Z_OK;
-  std::size_t have = 0;
-  for (;;) {
-    if (have == out.size()) {
-      if (out.size() >= usize) {
-        // Room for one byte more: output past usize is a size mismatch.
-        uint8_t probe = 0;
-        zs.next_out = &probe;
-        zs.avail_out = 1;
-        rc = inflate(&zs, Z_NO_FLUSH);
-        if (zs.avail_out == 0) {
-          inflateEnd(&zs);
-          fail(name, "corrupt zip: the member inflates to more than its declared " +
-                         std::to_string(usize) + " bytes");
-        }
-        break;
-      }
-      out.resize(static_cast<std::size_t>(std::min<uint64_t>(usize, 2 * uint64_t{out.size()})));
-    }
-    zs.next_out = out.data() + have;
-    zs.avail_out = static_cast<uInt>(out.size() - have);
-    const uInt before = zs.avail_out;
-    const uInt in_before = zs.avail_in;
-    rc = inflate(&zs, Z_NO_FLUSH);
-    have += before - zs.avail_out;
-    if (rc == Z_STREAM_END || rc == Z_DATA_ERROR || rc == Z_MEM_ERROR || rc == Z_NEED_DICT) break;
-    if (rc == Z_BUF_ERROR && zs.avail_out == before && zs.avail_in == in_before) break;
+// A deflated member's stream, inflated piece by piece into the caller's
+// buffers: nothing is allocated here by what the stream says.
+class member_inflater {
+ public:
+  member_inflater(const uint8_t* src, uint64_t csize, const std::string& name) : name_(name) {
+    if (inflateInit2(&zs_, -15) != Z_OK) fail(name_, "cannot start zlib's inflate");
+    zs_.next_in = const_cast<Bytef*>(src);    // zlib's API is not const; it only reads
+    zs_.avail_in = static_cast<uInt>(csize);  // csize < 2^32 (no ZIP64)
   }
-  const std::string msg = zs.msg ? zs.msg : "";
-  inflateEnd(&zs);
-  if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT)
-    fail(name, "corrupt deflate data" + (msg.empty() ? "" : ": " + msg));
-  if (rc == Z_MEM_ERROR) fail(name, "out of memory inflating");
-  if (rc != Z_STREAM_END)
-    fail(name, "truncated deflate data (" + std::to_string(have) + " of " + std::to_string(usize) +
-                   " bytes inflated)");
-  if (have != usize)
+  ~member_inflater() { inflateEnd(&zs_); }
+  member_inflater(const member_inflater&) = delete;
+  member_inflater& operator=(const member_inflater&) = delete;
+
+  // Inflates into [out, out + n) until it is full, the stream ends or its
+  // input runs out; returns the bytes written.
+  std::size_t fill(uint8_t* out, std::size_t n) {
+    std::size_t have = 0;
+    while (have < n && !ended_) {
+      zs_.next_out = out + have;
+      zs_.avail_out = static_cast<uInt>(std::min<std::size_t>(n - have, 1u << 30));
+      const uInt before = zs_.avail_out, in_before = zs_.avail_in;
+      const int rc = inflate(&zs_, Z_NO_FLUSH);
+      have += before - zs_.avail_out;
+      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT)
+        fail(name_,
+             "corrupt deflate data" + std::string(zs_.msg ? ": " : "") + (zs_.msg ? zs_.msg : ""));
+      if (rc == Z_MEM_ERROR) fail(name_, "out of memory inflating");
+      ended_ = rc == Z_STREAM_END;
+      if (rc == Z_BUF_ERROR && zs_.avail_out == before && zs_.avail_in == in_before) break;
+    }
+    return have;
+  }
+  bool ended() const { return ended_; }
+
+ private:
+  z_stream zs_{};
+  bool ended_ = false;
+  const std::string& name_;
+};
+
+// What a member inflates to must be exactly `usize` bytes: a stream that
+// ends short, goes on past it or is cut off is refused.
+void expect_inflated(member_inflater& in, std::size_t have, uint64_t usize,
+                     const std::string& name) {
+  if (have < usize && in.ended())
     fail(name, "corrupt zip: the member inflates to " + std::to_string(have) +
                    " bytes, its directory entry says " + std::to_string(usize));
-  out.resize(have);
+  uint8_t probe = 0;
+  if (have == usize && !in.ended() && in.fill(&probe, 1) == 1)
+    fail(name, "corrupt zip: the member inflates to more than its declared " +
+                   std::to_string(usize) + " bytes");
+  if (!in.ended())
+    fail(name, "truncated deflate data (" + std::to_string(have) + " of " + std::to_string(usize) +
+                   " bytes inflated)");
+}
+
+// The member's .npy preamble and header, inflated alone (at most 1 MiB and
+// a few bytes), so that its shape bounds what the rest may inflate to. A
+// stream that ends within them leaves them short, which parse_header names.
+std::vector<uint8_t> inflate_header(member_inflater& in, uint64_t usize, const std::string& name) {
+  std::vector<uint8_t> head(static_cast<std::size_t>(std::min<uint64_t>(usize, 12)));
+  std::size_t have = in.fill(head.data(), head.size());
+  head.resize(have);
+  const auto pre = read_preamble(head.data(), have, name);
+  head.resize(static_cast<std::size_t>(pre.end()));
+  have += in.fill(head.data() + have, head.size() - have);
+  head.resize(have);
+  return head;
+}
+
+// A deflated member's bytes: its header first; the rest only when the shape
+// there accounts for exactly the size the directory declares, allocated
+// once (a failed allocation names the member, never a bare bad_alloc).
+std::vector<uint8_t> inflate_member(const uint8_t* src, uint64_t csize, uint64_t usize,
+                                    const std::string& name) {
+  member_inflater in(src, csize, name);
+  auto head = inflate_header(in, usize, name);
+  const auto l = parse_header(head.data(), head.size(), name);
+  if (l.offset + l.nbytes != usize)
+    fail(name, "corrupt zip: its .npy header's " + l.declared() + " (" +
+                   std::to_string(l.offset + l.nbytes) +
+                   " bytes with the header), its directory entry says " + std::to_string(usize));
+  std::vector<uint8_t> out;
+  try {
+    out.resize(static_cast<std::size_t>(usize));
+  } catch (const std::bad_alloc&) {
+    fail(name, "out of memory: cannot hold its " + std::to_string(usize) + " inflated bytes");
+  }
+  std::memcpy(out.data(), head.data(), head.size());
+  const std::size_t have =
+      head.size() + in.fill(out.data() + head.size(), out.size() - head.size());
+  expect_inflated(in, have, usize, name);
   return out;
+}
+
+// Before anything is inflated: the sizes a deflated member declares. Deflate
+// itself expands at most 1032:1; beyond kMaxNpzRatio (data sets compress a
+// few times, not hundreds) it is refused as a likely decompression bomb.
+void check_deflated_sizes(uint64_t csize, uint64_t usize, const std::string& name) {
+  if (usize > csize * kMaxDeflateRatio + 64)
+    fail(name, "corrupt zip: " + std::to_string(csize) +
+                   " compressed bytes cannot inflate to the declared " + std::to_string(usize));
+  if (usize > kRatioCheckedFrom && usize > csize * kMaxNpzRatio)
+    fail(name, std::to_string(csize) + " compressed bytes declare " + std::to_string(usize) +
+                   " inflated, more than " + std::to_string(kMaxNpzRatio) +
+                   " times as many (a decompression bomb?); save it uncompressed (numpy.savez) "
+                   "to load it as it is");
 }
 
 uint32_t crc_of(const uint8_t* p, uint64_t n) {
@@ -524,19 +628,59 @@ uint32_t crc_of(const uint8_t* p, uint64_t n) {
   return static_cast<uint32_t>(crc);
 }
 
+// Where a member's data starts, checked against its local header and the
+// archive's bounds.
+const uint8_t* member_data(const uint8_t* p, uint64_t cd_start, const zip_entry& z,
+                           const std::string& name) {
+  if (z.flags & 1) fail(name, "encrypted members are not supported");
+  if (z.method != 0 && z.method != 8)
+    fail(name, "unsupported compression method " + std::to_string(z.method) +
+                   " (supported: 0 stored, 8 deflate)");
+  if (z.local > cd_start || cd_start - z.local < 30 || le32(p + z.local) != kLocalSig)
+    fail(name, "corrupt zip: no local header at offset " + std::to_string(z.local));
+  const uint8_t* l = p + z.local;
+  const uint64_t lname = le16(l + 26), lextra = le16(l + 28);
+  const uint64_t data_at = z.local + 30 + lname + lextra;
+  if (data_at > cd_start || cd_start - data_at < z.csize)
+    fail(name, "corrupt zip: its " + std::to_string(z.csize) + " bytes at offset " +
+                   std::to_string(data_at) + " run past the central directory at " +
+                   std::to_string(cd_start));
+  if (lname != z.name.size() || std::memcmp(l + 30, z.name.data(), z.name.size()) != 0)
+    fail(name, "corrupt zip: the local header names another member");
+  return p + data_at;
+}
+
+// One member as an array: a stored one in place (the mapping `m` owns it),
+// a deflated one inflated into a buffer of its own.
+npy_array read_member(const uint8_t* src, const zip_entry& z, const std::shared_ptr<mapped_file>& m,
+                      const std::string& name) {
+  if (z.method == 0) {
+    if (z.csize != z.usize)
+      fail(name, "corrupt zip: a stored member of " + std::to_string(z.csize) + " bytes declares " +
+                     std::to_string(z.usize) + " uncompressed");
+    if (crc_of(src, z.csize) != z.crc) fail(name, "CRC mismatch: the data is corrupt");
+    return parse_npy(src, static_cast<std::size_t>(z.csize), m, name);
+  }
+  check_deflated_sizes(z.csize, z.usize, name);
+  auto buf = std::make_shared<std::vector<uint8_t>>(inflate_member(src, z.csize, z.usize, name));
+  if (crc_of(buf->data(), buf->size()) != z.crc) fail(name, "CRC mismatch: the data is corrupt");
+  static const uint8_t empty = 0;
+  const uint8_t* q = buf->empty() ? &empty : buf->data();
+  const std::size_t len = buf->size();
+  return parse_npy(q, len, std::move(buf), name);
+}
+
 }  // namespace
 
 std::vector<npy_array> read_npz(const std::string& path, const std::vector<std::string>& keys) {
   auto m = map_file(path);
-  const uint8_t* p = m->data;
-  const std::size_t n = m->size;
   static const uint8_t none = 0;
+  const uint8_t* p = m->data ? m->data : &none;
   uint64_t cd_start = 0;
-  const auto entries = central_directory(p ? p : &none, n, path, cd_start);
+  const auto entries = central_directory(p, m->size, path, cd_start);
   std::vector<npy_array> out;
   for (const auto& key : keys) {
     const std::string member = key + ".npy";
-    const std::string name = path + ": member " + member;
     auto it = std::find_if(entries.begin(), entries.end(),
                            [&](const zip_entry& z) { return z.name == member; });
     if (it == entries.end()) {
@@ -545,47 +689,8 @@ std::vector<npy_array> read_npz(const std::string& path, const std::vector<std::
       fail(path, "no member '" + member + "' (the array '" + key + "'); the archive holds " +
                      (have.empty() ? "nothing" : have));
     }
-    const zip_entry& z = *it;
-    if (z.flags & 1) fail(name, "encrypted members are not supported");
-    if (z.method != 0 && z.method != 8)
-      fail(name, "unsupported compression method " + std::to_string(z.method) +
-                     " (supported: 0 stored, 8 deflate)");
-    if (z.local > cd_start || cd_start - z.local < 30 || le32(p + z.local) != kLocalSig)
-      fail(name, "corrupt zip: no local header at offset " + std::to_string(z.local));
-    const uint8_t* l = p + z.local;
-    const uint64_t lname = le16(l + 26), lextra = le16(l + 28);
-    const uint64_t data_at = z.local + 30 + lname + lextra;
-    if (data_at > cd_start || cd_start - data_at < z.csize)
-      fail(name, "corrupt zip: its " + std::to_string(z.csize) + " bytes at offset " +
-                     std::to_string(data_at) + " run past the central directory at " +
-                     std::to_string(cd_start));
-    if (lname != z.name.size() || std::memcmp(l + 30, z.name.data(), z.name.size()) != 0)
-      fail(name, "corrupt zip: the local header names another member");
-    const uint8_t* src = p + data_at;
-    npy_array a;
-    if (z.method == 0) {
-      if (z.csize != z.usize)
-        fail(name, "corrupt zip: a stored member of " + std::to_string(z.csize) +
-                       " bytes declares " + std::to_string(z.usize) + " uncompressed");
-      const uint32_t crc = crc_of(src, z.csize);
-      if (crc != z.crc) fail(name, "CRC mismatch: the data is corrupt");
-      a = parse_npy(src, static_cast<std::size_t>(z.csize), m, name);
-    } else {
-      if (z.usize > z.csize * kMaxDeflateRatio + 64)
-        fail(name, "corrupt zip: " + std::to_string(z.csize) +
-                       " compressed bytes cannot inflate to "
-                       "the declared " +
-                       std::to_string(z.usize));
-      auto buf =
-          std::make_shared<std::vector<uint8_t>>(inflate_member(src, z.csize, z.usize, name));
-      if (crc_of(buf->data(), buf->size()) != z.crc)
-        fail(name, "CRC mismatch: the data is corrupt");
-      static const uint8_t empty = 0;
-      const uint8_t* q = buf->empty() ? &empty : buf->data();
-      const std::size_t len = buf->size();
-      a = parse_npy(q, len, std::move(buf), name);
-    }
-    out.push_back(std::move(a));
+    const std::string name = path + ": member " + member;
+    out.push_back(read_member(member_data(p, cd_start, *it, name), *it, m, name));
   }
   return out;
 }

@@ -63,7 +63,13 @@ npy_array read_npy(const std::string& path);
 // The arrays `keys` of an .npz file (member "<key>.npy" each). Throws
 // data_error for a missing member, a bad or ZIP64 or encrypted archive, a
 // compression other than stored or deflate, a CRC or size mismatch, and
-// for every problem of parse_npy.
+// for every problem of parse_npy. A deflated member is bounded before its
+// data is inflated: its .npy header is inflated first, and the size its
+// shape gives must be the size the archive declares; a member over 16 MiB
+// that declares more than 100 times its compressed size is refused (a
+// decompression bomb; numpy.savez stores uncompressed, which is read in
+// place). The buffer is allocated once; running out of memory is a
+// data_error naming the file and the member.
 std::vector<npy_array> read_npz(const std::string& path, const std::vector<std::string>& keys);
 
 // The bytes of a .npy file (format version 1, or 2 or 3 when asked) of the

@@ -1,10 +1,11 @@
 #pragma once
 // metrics.jsonl: one JSON object per line, flushed at once (a crashed job
-// keeps every line it wrote; `troupe report` and tests read it).
-#include <fstream>
+// keeps every line it wrote; `troupe report` and tests read it). Never
+// written through a symbolic link or a hard link (monitoring/output_file.hpp).
 #include <string>
 
 #include "monitoring/metrics_sink.hpp"
+#include "monitoring/output_file.hpp"
 
 namespace troupe::monitoring {
 
@@ -15,7 +16,7 @@ class jsonl_sink final : public metrics_sink {
   void write(const nlohmann::json& line, int64_t step) override;
 
  private:
-  std::ofstream out_;
+  output_file out_;
 };
 
 }  // namespace troupe::monitoring

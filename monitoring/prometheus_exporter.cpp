@@ -25,6 +25,9 @@ using clock_type = std::chrono::steady_clock;
 constexpr const char* kMetricsType = "text/plain; version=0.0.4; charset=utf-8";
 constexpr const char* kTextType = "text/plain; charset=utf-8";
 constexpr int kBacklog = 64;
+// At most this many accepts per turn of the loop: a flood of connections
+// waits in the backlog while the connections already held are served.
+constexpr int kAcceptsPerTurn = 8;
 // How long a peer that has its response may keep its connection open.
 constexpr std::chrono::milliseconds kDrainLimit{500};
 
@@ -33,7 +36,8 @@ struct connection {
   enum class phase { idle, reading, writing, draining };
   phase now = phase::idle;
   int fd = -1;
-  clock_type::time_point deadline;
+  std::string peer;  // its numeric address, without the port
+  clock_type::time_point accepted, deadline;
   std::vector<char> in;  // max_request_bytes, fixed
   std::size_t received = 0;
   std::string out;  // our response
@@ -72,6 +76,16 @@ listen_address parse_address(const std::string& host, uint16_t port) {
 std::string show_endpoint(const std::string& host, uint16_t port) {
   const bool v6 = host.find(':') != std::string::npos;
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+// A peer's numeric address without its port: what the per-address limit counts.
+std::string address_of(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw =
+      a.ss_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&a)->sin_addr);
+  return inet_ntop(a.ss_family, raw, text, sizeof text) ? text : "?";
 }
 
 }  // namespace
@@ -135,6 +149,7 @@ struct prometheus_exporter::state {
       if (errno != EAGAIN && errno != EINTR) finish(c);
       return;
     }
+    if (c.received == 0) c.deadline = c.accepted + opts.request_timeout;  // no longer idle
     c.received += static_cast<std::size_t>(n);
     request_line r;
     switch (parse_head(std::string_view(c.in.data(), c.received), r)) {
@@ -175,28 +190,50 @@ struct prometheus_exporter::state {
     finish(c);
   }
 
-  void accept_all() {
-    for (;;) {
-      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  std::size_t held_by(const std::string& peer) const {
+    return static_cast<std::size_t>(std::count_if(slots.begin(), slots.end(), [&](const auto& c) {
+      return c.now != connection::phase::idle && c.peer == peer;
+    }));
+  }
+
+  connection* free_slot() {
+    for (auto& c : slots)
+      if (c.now == connection::phase::idle) return &c;
+    return nullptr;
+  }
+
+  void turn_away(int fd, const char* why) {
+    count(503);
+    const auto r = http_response(503, kTextType, why);
+    (void)::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(fd);
+  }
+
+  // A new connection takes a free slot unless its address holds its share
+  // already. Until its first byte it may stay idle_timeout, then
+  // request_timeout from its accept.
+  void admit(int fd, std::string peer) {
+    if (held_by(peer) >= opts.max_per_address)
+      return turn_away(fd, "too many connections from this address\n");
+    connection* slot = free_slot();
+    if (!slot) return turn_away(fd, "too many connections\n");
+    auto& c = *slot;
+    c.fd = fd;
+    c.peer = std::move(peer);
+    c.now = connection::phase::reading;
+    c.received = 0;
+    c.accepted = clock_type::now();
+    c.deadline = c.accepted + std::min(opts.idle_timeout, opts.request_timeout);
+  }
+
+  void accept_some() {
+    for (int k = 0; k < kAcceptsPerTurn; ++k) {
+      sockaddr_storage peer{};
+      socklen_t len = sizeof peer;
+      const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN: none left (or an error on one connection)
-      connection* free_slot = nullptr;
-      for (auto& c : slots)
-        if (c.now == connection::phase::idle) {
-          free_slot = &c;
-          break;
-        }
-      if (!free_slot) {
-        count(503);
-        const auto r = http_response(503, kTextType, "too many connections\n");
-        (void)::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        ::close(fd);
-        continue;
-      }
-      auto& c = *free_slot;
-      c.fd = fd;
-      c.now = connection::phase::reading;
-      c.received = 0;
-      c.deadline = clock_type::now() + opts.request_timeout;
+      admit(fd, address_of(peer));
     }
   }
 };
@@ -208,6 +245,8 @@ prometheus_exporter::prometheus_exporter(std::shared_ptr<prometheus_registry> re
   st.registry = std::move(registry);
   st.opts = std::move(opts);
   st.opts.max_connections = std::max<std::size_t>(1, st.opts.max_connections);
+  if (st.opts.max_per_address == 0)
+    st.opts.max_per_address = std::max<std::size_t>(1, st.opts.max_connections / 4);
   st.opts.max_request_bytes = std::max<std::size_t>(64, st.opts.max_request_bytes);
   const std::string where = show_endpoint(st.opts.address, st.opts.port);
   auto a = parse_address(st.opts.address, st.opts.port);
@@ -270,7 +309,7 @@ void prometheus_exporter::serve() {
       return;
     }
     if (fds[0].revents) return;  // the exporter ends
-    if (fds[1].revents & POLLIN) st.accept_all();
+    if (fds[1].revents & POLLIN) st.accept_some();
     for (std::size_t k = 0; k < polled.size(); ++k) {
       auto& c = *polled[k];
       const short ev = fds[2 + k].revents;

@@ -6,10 +6,14 @@
 // so it is bound to 127.0.0.1 unless configured otherwise, and it treats
 // every peer as hostile: a request head is read into a fixed buffer
 // (max_request_bytes, else 431), must be complete within request_timeout
-// (else 408: a slow sender holds a slot that long at most), at most
-// max_connections are served at once (others get 503), other paths get 404
-// and other methods 405, garbage 400; every connection is closed after its
-// one response. Nothing a peer sends allocates; no peer can block the job,
+// (else 408: a slow sender holds a slot that long at most), and a
+// connection that sends nothing is closed after idle_timeout; at most
+// max_connections are served at once, at most max_per_address of them for
+// one peer address (others get 503), so that idle connections from one
+// address never starve other scrapers or /healthz; at most a few
+// connections are accepted per turn of the loop; other paths get 404 and
+// other methods 405, garbage 400; every connection is closed after its one
+// response. Nothing a peer sends allocates; no peer can block the job,
 // whose only contact is the registry's lock.
 #include <atomic>
 #include <chrono>
@@ -33,8 +37,10 @@ struct exporter_options {
   std::string address = "127.0.0.1";  // a numeric IPv4 or IPv6 address
   uint16_t port = 0;                  // 0: one the OS picks (see port())
   std::size_t max_connections = 16;
+  std::size_t max_per_address = 0;  // 0: a quarter of max_connections (at least 1)
   std::size_t max_request_bytes = 8192;
   std::chrono::milliseconds request_timeout{5000};
+  std::chrono::milliseconds idle_timeout{2000};  // until the first byte
 };
 
 class prometheus_exporter {

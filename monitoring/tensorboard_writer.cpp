@@ -73,14 +73,24 @@ std::string host_name() {
   return buf;
 }
 
-// A name no earlier file of this directory has: TensorBoard reads every
-// events file of a run directory, in name order.
-fs::path fresh_file_name(const fs::path& dir) {
+// A file no earlier file of this directory is, created exclusively
+// (TensorBoard reads every events file of a run directory, in name order):
+// a name taken by a file gets a suffix; one taken by a symbolic link is an
+// error naming it, never written through.
+output_file create_event_file(const fs::path& dir) {
   const auto seconds = static_cast<int64_t>(unix_seconds_now());
   const std::string base = "events.out.tfevents." + std::to_string(seconds) + "." + host_name();
-  fs::path p = dir / base;
-  for (int k = 1; fs::exists(p); ++k) p = dir / (base + "." + std::to_string(k));
-  return p;
+  for (int k = 0;; ++k) {
+    const fs::path p = dir / (k == 0 ? base : base + "." + std::to_string(k));
+    std::error_code ec;
+    const auto st = fs::symlink_status(p, ec);
+    if (fs::exists(st) && !fs::is_symlink(st)) continue;
+    try {
+      return output_file(p.string(), output_file::mode::create_new);
+    } catch (const output_file_error& e) {
+      throw tensorboard_error(std::string("cannot write TensorBoard event file ") + e.what());
+    }
+  }
 }
 
 }  // namespace
@@ -127,23 +137,18 @@ tensorboard_writer::tensorboard_writer(const std::string& dir) {
   fs::create_directories(dir, ec);
   if (ec)
     throw tensorboard_error("cannot create TensorBoard directory '" + dir + "': " + ec.message());
-  path_ = fresh_file_name(dir).string();
-  out_.open(path_, std::ios::binary | std::ios::trunc);
-  if (!out_)
-    throw tensorboard_error("cannot write TensorBoard event file '" + path_ +
-                            "': " + std::strerror(errno));
+  out_ = create_event_file(dir);
   write_record(encode_file_version_event(unix_seconds_now()));
 }
 
 void tensorboard_writer::add_scalar(const std::string& tag, float value, int64_t step,
                                     double wall_time) {
-  if (!out_) return;
+  if (!out_.good()) return;
   write_record(encode_scalar_event(wall_time, step, tag, value));
 }
 
 void tensorboard_writer::write_record(const std::string& data) {
-  out_ << frame_record(data);
-  out_.flush();
+  out_.write(frame_record(data));
 }
 
 }  // namespace troupe::monitoring

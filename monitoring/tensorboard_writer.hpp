@@ -8,9 +8,10 @@
 //   Value: tag (1, string), simple_value (2, float))).
 // Every record is flushed when written, so TensorBoard shows a running job.
 #include <cstdint>
-#include <fstream>
 #include <stdexcept>
 #include <string>
+
+#include "monitoring/output_file.hpp"
 
 namespace troupe::monitoring {
 
@@ -29,10 +30,11 @@ std::string frame_record(const std::string& data);
 class tensorboard_writer {
  public:
   // Creates `dir` and the file events.out.tfevents.<unix seconds>.<hostname>
-  // in it (a suffix when that name is taken), and writes the file_version
-  // record. Throws tensorboard_error naming the path.
+  // in it (a suffix when a file has that name), created exclusively and never
+  // through a symbolic link (monitoring/output_file.hpp), and writes the
+  // file_version record. Throws tensorboard_error naming the path.
   explicit tensorboard_writer(const std::string& dir);
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return out_.path(); }
   // False once a write failed (a full disk): later scalars are dropped.
   bool good() const { return out_.good(); }
   void add_scalar(const std::string& tag, float value, int64_t step, double wall_time);
@@ -40,8 +42,7 @@ class tensorboard_writer {
  private:
   void write_record(const std::string& data);
 
-  std::string path_;
-  std::ofstream out_;
+  output_file out_;
 };
 
 // Seconds since the Unix epoch, as Event.wall_time holds them.

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <optional>
 
+#include "monitoring/output_file.hpp"
 #include "runtime/preemption.hpp"
 #include "strategies/strategy.hpp"
 
@@ -156,9 +157,11 @@ void mark_preemption(const job_plan& plan, const nlohmann::json& summary) {
                    {"step", summary.value("steps", int64_t{0})},
                    {"checkpoint", summary.value("checkpoint", std::string())}};
   fs::create_directories(marker.parent_path(), ec);
-  std::ofstream out(marker);
-  out << m.dump(2) << '\n';
-  if (!out) spdlog::error("cannot write {}: a plain restart will not resume", marker.string());
+  try {
+    monitoring::write_output_file(marker.string(), m.dump(2) + '\n');
+  } catch (const monitoring::output_file_error& e) {
+    spdlog::error("cannot write {}: a plain restart will not resume", e.what());
+  }
 }
 
 }  // namespace troupe

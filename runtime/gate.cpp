@@ -16,8 +16,10 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "config/secret.hpp"
@@ -148,8 +150,62 @@ class refusal_log {
   uint64_t held_ = 0;
 };
 
-// Listening socket for host:port; throws gate_error.
+int bind_listener(const std::string& host, uint16_t port);
+
+// Listening socket for host:port, the one held for them if any; throws
+// gate_error.
 int listen_on(const std::string& host, uint16_t port) {
+  if (const int held = held_listeners::take(host, port); held >= 0) return held;
+  return bind_listener(host, port);
+}
+
+uint16_t local_port(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
+  return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+}
+
+}  // namespace
+
+namespace held_listeners {
+namespace {
+std::mutex held_mutex;
+std::map<std::pair<std::string, uint16_t>, int> held;
+}  // namespace
+
+uint16_t hold(const std::string& host, uint16_t port) {
+  const int fd = bind_listener(host, port);
+  const uint16_t bound = local_port(fd);
+  keep(host, bound, fd);
+  return bound;
+}
+
+void keep(const std::string& host, uint16_t port, int fd) {
+  if (fd < 0) return;
+  std::lock_guard<std::mutex> guard(held_mutex);
+  auto [at, fresh] = held.try_emplace({host, port}, fd);
+  if (!fresh) {
+    ::close(at->second);
+    at->second = fd;
+  }
+}
+
+int take(const std::string& host, uint16_t port) {
+  std::lock_guard<std::mutex> guard(held_mutex);
+  auto at = held.find({host, port});
+  if (at == held.end()) return -1;
+  const int fd = at->second;
+  held.erase(at);
+  return fd;
+}
+}  // namespace held_listeners
+
+namespace {
+
+// A new listening socket for host:port; throws gate_error.
+int bind_listener(const std::string& host, uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -179,14 +235,6 @@ int listen_on(const std::string& host, uint16_t port) {
   if (fd < 0) throw gate_error("cannot listen on " + where + ": " + last);
   set_nonblocking(fd);
   return fd;
-}
-
-uint16_t local_port(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
-  return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
 }
 
 }  // namespace
@@ -465,11 +513,20 @@ void gate::start(const std::string& host, uint16_t port, gate_options opts) {
   thread_ = std::thread([this] { loop(); });
 }
 
-gate::~gate() {
+void gate::stop_thread() {
   st_->stopping = true;
   char b = 1;
   [[maybe_unused]] auto n = ::write(st_->wake[1], &b, 1);
   if (thread_.joinable()) thread_.join();
+}
+
+int gate::release_listener() {
+  stop_thread();
+  return std::exchange(st_->listener, -1);
+}
+
+gate::~gate() {
+  stop_thread();
   for (auto& p : st_->waiting)
     if (p.fd >= 0) ::close(p.fd);
   for (int fd : {st_->listener, st_->wake[0], st_->wake[1], st_->reserve})

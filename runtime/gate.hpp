@@ -127,9 +127,14 @@ class gate {
 
   uint16_t port() const { return port_; }
   gate_stats stats() const;
+  // Stops serving and hands over the listening socket, still listening with
+  // its backlog, instead of closing it (the rendezvous keeps the chief's
+  // port for its node's gate); -1 when the gate stopped on an error.
+  int release_listener();
 
  private:
   struct state;
+  void stop_thread();
   void start(const std::string& host, uint16_t port, gate_options opts);
   void loop();
   void serve();
@@ -145,6 +150,21 @@ std::unique_ptr<gate> open_gate(caf::actor_system& sys, const Handle& whom, cons
   return std::make_unique<gate>(sys, caf::actor_cast<caf::strong_actor_ptr>(whom),
                                 sys.message_types<Handle>(), host, port, std::move(opts));
 }
+
+// Listening sockets kept between the rendezvous and the node's gate, so that
+// the address a process announced stays its own until its gate listens
+// there: a gate for host:port takes the socket held for them, if any,
+// instead of binding anew (a port given back to the OS in between could be
+// taken by anyone).
+namespace held_listeners {
+// Listens at host:port now (port 0: one the OS picks) and keeps the socket;
+// returns its port. Throws gate_error naming the address.
+uint16_t hold(const std::string& host, uint16_t port);
+// Keeps `fd`, listening at host:port, for the next gate there.
+void keep(const std::string& host, uint16_t port, int fd);
+// The socket held for host:port (the caller owns it), or -1.
+int take(const std::string& host, uint16_t port);
+}  // namespace held_listeners
 
 // The connecting side's outcome.
 struct gate_connection {

@@ -111,7 +111,7 @@ nlohmann::json run_job(const job_config& c, const job_options& o) {
   here.join(sys);
   if (!error.empty()) throw job_error(error);
   finish_trace(tracing, summary);
-  std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
+  write_job_file((fs::path(plan->output_dir) / "summary.json").string(), summary.dump(2) + '\n');
   return summary;
 }
 

@@ -332,7 +332,8 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
   if (!error.empty())
     throw job_error(error.rfind(task.str(), 0) == 0 ? error : task.str() + ": " + error);
   finish_trace(tracing, summary);
-  if (chief) std::ofstream(fs::path(plan->output_dir) / "summary.json") << summary.dump(2) << '\n';
+  if (chief)
+    write_job_file((fs::path(plan->output_dir) / "summary.json").string(), summary.dump(2) + '\n');
   return summary;
 }
 

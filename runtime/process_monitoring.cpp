@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "monitoring/output_file.hpp"
 #include "monitoring/prometheus_sink.hpp"
 #include "monitoring/tensorboard_sink.hpp"
 #include "monitoring/tensorboard_writer.hpp"
@@ -25,14 +26,16 @@ std::string port_file_name(const std::string& task) {
 }
 
 // Where a test or a script finds a port the OS picked; a failure costs only
-// the file.
+// the file. Never written through a planted symbolic or hard link.
 void write_port_file(const std::string& output_dir, const std::string& task, uint16_t port) {
   std::error_code ec;
   fs::create_directories(output_dir, ec);
   const auto path = fs::path(output_dir) / port_file_name(task);
-  std::ofstream out(path, std::ios::trunc);
-  out << port << '\n';
-  if (!out) spdlog::warn("cannot write {}", path.string());
+  try {
+    monitoring::write_output_file(path.string(), std::to_string(port) + "\n");
+  } catch (const monitoring::output_file_error& e) {
+    spdlog::warn("cannot write the port file {}", e.what());
+  }
 }
 
 void export_process_figures(monitoring::prometheus_registry& r, caf::actor_system& sys) {

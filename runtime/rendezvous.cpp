@@ -1,19 +1,21 @@
 // The rendezvous at the chief (see rendezvous.hpp).
 #include "runtime/rendezvous.hpp"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "actors/job_options.hpp"
 #include "config/secret.hpp"
@@ -46,31 +48,40 @@ struct admitted {
   std::string peer;
 };
 
+// The gate's thread pushes; the rendezvous polls wake_fd() and takes all.
 class admitted_queue {
  public:
-  void push(admitted a) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      q_.push_back(std::move(a));
-    }
-    cv_.notify_all();
+  admitted_queue() {
+    if (::pipe2(wake_, O_NONBLOCK | O_CLOEXEC) != 0)
+      throw job_error(std::string("chief:0: rendezvous: pipe: ") + std::strerror(errno));
   }
-  std::optional<admitted> pop_until(clock_type::time_point deadline) {
-    std::unique_lock<std::mutex> g(mu_);
-    if (!cv_.wait_until(g, deadline, [&] { return !q_.empty(); })) return std::nullopt;
-    auto a = std::move(q_.front());
-    q_.pop_front();
-    return a;
-  }
-  // Closes what arrived after the rendezvous was over.
-  ~admitted_queue() {
+  ~admitted_queue() {  // closes what arrived after the rendezvous was over
     for (auto& a : q_) ::close(a.fd);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
   }
+  admitted_queue(const admitted_queue&) = delete;
+  admitted_queue& operator=(const admitted_queue&) = delete;
+
+  void push(admitted a) {
+    std::lock_guard<std::mutex> g(mu_);
+    q_.push_back(std::move(a));
+    const char byte = 1;
+    [[maybe_unused]] auto n = ::write(wake_[1], &byte, 1);
+  }
+  std::deque<admitted> take_all() {
+    char sink[64];
+    while (::read(wake_[0], sink, sizeof sink) > 0) {
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    return std::exchange(q_, {});
+  }
+  int wake_fd() const { return wake_[0]; }
 
  private:
   std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<admitted> q_;
+  int wake_[2] = {-1, -1};
 };
 
 // A rank that announced itself and waits for the cluster.
@@ -86,36 +97,147 @@ void answer_and_close(int fd, const nlohmann::json& payload) {
   ::close(fd);
 }
 
-// The chief's check of one admitted connection: its announce, then whether
-// its rank and address are still free. Refused peers are told why and logged.
-void take_announce(const admitted& a, int64_t world_size, std::map<int64_t, announced>& ranks,
-                   const std::string& chief_address) {
-  std::string frame(rendezvous_wire::kAnnounceBytes, '\0');
-  std::string why;
-  if (!socket_io::recv_exact(a.fd, frame, clock_type::now() + kAnnounceTimeout, &why)) {
-    spdlog::warn("chief:0: rendezvous: {} ({}) sent no announce: {}", a.name, a.peer, why);
-    ::close(a.fd);
-    return;
+// The chief's reading of the announces: every admitted connection at once,
+// each with its own deadline, so that a slow or silent one delays no other.
+// An announce is checked once it is whole: the first to claim a rank holds
+// it while its connection stays open; a later claimant of that rank, of a
+// taken address, or of a rank other than the one it proved at the gate is
+// refused, told why and logged. A rank whose connection closes before the
+// cluster forms is free again.
+class announce_reader {
+ public:
+  explicit announce_reader(const cluster_env& me) : world_size_(me.world_size), chief_(me.chief) {
+    ranks_[0] = {-1, me.chief, "this process"};
   }
-  auto check = rendezvous_wire::check_announce(frame, world_size);
-  if (check.problem.empty()) {
-    if (auto taken = ranks.find(check.rank); taken != ranks.end())
-      check.problem =
-          "rank " + std::to_string(check.rank) + " already joined from " + taken->second.peer;
-    for (const auto& [r, other] : ranks)
-      if (check.problem.empty() && other.address == check.address)
-        check.problem = "its address " + check.address + " is already rank " + std::to_string(r) +
-                        "'s" + (r == 0 ? " (the chief's, " + chief_address + ")" : "");
+  ~announce_reader() {
+    for (auto& p : pending_) ::close(p.who.fd);
   }
-  if (!check.problem.empty()) {
-    spdlog::warn("chief:0: rendezvous: refused {} ({}): {}", a.name, a.peer, check.problem);
-    answer_and_close(a.fd, {{"error", check.problem}});
-    return;
+  announce_reader(const announce_reader&) = delete;
+  announce_reader& operator=(const announce_reader&) = delete;
+
+  bool complete() const { return static_cast<int64_t>(ranks_.size()) == world_size_; }
+  std::map<int64_t, announced>& ranks() { return ranks_; }
+
+  void add(admitted a) {
+    pending_.push_back({std::move(a), std::string(rendezvous_wire::kAnnounceBytes, '\0'), 0,
+                        clock_type::now() + kAnnounceTimeout});
   }
-  spdlog::info("chief:0: rendezvous: rank {} of {} joined, listening at {}", check.rank, world_size,
-               check.address);
-  ranks[check.rank] = {a.fd, check.address, a.peer};
-}
+
+  // Waits until bytes arrive, `wake_fd` is readable or `until`, then reads
+  // and settles what it can.
+  void turn(int wake_fd, clock_type::time_point until) {
+    std::vector<pollfd> fds{{wake_fd, POLLIN, 0}};
+    for (const auto& p : pending_) {
+      fds.push_back({p.who.fd, POLLIN, 0});
+      until = std::min(until, p.deadline);
+    }
+    std::vector<int64_t> held;
+    for (const auto& [r, a] : ranks_)
+      if (a.fd >= 0) {
+        fds.push_back({a.fd, POLLIN, 0});
+        held.push_back(r);
+      }
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - clock_type::now());
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait.count(), 0))) < 0 &&
+        errno != EINTR)
+      throw job_error(std::string("chief:0: rendezvous: poll failed: ") + std::strerror(errno));
+    const std::size_t first_held = 1 + pending_.size();
+    read_pending(fds);
+    drop_left(fds, first_held, held);
+    drop_overdue();
+  }
+
+ private:
+  struct pending {
+    admitted who;
+    std::string frame;
+    std::size_t got;
+    clock_type::time_point deadline;
+  };
+
+  void read_pending(const std::vector<pollfd>& fds) {
+    std::vector<pending> still;
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      auto& p = pending_[i];
+      if (fds[1 + i].revents == 0 || read_some(p)) still.push_back(std::move(p));
+    }
+    pending_ = std::move(still);
+  }
+
+  // Reads what `p` sent; false once it is settled (whole, or closed).
+  bool read_some(pending& p) {
+    const ssize_t n = ::recv(p.who.fd, p.frame.data() + p.got, p.frame.size() - p.got, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+    if (n <= 0) {
+      spdlog::warn("chief:0: rendezvous: {} ({}) sent no announce: {}", p.who.name, p.who.peer,
+                   n == 0 ? "it closed the connection" : std::strerror(errno));
+      ::close(p.who.fd);
+      return false;
+    }
+    p.got += static_cast<std::size_t>(n);
+    if (p.got < p.frame.size()) return true;
+    settle(p.who, p.frame);
+    return false;
+  }
+
+  // A rank sends nothing after its announce: a held connection that became
+  // readable has closed (or broken the protocol), and its rank is free.
+  void drop_left(const std::vector<pollfd>& fds, std::size_t first,
+                 const std::vector<int64_t>& held) {
+    for (std::size_t k = 0; k < held.size(); ++k) {
+      if (fds[first + k].revents == 0) continue;
+      spdlog::warn(
+          "chief:0: rendezvous: rank {} ({}) left before the cluster formed; its rank is "
+          "free again",
+          held[k], ranks_[held[k]].peer);
+      ::close(ranks_[held[k]].fd);
+      ranks_.erase(held[k]);
+    }
+  }
+
+  void drop_overdue() {
+    const auto now = clock_type::now();
+    std::erase_if(pending_, [&](const pending& p) {
+      if (p.deadline > now) return false;
+      spdlog::warn("chief:0: rendezvous: {} ({}) sent no announce within {:g} s", p.who.name,
+                   p.who.peer, std::chrono::duration<double>(kAnnounceTimeout).count());
+      ::close(p.who.fd);
+      return true;
+    });
+  }
+
+  // Why a whole announce is refused, or "".
+  std::string refusal(const admitted& a, const rendezvous_wire::announce_check& check) const {
+    if (!check.problem.empty()) return check.problem;
+    if (a.name != rank_name(check.rank))
+      return "it proved the name " + a.name + " at the gate but announces rank " +
+             std::to_string(check.rank);
+    if (auto taken = ranks_.find(check.rank); taken != ranks_.end())
+      return "rank " + std::to_string(check.rank) + " already joined from " + taken->second.peer;
+    for (const auto& [r, other] : ranks_)
+      if (other.address == check.address)
+        return "its address " + check.address + " is already rank " + std::to_string(r) + "'s" +
+               (r == 0 ? " (the chief's, " + chief_ + ")" : "");
+    return "";
+  }
+
+  void settle(const admitted& a, const std::string& frame) {
+    const auto check = rendezvous_wire::check_announce(frame, world_size_);
+    if (const auto why = refusal(a, check); !why.empty()) {
+      spdlog::warn("chief:0: rendezvous: refused {} ({}): {}", a.name, a.peer, why);
+      answer_and_close(a.fd, {{"error", why}});
+      return;
+    }
+    spdlog::info("chief:0: rendezvous: rank {} of {} joined, listening at {}", check.rank,
+                 world_size_, check.address);
+    ranks_[check.rank] = {a.fd, check.address, a.peer};
+  }
+
+  int64_t world_size_;
+  std::string chief_;
+  std::vector<pending> pending_;
+  std::map<int64_t, announced> ranks_;
+};
 
 std::string missing_ranks(const std::map<int64_t, announced>& ranks, int64_t world_size) {
   std::string out;
@@ -131,36 +253,16 @@ std::string missing_ranks(const std::map<int64_t, announced>& ranks, int64_t wor
   return out;
 }
 
-// A port this rank can listen on at `host`: the OS picks a free one. It is
-// free again once this returns, until troupe node's gate takes it moments
-// later.
-uint16_t free_port_at(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0)
-    throw job_error("cannot listen at " + host +
-                    " (TROUPE_ADVERTISE_ADDR or the host name): " + ::gai_strerror(rc));
-  uint16_t port = 0;
-  std::string last = "no address";
-  for (auto* a = res; a != nullptr && port == 0; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    sockaddr_storage bound{};
-    socklen_t len = sizeof bound;
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0)
-      port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    else
-      last = std::strerror(errno);
-    ::close(fd);
+// The port this rank announces, listening already and held for its node's
+// gate (runtime/gate.hpp, held_listeners): TROUPE_PORT's, else one the OS
+// picks. Never given back to the OS in between, so no one else can take it.
+uint16_t hold_listen_port(const cluster_env& me) {
+  try {
+    return held_listeners::hold(me.advertise_host, me.listen_port);
+  } catch (const gate_error& e) {
+    throw job_error(rank_name(me.rank) + ": " + e.what() +
+                    " (TROUPE_ADVERTISE_ADDR or the host name, TROUPE_PORT)");
   }
-  ::freeaddrinfo(res);
-  if (port == 0) throw job_error("cannot listen at " + host + ": " + last);
-  return port;
 }
 
 std::string machine_host_name() {
@@ -187,15 +289,14 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
                              });
   spdlog::info("chief:0: rendezvous at {}: waiting for the {} other rank{}", me.chief,
                me.world_size - 1, me.world_size == 2 ? "" : "s");
-  std::map<int64_t, announced> ranks;
-  ranks[0] = {-1, me.chief, "this process"};
-  while (static_cast<int64_t>(ranks.size()) < me.world_size) {
-    auto next = arrivals.pop_until(deadline);
-    if (!next) break;
-    take_announce(*next, me.world_size, ranks, me.chief);
+  announce_reader reader(me);
+  while (!reader.complete() && clock_type::now() < deadline) {
+    for (auto& a : arrivals.take_all()) reader.add(std::move(a));
+    reader.turn(arrivals.wake_fd(), deadline);
   }
-  door.reset();  // no one else joins; troupe node listens here next
-  if (static_cast<int64_t>(ranks.size()) < me.world_size) {
+  auto& ranks = reader.ranks();
+  if (!reader.complete()) {
+    door.reset();
     const auto missing = me.world_size - static_cast<int64_t>(ranks.size());
     const std::string why = (missing == 1 ? "rank " : "ranks ") +
                             missing_ranks(ranks, me.world_size) + " did not join the chief at " +
@@ -205,6 +306,10 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
       if (a.fd >= 0) answer_and_close(a.fd, {{"error", why}});
     throw job_error("chief:0: " + why);
   }
+  // No one else joins; the port stays this process's, listening, until
+  // troupe node's gate takes it (the address the tasks map gives out).
+  held_listeners::keep(hp.host, hp.port, door->release_listener());
+  door.reset();
   std::vector<std::string> addresses;
   for (const auto& [r, a] : ranks) addresses.push_back(a.address);
   auto tasks = tasks_of_ranks(addresses, ps_ranks);
@@ -293,7 +398,7 @@ task_id join_cluster_from_environment(job_config& c, const environment_map& env)
     tasks = me.world_size == 1 ? cluster_tasks{{"chief", {me.chief}}}
                                : serve_rendezvous(secret, me, spec.ps_ranks, timeout);
   } else {
-    const uint16_t port = me.listen_port != 0 ? me.listen_port : free_port_at(me.advertise_host);
+    const uint16_t port = hold_listen_port(me);
     tasks = join_rendezvous(secret, me, format_host_port(me.advertise_host, port), timeout);
   }
   spec.tasks = std::move(tasks);

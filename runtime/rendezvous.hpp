@@ -6,20 +6,29 @@
 //   chief (rank 0)   listens at its address behind a gate (runtime/gate.hpp:
 //                    the same exchange, limits and logging as every port of
 //                    a node) and waits for every other rank;
-//   rank r > 0       picks its own port (TROUPE_PORT, else one the OS picks),
-//                    connects to the chief through the gate, retrying with
-//                    backoff while nobody listens there yet or the name does
-//                    not resolve, and announces (r, world size, its host:port);
-//   chief            once every rank has announced, stops listening and
-//                    answers each with the whole cluster.tasks map; then
-//                    every process runs troupe node as if the cluster spec
-//                    had been written by hand (the chief listens again at
-//                    the same address, with its node actor).
+//   rank r > 0       listens at its own port (TROUPE_PORT, else one the OS
+//                    picks) and holds it for its node's gate (gate.hpp,
+//                    held_listeners), connects to the chief through the
+//                    gate, retrying with backoff while nobody listens there
+//                    yet or the name does not resolve, and announces (r,
+//                    world size, its host:port);
+//   chief            reads every admitted connection's announce at once,
+//                    each within 5 s of its admission (a slow or silent one
+//                    delays no other); once every rank has announced, stops
+//                    admitting, keeps its listening socket for its node's
+//                    gate and answers each with the whole cluster.tasks map;
+//                    then every process runs troupe node as if the cluster
+//                    spec had been written by hand, each gate on the socket
+//                    its process held, so no address handed out was ever
+//                    free for someone else to take.
 // A rank that cannot join within cluster.join_timeout_seconds ends with an
 // error naming the chief's address; the chief ends naming the ranks that did
-// not come. An announce with a rank outside the world, a rank already taken,
-// another world size or an address already taken is refused with a log line
-// naming the peer, and the peer is told why.
+// not come. An announce with a rank outside the world, a rank other than the
+// one its sender proved at the gate ("rank:N"), a rank already claimed by a
+// connection still open, another world size or an address already taken is
+// refused with a log line naming the peer, and the peer is told why. A rank
+// whose connection closes before the cluster forms is free again (a
+// restarted process may claim it).
 //
 // Frames (only after the gate's exchange, so only between holders of the
 // secret; each of a size known before reading, the reply bounded):

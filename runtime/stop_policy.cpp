@@ -17,6 +17,7 @@
 #include <optional>
 #include <thread>
 
+#include "monitoring/output_file.hpp"
 #include "runtime/preemption.hpp"
 
 namespace troupe::stop_policy {
@@ -66,18 +67,12 @@ void write_stop_summary(const std::string& reason) {
   if (const int64_t step = job_step.load(); step > s.value("steps", int64_t{0})) s["steps"] = step;
   s["stop_reason"] = reason;
   const fs::path dir = s["output_dir"].get<std::string>();
-  const fs::path tmp = dir / ".summary.json.tmp";
-  std::error_code ec;
-  {
-    std::ofstream out(tmp);
-    out << s.dump(2) << '\n';
-    if (!out) {
-      spdlog::error("cannot write {}", tmp.string());
-      return;
-    }
+  try {
+    monitoring::replace_file_atomically((dir / "summary.json").string(),
+                                        (dir / ".summary.json.tmp").string(), s.dump(2) + '\n');
+  } catch (const monitoring::output_file_error& e) {
+    spdlog::error("cannot write {}", e.what());
   }
-  fs::rename(tmp, dir / "summary.json", ec);
-  if (ec) spdlog::error("cannot write {}: {}", (dir / "summary.json").string(), ec.message());
 }
 
 [[noreturn]] void leave(const std::string& reason, int status) {

@@ -17,6 +17,7 @@
 #include "kernels/optimizer.hpp"
 #include "models/layer_model.hpp"
 #include "models/model.hpp"
+#include "monitoring/output_file.hpp"
 #include "runtime/checkpointing.hpp"
 #include "strategies/strategy.hpp"
 
@@ -133,8 +134,16 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
 
   if (!owner) return plan;
   prepare_checkpoints(*plan);
-  std::ofstream(fs::path(plan->output_dir) / "config.json") << to_json(c).dump(2) << '\n';
+  write_job_file((fs::path(plan->output_dir) / "config.json").string(), to_json(c).dump(2) + '\n');
   return plan;
+}
+
+void write_job_file(const std::string& path, const std::string& text) {
+  try {
+    monitoring::write_output_file(path, text);
+  } catch (const monitoring::output_file_error& e) {
+    throw job_error(std::string("cannot write ") + e.what());
+  }
 }
 
 void check_model_against_data(const job_config& c) {

@@ -28,6 +28,11 @@ namespace troupe {
 // strategy that is not built, job_error for the rest.
 std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, bool owner = true);
 
+// A file of the job's output (config.json, summary.json) written whole, never
+// through a planted symbolic or hard link (monitoring/output_file.hpp);
+// throws job_error naming the path.
+void write_job_file(const std::string& path, const std::string& text);
+
 // Where every variable piece lives (the partitioner over the model's
 // variables; the same in every process) and the shards' optimizer slot
 // names, with no actors yet. Empty for a strategy without shards.

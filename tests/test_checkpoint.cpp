@@ -535,6 +535,22 @@ TEST_CASE("a save removes the temporaries of crashed saves, not its own") {
   CHECK(fs::exists(root.path / "ckpt-0000000010"));
 }
 
+TEST_CASE("a save never writes through links planted at its temporary or final names") {
+  temp_dir root, elsewhere;
+  const std::string pid = std::to_string(::getpid());
+  // The temporary name (predictable: step and pid), the final name and the
+  // name an earlier checkpoint of the same step is moved aside to, each a
+  // link to a directory outside the checkpoint root.
+  for (const std::string& name : {".ckpt-0000000010.tmp-" + pid, std::string("ckpt-0000000010"),
+                                  ".ckpt-0000000010.old-" + pid})
+    fs::create_directory_symlink(elsewhere.path, root.path / name);
+  const std::string dir = ck::save(root.str(), make_snapshot(10), 0);
+  CHECK(dir == (root.path / "ckpt-0000000010").string());
+  CHECK(fs::is_directory(fs::symlink_status(dir)));  // a real directory now, not the link
+  CHECK(ck::load(dir).meta.step == 10);
+  CHECK(fs::is_empty(elsewhere.path));  // nothing written through any link
+}
+
 TEST_CASE("mutated manifests: accepted or a checkpoint_error, nothing else") {
   temp_dir root;
   ck::snapshot snap = make_snapshot(100);

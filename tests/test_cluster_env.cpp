@@ -18,6 +18,7 @@
 #include "config/job_config.hpp"
 #include "runtime/gate.hpp"
 #include "runtime/rendezvous.hpp"
+#include "tests/captured_log.hpp"
 #include "tests/free_port.hpp"
 #include "tests/fuzz/mutate.hpp"
 
@@ -109,6 +110,55 @@ std::future<std::string>& first_ready(std::future<std::string>& a, std::future<s
 
 std::string address(uint16_t port) {
   return "127.0.0.1:" + std::to_string(port);
+}
+
+// A connection to the chief's rendezvous that passed its gate as `name`,
+// retried while the chief is not listening yet (10 s at most).
+int admitted_as(const std::string& chief_addr, const std::string& name) {
+  const auto chief = parse_host_port(chief_addr);
+  gate_options o;
+  o.secret = kSecret;
+  o.name = name;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    auto s = gate_secure_handshake(chief.host, chief.port, o, std::chrono::seconds(2));
+    if (s.fd >= 0) return s.fd;
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < until, s.error);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// The chief's answer to an announce of `rank` sent on `fd` (10 s at most),
+// as join_rendezvous reads it: the tasks, or the error.
+std::string answer_to_announce(int fd, int64_t rank, int64_t world, const std::string& at) {
+  const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  if (!socket_io::send_all(fd, rendezvous_wire::make_announce(rank, world, at), by))
+    return "(not sent)";
+  std::string header(rendezvous_wire::kReplyHeaderBytes, '\0'), why;
+  if (!socket_io::recv_exact(fd, header, by, &why)) return "(no answer: " + why + ")";
+  const auto n = rendezvous_wire::reply_length(header);
+  std::string payload(static_cast<std::size_t>(std::max<int64_t>(n, 0)), '\0');
+  if (n < 0 || !socket_io::recv_exact(fd, payload, by, &why)) return "(a malformed answer)";
+  try {
+    return nlohmann::json(rendezvous_wire::tasks_of_reply(payload)).dump();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+}
+
+// Whether something listens at 127.0.0.1:port (binding it fails).
+bool port_held(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool held =
+      ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return held;
 }
 
 }  // namespace
@@ -381,6 +431,7 @@ TEST_CASE("the rendezvous between threads: ranks in any order get the same clust
 }
 
 TEST_CASE("the rendezvous refuses a duplicate rank, naming it, and still forms the cluster") {
+  test::captured_log log;  // read once every thread is done
   const auto chief_addr = address(free_port());
   const auto a1 = address(free_port()), a1_again = address(free_port());
   const auto a2 = address(free_port());
@@ -419,6 +470,144 @@ TEST_CASE("the rendezvous refuses a duplicate rank, naming it, and still forms t
   CHECK(last.get() == tasks);
   // The one that joined returns once the cluster is formed.
   CHECK(joined_one.get() == "joined");
+  // The chief logs the refusal, naming the peer and the rank's holder.
+  const auto text = log.text();
+  CHECK_MESSAGE(text.find("chief:0: rendezvous: refused rank:1 (127.0.0.1:") != std::string::npos,
+                text);
+  CHECK_MESSAGE(text.find("): rank 1 already joined from 127.0.0.1:") != std::string::npos, text);
+}
+
+TEST_CASE("the rendezvous reads announces at once: silent connections delay no rank") {
+  const auto chief_addr = address(free_port());
+  auto chief = std::async(std::launch::async, [&] {
+    return serve_rendezvous(kSecret, rank_env(0, 3, chief_addr), 0, std::chrono::seconds(60));
+  });
+  // Four peers pass the gate first and say nothing: read one at a time,
+  // each would hold the rendezvous for its 5 s announce timeout (20 s).
+  std::vector<int> silent;
+  for (int i = 0; i < 4; ++i) silent.push_back(admitted_as(chief_addr, "rank:1"));
+  const auto start = std::chrono::steady_clock::now();
+  const auto a1 = address(free_port()), a2 = address(free_port());
+  auto r1 = std::async(std::launch::async, [&] {
+    return join_rendezvous(kSecret, rank_env(1, 3, chief_addr), a1, std::chrono::seconds(60));
+  });
+  auto r2 = std::async(std::launch::async, [&] {
+    return join_rendezvous(kSecret, rank_env(2, 3, chief_addr), a2, std::chrono::seconds(60));
+  });
+  const cluster_tasks want{{"chief", {chief_addr}}, {"worker", {a1, a2}}};
+  CHECK(chief.get() == want);
+  // A hang guard, far from both: the cluster forms in well under a second,
+  // and read one at a time it took at least 20 s.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  CHECK(r1.get() == want);
+  CHECK(r2.get() == want);
+  // The silent ones are closed, told nothing.
+  for (int fd : silent) {
+    CHECK(bytes_until_closed(fd, std::chrono::seconds(10)) == 0);
+    ::close(fd);
+  }
+}
+
+TEST_CASE("the rendezvous refuses an announce of another rank than the one proved at the gate") {
+  const auto chief_addr = address(free_port());
+  auto chief = std::async(std::launch::async, [&] {
+    return serve_rendezvous(kSecret, rank_env(0, 2, chief_addr), 0, std::chrono::seconds(20));
+  });
+  const int fd = admitted_as(chief_addr, "rank:2");
+  CHECK(answer_to_announce(fd, 1, 2, address(free_port())) ==
+        "the chief refused this rank: it proved the name rank:2 at the gate but announces rank 1");
+  ::close(fd);
+  const auto a1 = address(free_port());
+  CHECK(join_rendezvous(kSecret, rank_env(1, 2, chief_addr), a1, std::chrono::seconds(20)) ==
+        cluster_tasks{{"chief", {chief_addr}}, {"worker", {a1}}});
+  chief.get();
+}
+
+TEST_CASE("the rendezvous frees the rank of a claimant that left before the cluster formed") {
+  const auto chief_addr = address(free_port());
+  auto chief = std::async(std::launch::async, [&] {
+    return serve_rendezvous(kSecret, rank_env(0, 3, chief_addr), 0, std::chrono::seconds(30));
+  });
+  // Rank 1 announces, then its process dies before rank 2 comes.
+  const int gone = admitted_as(chief_addr, "rank:1");
+  REQUIRE(socket_io::send_all(gone, rendezvous_wire::make_announce(1, 3, address(free_port())),
+                              std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  ::close(gone);
+  // Its restart claims rank 1 again: refused only until the chief has seen
+  // the first connection close (10 s at most).
+  const auto a1 = address(free_port()), a2 = address(free_port());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::string restarted;
+  auto r2 = std::async(std::launch::async, [&] {
+    return join_rendezvous(kSecret, rank_env(2, 3, chief_addr), a2, std::chrono::seconds(30));
+  });
+  for (;;) {
+    try {
+      join_rendezvous(kSecret, rank_env(1, 3, chief_addr), a1, std::chrono::seconds(30));
+      restarted = "joined";
+      break;
+    } catch (const job_error& e) {
+      restarted = e.what();
+      if (restarted.find("already joined") == std::string::npos ||
+          std::chrono::steady_clock::now() > until)
+        break;
+    }
+  }
+  CHECK(restarted == "joined");
+  const cluster_tasks want{{"chief", {chief_addr}}, {"worker", {a1, a2}}};
+  CHECK(chief.get() == want);
+  CHECK(r2.get() == want);
+}
+
+TEST_CASE("the rendezvous hands out no port it no longer holds: the node's gate takes it over") {
+  const auto chief_port = free_port();
+  const auto chief_addr = address(chief_port);
+  const auto a1 = address(free_port());
+  auto r1 = std::async(std::launch::async, [&] {
+    return join_rendezvous(kSecret, rank_env(1, 2, chief_addr), a1, std::chrono::seconds(20));
+  });
+  serve_rendezvous(kSecret, rank_env(0, 2, chief_addr), 0, std::chrono::seconds(20));
+  r1.get();
+  // The chief's port is still this process's, listening.
+  CHECK(port_held(chief_port));
+  // Its node's gate listens on that very socket; a rank reaches it.
+  gate_options node_opts;
+  node_opts.secret = kSecret;
+  node_opts.name = "chief:0";
+  std::promise<std::string> admitted;
+  gate node_gate("127.0.0.1", chief_port, node_opts,
+                 [&admitted](int fd, const std::string& name, const std::string&) {
+                   ::close(fd);
+                   admitted.set_value(name);
+                 });
+  const int fd = admitted_as(chief_addr, "worker:0");
+  ::close(fd);
+  auto name = admitted.get_future();
+  REQUIRE(name.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(name.get() == "worker:0");
+}
+
+TEST_CASE("a rank from the environment announces a port it holds until its node listens there") {
+  ::setenv("TROUPE_SECRET", kSecret, 1);
+  const auto chief_addr = address(free_port());
+  auto chief = std::async(std::launch::async, [&] {
+    return serve_rendezvous(kSecret, rank_env(0, 2, chief_addr), 0, std::chrono::seconds(20));
+  });
+  auto c = parse_job_config({{"name", "held"}, {"cluster", {{"join_timeout_seconds", 20}}}});
+  const auto task = join_cluster_from_environment(c, {{"TROUPE_RANK", "1"},
+                                                      {"TROUPE_WORLD_SIZE", "2"},
+                                                      {"TROUPE_CHIEF", chief_addr},
+                                                      {"TROUPE_ADVERTISE_ADDR", "127.0.0.1"}});
+  chief.get();
+  CHECK(task == task_id{"worker", 0});
+  const auto mine = parse_host_port(c.cluster->tasks.at("worker").at(0));
+  CHECK(mine.host == "127.0.0.1");
+  // Given back to the OS, anyone could have taken it by now.
+  CHECK(port_held(mine.port));
+  auto again = held_listeners::take("127.0.0.1", mine.port);
+  CHECK(again >= 0);
+  if (again >= 0) ::close(again);
+  CHECK_FALSE(port_held(mine.port));
 }
 
 TEST_CASE("the rendezvous: a wrong secret is refused at the gate; timeouts name the chief") {

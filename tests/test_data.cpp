@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <string>
@@ -952,23 +953,43 @@ TEST_CASE("npz: refusals name the file and the problem") {
                           (static_cast<std::size_t>(static_cast<uint8_t>(z[e + 17])) << 8);
     put32_at(z, c + 24, 1u << 30);  // 1 GiB from a few dozen bytes
     CHECK(contains(refused(z), "cannot inflate to the declared 1073741824"));
-    put32_at(z, c + 24, static_cast<uint32_t>(x.size() + 1));
-    CHECK(refused(z) == ": member x.npy: corrupt zip: the member inflates to " +
-                            std::to_string(x.size()) + " bytes, its directory entry says " +
-                            std::to_string(x.size() + 1));
-    put32_at(z, c + 24, static_cast<uint32_t>(x.size() - 1));
-    CHECK(refused(z) ==
-          ": member x.npy: corrupt zip: the member inflates to more than its "
-          "declared " +
-              std::to_string(x.size() - 1) + " bytes");
+    // Its .npy header says how large it is: another size is refused
+    // before the data is inflated.
+    for (const auto declared : {x.size() + 1, x.size() - 1}) {
+      put32_at(z, c + 24, static_cast<uint32_t>(declared));
+      CHECK(refused(z) ==
+            ": member x.npy: corrupt zip: its .npy header's shape (2,) of '<f4' is 8 "
+            "bytes of data (" +
+                std::to_string(x.size()) + " bytes with the header), its directory entry says " +
+                std::to_string(declared));
+    }
+  }
+  SUBCASE("a deflated stream longer or shorter than its header and directory say") {
+    // The directory and the header agree on x's size; the stream does not.
+    auto with_stream = [&](const std::string& stream) {
+      std::string z = zip_bytes({{"x.npy", stream}, {"y.npy", y}}, true);
+      const std::size_t e = z.size() - 22;
+      const std::size_t c = static_cast<uint8_t>(z[e + 16]) |
+                            (static_cast<std::size_t>(static_cast<uint8_t>(z[e + 17])) << 8);
+      put32_at(z, c + 24, static_cast<uint32_t>(x.size()));
+      return z;
+    };
+    CHECK(refused(with_stream(x + "junk")) ==
+          ": member x.npy: corrupt zip: the member inflates to more than its declared " +
+              std::to_string(x.size()) + " bytes");
+    CHECK(refused(with_stream(x.substr(0, x.size() - 4))) ==
+          ": member x.npy: corrupt zip: the member inflates to " + std::to_string(x.size() - 4) +
+              " bytes, its directory entry says " + std::to_string(x.size()));
   }
   SUBCASE("corrupt deflate data") {
     std::string z = zip_bytes({{"x.npy", x}, {"y.npy", y}}, true);
     for (std::size_t i = 36; i < 60; ++i) z[i] = '\xff';
     std::string msg = refused(z);
     CAPTURE(msg);
-    // Which check catches it depends on what the garbage decodes to.
+    // Which check catches it depends on what the garbage decodes to (the
+    // header is read before the CRC can be checked).
     CHECK((contains(msg, ": member x.npy: corrupt deflate data") ||
+           contains(msg, ": member x.npy: not a .npy file") ||
            contains(msg, ": member x.npy: CRC mismatch") ||
            contains(msg, ": member x.npy: corrupt zip: the member inflates to")));
   }
@@ -1006,6 +1027,81 @@ struct csv_set {
 };
 
 }  // namespace
+
+TEST_CASE("npz: a decompression bomb is refused before it is inflated, naming file and member") {
+  temp_dir dir;
+  const std::string path = dir / "bomb.npz";
+  const std::string y = npy_of<int32_t>(npy_dtype::i4, {1}, {0});
+  auto error_reading = [&](const std::string& x, bool deflate) {
+    write_file(path, zip_bytes({{"x.npy", x}, {"y.npy", y}}, deflate));
+    return error_of([&] { read_npz(path, {"x", "y"}); });
+  };
+  SUBCASE("the shape in its header bounds what it inflates to") {
+    // 4 floats declared, 8 MiB of zeros after them (under the ratio check's
+    // floor): refused on the header, not after inflating 8 MiB.
+    const std::string small = npy_of<float>(npy_dtype::f4, {4}, {1, 2, 3, 4});
+    const std::string x = small + std::string(8 << 20, '\0');
+    CHECK(error_reading(x, true) ==
+          path +
+              ": member x.npy: corrupt zip: its .npy header's shape (4,) of '<f4' is 16 bytes "
+              "of data (" +
+              std::to_string(small.size()) + " bytes with the header), its directory entry says " +
+              std::to_string(x.size()));
+  }
+  SUBCASE("a compression ratio over 100:1 is refused; stored, the same array loads") {
+    const std::vector<float> zeros(5 << 20, 0.0f);  // 20 MiB, deflating ~1000:1
+    const std::string x = npy_of<float>(npy_dtype::f4, {5 << 20}, zeros);
+    const std::string msg = error_reading(x, true);
+    CHECK_MESSAGE(msg.starts_with(path + ": member x.npy: "), msg);
+    CHECK_MESSAGE(contains(msg, " compressed bytes declare " + std::to_string(x.size()) +
+                                    " inflated, more than 100 times as many (a decompression "
+                                    "bomb?); save it uncompressed (numpy.savez)"),
+                  msg);
+    CHECK(error_reading(x, false) == "");
+    CHECK(read_npz(path, {"x", "y"})[0].numel() == 5 << 20);
+  }
+}
+
+TEST_CASE("npy and npz: NaN and infinite values are refused as the CSV reader refuses them") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  npy_set s;
+  s.write("x_train.npy", npy_of<float>(npy_dtype::f4, {2, 3}, {1, 2, 3, 4, 5, 6}));
+  s.write("y_train.npy", npy_of<int32_t>(npy_dtype::i4, {2}, {0, 1}));
+  s.write("x_test.npy", npy_of<float>(npy_dtype::f4, {1, 3}, {1, 2, 3}));
+  s.write("y_test.npy", npy_of<int32_t>(npy_dtype::i4, {1}, {1}));
+  REQUIRE(error_of([&] { load_data(s.cfg); }) == "");
+  const std::string want = ": expected a finite number within float32's range, got ";
+  SUBCASE("a NaN example") {
+    s.write("x_train.npy", npy_of<float>(npy_dtype::f4, {2, 3}, {1, 2, 3, 4, 5, nan}));
+    CHECK(error_of([&] { load_data(s.cfg); }) ==
+          s.cfg.train.x + ": row 1, column 2" + want + "nan");
+  }
+  SUBCASE("an infinite example in the test split") {
+    s.write("x_test.npy", npy_of<float>(npy_dtype::f4, {1, 3}, {1, -inf, 3}));
+    CHECK(error_of([&] { load_data(s.cfg); }) ==
+          s.cfg.test.x + ": row 0, column 1" + want + "-inf");
+  }
+  SUBCASE("a float64 value beyond float32's range") {
+    s.write("x_train.npy", npy_of<double>(npy_dtype::f8, {2, 3}, {1, 2, 3, 1e39, 5, 6}));
+    s.write("x_test.npy", npy_of<double>(npy_dtype::f8, {1, 3}, {1, 2, 3}));
+    CHECK(error_of([&] { load_data(s.cfg); }) ==
+          s.cfg.train.x + ": row 1, column 0" + want + "1e+39");
+  }
+  SUBCASE("a NaN float target") {
+    s.write("y_train.npy", npy_of<float>(npy_dtype::f4, {2}, {0.5f, nan}));
+    s.write("y_test.npy", npy_of<float>(npy_dtype::f4, {1}, {1}));
+    CHECK(error_of([&] { load_data(s.cfg); }) ==
+          s.cfg.train.y + ": row 1, column 0" + want + "nan");
+  }
+  SUBCASE("in an .npz, the array is named") {
+    npz_set z;
+    z.x_train = npy_of<float>(npy_dtype::f4, {2, 3}, {1, 2, inf, 4, 5, 6});
+    z.write(true);
+    CHECK(error_of([&] { load_data(z.cfg); }) ==
+          z.cfg.train.file + ": array 'x': row 0, column 2" + want + "inf");
+  }
+}
 
 TEST_CASE("csv: a table loads with exact values; quotes per RFC 4180") {
   csv_set s;

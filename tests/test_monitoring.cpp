@@ -30,12 +30,14 @@
 #include "config/job_config.hpp"
 #include "monitoring/crc32c.hpp"
 #include "monitoring/http_request.hpp"
+#include "monitoring/output_file.hpp"
 #include "monitoring/prometheus_exporter.hpp"
 #include "monitoring/prometheus_registry.hpp"
 #include "monitoring/prometheus_sink.hpp"
 #include "monitoring/tensorboard_writer.hpp"
 #include "runtime/job.hpp"
 #include "runtime/process_monitoring.hpp"
+#include "runtime/topology.hpp"
 #include "tests/free_port.hpp"
 #include "tests/strategy_fixtures.hpp"
 
@@ -233,12 +235,20 @@ std::vector<json> jsonl(const fs::path& file) {
 
 struct client_socket {
   int fd = -1;
-  explicit client_socket(uint16_t port) {
+  // `from`: the loopback address to connect from (127.0.0.x: another peer
+  // address to the server).
+  explicit client_socket(uint16_t port, const char* from = nullptr) {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);
     // A safety net so that a broken server fails the test instead of hanging it.
     timeval tv{60, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (from) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      REQUIRE(::inet_pton(AF_INET, from, &local.sin_addr) == 1);
+      REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) == 0);
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
@@ -269,8 +279,8 @@ struct client_socket {
   }
 };
 
-std::string request(uint16_t port, const std::string& raw) {
-  client_socket c(port);
+std::string request(uint16_t port, const std::string& raw, const char* from = nullptr) {
+  client_socket c(port, from);
   c.send_all(raw);
   return c.read_all();
 }
@@ -486,7 +496,9 @@ TEST_CASE("prometheus_exporter: connections past the limit get 503; it ends with
   auto registry = std::make_shared<monitoring::prometheus_registry>();
   monitoring::exporter_options o;
   o.max_connections = 2;
-  o.request_timeout = std::chrono::seconds(120);  // the two idle peers stay for the whole test
+  o.max_per_address = 2;
+  // The two idle peers stay for the whole test.
+  o.request_timeout = o.idle_timeout = std::chrono::seconds(120);
   auto ex = std::make_unique<monitoring::prometheus_exporter>(registry, o);
   client_socket idle1(ex->port()), idle2(ex->port());
   idle1.send_all("GET /metrics HTTP/1.1\r\n");  // never finished
@@ -495,6 +507,71 @@ TEST_CASE("prometheus_exporter: connections past the limit get 503; it ends with
   ex.reset();  // returns although two peers still hold their connections
   CHECK(idle1.read_all().empty());
   CHECK(idle2.read_all().empty());
+}
+
+namespace {
+
+// Until the exporter has answered `n` connections with 503 (10 s at most).
+bool wait_for_503s(const monitoring::prometheus_registry& registry, double n) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (registry.value("troupe_metrics_http_responses_total", {{"code", "503"}}) < n) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("prometheus_exporter: idle connections from one address never starve other scrapers") {
+  // Issue 40, row 6: 16 idle connections to /metrics took every slot, and
+  // every scraper and /healthz got 503.
+  auto registry = std::make_shared<monitoring::prometheus_registry>();
+  monitoring::exporter_options o;                                  // 16 slots, 4 per address
+  o.request_timeout = o.idle_timeout = std::chrono::seconds(120);  // the hog stays
+  monitoring::prometheus_exporter ex(registry, o);
+  std::vector<std::unique_ptr<client_socket>> hog;
+  for (int i = 0; i < 16; ++i)
+    hog.push_back(std::make_unique<client_socket>(ex.port(), "127.0.0.2"));
+  // The hog's address holds its 4 slots; its other 12 connections are
+  // turned away at once.
+  CHECK(wait_for_503s(*registry, 12));
+  auto metrics = request(ex.port(), "GET /metrics HTTP/1.1\r\n\r\n", "127.0.0.1");
+  CHECK(status_of(metrics) == 200);
+  auto health = request(ex.port(), "GET /healthz HTTP/1.1\r\n\r\n", "127.0.0.3");
+  CHECK(status_of(health) == 200);
+  CHECK(body_of(health) == "ok\n");
+  CHECK(registry->value("troupe_metrics_http_responses_total", {{"code", "503"}}) == 12);
+  // What the turned-away ones read: a 503 naming why.
+  int told = 0;
+  for (auto& c : hog) {
+    timeval tv{0, 200000};  // the 4 held ones get nothing yet
+    ::setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const auto r = c->read_all();
+    if (status_of(r) == 503 && body_of(r) == "too many connections from this address\n") ++told;
+  }
+  CHECK(told == 12);
+}
+
+TEST_CASE("prometheus_exporter: a connection that sends nothing is closed after idle_timeout") {
+  auto registry = std::make_shared<monitoring::prometheus_registry>();
+  monitoring::exporter_options o;
+  o.idle_timeout = std::chrono::milliseconds(200);
+  o.request_timeout = std::chrono::seconds(120);
+  monitoring::prometheus_exporter ex(registry, o);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    client_socket silent(ex.port());
+    CHECK(status_of(silent.read_all()) == 408);
+  }
+  // Well before request_timeout (120 s) and the client's own 60 s guard.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  // One that has started its request has request_timeout, not idle_timeout.
+  client_socket slow(ex.port());
+  slow.send_all("GET /metrics HTTP/1.1\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  slow.send_all("\r\n");
+  CHECK(status_of(slow.read_all()) == 200);
 }
 
 TEST_CASE("prometheus_exporter: an address in use or not numeric is an error naming it") {
@@ -732,6 +809,129 @@ TEST_CASE("a process without a coordinator (a troupe node task) exports its live
   c.logging.metrics_port = 0;
   process_monitoring off(c, tmp / "off", "worker:2", sys);
   CHECK_FALSE(fs::exists(tmp / "off/metrics_port.worker-2"));
+}
+
+// ------------------------------------------------ files under predictable names
+
+namespace {
+
+// A file outside the output directory that a planted link points to, and
+// what it held before.
+struct victim {
+  fs::path path;
+  std::string before = "the victim's own bytes\n";
+  explicit victim(const fs::path& dir) : path(dir / "victim") { std::ofstream(path) << before; }
+  bool untouched() const { return read_file(path) == before; }
+};
+
+}  // namespace
+
+TEST_CASE("output_file: a planted symbolic or hard link is refused naming it, nothing written") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(tmp.path);
+  const auto link = dir / "out.txt";
+  fs::create_symlink(v.path, link);
+  using monitoring::output_file;
+  for (auto m :
+       {output_file::mode::create_new, output_file::mode::replace, output_file::mode::append})
+    CHECK_THROWS_WITH_AS(
+        output_file(link.string(), m),
+        (link.string() + ": is a symbolic link; refusing to write through it").c_str(),
+        monitoring::output_file_error);
+  // A dangling link too: O_CREAT would have made its target.
+  fs::create_symlink(dir / "made-through-the-link", dir / "dangling");
+  CHECK_THROWS_AS(output_file((dir / "dangling").string(), output_file::mode::replace),
+                  monitoring::output_file_error);
+  CHECK_FALSE(fs::exists(dir / "made-through-the-link"));
+  // A hard link to another file: refused before it is truncated.
+  fs::create_hard_link(v.path, dir / "hard.txt");
+  CHECK_THROWS_WITH_AS(monitoring::write_output_file((dir / "hard.txt").string(), "x"),
+                       ((dir / "hard.txt").string() +
+                        ": has 2 hard links; refusing to write through a link to another file")
+                           .c_str(),
+                       monitoring::output_file_error);
+  CHECK(v.untouched());
+  // A file of its own is replaced; create_new never replaces one.
+  monitoring::write_output_file((dir / "own.txt").string(), "one\n");
+  monitoring::write_output_file((dir / "own.txt").string(), "two\n");
+  CHECK(read_file(dir / "own.txt") == "two\n");
+  CHECK_THROWS_WITH_AS(output_file((dir / "own.txt").string(), output_file::mode::create_new),
+                       doctest::Contains("own.txt: cannot create: File exists"),
+                       monitoring::output_file_error);
+}
+
+TEST_CASE(
+    "replace_file_atomically: links at the temporary and the target are replaced, not followed") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(dir);
+  fs::create_symlink(v.path, dir / "summary.json");
+  fs::create_symlink(v.path, dir / ".summary.json.tmp");
+  monitoring::replace_file_atomically((dir / "summary.json").string(),
+                                      (dir / ".summary.json.tmp").string(), "{}\n");
+  CHECK(v.untouched());
+  CHECK_FALSE(fs::is_symlink(dir / "summary.json"));
+  CHECK(read_file(dir / "summary.json") == "{}\n");
+  CHECK_FALSE(fs::exists(fs::symlink_status(dir / ".summary.json.tmp")));
+}
+
+TEST_CASE("tensorboard_writer: an event file name taken by a symbolic link is refused, naming it") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(tmp.path);
+  const auto run = dir / "run";
+  fs::create_directories(run);
+  // Every name the writer may pick in the next 30 seconds is a link.
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof host - 1) == 0);
+  const auto now = static_cast<int64_t>(monitoring::unix_seconds_now());
+  for (int64_t t = now; t < now + 30; ++t)
+    fs::create_symlink(v.path, run / ("events.out.tfevents." + std::to_string(t) + "." + host));
+  std::string msg;
+  try {
+    monitoring::tensorboard_writer w(run.string());
+  } catch (const monitoring::tensorboard_error& e) {
+    msg = e.what();
+  }
+  CHECK_MESSAGE(msg.starts_with("cannot write TensorBoard event file " +
+                                (run / "events.out.tfevents.").string()),
+                msg);
+  CHECK_MESSAGE(msg.ends_with(": is a symbolic link; refusing to write through it"), msg);
+  CHECK(v.untouched());
+}
+
+TEST_CASE("the /metrics port file is never written through a planted link") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(tmp.path);
+  fs::create_symlink(v.path, dir / "metrics_port.worker-1");
+  job_config c;
+  c.logging.metrics_port = logging_config::kMetricsPortAuto;
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  {
+    process_monitoring m(c, tmp.str(), "worker:1", sys);  // serves; the file is only warned about
+  }
+  CHECK(v.untouched());
+  CHECK(fs::is_symlink(dir / "metrics_port.worker-1"));
+  // Without the link, the port is written.
+  fs::remove(dir / "metrics_port.worker-1");
+  process_monitoring m(c, tmp.str(), "worker:1", sys);
+  CHECK(read_port_file(dir / "metrics_port.worker-1") != 0);
+}
+
+TEST_CASE("config.json and summary.json: a planted link is a job_error naming it") {
+  test::temp_dir tmp;
+  const fs::path dir = tmp.path;
+  victim v(tmp.path);
+  fs::create_symlink(v.path, dir / "summary.json");
+  CHECK_THROWS_WITH_AS(write_job_file((dir / "summary.json").string(), "{}\n"),
+                       ("cannot write " + (dir / "summary.json").string() +
+                        ": is a symbolic link; refusing to write through it")
+                           .c_str(),
+                       job_error);
+  CHECK(v.untouched());
 }
 
 // ------------------------------------------------------- troupe node tasks
