@@ -275,7 +275,14 @@ TEST_CASE("steps_per_execution auto hands out several steps at a time when steps
   c.training.steps_per_execution = training_config::kAutoSteps;
   auto s = run_job(c);
   CHECK(s["steps"] == 250);
-  CHECK(s["executions"].get<int64_t>() < 250);
+  // Only where the steps were short: a sanitizer build on a loaded machine
+  // can take more than the ~4 ms an execution aims at for each step alone.
+  const double step_ms =
+      1000.0 * static_cast<double>(c.data.batch_size) / s["samples_per_second"].get<double>();
+  if (step_ms < 2.0)
+    CHECK(s["executions"].get<int64_t>() < 250);
+  else
+    MESSAGE("steps took " << step_ms << " ms each here: not short, executions not checked");
   CHECK(s["steps_per_execution"].get<int64_t>() >= 1);
   CHECK(s["steps_per_execution"].get<int64_t>() <= 64);
   c.training.steps_per_execution = 1;
