@@ -20,7 +20,6 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -186,21 +185,38 @@ int print_reference() {
   return 0;
 }
 
+// One key row, "| `key` | default | meaning |": the key and the default cell
+// (trimmed), or nothing for any other line. (By hand, not std::regex: GCC
+// 12's <regex> trips -Wmaybe-uninitialized in the ASan build.)
+std::optional<std::pair<std::string, std::string>> key_row(const std::string& line) {
+  if (line.rfind("| `", 0) != 0) return std::nullopt;
+  const auto key_end = line.find('`', 3);
+  if (key_end == std::string::npos || line.compare(key_end, 4, "` | ") != 0) return std::nullopt;
+  std::string key = line.substr(3, key_end - 3);
+  const bool key_chars = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '<' ||
+           c == '>';
+  });
+  const auto cell_end = line.find(" |", key_end + 4);
+  if (!key_chars || cell_end == std::string::npos) return std::nullopt;
+  std::string cell = line.substr(key_end + 4, cell_end - (key_end + 4));
+  if (cell.find('|') != std::string::npos) return std::nullopt;
+  while (!cell.empty() && cell.back() == ' ') cell.pop_back();
+  return std::make_pair(std::move(key), std::move(cell));
+}
+
 // The document's key rows: "| `key` | default | meaning |".
 std::map<std::string, std::string> documented_rows(const std::string& file,
                                                    std::vector<std::string>& errors) {
   std::ifstream in(file);
   if (!in) throw std::runtime_error("cannot open " + file);
-  static const std::regex row(R"(^\| `([a-z_.<>0-9]+)` \| ([^|]*) \|)");
   std::map<std::string, std::string> rows;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
-    std::smatch m;
-    if (!std::regex_search(line, m, row)) continue;
-    std::string cell = m[2].str();
-    while (!cell.empty() && cell.back() == ' ') cell.pop_back();
-    if (!rows.emplace(m[1].str(), cell).second)
-      errors.push_back(file + ":" + std::to_string(n) + ": " + m[1].str() + " documented twice");
+    auto row = key_row(line);
+    if (!row) continue;
+    if (!rows.emplace(row->first, row->second).second)
+      errors.push_back(file + ":" + std::to_string(n) + ": " + row->first + " documented twice");
   }
   return rows;
 }
