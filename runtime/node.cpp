@@ -294,7 +294,8 @@ nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const ta
             }
             break;
           case node_event::stop:
-            stop_policy::enter(stop_policy::phase::writing);
+            stop_policy::enter(ev->preempted.empty() ? stop_policy::phase::writing
+                                                     : stop_policy::phase::leaving);
             if (!ev->reason.empty()) error = "the chief ended the job: " + ev->reason;
             if (!ev->preempted.empty()) summary["preempted"] = ev->preempted;
             done = true;

@@ -27,12 +27,12 @@ namespace {
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
 
-constexpr const char* kPhaseNames[] = {"loading data",         "the rendezvous",
-                                       "joining the cluster",  "training",
-                                       "the final evaluation", "writing results"};
+constexpr const char* kPhaseNames[] = {
+    "loading data",         "the rendezvous",  "joining the cluster",    "training",
+    "the final evaluation", "writing results", "leaving a preempted job"};
 // TROUPE_TEST_HOLD's names of the phases.
-constexpr const char* kPhasePoints[] = {"loading",  "rendezvous", "joining",
-                                        "training", "evaluating", "writing"};
+constexpr const char* kPhasePoints[] = {"loading",    "rendezvous", "joining", "training",
+                                        "evaluating", "writing",    "leaving"};
 
 std::atomic<int> current_phase{static_cast<int>(phase::loading)};
 // Set by the handlers: the first signal of any kind, and the latest
@@ -160,6 +160,11 @@ struct guard::impl {
     const auto name = preemption::signal_name(first);
     if (!deadline) {
       const phase p = current();
+      // The chief already stopped the job with a checkpoint: the signal that
+      // arrives late (Kubernetes signals every pod) is the same preemption.
+      if (p == phase::leaving)
+        leave(name + " while " + describe(p) + ": its checkpoint is written",
+              preemption::kResumeExitStatus);
       if (!resumable(p))
         leave(name + " during " + describe(p) + ": stopped at once, nothing to resume",
               status_after(first));

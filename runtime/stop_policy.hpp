@@ -9,6 +9,8 @@
 //   training                                  stop at the next update,     75
 //                                             with a checkpoint
 //   final evaluation, writing results         stop at once, say the phase  128 + signal
+//   leaving a preempted job (a task told by   stop at once                 75
+//   the chief: the checkpoint is written)
 //   a second SIGINT/SIGTERM, any phase        exit at once                 128 + signal
 //   training past cluster.grace_seconds       exit at once                 75
 //
@@ -24,10 +26,10 @@
 
 namespace troupe::stop_policy {
 
-enum class phase : int { loading, rendezvous, joining, training, evaluating, writing };
+enum class phase : int { loading, rendezvous, joining, training, evaluating, writing, leaving };
 
 // "loading data", "the rendezvous", "joining the cluster", "training", "the
-// final evaluation", "writing results".
+// final evaluation", "writing results", "leaving a preempted job".
 const char* describe(phase p);
 
 // Whether a signal in `p` stops with a checkpoint to resume from.

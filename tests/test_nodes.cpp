@@ -389,8 +389,11 @@ TEST_CASE(
 // process must exit with the "resume me" status, leaving a checkpoint and
 // the marker (its summary's "preempted" starts with `said`: the first
 // signal the chief hears may be its own or a worker's), and the same commands
-// started again resume to the uninterrupted run's end.
-void preempt_and_resume(const std::vector<std::string>& signalled, const std::string& said) {
+// started again resume to the uninterrupted run's end. A `late` task is
+// held once the chief's stop reached it, and signalled only then (a pod that
+// Kubernetes signals after the others): it too must exit 75.
+void preempt_and_resume(const std::vector<std::string>& signalled, const std::string& said,
+                        const std::string& late = "") {
   strategy_env env(2000);
   auto c = interruptible_job(env);
   temp_dir dir;
@@ -399,12 +402,19 @@ void preempt_and_resume(const std::vector<std::string>& signalled, const std::st
   c.logging.output_dir = dir / "pre";
   fs::create_directories(dir / "b");
   cluster_job job(c, dir / "b", 2, 0);
-  auto procs = start_all(job, dir / "b");
+  std::map<std::string, std::map<std::string, std::string>> held;
+  if (!late.empty()) held[late]["TROUPE_TEST_HOLD"] = "leaving:30";
+  auto procs = start_all(job, dir / "b", {}, held);
   const fs::path ckpts = dir / "pre/checkpoints";
   wait_for_checkpoint(ckpts);
   for (const auto& task : signalled) {
     auto& p = procs.at(task);
     REQUIRE_MESSAGE(p->running(), task << " ended early; its log:\n" << p->output());
+    ::kill(p->pid, SIGTERM);
+  }
+  if (!late.empty()) {
+    auto& p = procs.at(late);
+    REQUIRE_MESSAGE(file_shows(p->log, "holding at leaving"), p->output());
     ::kill(p->pid, SIGTERM);
   }
   for (auto& [task, p] : procs) {
@@ -443,7 +453,8 @@ TEST_CASE(
 TEST_CASE(
     "SIGTERM to one worker process of a mirrored job (one evicted pod): the chief stops the whole "
     "job with a checkpoint, every process exits 75, and they resume to the same end") {
-  preempt_and_resume({"worker:1"}, "SIGTERM to worker:1");
+  // worker:0 hears its own SIGTERM only after the chief's stop reached it.
+  preempt_and_resume({"worker:1"}, "SIGTERM to worker:1", "worker:0");
 }
 
 TEST_CASE("actor_learner with its rl_actors in another process solves CartPole") {
