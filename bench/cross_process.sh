@@ -4,14 +4,20 @@
 # R replicas in each process (2R in all), and per round
 #   inprocess       the same 2R replicas in one process (device collectives)
 #   direct          2 processes, device collectives, the processes' sum over
-#                   direct links (strategy.reducer.transport "direct", TLS 1.3)
-#   direct_plain    the same with cluster.insecure (plain bytes)
+#                   direct links (strategy.reducer.transport "direct"): the
+#                   default, Unix sockets between processes of one host
+#   direct_tcp      the same over TCP with TLS 1.3, as between hosts
+#                   (strategy.reducer.same_host "tcp")
+#   direct_tcp_plain  the same with cluster.insecure (plain bytes)
 #   device_actors   2 processes, device collectives, the sum through the CAF
 #                   ring nodes (transport "actors")
 #   reducer_ring    2 processes, the reducer actors' ring (algorithm "ring",
 #                   the example as it was shipped before direct links)
 #
-#   bench/cross_process.sh [ROUNDS=3] [EPOCHS=2] [R=1]     (BUILD=build/release)
+#   bench/cross_process.sh [ROUNDS=3] [EPOCHS=2] [R=1] [SPE=1]   (BUILD=build/release)
+#
+# SPE: training.steps_per_execution for every setup (a number or "auto");
+# SETUPS="inprocess direct" runs only those.
 #
 # Prints one JSON line per run: {"bench":"cross_process","setup":...,
 # "samples_per_second":...,"test_accuracy":...}.
@@ -19,18 +25,21 @@ set -euo pipefail
 ROUNDS=${1:-3}
 EPOCHS=${2:-2}
 R=${3:-1}
+SPE=${4:-1}
 BUILD=${BUILD:-build/release}
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export TROUPE_SECRET=${TROUPE_SECRET:-$(openssl rand -hex 32)}
-python3 - examples/fashion_mnist_mirrored_2proc.json "$work" "$EPOCHS" "$R" <<'PY'
+python3 - examples/fashion_mnist_mirrored_2proc.json "$work" "$EPOCHS" "$R" "$SPE" <<'PY'
 import json, sys
 src, work, epochs, r = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+spe = sys.argv[5] if sys.argv[5] == "auto" else int(sys.argv[5])
 devices = [f"cpu:{i}" for i in range(2 * r)]
 def base(setup):
     j = json.load(open(src))
     j["training"]["epochs"] = epochs
+    j["training"]["steps_per_execution"] = spe
     j["checkpoint"] = {"every_steps": 0, "save_at_end": False}
     j["logging"] = {"output_dir": f"{work}/out-{setup}"}
     j["strategy"]["replicas"] = 2 * r
@@ -39,7 +48,8 @@ def base(setup):
         "chief:0": {"replicas": list(range(r)), "devices": devices[:r]},
         "worker:0": {"replicas": list(range(r, 2 * r)), "devices": devices[r:]}}
     return j
-for setup in ("direct", "direct_plain", "device_actors", "reducer_ring", "inprocess"):
+for setup in ("direct", "direct_tcp", "direct_tcp_plain", "device_actors", "reducer_ring",
+              "inprocess"):
     j = base(setup)
     red = j["strategy"]["reducer"]
     if setup == "reducer_ring":
@@ -47,15 +57,17 @@ for setup in ("direct", "direct_plain", "device_actors", "reducer_ring", "inproc
     else:
         red["algorithm"] = "nccl"
         red["transport"] = "actors" if setup == "device_actors" else "direct"
-    if setup == "direct_plain":
+    if setup.startswith("direct_tcp"):
+        red["same_host"] = "tcp"
+    if setup == "direct_tcp_plain":
         j["cluster"]["insecure"] = True
     if setup == "inprocess":
         del j["cluster"]
     json.dump(j, open(f"{work}/{setup}.json", "w"))
 PY
-echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(date -u +%F), R=$R" >&2
+echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(date -u +%F), R=$R, SPE=$SPE" >&2
 for _ in $(seq "$ROUNDS"); do
-  for setup in inprocess direct direct_plain device_actors reducer_ring; do
+  for setup in ${SETUPS:-inprocess direct direct_tcp direct_tcp_plain device_actors reducer_ring}; do
     if [ "$setup" = inprocess ]; then
       cmd=("$BUILD/troupe" run "$work/$setup.json" --overwrite --quiet)
     else

@@ -127,6 +127,10 @@ struct reducer_settings {
   std::string transport = "direct";
   // On the direct links: "fp32", or "bf16" (half the bytes; sums in fp32).
   std::string wire = "fp32";
+  // Direct links between processes of one host (and network namespace):
+  // "unix" = a Unix socket (plain bytes, never on a wire), "tcp" = as
+  // between hosts (TLS 1.3 unless cluster.insecure).
+  std::string same_host = "unix";
 };
 
 // How variables are spread over variable shards (actors/partitioner.hpp).

@@ -41,8 +41,9 @@ strategy_key steps_per_update() {
 strategy_key reducer(std::vector<std::string> algorithms) {
   auto read = [algorithms](const json& j, const std::string& path, strategy_config& c) {
     auto& s = c.reducer;
-    object_reader r(
-        j, path, {"algorithm", "bucket_bytes", "chunk_bytes", "hierarchical", "transport", "wire"});
+    object_reader r(j, path,
+                    {"algorithm", "bucket_bytes", "chunk_bytes", "hierarchical", "transport",
+                     "wire", "same_host"});
     r.with("algorithm",
            [&](const json& v, const std::string& p) { s.algorithm = read_enum(v, p, algorithms); });
     r.with("bucket_bytes",
@@ -57,11 +58,15 @@ strategy_key reducer(std::vector<std::string> algorithms) {
     r.with("wire", [&](const json& v, const std::string& p) {
       s.wire = read_enum(v, p, {"fp32", "bf16"});
     });
+    r.with("same_host", [&](const json& v, const std::string& p) {
+      s.same_host = read_enum(v, p, {"unix", "tcp"});
+    });
   };
   auto write = [](const strategy_config& c) {
     return json{{"algorithm", c.reducer.algorithm},     {"bucket_bytes", c.reducer.bucket_bytes},
                 {"chunk_bytes", c.reducer.chunk_bytes}, {"hierarchical", c.reducer.hierarchical},
-                {"transport", c.reducer.transport},     {"wire", c.reducer.wire}};
+                {"transport", c.reducer.transport},     {"wire", c.reducer.wire},
+                {"same_host", c.reducer.same_host}};
   };
   return {"reducer", read, write};
 }

@@ -112,15 +112,18 @@ std::shared_ptr<device_communicator> node_process::join_links(
     const std::vector<std::string>& ring_tasks) {
   const auto rank = static_cast<int32_t>(std::find(ring_tasks.begin(), ring_tasks.end(), name()) -
                                          ring_tasks.begin());
-  const auto host = parse_host_port(task_address(spec(), me)).host;
-  const auto wire = c.strategy.reducer.wire == "bf16" ? ring_wire::bf16 : ring_wire::fp32;
-  auto links = join_process_links(sys, ring, rank, ring_tasks, host, !spec().insecure,
-                                  clock_type::now() + join_timeout, wire);
+  process_link_options how;
+  how.bind_host = parse_host_port(task_address(spec(), me)).host;
+  how.encrypted = !spec().insecure;
+  how.same_host_unix = c.strategy.reducer.same_host == "unix";
+  how.wire = c.strategy.reducer.wire == "bf16" ? ring_wire::bf16 : ring_wire::fp32;
+  auto links =
+      join_process_links(sys, ring, rank, ring_tasks, how, clock_type::now() + join_timeout);
   spdlog::info(
-      "{}: direct links to {} and from {} ({}, {} on the wire)", name(),
-      ring_tasks[static_cast<std::size_t>((rank + 1) % ring_tasks.size())],
+      "{}: direct links to {} ({}) and from {} ({}), {} on the wire", name(),
+      ring_tasks[static_cast<std::size_t>((rank + 1) % ring_tasks.size())], links->next_link(),
       ring_tasks[static_cast<std::size_t>((rank + ring_tasks.size() - 1) % ring_tasks.size())],
-      spec().insecure ? "plain, cluster.insecure" : "TLS 1.3 records", c.strategy.reducer.wire);
+      links->prev_link(), c.strategy.reducer.wire);
   return links;
 }
 

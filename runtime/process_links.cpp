@@ -34,24 +34,24 @@ ring_link_offer await_offer(caf::actor_system& sys, const ring_node_actor& node,
 std::shared_ptr<process_ring> join_process_links(caf::actor_system& sys,
                                                  const ring_node_actor& node, int32_t rank,
                                                  const std::vector<std::string>& tasks,
-                                                 const std::string& bind_host, bool encrypted,
-                                                 clock_type::time_point deadline, ring_wire wire) {
+                                                 const process_link_options& how,
+                                                 clock_type::time_point deadline) {
   const auto P = static_cast<int32_t>(tasks.size());
   const int32_t right = (rank + 1) % P;
   const int32_t left = (rank + P - 1) % P;
   const std::string& right_task = tasks[static_cast<std::size_t>(right)];
   const std::string& left_task = tasks[static_cast<std::size_t>(left)];
-  ring_link_listener listener(bind_host);
+  ring_link_listener listener(how.bind_host, how.same_host_unix);
   const auto& mine = listener.offer();
   caf::anon_send(node, ring_offer_atom::value, mine.host, mine.port, mine.key);
   // Accepting runs beside connecting: with two processes each waits for the
   // other's challenge at once.
   auto accepted = std::async(std::launch::async,
-                             [&] { return listener.accept(deadline, left_task, encrypted); });
+                             [&] { return listener.accept(deadline, left_task, how.encrypted); });
   ring_socket to_next = connect_ring_link(await_offer(sys, node, right, right_task, deadline),
-                                          deadline, right_task, encrypted);
+                                          deadline, right_task, how.encrypted, how.same_host_unix);
   return std::make_shared<process_ring>(rank, P, std::move(to_next), accepted.get(),
-                                        std::chrono::seconds(60), wire);
+                                        std::chrono::seconds(60), how.wire);
 }
 
 }  // namespace troupe

@@ -18,15 +18,20 @@
 
 namespace troupe {
 
-// Rank `rank` of the ring of `tasks` (this process's task is tasks[rank]);
-// listens on `bind_host`. `encrypted`: TLS 1.3 records on the links (every
-// job but cluster.insecure). Throws device_error naming the task that did
-// not come by `deadline`.
+// How the links are made.
+struct process_link_options {
+  std::string bind_host;       // listen here (the task's host)
+  bool encrypted = true;       // TLS 1.3 records (every job but cluster.insecure)
+  bool same_host_unix = true;  // a Unix socket to a process of this host
+  ring_wire wire = ring_wire::fp32;
+};
+
+// Rank `rank` of the ring of `tasks` (this process's task is tasks[rank]).
+// Throws device_error naming the task that did not come by `deadline`.
 std::shared_ptr<process_ring> join_process_links(caf::actor_system& sys,
                                                  const ring_node_actor& node, int32_t rank,
                                                  const std::vector<std::string>& tasks,
-                                                 const std::string& bind_host, bool encrypted,
-                                                 std::chrono::steady_clock::time_point deadline,
-                                                 ring_wire wire = ring_wire::fp32);
+                                                 const process_link_options& how,
+                                                 std::chrono::steady_clock::time_point deadline);
 
 }  // namespace troupe

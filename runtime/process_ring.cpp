@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,6 +91,11 @@ float from_bf16(uint16_t h) {
   float f;
   std::memcpy(&f, &u, sizeof(f));
   return f;
+}
+
+std::string link_kind(const ring_socket& s) {
+  if (s.same_host) return "Unix socket, same host";
+  return s.traffic_secret.empty() ? "plain, cluster.insecure" : "TLS 1.3 records";
 }
 
 std::size_t wire_size(ring_wire w) {
@@ -374,7 +380,11 @@ class process_ring::outbound {
 
 process_ring::process_ring(int rank, int size, ring_socket to_next, ring_socket from_prev,
                            std::chrono::milliseconds timeout, ring_wire wire)
-    : rank_(rank), size_(size), timeout_(timeout) {
+    : rank_(rank),
+      size_(size),
+      next_link_(link_kind(to_next)),
+      prev_link_(link_kind(from_prev)),
+      timeout_(timeout) {
   const int next_fd = to_next.fd, prev_fd = from_prev.fd;
   try {
     out_ = std::make_unique<outbound>(std::move(to_next), wire);
@@ -533,6 +543,12 @@ std::string ring_link_secret(const std::string& key, const std::string& challeng
   return crypto::hkdf(challenge, key, "troupe process_ring v1 traffic", 32);
 }
 
+std::string ring_link_unix_name(const std::string& key) {
+  const std::string tag =
+      crypto::as_string(crypto::hmac_sha256(key, "troupe process_ring v1 unix name"));
+  return std::string(1, '\0') + "troupe-ring-" + crypto::to_hex(tag.substr(0, 16));
+}
+
 namespace {
 
 addrinfo* resolve(const std::string& host, uint16_t port, bool passive) {
@@ -556,12 +572,29 @@ uint16_t bound_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
 }
 
+// The address of an abstract Unix socket name (its leading NUL included).
+sockaddr_un unix_address(const std::string& name, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, name.data(), std::min(name.size(), sizeof(a.sun_path)));
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  return a;
+}
+
+// Whether the process at the other end of Unix socket `fd` runs as we do.
+bool peer_runs_as_us(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == ::getuid();
+}
+
 // A connection that has been sent its challenge and owes the proof.
 struct unproven {
   int fd = -1;
   std::string challenge;
   std::string answer;
   clock_type::time_point until;
+  bool same_host = false;  // came in on the Unix socket
 };
 
 // Reads what `u` sent of its answer; true once it is whole.
@@ -574,9 +607,33 @@ bool read_answer(unproven& u) {
   return u.answer.size() == kChallengeBytes;
 }
 
+// Accepts one connection on `listening` and sends it a challenge.
+void challenge_newcomer(int listening, bool same_host, const ring_link_offer& offer,
+                        std::vector<unproven>& waiting) {
+  int c = ::accept4(listening, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (c < 0) return;
+  if (same_host && !peer_runs_as_us(c)) {
+    spdlog::warn(
+        "process ring: a process of another user connected to the Unix socket of {}:{}; "
+        "closed",
+        offer.host, offer.port);
+    ::close(c);
+    return;
+  }
+  unproven u{
+      c, crypto::random_bytes(kChallengeBytes), {}, clock_type::now() + kProofTimeout, same_host};
+  // 32 bytes into a fresh socket's empty buffer: sent whole or not at all.
+  if (::send(c, u.challenge.data(), kChallengeBytes, MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(kChallengeBytes)) {
+    ::close(c);
+    return;
+  }
+  waiting.push_back(std::move(u));
+}
+
 }  // namespace
 
-ring_link_listener::ring_link_listener(const std::string& bind_host) {
+ring_link_listener::ring_link_listener(const std::string& bind_host, bool same_host_unix) {
   addrinfo* res = resolve(bind_host, 0, true);
   std::string why;
   for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
@@ -594,10 +651,32 @@ ring_link_listener::ring_link_listener(const std::string& bind_host) {
   offer_.host = bind_host;
   offer_.port = bound_port(fd_);
   offer_.key = crypto::random_bytes(32);
+  if (same_host_unix) listen_on_unix_name();
+}
+
+// Bound before the offer leaves this process, so no one can take the name.
+void ring_link_listener::listen_on_unix_name() {
+  socklen_t len = 0;
+  const sockaddr_un a = unix_address(ring_link_unix_name(offer_.key), &len);
+  unix_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (unix_fd_ < 0 || ::bind(unix_fd_, reinterpret_cast<const sockaddr*>(&a), len) != 0 ||
+      ::listen(unix_fd_, 16) != 0) {
+    const std::string why = errno_text("bind");
+    close_listeners();
+    throw device_error("process ring: cannot listen on a Unix socket: " + why);
+  }
+}
+
+void ring_link_listener::close_listeners() {
+  for (int* fd : {&fd_, &unix_fd_})
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
 }
 
 ring_link_listener::~ring_link_listener() {
-  if (fd_ >= 0) ::close(fd_);
+  close_listeners();
 }
 
 ring_socket ring_link_listener::accept(clock_type::time_point deadline, const std::string& peer,
@@ -618,38 +697,30 @@ ring_socket ring_link_listener::accept(clock_type::time_point deadline, const st
     }
     for (std::size_t i = waiting.size(); i-- > 0;)
       if (waiting[i].until <= now) drop(i, "did not prove the link key in time");
-    std::vector<pollfd> fds;
-    fds.push_back({fd_, static_cast<short>(waiting.size() < kMaxUnproven ? POLLIN : 0), 0});
+    const short room = waiting.size() < kMaxUnproven ? POLLIN : 0;
+    std::vector<pollfd> fds{{fd_, room, 0}, {unix_fd_, room, 0}};  // poll skips -1
     for (auto& u : waiting) fds.push_back({u.fd, POLLIN, 0});
     ::poll(fds.data(), fds.size(), std::min(ms_until(deadline), 100));
     for (std::size_t i = waiting.size(); i-- > 0;) {
-      if (!(fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (!(fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       if (!read_answer(waiting[i])) continue;
       if (!crypto::constant_time_equal(waiting[i].answer,
                                        ring_link_proof(offer_.key, waiting[i].challenge))) {
         drop(i, "answered its challenge wrongly");
         continue;
       }
-      ring_socket s{waiting[i].fd,
-                    encrypted ? ring_link_secret(offer_.key, waiting[i].challenge) : std::string(),
-                    peer};
+      const unproven& u = waiting[i];
+      ring_socket s{
+          u.fd,
+          encrypted && !u.same_host ? ring_link_secret(offer_.key, u.challenge) : std::string(),
+          peer, u.same_host};
       waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
-      for (auto& u : waiting) ::close(u.fd);
-      ::close(fd_);
-      fd_ = -1;
+      for (auto& w : waiting) ::close(w.fd);
+      close_listeners();
       return s;
     }
-    if (!(fds[0].revents & POLLIN)) continue;
-    int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (c < 0) continue;
-    unproven u{c, crypto::random_bytes(kChallengeBytes), {}, clock_type::now() + kProofTimeout};
-    // 32 bytes into a fresh socket's empty buffer: sent whole or not at all.
-    if (::send(c, u.challenge.data(), kChallengeBytes, MSG_NOSIGNAL) !=
-        static_cast<ssize_t>(kChallengeBytes)) {
-      ::close(c);
-      continue;
-    }
-    waiting.push_back(std::move(u));
+    for (int k : {0, 1})
+      if (fds[k].revents & POLLIN) challenge_newcomer(fds[k].fd, k == 1, offer_, waiting);
   }
 }
 
@@ -680,6 +751,26 @@ int try_connect(const ring_link_offer& offer, clock_type::time_point deadline) {
   return fd;
 }
 
+// A connected socket on the offer's Unix name, or -1 where this network
+// namespace has none (another host) or another user holds it.
+int try_connect_unix(const ring_link_offer& offer) {
+  socklen_t len = 0;
+  const sockaddr_un a = unix_address(ring_link_unix_name(offer.key), &len);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  if (!peer_runs_as_us(fd)) {
+    spdlog::warn("process ring: the Unix socket of {}:{} is held by another user; using TCP",
+                 offer.host, offer.port);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // Reads exactly n bytes by the deadline; false if the peer closed or is late.
 bool read_exactly(int fd, char* out, std::size_t n, clock_type::time_point deadline) {
   std::size_t got = 0;
@@ -700,10 +791,11 @@ bool read_exactly(int fd, char* out, std::size_t n, clock_type::time_point deadl
 }  // namespace
 
 ring_socket connect_ring_link(const ring_link_offer& offer, clock_type::time_point deadline,
-                              const std::string& peer, bool encrypted) {
+                              const std::string& peer, bool encrypted, bool same_host_unix) {
   const std::string where = peer + " at " + offer.host + ":" + std::to_string(offer.port);
-  int fd = -1;
-  while ((fd = try_connect(offer, deadline)) < 0) {
+  int fd = same_host_unix ? try_connect_unix(offer) : -1;
+  const bool same_host = fd >= 0;
+  while (fd < 0 && (fd = try_connect(offer, deadline)) < 0) {
     if (clock_type::now() >= deadline)
       throw device_error("process ring: cannot connect to " + where);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -718,7 +810,8 @@ ring_socket connect_ring_link(const ring_link_offer& offer, clock_type::time_poi
     ::close(fd);
     throw device_error("process ring: sending the proof to " + where + ": " + errno_text("send"));
   }
-  return {fd, encrypted ? ring_link_secret(offer.key, challenge) : std::string(), peer};
+  return {fd, encrypted && !same_host ? ring_link_secret(offer.key, challenge) : std::string(),
+          peer, same_host};
 }
 
 }  // namespace troupe

@@ -40,6 +40,19 @@
 // the key can neither join nor read a link; an on-path attacker can cut a
 // link (the collective then fails, naming it) but not read or change it.
 //
+// Same host: with `same_host_unix` the listener also listens on an
+// abstract Unix socket (Linux: a name, no file) derived from the link key,
+// and a connecting rank in the same network namespace reaches it there
+// instead of over TCP; elsewhere the name does not exist and it connects
+// over TCP as before. Such a link carries plain bytes: it never leaves the
+// kernel, which shows it to no one but root; both ends also require the
+// other to run under their own uid (SO_PEERCRED), and the key's proof is
+// asked as on TCP. The name is no secret (/proc/net/unix lists it) and
+// cannot be taken first: it is bound before the key is handed out, and held
+// until the proven connection is accepted. This is how MPI and NCCL treat
+// ranks on one host (shared memory, no encryption), and it is the common
+// case of one process per GPU.
+//
 // Failure: a peer that closes, sends a record that does not authenticate,
 // or is silent past the timeout fails the collective with device_error
 // naming the link and its task; the sockets are shut then, so the peers
@@ -66,8 +79,9 @@ class record_reader;
 // One end of a ring link, connected and proven.
 struct ring_socket {
   int fd = -1;                 // owned from here on
-  std::string traffic_secret;  // 32 bytes; empty: plain bytes (cluster.insecure)
+  std::string traffic_secret;  // 32 bytes; empty: plain bytes (cluster.insecure, same host)
   std::string peer;            // its task, for errors ("worker:0")
+  bool same_host = false;      // a Unix socket to a process of this host and uid
 };
 
 // What a float is on the wire: itself, or bfloat16 (half the bytes; the sums
@@ -97,6 +111,11 @@ class process_ring final : public device_communicator {
   // cut the same records).
   void all_reduce_spans(const std::vector<float_span>& spans, reduce_op op) override;
 
+  // What each link is: "Unix socket, same host", "TLS 1.3 records" or
+  // "plain, cluster.insecure".
+  const std::string& next_link() const { return next_link_; }
+  const std::string& prev_link() const { return prev_link_; }
+
   // Bytes this rank sent and received on its links (wire bytes).
   uint64_t bytes_sent() const { return sent_bytes_; }
   uint64_t bytes_received() const { return received_bytes_; }
@@ -119,6 +138,7 @@ class process_ring final : public device_communicator {
 
   int rank_;
   int size_;
+  std::string next_link_, prev_link_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<outbound> out_;
   std::unique_ptr<inbound> in_;
@@ -141,9 +161,10 @@ struct ring_link_offer {
 
 // A listening socket for one link, on `bind_host` at a port the OS picks,
 // with a fresh key. Throws device_error naming the call that failed.
+// With `same_host_unix`, also on the key's abstract Unix socket.
 class ring_link_listener {
  public:
-  explicit ring_link_listener(const std::string& bind_host);
+  explicit ring_link_listener(const std::string& bind_host, bool same_host_unix = false);
   ~ring_link_listener();
   ring_link_listener(const ring_link_listener&) = delete;
   ring_link_listener& operator=(const ring_link_listener&) = delete;
@@ -156,18 +177,25 @@ class ring_link_listener {
                      bool encrypted);
 
  private:
+  void listen_on_unix_name();
+  void close_listeners();
+
   int fd_ = -1;
+  int unix_fd_ = -1;
   ring_link_offer offer_;
 };
 
 // Connects to an offer and proves the key (retrying a refused connection
-// until the deadline). Throws device_error naming `peer` and the cause.
+// until the deadline); with `same_host_unix`, over the offer's Unix socket
+// where this host has it. Throws device_error naming `peer` and the cause.
 ring_socket connect_ring_link(const ring_link_offer& offer,
                               std::chrono::steady_clock::time_point deadline,
-                              const std::string& peer, bool encrypted);
+                              const std::string& peer, bool encrypted, bool same_host_unix = false);
 
 // The proof and the traffic secret of a link (exposed for tests).
 std::string ring_link_proof(const std::string& key, const std::string& challenge);
 std::string ring_link_secret(const std::string& key, const std::string& challenge);
+// The abstract Unix socket name of a link with `key` (its leading NUL included).
+std::string ring_link_unix_name(const std::string& key);
 
 }  // namespace troupe

@@ -47,12 +47,17 @@ class mirrored final : public strategy {
   void validate(const job_config& c) const override {
     check_global_batch_covers_replicas(c);
     const auto& red = c.strategy.reducer;
-    if (red.wire != "fp32" && (red.algorithm != "nccl" || red.transport != "direct"))
-      throw config_error("strategy.reducer.wire",
-                         "\"" + red.wire +
-                             "\" is for the direct links between processes (algorithm \"nccl\", "
-                             "transport \"direct\"), got algorithm \"" +
-                             red.algorithm + "\", transport \"" + red.transport + "\"");
+    // Settings of the direct links mean nothing on another path.
+    auto direct_only = [&](const std::string& key, const std::string& value, const char* usual) {
+      if (value != usual && (red.algorithm != "nccl" || red.transport != "direct"))
+        throw config_error("strategy.reducer." + key,
+                           "\"" + value +
+                               "\" is for the direct links between processes (algorithm "
+                               "\"nccl\", transport \"direct\"), got algorithm \"" +
+                               red.algorithm + "\", transport \"" + red.transport + "\"");
+    };
+    direct_only("wire", red.wire, "fp32");
+    direct_only("same_host", red.same_host, "unix");
     if (c.strategy.reducer.algorithm != "nccl") return;
     auto kind_of = [](const std::string& d) { return d.substr(0, d.find(':')); };
     for (const auto& d : c.devices)

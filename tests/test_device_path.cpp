@@ -334,6 +334,13 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
           "strategy.reducer.wire: \"bf16\" is for the direct links between processes");
   refused({{"strategy", {{"reducer", {{"algorithm", "nccl"}, {"wire", "half"}}}}}},
           "strategy.reducer.wire: expected one of");
+  refused({{"strategy", {{"reducer", {{"algorithm", "ring"}, {"same_host", "tcp"}}}}}},
+          "strategy.reducer.same_host: \"tcp\" is for the direct links between processes");
+  refused({{"strategy", {{"reducer", {{"algorithm", "nccl"}, {"same_host", "shm"}}}}}},
+          "strategy.reducer.same_host: expected one of");
+  auto tcp = base;
+  tcp.merge_patch({{"strategy", {{"reducer", {{"algorithm", "nccl"}, {"same_host", "tcp"}}}}}});
+  CHECK(parse_job_config(tcp).strategy.reducer.same_host == "tcp");
   refused({{"devices", {"sim:0", "cpu:1"}}, {"strategy", {{"reducer", {{"algorithm", "nccl"}}}}}},
           "devices: the nccl all-reduce needs devices of one kind");
 }

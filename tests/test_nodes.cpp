@@ -268,23 +268,31 @@ TEST_CASE(
   c.devices = {"sim:0", "sim:1", "sim:2"};
   temp_dir dir;
   // chief, worker:0 (replicas 0, 1: a device group of 2), worker:1 (replica 2)
-  // The processes' sum over their direct links (the default), then through
-  // the ring nodes: the same ring order, so the same bits.
+  // The processes' sum over their direct links (the default: Unix sockets,
+  // the processes share this host), over TCP with TLS as between hosts, then
+  // through the ring nodes: the same ring order, so the same bits.
   c.logging.level = "info";
   auto many = run_in_processes(c, dir, 2, 0);
   CHECK(many["steps"] == one["steps"]);
   double d = max_abs_diff(variables_of(one), variables_of(many));
   MESSAGE("mirrored nccl, 3 processes vs ring in 1: max |diff| " << d);
   CHECK(d < 2e-5);
-  const auto worker_log = read_file(dir / "worker:1.log");
-  CHECK_MESSAGE(
-      worker_log.find(
-          "direct links to worker:0 and from worker:0 (TLS 1.3 records, fp32 on the wire)") !=
-          std::string::npos,
-      worker_log);
+  auto said = [](const fs::path& log, const std::string& kind) {
+    const auto text = read_file(log);
+    CHECK_MESSAGE(text.find("direct links to worker:0 (" + kind + ") and from worker:0 (" + kind +
+                            "), fp32 on the wire") != std::string::npos,
+                  text);
+  };
+  said(dir / "worker:1.log", "Unix socket, same host");
   temp_dir dir2;
+  c.strategy.reducer.same_host = "tcp";
+  auto over_tcp = run_in_processes(c, dir2, 2, 0);
+  said(dir2 / "worker:1.log", "TLS 1.3 records");
+  CHECK(max_abs_diff(variables_of(many), variables_of(over_tcp)) == 0.0);
+  temp_dir dir3;
+  c.strategy.reducer.same_host = "unix";
   c.strategy.reducer.transport = "actors";
-  auto through_actors = run_in_processes(c, dir2, 2, 0);
+  auto through_actors = run_in_processes(c, dir3, 2, 0);
   CHECK(max_abs_diff(variables_of(many), variables_of(through_actors)) == 0.0);
 }
 

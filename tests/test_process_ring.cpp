@@ -5,9 +5,13 @@
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <memory>
@@ -30,12 +34,13 @@ std::string task(int r) {
 
 // P ranks joined as processes join: rank r listens for r-1 and connects to
 // r+1 with the offer r+1 made.
+// `same_host`: on the listeners' Unix sockets.
 std::vector<ring_ptr> make_ring(int P, bool encrypted,
                                 std::chrono::milliseconds timeout = std::chrono::seconds(20),
-                                ring_wire wire = ring_wire::fp32) {
+                                ring_wire wire = ring_wire::fp32, bool same_host = false) {
   std::vector<std::unique_ptr<ring_link_listener>> listeners;
   for (int r = 0; r < P; ++r)
-    listeners.push_back(std::make_unique<ring_link_listener>("127.0.0.1"));
+    listeners.push_back(std::make_unique<ring_link_listener>("127.0.0.1", same_host));
   const auto deadline = clock_type::now() + std::chrono::seconds(10);
   std::vector<std::future<ring_socket>> accepted;
   for (int r = 0; r < P; ++r)
@@ -44,8 +49,8 @@ std::vector<ring_ptr> make_ring(int P, bool encrypted,
     }));
   std::vector<ring_socket> to_next;
   for (int r = 0; r < P; ++r)
-    to_next.push_back(
-        connect_ring_link(listeners[(r + 1) % P]->offer(), deadline, task((r + 1) % P), encrypted));
+    to_next.push_back(connect_ring_link(listeners[(r + 1) % P]->offer(), deadline,
+                                        task((r + 1) % P), encrypted, same_host));
   std::vector<ring_ptr> ring;
   for (int r = 0; r < P; ++r)
     ring.push_back(std::make_unique<process_ring>(r, P, std::move(to_next[r]), accepted[r].get(),
@@ -89,11 +94,17 @@ int segment_of(std::size_t i, std::size_t n, int P) {
 }  // namespace
 
 TEST_CASE("process ring: all-reduce sums in the ring's order, bit-identical on every rank") {
-  for (bool encrypted : {true, false}) {
+  // TLS over TCP, plain TCP (cluster.insecure), and Unix sockets (one host).
+  const std::pair<bool, bool> links[] = {{true, false}, {false, false}, {true, true}};
+  for (auto [encrypted, same_host] : links) {
     for (int P : {2, 3}) {
       CAPTURE(encrypted);
+      CAPTURE(same_host);
       CAPTURE(P);
-      auto ring = make_ring(P, encrypted);
+      auto ring = make_ring(P, encrypted, std::chrono::seconds(20), ring_wire::fp32, same_host);
+      CHECK(ring[0]->next_link() == (same_host   ? "Unix socket, same host"
+                                     : encrypted ? "TLS 1.3 records"
+                                                 : "plain, cluster.insecure"));
       for (std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{300'001}}) {
         CAPTURE(n);
         std::vector<std::vector<float>> x, y;
@@ -285,6 +296,78 @@ TEST_CASE("process ring: the listener admits only a proof of its key; strangers 
   ::close(s.fd);
   ::close(silent);
   ::close(wrong);
+}
+
+namespace {
+
+// A connection to the listener's Unix socket, under effective uid `euid`
+// (set for this thread only, by the raw system call); -1 if refused.
+int raw_connect_unix(const ring_link_offer& o, uid_t euid) {
+  const std::string name = ring_link_unix_name(o.key);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  int fd = -1;
+  std::thread([&] {
+    const uid_t was = ::geteuid();
+    if (euid != was && ::syscall(SYS_setresuid, -1, euid, -1) != 0) return;
+    fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+    if (euid != was) ::syscall(SYS_setresuid, -1, was, -1);
+  }).join();
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("process ring: the Unix socket admits only a proof of its key, from our own user") {
+  ring_link_listener l("127.0.0.1", true);
+  const auto deadline = clock_type::now() + std::chrono::seconds(10);
+  auto accepted = std::async(std::launch::async, [&] { return l.accept(deadline, task(0), true); });
+  int wrong = raw_connect_unix(l.offer(), ::geteuid());
+  REQUIRE(wrong >= 0);
+  char challenge[32];
+  REQUIRE(::recv(wrong, challenge, sizeof(challenge), MSG_WAITALL) == 32);
+  std::string bad(32, 'x');
+  REQUIRE(::send(wrong, bad.data(), bad.size(), 0) == 32);
+  char more;
+  CHECK(::recv(wrong, &more, 1, 0) == 0);  // closed after the wrong answer
+  if (::geteuid() == 0) {
+    // Another user (nobody) is closed before it is even challenged.
+    int other = raw_connect_unix(l.offer(), 65534);
+    REQUIRE(other >= 0);
+    CHECK(::recv(other, challenge, sizeof(challenge), MSG_WAITALL) == 0);
+    ::close(other);
+  } else {
+    MESSAGE("not root: the other-user check needs a second uid");
+  }
+  auto s = connect_ring_link(l.offer(), deadline, task(1), true, true);
+  auto got = accepted.get();
+  CHECK(s.same_host);
+  CHECK(got.same_host);
+  // Plain bytes: the link never leaves the kernel.
+  CHECK(s.traffic_secret.empty());
+  CHECK(got.traffic_secret.empty());
+  ::close(got.fd);
+  ::close(s.fd);
+  ::close(wrong);
+}
+
+TEST_CASE("process ring: where the offer has no Unix socket here, the link is TLS over TCP") {
+  ring_link_listener l("127.0.0.1");  // as a listener on another host looks from here
+  const auto deadline = clock_type::now() + std::chrono::seconds(10);
+  auto accepted = std::async(std::launch::async, [&] { return l.accept(deadline, task(0), true); });
+  auto s = connect_ring_link(l.offer(), deadline, task(1), true, true);
+  auto got = accepted.get();
+  CHECK_FALSE(s.same_host);
+  CHECK(s.traffic_secret.size() == 32);
+  CHECK(got.traffic_secret == s.traffic_secret);
+  ::close(got.fd);
+  ::close(s.fd);
 }
 
 TEST_CASE("process ring: no peer by the deadline is an error naming it") {
