@@ -632,7 +632,7 @@ std::vector<reducer_actor> spawn_reducer_group(caf::actor_system& sys, int n,
 
 reducer_config reducer_config_of(const job_config& c) {
   reducer_config r;
-  r.algorithm = c.strategy.reducer.algorithm;
+  r.algorithm = name_of(c.strategy.reducer.algorithm);
   r.bucket_bytes = c.strategy.reducer.bucket_bytes;
   r.chunk_bytes = c.strategy.reducer.chunk_bytes;
   return r;

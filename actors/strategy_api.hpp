@@ -43,7 +43,7 @@ struct compute_state {
   std::shared_ptr<device_context> dev;  // the device's context
   // Discrete devices: device_slots[k][i] is slot k of variable i.
   std::vector<std::vector<device_buffer>> device_slots;
-  // This replica's device collectives (mirrored, reducer "nccl"); declared
+  // This replica's device collectives (mirrored, reducer "device"); declared
   // after dev, so it goes first: a communicator uses the context's stream.
   std::unique_ptr<device_communicator> collectives;
   // The group that synchronised batch norm all-reduces its statistics over
@@ -331,7 +331,7 @@ struct replica_wiring {
   std::vector<variable_shard_actor> shards;  // every shard by index (shard strategies)
   placement place;
   bool across_processes = false;  // the reducer spans a ring of processes
-  // strategy.reducer.algorithm "nccl": the collectives run on the devices
+  // strategy.reducer.algorithm "device": the collectives run on the devices
   // (devices/device_communicator.hpp) instead of through a reducer actor.
   std::shared_ptr<device_collective_group> device_group;
   // With device collectives across processes: the process's ring node, given

@@ -30,7 +30,7 @@
 # troupe setups: one_device (examples/fashion_mnist_one_device.json);
 # mirrored 2 (examples/fashion_mnist_mirrored.json, strategy.replicas = 2 on
 # cpu:0 and cpu:1, with strategy.reducer.algorithm "ring": the reducer
-# actors' ring); mirrored 2 device collectives (the example as it is: "nccl",
+# actors' ring); mirrored 2 device collectives (the example as it is: "device",
 # which on cpu devices is the in-process shared-memory group inside each
 # replica's step, and whose data.gather auto copies each replica's rows
 # inside its step); the same with training.steps_per_execution = 8
@@ -395,7 +395,7 @@ for name, src, replicas in setups:
     if name == "mirrored2":
         j["strategy"]["reducer"] = {"algorithm": "ring"}  # the reducer actors
     if name.startswith("mirrored2dc"):
-        j["strategy"]["reducer"] = {"algorithm": "nccl"}  # data.gather auto: "step"
+        j["strategy"]["reducer"] = {"algorithm": "device"}  # data.gather auto: "step"
     if name == "mirrored2dc8":
         j["training"]["steps_per_execution"] = 8
     j["seed"] = seed

@@ -55,7 +55,7 @@ for setup in ("direct", "direct_tcp", "direct_tcp_plain", "device_actors", "redu
     if setup == "reducer_ring":
         red["algorithm"] = "ring"
     else:
-        red["algorithm"] = "nccl"
+        red["algorithm"] = "device"
         red["transport"] = "actors" if setup == "device_actors" else "direct"
     if setup.startswith("direct_tcp"):
         red["same_host"] = "tcp"

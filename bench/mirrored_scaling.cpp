@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       cm.strategy.replicas = replicas;
       cm.strategy.check_replicas_every = -1;
       cm.strategy.shard_optimizer = shard;
-      cm.strategy.reducer.algorithm = algorithm;
+      cm.strategy.reducer.algorithm = parse_reducer_algorithm(algorithm);
       cm.data.gather = gather;
       cm.training.steps_per_execution = per_execution;
       cm.devices.clear();

@@ -62,7 +62,7 @@ for setup in ("direct", "direct_bf16", "device_actors", "reducer_ring"):
     if setup == "reducer_ring":
         red["algorithm"] = "ring"
     else:
-        red["algorithm"] = "nccl"
+        red["algorithm"] = "device"
         red["transport"] = "actors" if setup == "device_actors" else "direct"
         if setup == "direct_bf16":
             red["wire"] = "bf16"

@@ -111,11 +111,23 @@ struct data_config {
   int64_t test_limit = 0;   // 0 = all
 };
 
+// How mirrored (and actor_learner's learners) sum gradients: the reducer
+// actors' ring, tree or reduce_to_one (actors/reducer.hpp), or `device`:
+// the devices' own collectives (NCCL on cuda, shared memory between the
+// replicas of a process on cpu and sim; devices/device_communicator.hpp).
+enum class reducer_algorithm { ring, tree, reduce_to_one, device };
+
+// "ring", "tree", "reduce_to_one", "device".
+const char* name_of(reducer_algorithm a);
+// The value a name stands for ("nccl": device, its former name); throws
+// std::invalid_argument for any other name, naming it.
+reducer_algorithm parse_reducer_algorithm(const std::string& name);
+
 struct reducer_settings {
-  std::string algorithm = "ring";  // ring | tree | reduce_to_one
+  reducer_algorithm algorithm = reducer_algorithm::ring;
   int64_t bucket_bytes = 4 << 20;  // gradients fused into buckets of about this size
   int64_t chunk_bytes = 1 << 20;   // ring pipelining granularity
-  // "nccl" across processes: false = one NCCL communicator over every
+  // device across processes: false = one NCCL communicator over every
   // replica of the job (its ncclUniqueId sent by the chief); true = NCCL in
   // each process and the CAF ring across them. cpu/sim devices are always
   // hierarchical (their group is in-process).

@@ -1,9 +1,34 @@
 #include "config/strategy_keys.hpp"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace troupe {
 
 using nlohmann::json;
 using namespace json_read;
+
+namespace {
+constexpr std::pair<reducer_algorithm, const char*> kAlgorithmNames[] = {
+    {reducer_algorithm::ring, "ring"},
+    {reducer_algorithm::tree, "tree"},
+    {reducer_algorithm::reduce_to_one, "reduce_to_one"},
+    {reducer_algorithm::device, "device"}};
+}  // namespace
+
+const char* name_of(reducer_algorithm a) {
+  for (const auto& [value, name] : kAlgorithmNames)
+    if (value == a) return name;
+  return "?";
+}
+
+reducer_algorithm parse_reducer_algorithm(const std::string& name) {
+  if (name == "nccl") return reducer_algorithm::device;  // the name it had until 2026-11
+  for (const auto& [value, known] : kAlgorithmNames)
+    if (name == known) return value;
+  throw std::invalid_argument("unknown reducer algorithm \"" + name +
+                              "\" (ring, tree, reduce_to_one, device)");
+}
 
 value_reader<int64_t> integer_at_least(int64_t min) {
   return [min](const json& v, const std::string& p) { return read_int(v, p, min); };
@@ -23,6 +48,20 @@ value_reader<bool> boolean() {
 
 namespace strategy_keys {
 
+namespace {
+// One of `allowed`; "nccl" is read as "device" where that is allowed.
+reducer_algorithm read_algorithm(const json& v, const std::string& path,
+                                 const std::vector<reducer_algorithm>& allowed) {
+  std::vector<std::string> names;
+  for (auto a : allowed) names.push_back(name_of(a));
+  const bool device =
+      std::find(allowed.begin(), allowed.end(), reducer_algorithm::device) != allowed.end();
+  if (device && v.is_string() && v.get_ref<const std::string&>() == "nccl")
+    return reducer_algorithm::device;
+  return parse_reducer_algorithm(read_enum(v, path, names));
+}
+}  // namespace
+
 strategy_key replicas() {
   return {"replicas",
           [](const json& v, const std::string& p, strategy_config& s) {
@@ -38,14 +77,15 @@ strategy_key steps_per_update() {
   return field_key("steps_per_update", &strategy_config::steps_per_update, integer_at_least(1));
 }
 
-strategy_key reducer(std::vector<std::string> algorithms) {
+strategy_key reducer(std::vector<reducer_algorithm> algorithms) {
   auto read = [algorithms](const json& j, const std::string& path, strategy_config& c) {
     auto& s = c.reducer;
     object_reader r(j, path,
                     {"algorithm", "bucket_bytes", "chunk_bytes", "hierarchical", "transport",
                      "wire", "same_host"});
-    r.with("algorithm",
-           [&](const json& v, const std::string& p) { s.algorithm = read_enum(v, p, algorithms); });
+    r.with("algorithm", [&](const json& v, const std::string& p) {
+      s.algorithm = read_algorithm(v, p, algorithms);
+    });
     r.with("bucket_bytes",
            [&](const json& v, const std::string& p) { s.bucket_bytes = read_int(v, p, 4); });
     r.with("chunk_bytes",
@@ -63,10 +103,11 @@ strategy_key reducer(std::vector<std::string> algorithms) {
     });
   };
   auto write = [](const strategy_config& c) {
-    return json{{"algorithm", c.reducer.algorithm},     {"bucket_bytes", c.reducer.bucket_bytes},
-                {"chunk_bytes", c.reducer.chunk_bytes}, {"hierarchical", c.reducer.hierarchical},
-                {"transport", c.reducer.transport},     {"wire", c.reducer.wire},
-                {"same_host", c.reducer.same_host}};
+    return json{
+        {"algorithm", name_of(c.reducer.algorithm)}, {"bucket_bytes", c.reducer.bucket_bytes},
+        {"chunk_bytes", c.reducer.chunk_bytes},      {"hierarchical", c.reducer.hierarchical},
+        {"transport", c.reducer.transport},          {"wire", c.reducer.wire},
+        {"same_host", c.reducer.same_host}};
   };
   return {"reducer", read, write};
 }

@@ -93,7 +93,7 @@ strategy_key replicas();
 strategy_key steps_per_update();
 // The reducer actors' settings; `algorithms` are the values of
 // reducer.algorithm the strategy can run.
-strategy_key reducer(std::vector<std::string> algorithms);
+strategy_key reducer(std::vector<reducer_algorithm> algorithms);
 // The variable shards and how variables are placed on them.
 std::vector<strategy_key> variable_shards();
 // How far the fastest worker may be ahead of the slowest (-1 = unbounded).

@@ -3,7 +3,7 @@
 // its device's compute stream (after the gradients that feed them, before
 // the update that reads them), so a step's all-reduce needs no round trip
 // through the actors. Used by mirrored when strategy.reducer.algorithm is
-// "nccl":
+// "device":
 //   cuda:N        NCCL (devices/nccl_communicator.cpp): one communicator per
 //                 rank, initialised from the group's ncclUniqueId;
 //   cpu:N, sim:N  an in-process group in host memory with the same contract

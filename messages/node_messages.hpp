@@ -50,7 +50,7 @@ struct node_build {
   // actors are wired to (actor_learner: the trajectory queue, the
   // coordinator).
   caf::message hub;
-  // mirrored with the "nccl" all-reduce across processes, not hierarchical:
+  // mirrored with the "device" all-reduce on cuda across processes, not hierarchical:
   // the ncclUniqueId (128 raw bytes) of the job's one NCCL group, made by the
   // chief; empty = none. A string, not a byte vector: CAF checks a string's
   // length against the bytes received before allocating, but resizes a byte

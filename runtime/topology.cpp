@@ -273,7 +273,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
       for (std::size_t b = a + 1; b < spec.devices.size(); ++b)
         if (spec.devices[a] == spec.devices[b])
           throw config_error("strategy.reducer.algorithm",
-                             "\"nccl\" needs one device per replica, but replicas " +
+                             "\"device\" needs one device per replica, but replicas " +
                                  std::to_string(spec.indices[a]) + " and " +
                                  std::to_string(spec.indices[b]) + " share " + spec.devices[a]);
   const auto gather = gather_place_for(c.data.gather, strat.lockstep(), spec.devices,

@@ -39,7 +39,8 @@ class actor_learner final : public strategy {
   // Its learners all-reduce through reducer actors (no device all-reduce:
   // it runs on cpu:N devices).
   std::vector<strategy_key> keys() const override {
-    return {strategy_keys::reducer({"ring", "tree", "reduce_to_one"})};
+    return {strategy_keys::reducer(
+        {reducer_algorithm::ring, reducer_algorithm::tree, reducer_algorithm::reduce_to_one})};
   }
 
   void validate(const job_config& c) const override {

@@ -11,9 +11,9 @@
 //   strategy.reducer.algorithm   strategy.shard_optimizer   step
 //   a reducer actor's            no                         mirrored_allreduce.cpp
 //                                yes, one process, cpu      mirrored_zero.cpp
-//   "nccl", one process or one   either (ZeRO-1 on cpu)     mirrored_device.cpp
-//     NCCL group over the job
-//   "nccl", across processes     no                         mirrored_device_ring.cpp
+//   "device", one process or     either (ZeRO-1 on cpu)     mirrored_device.cpp
+//     one NCCL group over the job
+//   "device", across processes   no                         mirrored_device_ring.cpp
 //
 // Across processes the reducer actors are hierarchical (in the process, a
 // ring of processes, back; actors/reducers/hierarchical.hpp), and the
@@ -36,12 +36,13 @@ class mirrored final : public strategy {
   std::string name() const override { return "mirrored"; }
   std::vector<strategy_key> keys() const override {
     return {strategy_keys::replicas(), strategy_keys::steps_per_update(),
-            strategy_keys::reducer({"ring", "tree", "reduce_to_one", "nccl"}),
+            strategy_keys::reducer({reducer_algorithm::ring, reducer_algorithm::tree,
+                                    reducer_algorithm::reduce_to_one, reducer_algorithm::device}),
             field_key("shard_optimizer", &strategy_config::shard_optimizer, boolean()),
             strategy_keys::check_replicas_every()};
   }
 
-  // What the device all-reduce (reducer "nccl") needs. (The sharded update,
+  // What the device all-reduce (reducer "device") needs. (The sharded update,
   // strategy.shard_optimizer, is a CPU feature: on discrete devices every
   // replica applies the whole update, logged.)
   void validate(const job_config& c) const override {
@@ -49,26 +50,27 @@ class mirrored final : public strategy {
     const auto& red = c.strategy.reducer;
     // Settings of the direct links mean nothing on another path.
     auto direct_only = [&](const std::string& key, const std::string& value, const char* usual) {
-      if (value != usual && (red.algorithm != "nccl" || red.transport != "direct"))
+      if (value != usual &&
+          (red.algorithm != reducer_algorithm::device || red.transport != "direct"))
         throw config_error("strategy.reducer." + key,
                            "\"" + value +
                                "\" is for the direct links between processes (algorithm "
-                               "\"nccl\", transport \"direct\"), got algorithm \"" +
-                               red.algorithm + "\", transport \"" + red.transport + "\"");
+                               "\"device\", transport \"direct\"), got algorithm \"" +
+                               name_of(red.algorithm) + "\", transport \"" + red.transport + "\"");
     };
     direct_only("wire", red.wire, "fp32");
     direct_only("same_host", red.same_host, "unix");
-    if (c.strategy.reducer.algorithm != "nccl") return;
+    if (c.strategy.reducer.algorithm != reducer_algorithm::device) return;
     auto kind_of = [](const std::string& d) { return d.substr(0, d.find(':')); };
     for (const auto& d : c.devices)
       if (kind_of(d) != kind_of(c.devices.front()))
-        throw config_error("devices", "the nccl all-reduce needs devices of one kind, got " +
+        throw config_error("devices", "the device all-reduce needs devices of one kind, got " +
                                           json_read::show(nlohmann::json(c.devices)));
     if (!c.cluster && c.strategy.replicas > static_cast<int64_t>(c.devices.size()))
-      throw config_error("strategy.replicas", "the nccl all-reduce needs one device per replica: " +
-                                                  std::to_string(c.strategy.replicas) +
-                                                  " replicas on " +
-                                                  std::to_string(c.devices.size()) + " devices");
+      throw config_error("strategy.replicas",
+                         "the device all-reduce needs one device per replica: " +
+                             std::to_string(c.strategy.replicas) + " replicas on " +
+                             std::to_string(c.devices.size()) + " devices");
   }
   bool replicas_must_agree() const override { return true; }
   bool reduces_across_processes() const override { return true; }
@@ -76,7 +78,7 @@ class mirrored final : public strategy {
   reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
                               const reducer_wiring& w) const override {
     reducer_parts out;
-    if (c.strategy.reducer.algorithm == "nccl" && !w.device_group_id.empty()) {
+    if (c.strategy.reducer.algorithm == reducer_algorithm::device && !w.device_group_id.empty()) {
       nccl_unique_id id{};
       if (w.device_group_id.size() != id.size())
         throw job_error("the build order's NCCL group id has " +
@@ -87,7 +89,7 @@ class mirrored final : public strategy {
       out.device_group_global = true;
       return out;
     }
-    if (c.strategy.reducer.algorithm == "nccl") {
+    if (c.strategy.reducer.algorithm == reducer_algorithm::device) {
       out.device_group =
           make_device_collective_group(w.local_replicas, parse_device(c.devices.front()));
       return out;
@@ -119,7 +121,7 @@ class mirrored final : public strategy {
   // process, which lives as long as the job). Hierarchical, or on cpu/sim
   // devices (an in-process group): none.
   std::string device_group_id(const job_config& c, std::size_t processes) const override {
-    if (c.strategy.reducer.algorithm != "nccl" || processes < 2 ||
+    if (c.strategy.reducer.algorithm != reducer_algorithm::device || processes < 2 ||
         c.strategy.reducer.hierarchical ||
         parse_device(c.devices.front()).kind != device_spec::kind_t::cuda)
       return {};
@@ -149,7 +151,7 @@ class mirrored final : public strategy {
   bool uses_process_links(const job_config& c) const override {
     const bool one_nccl_group = parse_device(c.devices.front()).kind == device_spec::kind_t::cuda &&
                                 !c.strategy.reducer.hierarchical;
-    return c.strategy.reducer.algorithm == "nccl" && !one_nccl_group &&
+    return c.strategy.reducer.algorithm == reducer_algorithm::device && !one_nccl_group &&
            c.strategy.reducer.transport == "direct";
   }
   bool steps_together() const override { return true; }

@@ -1,4 +1,4 @@
-// mirrored on device collectives (strategy.reducer.algorithm "nccl";
+// mirrored on device collectives (strategy.reducer.algorithm "device";
 // devices/device_communicator.hpp: NCCL on cuda:N, an in-process equivalent
 // on cpu:N and sim:N), over the replicas of one process or, with one NCCL
 // group over every replica of the job, of all processes. The whole step is

@@ -263,7 +263,7 @@ TEST_CASE("every classifier strategy on sim devices trains bit-identically to cp
   };
   for (const variant& v : std::vector<variant>{{"", "adam", "", 1},
                                                {"mirrored", "adam", "ring", 2},
-                                               {"mirrored", "momentum", "nccl", 3},
+                                               {"mirrored", "momentum", "device", 3},
                                                {"central_storage", "adam", "", 2},
                                                {"parameter_server", "sgd", "", 1},
                                                {"elastic_average", "adam", "", 2}}) {
@@ -272,7 +272,7 @@ TEST_CASE("every classifier strategy on sim devices trains bit-identically to cp
     auto c = env.job(v.kind, v.optimizer, v.replicas, 48);
     c.training.max_steps = 9;
     c.training.eval_every_epochs = 1;  // evaluation installs variables on the device too
-    if (!v.algorithm.empty()) c.strategy.reducer.algorithm = v.algorithm;
+    if (!v.algorithm.empty()) c.strategy.reducer.algorithm = parse_reducer_algorithm(v.algorithm);
     if (v.kind == "mirrored") c.strategy.reducer.bucket_bytes = 4096;  // several buckets
     if (v.kind == "elastic_average") c.strategy.synchronous = true;
     if (v.kind == "parameter_server" || v.kind == "central_storage" || v.kind == "elastic_average")
@@ -288,7 +288,7 @@ TEST_CASE("mirrored's device all-reduce (nccl on cuda, in-process on cpu/sim) eq
   auto c = env.job("mirrored", "adam", 2, 48);
   c.training.max_steps = 8;
   auto ring = variables_of(run_job(c));
-  c.strategy.reducer.algorithm = "nccl";
+  c.strategy.reducer.algorithm = reducer_algorithm::device;
   c.logging.output_dir += "-nccl";
   // Two ranks: a + b is the same float either way round.
   CHECK(max_abs_diff(ring, variables_of(run_job(c))) == 0.0);
@@ -299,7 +299,7 @@ TEST_CASE(
     "released") {
   strategy_env env(400);
   auto c = env.job("mirrored", "sgd", 3, 48);
-  c.strategy.reducer.algorithm = "nccl";
+  c.strategy.reducer.algorithm = reducer_algorithm::device;
   for (auto& d : c.devices) d = "sim" + d.substr(d.find(':'));
   job_options o;
   o.faults = inject_faults(fault_injection{}.fail_replica_at(1, 2));
@@ -324,25 +324,36 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
     CHECK_THROWS_WITH_AS(parse_job_config(j), doctest::Contains(what.c_str()), config_error);
   };
   CHECK_NOTHROW(parse_job_config(base));
-  refused({{"strategy", {{"kind", "central_storage"}, {"reducer", {{"algorithm", "nccl"}}}}}},
+  refused({{"strategy", {{"kind", "central_storage"}, {"reducer", {{"algorithm", "device"}}}}}},
           "strategy.reducer: the central_storage strategy does not use this key (a key of "
           "\"actor_learner\", \"mirrored\")");
-  refused({{"strategy", {{"replicas", 3}, {"reducer", {{"algorithm", "nccl"}}}}}},
-          "strategy.replicas: the nccl all-reduce needs one device per replica: 3 replicas on 2 "
+  refused({{"strategy", {{"replicas", 3}, {"reducer", {{"algorithm", "device"}}}}}},
+          "strategy.replicas: the device all-reduce needs one device per replica: 3 replicas on 2 "
           "devices");
   refused({{"strategy", {{"reducer", {{"wire", "bf16"}}}}}},
           "strategy.reducer.wire: \"bf16\" is for the direct links between processes");
-  refused({{"strategy", {{"reducer", {{"algorithm", "nccl"}, {"wire", "half"}}}}}},
+  refused({{"strategy", {{"reducer", {{"algorithm", "device"}, {"wire", "half"}}}}}},
           "strategy.reducer.wire: expected one of");
   refused({{"strategy", {{"reducer", {{"algorithm", "ring"}, {"same_host", "tcp"}}}}}},
           "strategy.reducer.same_host: \"tcp\" is for the direct links between processes");
-  refused({{"strategy", {{"reducer", {{"algorithm", "nccl"}, {"same_host", "shm"}}}}}},
+  refused({{"strategy", {{"reducer", {{"algorithm", "device"}, {"same_host", "shm"}}}}}},
           "strategy.reducer.same_host: expected one of");
+  refused({{"strategy", {{"reducer", {{"algorithm", "gpu"}}}}}},
+          "strategy.reducer.algorithm: expected one of \"ring\", \"tree\", \"reduce_to_one\", "
+          "\"device\", got \"gpu\"");
   auto tcp = base;
-  tcp.merge_patch({{"strategy", {{"reducer", {{"algorithm", "nccl"}, {"same_host", "tcp"}}}}}});
+  tcp.merge_patch({{"strategy", {{"reducer", {{"algorithm", "device"}, {"same_host", "tcp"}}}}}});
   CHECK(parse_job_config(tcp).strategy.reducer.same_host == "tcp");
-  refused({{"devices", {"sim:0", "cpu:1"}}, {"strategy", {{"reducer", {{"algorithm", "nccl"}}}}}},
-          "devices: the nccl all-reduce needs devices of one kind");
+  refused({{"devices", {"sim:0", "cpu:1"}}, {"strategy", {{"reducer", {{"algorithm", "device"}}}}}},
+          "devices: the device all-reduce needs devices of one kind");
+  // "nccl", the former name, still reads as "device"; the effective config
+  // says "device".
+  auto old = base;
+  old.merge_patch({{"strategy", {{"reducer", {{"algorithm", "nccl"}}}}}});
+  const auto c = parse_job_config(old);
+  CHECK(c.strategy.reducer.algorithm == reducer_algorithm::device);
+  CHECK(to_json(c)["strategy"]["reducer"]["algorithm"] == "device");
+  CHECK(parse_job_config(to_json(c)).strategy.reducer.algorithm == reducer_algorithm::device);
 }
 
 TEST_CASE(
@@ -357,7 +368,7 @@ TEST_CASE(
   job_config c;
   c.strategy.kind = "mirrored";
   c.strategy.replicas = 4;
-  c.strategy.reducer.algorithm = "nccl";
+  c.strategy.reducer.algorithm = reducer_algorithm::device;
   c.devices = {"cuda:0", "cuda:1"};
   auto id = mirrored->device_group_id(c, 2);
   REQUIRE(id.size() == 128);                       // ncclGetUniqueId needs no GPU

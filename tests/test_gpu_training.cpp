@@ -114,7 +114,7 @@ TEST_CASE("every classifier strategy on cuda devices trains what it trains on cp
   };
   for (const variant& v : std::vector<variant>{{"", "adam", "", 1},
                                                {"mirrored", "adam", "ring", n},
-                                               {"mirrored", "adam", "nccl", n},
+                                               {"mirrored", "adam", "device", n},
                                                {"central_storage", "adam", "", n},
                                                {"parameter_server", "sgd", "", 1},
                                                {"elastic_average", "adam", "", n}}) {
@@ -122,7 +122,7 @@ TEST_CASE("every classifier strategy on cuda devices trains what it trains on cp
     CAPTURE(v.algorithm);
     auto c = env.job(v.kind, v.optimizer, v.replicas, 48);
     c.training.max_steps = 10;
-    if (!v.algorithm.empty()) c.strategy.reducer.algorithm = v.algorithm;
+    if (!v.algorithm.empty()) c.strategy.reducer.algorithm = parse_reducer_algorithm(v.algorithm);
     if (v.kind == "elastic_average") c.strategy.synchronous = true;
     auto on_cpu = variables_of(run_job(c));
     for (auto& d : c.devices) d = "cuda" + d.substr(d.find(':'));
@@ -169,7 +169,7 @@ TEST_CASE("Fashion-MNIST on cuda:0 (one_device) reaches 0.89, and mirrored nccl 
     c->strategy.kind = kind;
     c->strategy.replicas = n;
     c->data.batch_size = 128;
-    if (kind == "mirrored") c->strategy.reducer.algorithm = "nccl";
+    if (kind == "mirrored") c->strategy.reducer.algorithm = reducer_algorithm::device;
     auto s = run_job(*c);
     MESSAGE(kind << " on " << n << " GPU(s): test accuracy " << s["test_accuracy"] << ", "
                  << s["samples_per_second"] << " samples/s");

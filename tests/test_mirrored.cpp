@@ -50,7 +50,7 @@ TEST_CASE("mirrored with N = 2, 3, 4 equals one_device at the same global batch 
           CAPTURE(sharded);
           auto m = job(env, opt, n, 48);
           m.training.max_steps = 12;
-          m.strategy.reducer.algorithm = algo;
+          m.strategy.reducer.algorithm = parse_reducer_algorithm(algo);
           m.strategy.shard_optimizer = sharded;
           // Small buckets: the segments of a sharded update cross variables.
           m.strategy.reducer.bucket_bytes = 4096;
@@ -78,7 +78,7 @@ TEST_CASE("batches gathered on the devices train exactly what the pipelines' gat
     auto m = job(env, "adam", n, 48);
     m.training.max_steps = 10;
     m.data.gather = gather;
-    m.strategy.reducer.algorithm = reducer;
+    m.strategy.reducer.algorithm = parse_reducer_algorithm(reducer);
     m.logging.output_dir += "-" + gather + std::to_string(n) + reducer;
     return variables_of(run_job(m));
   };
@@ -90,9 +90,9 @@ TEST_CASE("batches gathered on the devices train exactly what the pipelines' gat
     CHECK(max_abs_diff(on_pipelines, run("auto", n)) == 0.0);
     CHECK(max_abs_diff(on_pipelines, run("step", n)) == 0.0);
     // With the device collectives, "auto" copies the rows in the step.
-    auto collectives = run("pipeline", n, "nccl");
-    CHECK(max_abs_diff(collectives, run("auto", n, "nccl")) == 0.0);
-    CHECK(max_abs_diff(collectives, run("step", n, "nccl")) == 0.0);
+    auto collectives = run("pipeline", n, "device");
+    CHECK(max_abs_diff(collectives, run("auto", n, "device")) == 0.0);
+    CHECK(max_abs_diff(collectives, run("step", n, "device")) == 0.0);
   }
   // 4 replicas on 2 device threads: two pipelines gather on each device.
   auto shared = job(env, "adam", 4, 48);
@@ -169,14 +169,15 @@ TEST_CASE("checkpoints move between mirrored and one_device") {
   // on cpu devices, variables the replicas divide): its Adam slots are
   // gathered for the checkpoint, and a resume that lost part of them would
   // not match.
-  for (const std::string algorithm : {"ring", "nccl"})
+  for (const std::string algorithm : {"ring", "device"})
     for (bool mirrored_first : {true, false}) {
       CAPTURE(algorithm);
       CAPTURE(mirrored_first);
-      const int64_t n = algorithm == "nccl" ? 2 : 3;
+      const int64_t n = algorithm == "device" ? 2 : 3;
       auto first = job(env, "adam", mirrored_first ? n : 0, 32);
       auto second = job(env, "adam", mirrored_first ? 0 : n, 32);
-      first.strategy.reducer.algorithm = second.strategy.reducer.algorithm = algorithm;
+      first.strategy.reducer.algorithm = second.strategy.reducer.algorithm =
+          parse_reducer_algorithm(algorithm);
       first.logging.output_dir += "-" + algorithm;
       second.logging.output_dir = first.logging.output_dir;
       first.checkpoint.every_steps = 20;
@@ -227,8 +228,8 @@ TEST_CASE("steps_per_execution trains exactly what one step per request trains")
     bool sharded;
   };
   for (auto [kind, n, algo, sharded] :
-       {setup{"", 0, "ring", true}, setup{"mirrored", 2, "nccl", true},
-        setup{"mirrored", 3, "nccl", false}, setup{"mirrored", 2, "ring", true},
+       {setup{"", 0, "ring", true}, setup{"mirrored", 2, "device", true},
+        setup{"mirrored", 3, "device", false}, setup{"mirrored", 2, "ring", true},
         setup{"central_storage", 2, "ring", true}}) {
     CAPTURE(kind);
     CAPTURE(n);
@@ -237,7 +238,7 @@ TEST_CASE("steps_per_execution trains exactly what one step per request trains")
       auto c = env.job(kind, "adam", n, 48);
       c.training.epochs = 2;
       c.training.steps_per_execution = per_execution;
-      c.strategy.reducer.algorithm = algo;
+      c.strategy.reducer.algorithm = parse_reducer_algorithm(algo);
       c.strategy.shard_optimizer = sharded;
       c.checkpoint.every_steps = 5;
       c.logging.every_steps = 1;
@@ -270,7 +271,7 @@ TEST_CASE("steps_per_execution auto hands out several steps at a time when steps
   env_t env(2000);
   auto c = env.job("mirrored", "adam", 2, 16);
   c.model.hidden = {8};
-  c.strategy.reducer.algorithm = "nccl";
+  c.strategy.reducer.algorithm = reducer_algorithm::device;
   c.training.epochs = 2;
   c.training.steps_per_execution = training_config::kAutoSteps;
   auto s = run_job(c);

@@ -264,7 +264,7 @@ TEST_CASE(
   auto c = env.job("mirrored", "adam", 3, 48);
   c.checkpoint.every_steps = 0;
   auto one = run_job(c);
-  c.strategy.reducer.algorithm = "nccl";
+  c.strategy.reducer.algorithm = reducer_algorithm::device;
   c.devices = {"sim:0", "sim:1", "sim:2"};
   temp_dir dir;
   // chief, worker:0 (replicas 0, 1: a device group of 2), worker:1 (replica 2)

@@ -61,7 +61,8 @@ class local_sgd final : public strategy {
  public:
   std::string name() const override { return "local_sgd"; }
   std::vector<strategy_key> keys() const override {
-    return {strategy_keys::replicas(), strategy_keys::reducer({"ring", "tree"}),
+    return {strategy_keys::replicas(),
+            strategy_keys::reducer({reducer_algorithm::ring, reducer_algorithm::tree}),
             average_every.key()};
   }
   void validate(const job_config& c) const override {

@@ -285,7 +285,7 @@ TEST_CASE("mirrored on the device collectives: the collectives show inside the s
   auto c = env.job("mirrored", "adam", 2, 64);
   c.model.hidden = {64};
   c.training.epochs = 4;
-  c.strategy.reducer.algorithm = "nccl";  // on cpu:0 and cpu:1: the host group
+  c.strategy.reducer.algorithm = reducer_algorithm::device;  // on cpu:0 and cpu:1: the host group
   test::temp_dir dir;
   job_options o;
   o.trace_path = dir / "device_collectives.json";
