@@ -1,5 +1,6 @@
 #include "envs/env.hpp"
 
+#include <sstream>
 #include <stdexcept>
 
 #include "config/registry.hpp"
@@ -9,12 +10,30 @@ namespace troupe::envs {
 namespace {
 
 named_registry<env_factory>& registry() {
-  static named_registry<env_factory> r{
-      "environment", {{"CartPole-v1", &make_cartpole}, {"Acrobot-v1", &make_acrobot}}};
+  static named_registry<env_factory> r{"environment",
+                                       {{"CartPole-v1", &make_cartpole},
+                                        {"Acrobot-v1", &make_acrobot},
+                                        {"MountainCar-v0", &make_mountain_car},
+                                        {"MountainCarContinuous-v0", &make_mountain_car_continuous},
+                                        {"Pendulum-v1", &make_pendulum}}};
   return r;
 }
 
+std::string number(float x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
 }  // namespace
+
+std::string env_spec::action_space() const {
+  if (!continuous()) return "Discrete(" + std::to_string(actions) + ")";
+  std::string out = "Box(" + std::to_string(action_dims()) + ") in ";
+  for (std::size_t d = 0; d < action_low.size(); ++d)
+    out += (d ? " x [" : "[") + number(action_low[d]) + ", " + number(action_high[d]) + "]";
+  return out;
+}
 
 void register_env(const std::string& name, env_factory f) {
   registry().add(name, std::move(f));
