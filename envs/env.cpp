@@ -5,6 +5,7 @@
 
 #include "config/registry.hpp"
 #include "envs/builtin.hpp"
+#include "envs/policy_head.hpp"
 
 namespace troupe::envs {
 namespace {
@@ -49,6 +50,25 @@ std::unique_ptr<vector_env> make_env(const std::string& name, int64_t instances)
     throw std::invalid_argument("unknown environment '" + name +
                                 "' (registered: " + registry().known() + ")");
   return f(instances);
+}
+
+}  // namespace troupe::envs
+
+namespace troupe::envs {
+
+policy_head policy_head_for(const env_spec& spec, const std::string& choice,
+                            double initial_log_std) {
+  const std::string fits = spec.continuous() ? "gaussian" : "softmax";
+  if (choice != "auto" && choice != "softmax" && choice != "gaussian")
+    throw std::invalid_argument("unknown policy head \"" + choice +
+                                "\" (expected \"auto\", \"softmax\" or \"gaussian\")");
+  if (choice != "auto" && choice != fits)
+    throw std::invalid_argument("the \"" + choice + "\" policy head does not fit " + spec.name +
+                                ", whose actions are " + spec.action_space() + ": use \"" + fits +
+                                "\" (or \"auto\")");
+  if (spec.continuous())
+    return {action_distribution::gaussian, spec.action_dims(), initial_log_std};
+  return {action_distribution::softmax, spec.actions, 0};
 }
 
 }  // namespace troupe::envs

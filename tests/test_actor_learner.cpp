@@ -511,7 +511,8 @@ TEST_CASE("actor_learner: its config rules name the field") {
       bad(R"({"model": {"kind": "mlp"}})") ==
       R"(model.kind: the actor_learner strategy trains a policy/value network: expected one of "policy_value_layers", "policy_value_mlp", got "mlp")");
   CHECK(bad(R"({"rl": {"env": "Pong"}})") ==
-        R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", got "Pong")");
+        R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
+        R"("MountainCarContinuous-v0", "Pendulum-v1", got "Pong")");
   CHECK(bad(R"({"rl": {"learners": 2, "batch_unrolls": 3}})") ==
         "rl.batch_unrolls: expected a multiple of rl.learners (2), got 3");
   CHECK(bad(R"({"rl": {"batch_unrolls": 8, "queue_capacity": 4}})") ==
