@@ -1,7 +1,8 @@
 // actor_learner with a Box action space (the Gaussian policy head): the
 // learner's gradients against finite differences, normalised advantages,
 // the rl_actor's unrolls against a replay of its environments, unrolls that
-// do not fit the head, the config rules, and Pendulum-v1 learned.
+// do not fit the head, and Pendulum-v1 learned (the config rules are with
+// the others in test_actor_learner.cpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,49 +16,14 @@
 #include "models/gaussian_policy.hpp"
 #include "models/impala.hpp"
 #include "models/random.hpp"
+#include "policy_fixtures.hpp"
 #include "runtime/job.hpp"
 
 using namespace troupe;
+using troupe::test::random_unroll;
+using troupe::test::tiny_model;
 
 namespace {
-
-model_config tiny() {
-  model_config m;
-  m.kind = "policy_value_mlp";
-  m.hidden = {8};
-  m.activation = "tanh";
-  return m;
-}
-
-// An unroll of random observations, Box actions and rewards off policy
-// (behaviour means and log-stds random), with one termination and one
-// truncation in it.
-unroll random_box_unroll(int64_t actor, int64_t T, int64_t M, int64_t O, int64_t D, uint64_t seed) {
-  splitmix64 g(seed);
-  unroll u;
-  u.actor = actor;
-  u.observations = tensor({T + 1, M, O});
-  u.actions = tensor({T, M, D});
-  u.rewards = tensor({T, M});
-  u.terminated = tensor({T, M}, dtype::i32);
-  u.truncated = tensor({T, M}, dtype::i32);
-  u.final_observations = tensor({T, M, O});
-  u.behaviour_logits = tensor({T, M, 2 * D});
-  for (int64_t i = 0; i < u.observations.numel(); ++i)
-    u.observations.f32()[i] = static_cast<float>(g.normal());
-  for (int64_t i = 0; i < u.actions.numel(); ++i)
-    u.actions.f32()[i] = static_cast<float>(g.normal());
-  for (int64_t i = 0; i < T * M; ++i) u.rewards.f32()[i] = static_cast<float>(g.normal());
-  for (int64_t i = 0; i < T * M; ++i)
-    for (int64_t d = 0; d < 2 * D; ++d)  // means near 0, log-stds near -0.3
-      u.behaviour_logits.f32()[i * 2 * D + d] =
-          static_cast<float>(d < D ? 0.3 * g.normal() : -0.3 + 0.1 * g.normal());
-  u.terminated.data<int32_t>()[1 * M + 0] = 1;
-  u.truncated.data<int32_t>()[(T - 2) * M + (M - 1)] = 1;
-  for (int64_t k = 0; k < O; ++k)
-    u.final_observations.f32()[((T - 2) * M + (M - 1)) * O + k] = static_cast<float>(g.normal());
-  return u;
-}
 
 // The Gaussian loss with the workspace's V-trace targets held fixed,
 // divided by the global batch.
@@ -79,9 +45,9 @@ const policy_head box_head{action_distribution::gaussian, 2, -0.3};
 TEST_CASE("impala (Gaussian head): the learner's gradients match finite differences") {
   kernels::init_cpu_kernels();
   const int64_t T = 4, M = 3, O = 4, D = 2;
-  auto net = create_policy_value_model(tiny(), O, box_head, 7);
-  std::vector<unroll> batch{random_box_unroll(0, T, M, O, D, 1),
-                            random_box_unroll(1, T, M, O, D, 2)};
+  auto net = create_policy_value_model(tiny_model(), O, box_head, 7);
+  std::vector<unroll> batch{random_unroll(0, T, M, O, 0, 1, nullptr, D),
+                            random_unroll(1, T, M, O, 0, 2, nullptr, D)};
   impala_settings s;
   s.discount = 0.9;
   s.entropy_cost = 0.05;
@@ -93,34 +59,18 @@ TEST_CASE("impala (Gaussian head): the learner's gradients match finite differen
   // Entropy: sum over the steps of sum_d (log sigma_d + 0.5 log(2 pi e)).
   CHECK(fig.entropy ==
         doctest::Approx(n * D * (-0.3 + 0.5 * std::log(2 * M_PI * std::exp(1.0)))).epsilon(1e-5));
-  auto& vars = net->variables();
-  int checked = 0;
-  for (std::size_t v = 0; v < vars.size(); ++v) {
-    float* p = vars[v].value.f32();
-    for (int64_t i = 0; i < vars[v].value.numel(); i += 3) {
-      const float keep = p[i];
-      const float eps = 1e-2f;
-      p[i] = keep + eps;
-      const double up = fixed_target_loss(*net, ws, n, D, s, n);
-      p[i] = keep - eps;
-      const double down = fixed_target_loss(*net, ws, n, D, s, n);
-      p[i] = keep;
-      CAPTURE(vars[v].name);
-      CAPTURE(i);
-      CHECK(grads[v].value.f32()[i] ==
-            doctest::Approx((up - down) / (2 * eps)).epsilon(2e-2).scale(1e-3));
-      ++checked;
-    }
-  }
+  const int checked = test::check_finite_differences(
+      *net, grads, [&] { return fixed_target_loss(*net, ws, n, D, s, n); });
   CHECK(checked > 20);
+  auto& vars = net->variables();
   CHECK(vars.back().name == "policy/log_std");
   CHECK(grads.back().value.f32()[0] != 0.0f);
 }
 
 TEST_CASE("impala: rl.normalize_advantages gives the batch's advantages mean 0 and sd 1") {
   kernels::init_cpu_kernels();
-  auto net = create_policy_value_model(tiny(), 4, box_head, 7);
-  std::vector<unroll> batch{random_box_unroll(0, 5, 4, 4, 2, 3)};
+  auto net = create_policy_value_model(tiny_model(), 4, box_head, 7);
+  std::vector<unroll> batch{random_unroll(0, 5, 4, 4, 0, 3, nullptr, 2)};
   impala_settings s;
   s.normalize_advantages = true;
   impala_workspace ws;
@@ -140,9 +90,9 @@ TEST_CASE("impala: rl.normalize_advantages gives the batch's advantages mean 0 a
 }
 
 TEST_CASE("impala: unrolls that do not fit the policy head are refused naming them") {
-  auto gaussian = create_policy_value_model(tiny(), 4, box_head, 5);
-  auto softmax = create_policy_value_model(tiny(), 4, 4, 5);  // 4 logits: same output width
-  auto u = random_box_unroll(7, 3, 2, 4, 2, 1);
+  auto gaussian = create_policy_value_model(tiny_model(), 4, box_head, 5);
+  auto softmax = create_policy_value_model(tiny_model(), 4, 4, 5);  // 4 logits: same output width
+  auto u = random_unroll(7, 3, 2, 4, 0, 1, nullptr, 2);
   impala_workspace ws;
   auto g = softmax->make_gradients();
   CHECK_THROWS_WITH(impala_gradients(*softmax, {u}, {}, 6, 0, g, ws),
@@ -164,7 +114,7 @@ TEST_CASE("rl_actor (Pendulum-v1): unrolls of sampled, unclipped actions, replay
   kernels::init_cpu_kernels();
   rl_actor_compute c;
   const int64_t M = 8, T = 50;
-  init_rl_actor_compute(c, "Pendulum-v1", M, tiny(), 99, 3,
+  init_rl_actor_compute(c, "Pendulum-v1", M, tiny_model(), 99, 3,
                         policy_head{action_distribution::gaussian, 1, 0.5});
   episode_report eps;
   auto u = act_unroll(c, 1, 2, T, eps);
@@ -202,38 +152,6 @@ TEST_CASE("rl_actor (Pendulum-v1): unrolls of sampled, unclipped actions, replay
     env->step_box(u.actions.f32() + t * M, out);
     for (int64_t m = 0; m < M; ++m) CHECK(u.rewards.f32()[t * M + m] == rew[m]);
   }
-}
-
-TEST_CASE("actor_learner: the policy head must fit the environment's action space") {
-  auto base = nlohmann::json::parse(R"({"strategy": {"kind": "actor_learner"},
-      "model": {"kind": "policy_value_mlp"}, "training": {"max_env_steps": 1000}})");
-  auto bad = [&](const std::string& patch) {
-    auto j = base;
-    j.merge_patch(nlohmann::json::parse(patch));
-    try {
-      parse_job_config(j);
-    } catch (const config_error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  CHECK(bad(R"({"rl": {"env": "Pendulum-v1"}})") == "no error");
-  CHECK(bad(R"({"rl": {"env": "MountainCar-v0", "policy_head": "softmax"}})") == "no error");
-  CHECK(bad(R"({"rl": {"env": "Pendulum-v1", "policy_head": "softmax"}})") ==
-        R"(rl.policy_head: the "softmax" policy head does not fit Pendulum-v1, whose actions )"
-        R"(are Box(1) in [-2, 2]: use "gaussian" (or "auto"))");
-  CHECK(bad(R"({"rl": {"env": "CartPole-v1", "policy_head": "gaussian"}})") ==
-        R"(rl.policy_head: the "gaussian" policy head does not fit CartPole-v1, whose actions )"
-        R"(are Discrete(2): use "softmax" (or "auto"))");
-  CHECK(bad(R"({"rl": {"policy_head": "beta"}})") ==
-        R"(rl.policy_head: expected one of "auto", "softmax", "gaussian", got "beta")");
-  CHECK(bad(R"({"rl": {"initial_log_std": 3}})") ==
-        "rl.initial_log_std: expected a number in [-10, 2], got 3");
-  CHECK(bad(R"({"rl": {"normalize_advantages": 1}})") ==
-        "rl.normalize_advantages: expected true or false, got 1");
-  CHECK(bad(R"({"rl": {"env": "Pendulum-v2"}})") ==
-        R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
-        R"("MountainCarContinuous-v0", "Pendulum-v1", got "Pendulum-v2")");
 }
 
 namespace {

@@ -11,37 +11,25 @@
 #include "models/gaussian_policy.hpp"
 #include "models/policy_value.hpp"
 #include "models/random.hpp"
+#include "policy_fixtures.hpp"
 
 using namespace troupe;
 
+using test::probe;
+using test::random_floats;
+
 namespace {
-
-std::vector<float> uniform_floats(std::size_t n, uint64_t seed, double scale) {
-  splitmix64 g(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>((g.uniform() * 2 - 1) * scale);
-  return v;
-}
-
-model_config small_mlp() {
-  model_config c;
-  c.kind = "policy_value_mlp";
-  c.hidden = {8, 6};
-  c.activation = "tanh";
-  return c;
-}
 
 const policy_head two_dims{action_distribution::gaussian, 2, -0.5};
 
-// sum_b (dout[b] . outputs[b] + dv[b] values[b]) in double.
-double probe(policy_value_model& m, const std::vector<float>& obs, int64_t b,
-             const std::vector<float>& dout, const std::vector<float>& dv) {
-  std::vector<float> out(dout.size()), values(static_cast<std::size_t>(b));
-  m.forward(obs.data(), b, out.data(), values.data());
-  double s = 0;
-  for (std::size_t i = 0; i < out.size(); ++i) s += double(dout[i]) * out[i];
-  for (std::size_t i = 0; i < values.size(); ++i) s += double(dv[i]) * values[i];
-  return s;
+// The central difference of f at x along element i (steps of 0.001).
+template <class F>
+double central_difference(std::vector<float> x, std::size_t i, F f) {
+  const float eps = 1e-3f, keep = x[i];
+  x[i] = keep + eps;
+  const double up = f(x);
+  x[i] = keep - eps;
+  return (up - f(x)) / (2 * eps);
 }
 
 }  // namespace
@@ -49,7 +37,7 @@ double probe(policy_value_model& m, const std::vector<float>& obs, int64_t b,
 TEST_CASE("gaussian policy: variables, outputs, and backward against finite differences") {
   kernels::init_cpu_kernels();
   const int64_t obs_n = 3, b = 5, P = two_dims.outputs();
-  auto m = create_policy_value_model(small_mlp(), obs_n, two_dims, 7);
+  auto m = create_policy_value_model(test::policy_value_config("tanh"), obs_n, two_dims, 7);
   CHECK(m->distribution() == action_distribution::gaussian);
   auto& vars = m->variables();
   REQUIRE(vars.size() == 9);
@@ -58,31 +46,19 @@ TEST_CASE("gaussian policy: variables, outputs, and backward against finite diff
   CHECK(vars[8].name == "policy/log_std");
   CHECK(vars[8].value.shape() == shape_t{2});
   CHECK(vars[8].value.f32()[1] == -0.5f);
-  auto obs = uniform_floats(static_cast<std::size_t>(b * obs_n), 1, 1.0);
+  auto obs = random_floats(static_cast<std::size_t>(b * obs_n), 1, 1.0);
   std::vector<float> out(static_cast<std::size_t>(b * P)), values(static_cast<std::size_t>(b));
   m->forward(obs.data(), b, out.data(), values.data());
   for (int64_t r = 0; r < b; ++r) {
     CHECK(out[static_cast<std::size_t>(r * P + 2)] == -0.5f);  // the log-stds follow the means
     CHECK(out[static_cast<std::size_t>(r * P + 3)] == -0.5f);
   }
-  auto dout = uniform_floats(out.size(), 2, 1.0);
-  auto dv = uniform_floats(values.size(), 3, 1.0);
+  auto dout = random_floats(out.size(), 2, 1.0);
+  auto dv = random_floats(values.size(), 3, 1.0);
   auto grads = m->make_gradients();
   m->backward(obs.data(), b, dout.data(), dv.data(), grads, false);
-  const float eps = 1e-2f;
-  for (std::size_t k : {std::size_t{0}, std::size_t{4}, std::size_t{5}, std::size_t{8}}) {
-    CAPTURE(vars[k].name);
-    float* w = vars[k].value.f32();
-    for (int64_t i = 0; i < std::min<int64_t>(vars[k].value.numel(), 6); ++i) {
-      const float keep = w[i];
-      w[i] = keep + eps;
-      const double up = probe(*m, obs, b, dout, dv);
-      w[i] = keep - eps;
-      const double down = probe(*m, obs, b, dout, dv);
-      w[i] = keep;
-      CHECK(grads[k].value.f32()[i] == doctest::Approx((up - down) / (2 * eps)).epsilon(2e-2));
-    }
-  }
+  CHECK(test::check_finite_differences(*m, grads, [&] { return probe(*m, obs, b, P, dout, dv); }) >
+        20);
   // The log-std's gradient is the sum of its columns' over the rows.
   double sum = 0;
   for (int64_t r = 0; r < b; ++r) sum += dout[static_cast<std::size_t>(r * P + 3)];
@@ -93,7 +69,7 @@ TEST_CASE("gaussian policy: variables, outputs, and backward against finite diff
 
 TEST_CASE("gaussian policy: a restore that replaces the variables' buffers is what it computes") {
   kernels::init_cpu_kernels();
-  auto m = create_policy_value_model(small_mlp(), 3, two_dims, 7);
+  auto m = create_policy_value_model(test::policy_value_config("tanh"), 3, two_dims, 7);
   auto& vars = m->variables();
   // As restore_variables_and_slots does: new buffers, not new contents.
   tensor bias = vars[5].value.clone();
@@ -120,11 +96,11 @@ TEST_CASE("gaussian log-probabilities and IMPALA's loss: by hand and finite diff
   const double half_log_2pi = 0.5 * std::log(2 * std::numbers::pi);
   CHECK(logp == doctest::Approx(-0.125 - std::log(2.0) - half_log_2pi).epsilon(1e-6));
   const int64_t n = 4, D = 2;
-  auto outputs = uniform_floats(static_cast<std::size_t>(n * 2 * D), 5, 1.0);
-  auto actions = uniform_floats(static_cast<std::size_t>(n * D), 6, 2.0);
-  auto values = uniform_floats(static_cast<std::size_t>(n), 7, 1.0);
-  auto vs = uniform_floats(static_cast<std::size_t>(n), 8, 1.0);
-  auto adv = uniform_floats(static_cast<std::size_t>(n), 9, 1.0);
+  auto outputs = random_floats(static_cast<std::size_t>(n * 2 * D), 5, 1.0);
+  auto actions = random_floats(static_cast<std::size_t>(n * D), 6, 2.0);
+  auto values = random_floats(static_cast<std::size_t>(n), 7, 1.0);
+  auto vs = random_floats(static_cast<std::size_t>(n), 8, 1.0);
+  auto adv = random_floats(static_cast<std::size_t>(n), 9, 1.0);
   const double bc = 0.5, ec = 0.01;
   auto loss = [&](const std::vector<float>& o, const std::vector<float>& v, float* dout,
                   float* dv) {
@@ -158,24 +134,18 @@ TEST_CASE("gaussian log-probabilities and IMPALA's loss: by hand and finite diff
   for (int64_t t = 0; t < n; ++t)
     from_logp -= adv[static_cast<std::size_t>(t)] * lps[static_cast<std::size_t>(t)];
   CHECK(from_logp == doctest::Approx(policy).epsilon(1e-5));
-  const float eps = 1e-3f;
+  auto total = [&](const std::vector<float>& o, const std::vector<float>& v) {
+    return loss(o, v, scratch.data(), scratch_v.data()).total;
+  };
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     CAPTURE(i);
-    auto up = outputs, down = outputs;
-    up[i] += eps;
-    down[i] -= eps;
-    const double numeric = (loss(up, values, scratch.data(), scratch_v.data()).total -
-                            loss(down, values, scratch.data(), scratch_v.data()).total) /
-                           (2 * eps);
+    const double numeric = central_difference(
+        outputs, i, [&](const std::vector<float>& o) { return total(o, values); });
     CHECK(dout[i] == doctest::Approx(numeric).epsilon(1e-2).scale(1e-3));
   }
   for (std::size_t i = 0; i < values.size(); ++i) {
-    auto up = values, down = values;
-    up[i] += eps;
-    down[i] -= eps;
-    const double numeric = (loss(outputs, up, scratch.data(), scratch_v.data()).total -
-                            loss(outputs, down, scratch.data(), scratch_v.data()).total) /
-                           (2 * eps);
+    const double numeric = central_difference(
+        values, i, [&](const std::vector<float>& v) { return total(outputs, v); });
     CHECK(dv[i] == doctest::Approx(numeric).epsilon(1e-2).scale(1e-3));
   }
 }
