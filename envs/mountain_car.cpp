@@ -10,11 +10,11 @@
 // 0.5 with velocity >= 0; truncated at 200 steps.
 //
 // MountainCarContinuous-v0: force in [-1, 1] (a Box of one float32, clipped
-// by the environment) times power 0.0015; its state is float32 and NumPy 2
-// computes it in float32 (Python floats are cast to float32 when they meet
-// it), as written below; reward 100 on reaching x >= 0.45 with velocity >=
-// 0, minus 0.1 u^2 of the unclipped action every step; truncated at 999
-// steps.
+// by the environment) times power 0.0015; its state is float32 after a step
+// and NumPy 2 then computes in float32 (Python floats are cast to float32
+// when they meet it), as written below; reward 100 on reaching x >= 0.45
+// with velocity >= 0, minus 0.1 u^2 of the unclipped action every step;
+// truncated at 999 steps.
 #include <algorithm>
 #include <cmath>
 
@@ -63,46 +63,55 @@ struct mountain_car : mountain_car_base {
   }
 };
 
-// The state holds float32 values (Gymnasium's np.float32 array).
+// Gymnasium's state is float64 right after a reset (an np.array of a Python
+// float) and float32 after every step (np.float32 array); NumPy then
+// computes in the state's precision, and so does this: a state whose
+// components are float32 values steps in float32.
 struct mountain_car_continuous : mountain_car_base {
   static constexpr int action_dims = 1;
   static constexpr float min_action = -1.0f;
   static constexpr float max_action = 1.0f;
   static constexpr float power = 0.0015f;
-  static constexpr float goal_position = 0.45f;
+  static constexpr double goal_position = 0.45;
 
   static env_spec spec() {
     return {"MountainCarContinuous-v0", 2, 0, 999, {min_action}, {max_action}};
   }
 
-  static void reset(splitmix64& rng, double* s) {
-    mountain_car_base::reset(rng, s);
-    s[0] = static_cast<float>(s[0]);
+  // The velocity's change: float32 for an action inside the bounds (an
+  // np.float32 force); a clipped one is a Python float, so the change is a
+  // double (cast to float32 when it meets a float32 velocity).
+  template <class T>
+  static double acceleration(float a, T position) {
+    const double hill = 0.0025 * std::cos(static_cast<double>(static_cast<T>(3) * position));
+    if (a >= min_action && a <= max_action) return a * power - static_cast<float>(hill);
+    return (a > max_action ? 1.0 : -1.0) * 0.0015 - hill;
   }
 
-  // The velocity's change: float32 for an action inside the bounds; a
-  // clipped one is a Python float, so the change is a double, rounded to
-  // float32 when it meets the velocity.
-  static float acceleration(float a, float position) {
-    const double hill = 0.0025 * std::cos(static_cast<double>(3.0f * position));
-    if (a >= min_action && a <= max_action) return a * power - static_cast<float>(hill);
-    const double f = a > max_action ? 1.0 : -1.0;
-    return static_cast<float>(f * 0.0015 - hill);
+  // One step in the precision T of the state; true: the goal is reached.
+  template <class T>
+  static bool move(T& position, T& velocity, float a) {
+    velocity += static_cast<T>(acceleration(a, position));
+    velocity = std::clamp(velocity, static_cast<T>(-max_speed), static_cast<T>(max_speed));
+    position += velocity;
+    position = std::clamp(position, static_cast<T>(min_position), static_cast<T>(max_position));
+    if (position == static_cast<T>(min_position) && velocity < 0) velocity = 0;
+    return position >= static_cast<T>(goal_position) && velocity >= 0;
   }
 
   static bool step(double* s, const float* action, double& reward) {
-    auto position = static_cast<float>(s[0]);
-    auto velocity = static_cast<float>(s[1]);
-    velocity += acceleration(action[0], position);
-    velocity = std::clamp(velocity, static_cast<float>(-max_speed), static_cast<float>(max_speed));
-    position += velocity;
-    position =
-        std::clamp(position, static_cast<float>(min_position), static_cast<float>(max_position));
-    if (position == static_cast<float>(min_position) && velocity < 0) velocity = 0;
-    const bool terminated = position >= goal_position && velocity >= 0;
+    bool terminated = false;
+    if (s[0] == static_cast<float>(s[0]) && s[1] == static_cast<float>(s[1])) {
+      auto position = static_cast<float>(s[0]), velocity = static_cast<float>(s[1]);
+      terminated = move(position, velocity, action[0]);
+      s[0] = position;
+      s[1] = velocity;
+    } else {
+      terminated = move(s[0], s[1], action[0]);
+    }
+    s[0] = static_cast<float>(s[0]);  // Gymnasium stores the state as float32
+    s[1] = static_cast<float>(s[1]);
     reward = (terminated ? 100.0 : 0.0) - std::pow(static_cast<double>(action[0]), 2) * 0.1;
-    s[0] = position;
-    s[1] = velocity;
     return terminated;
   }
 
