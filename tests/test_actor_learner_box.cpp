@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "actors/rl_actor.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "envs/env.hpp"
 #include "envs/policy_head.hpp"
 #include "fixtures.hpp"
@@ -152,6 +153,44 @@ TEST_CASE("rl_actor (Pendulum-v1): unrolls of sampled, unclipped actions, replay
     env->step_box(u.actions.f32() + t * M, out);
     for (int64_t m = 0; m < M; ++m) CHECK(u.rewards.f32()[t * M + m] == rew[m]);
   }
+}
+
+namespace {
+
+// The first "policy/log_std" of a checkpoint.
+float log_std_of(const checkpoint::snapshot& s) {
+  for (const auto& v : s.variables)
+    if (v.name == "policy/log_std") return v.value.f32()[0];
+  FAIL("the checkpoint holds no policy/log_std");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("actor_learner: a Gaussian policy's checkpoint holds its log-std and resumes") {
+  test::temp_dir tmp;
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/pendulum_impala.json");
+  c.logging.output_dir = tmp / "run";
+  c.logging.level = "warn";
+  c.training = {};
+  c.training.max_steps = 30;
+  c.checkpoint.every_steps = 30;
+  c.rl.initial_log_std = -0.7;
+  auto first = run_job(c, {});
+  CHECK(first["updates"] == 30);
+  auto snap = checkpoint::load(first["checkpoint"].get<std::string>());
+  CHECK(snap.variables.size() == 9);  // 64-64 torso, policy and value heads, log-std
+  const float log_std = log_std_of(snap);
+  CHECK(log_std != -0.7f);  // trained
+  CHECK(std::abs(log_std + 0.7f) < 0.5f);
+  c.training.max_steps = 50;
+  job_options o;
+  o.resume = true;
+  auto second = run_job(c, o);
+  CHECK(second["updates"] == 50);
+  CHECK(second["env_steps"].get<int64_t>() > first["env_steps"].get<int64_t>());
+  auto after = checkpoint::load(second["checkpoint"].get<std::string>());
+  CHECK(log_std_of(after) != log_std);
 }
 
 namespace {
