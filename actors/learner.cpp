@@ -157,7 +157,8 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
   st.tasks->submit(
       self,
       [c = st.cfg, buffers](learner_compute& lc) {
-        lc.net = create_policy_value_model(c.model, c.observation_size, c.actions, c.seed);
+        lc.net = c.head ? create_policy_value_model(c.model, c.observation_size, *c.head, c.seed)
+                        : create_policy_value_model(c.model, c.observation_size, c.actions, c.seed);
         lc.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_updates);
         lc.opt->init(lc.net->variables());
         lc.grads = lc.net->make_gradients();

@@ -36,7 +36,8 @@ struct learner_config {
   std::shared_ptr<cpu_device> device;
   model_config model;
   int64_t observation_size = 0;
-  int64_t actions = 0;
+  int64_t actions = 0;  // discrete actions, when head is not given
+  std::optional<policy_head> head;
   optimizer_config optimizer;
   int64_t total_updates = 0;  // for learning-rate schedules (0: none known)
   uint64_t seed = 0;

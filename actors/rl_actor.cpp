@@ -3,16 +3,21 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+
 #include "actors/visible_mailbox.hpp"
+#include "envs/policy_head.hpp"
 #include "kernels/softmax.hpp"
 
 namespace troupe {
 
 void init_rl_actor_compute(rl_actor_compute& c, const std::string& env, int64_t envs,
-                           const model_config& model, uint64_t seed, uint64_t model_seed) {
+                           const model_config& model, uint64_t seed, uint64_t model_seed,
+                           const std::optional<policy_head>& head) {
   c.env = envs::make_env(env, envs);
   const auto& spec = c.env->spec();
-  c.net = create_policy_value_model(model, spec.observation_size, spec.actions, model_seed);
+  c.head = head ? *head : envs::policy_head_for(spec, "auto");
+  c.net = create_policy_value_model(model, spec.observation_size, c.head, model_seed);
   c.rng = splitmix64(derive_seed(seed, 1));
   const auto M = static_cast<std::size_t>(envs);
   c.obs.assign(M * static_cast<std::size_t>(spec.observation_size), 0.0f);
@@ -42,24 +47,60 @@ int32_t sample_action(const float* z, int64_t A, double u, float* p) {
 
 }  // namespace
 
+namespace {
+
+// A sample of each row's Gaussian (outputs: the means, then the log-stds),
+// unclipped: the environment clips it to its bounds.
+void sample_gaussian(const float* outputs, int64_t rows, int64_t dims, splitmix64& rng,
+                     float* actions) {
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* mu = outputs + m * 2 * dims;
+    for (int64_t d = 0; d < dims; ++d)
+      actions[m * dims + d] =
+          static_cast<float>(mu[d] + std::exp(static_cast<double>(mu[dims + d])) * rng.normal());
+  }
+}
+
+// Step t of an unroll: the policy's outputs on x_t, sampled actions, one
+// batch step of the environments.
+void act_step(rl_actor_compute& c, unroll& u, int64_t t, const envs::step_output& out) {
+  const int64_t M = c.env->size();
+  const int64_t O = c.env->spec().observation_size;
+  const int64_t P = c.head.outputs();
+  float* outputs = u.behaviour_logits.f32() + t * M * P;
+  c.net->forward(u.observations.f32() + t * M * O, M, outputs, c.values.data());
+  if (c.head.distribution == action_distribution::gaussian) {
+    const int64_t D = c.head.actions;
+    float* a = u.actions.f32() + t * M * D;
+    sample_gaussian(outputs, M, D, c.rng, a);
+    c.env->step_box(a, out);
+    return;
+  }
+  int32_t* a = u.actions.data<int32_t>() + t * M;
+  for (int64_t m = 0; m < M; ++m)
+    a[m] = sample_action(outputs + m * P, P, c.rng.uniform(), c.probs.data());
+  c.env->step(a, out);
+}
+
+}  // namespace
+
 unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, int64_t T,
                   episode_report& episodes) {
-  const auto& spec = c.env->spec();
   const int64_t M = c.env->size();
-  const int64_t O = spec.observation_size;
-  const int64_t A = spec.actions;
+  const int64_t O = c.env->spec().observation_size;
+  const bool box = c.head.distribution == action_distribution::gaussian;
   unroll u;
   u.actor = actor;
   u.policy_version = policy_version;
   u.observations = tensor::uninitialized({T + 1, M, O});
-  u.actions = tensor::uninitialized({T, M}, dtype::i32);
+  u.actions = box ? tensor::uninitialized({T, M, c.head.actions})
+                  : tensor::uninitialized({T, M}, dtype::i32);
   u.rewards = tensor::uninitialized({T, M});
   u.terminated = tensor::uninitialized({T, M}, dtype::i32);
   u.truncated = tensor::uninitialized({T, M}, dtype::i32);
   u.final_observations = tensor({T, M, O});  // rows of episodes that did not end stay 0
-  u.behaviour_logits = tensor::uninitialized({T, M, A});
+  u.behaviour_logits = tensor::uninitialized({T, M, c.head.outputs()});
   float* obs = u.observations.f32();
-  int32_t* actions = u.actions.data<int32_t>();
   std::copy(c.obs.begin(), c.obs.end(), obs);
   envs::step_output out;
   out.terminated = c.terminated.data();
@@ -67,15 +108,10 @@ unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, in
   out.episode_return = c.episode_return.data();
   out.episode_length = c.episode_length.data();
   for (int64_t t = 0; t < T; ++t) {
-    float* logits = u.behaviour_logits.f32() + t * M * A;
-    c.net->forward(obs + t * M * O, M, logits, c.values.data());
-    int32_t* a = actions + t * M;
-    for (int64_t m = 0; m < M; ++m)
-      a[m] = sample_action(logits + m * A, A, c.rng.uniform(), c.probs.data());
     out.obs = obs + (t + 1) * M * O;
     out.reward = u.rewards.f32() + t * M;
     out.final_obs = u.final_observations.f32() + t * M * O;
-    c.env->step(a, out);
+    act_step(c, u, t, out);
     int32_t* term = u.terminated.data<int32_t>() + t * M;
     int32_t* trunc = u.truncated.data<int32_t>() + t * M;
     for (int64_t m = 0; m < M; ++m) {
@@ -182,7 +218,7 @@ rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
       self,
       [c = st.cfg](rl_actor_compute& rc) {
         init_rl_actor_compute(rc, c.env, c.envs, c.model, derive_seed(c.seed, 5000 + c.index),
-                              c.seed);
+                              c.seed, c.head);
       },
       nullptr);
   return {

@@ -31,6 +31,7 @@ struct rl_actor_config {
   int64_t envs = 1;           // M
   int64_t unroll_length = 1;  // T
   model_config model;
+  std::optional<policy_head> head;  // none: the one the environment's actions take
   uint64_t seed = 0;
   trajectory_queue_actor queue;
   rl_reports_actor coordinator;
@@ -48,6 +49,7 @@ enum class rl_actor_phase { built, ready, unrolling };
 struct rl_actor_compute {
   std::unique_ptr<envs::vector_env> env;
   std::unique_ptr<policy_value_model> net;
+  policy_head head;
   splitmix64 rng{0};
   std::vector<float> obs;  // the current observations [M, obs]
   std::vector<float> values, probs;
@@ -84,8 +86,10 @@ unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, in
                   episode_report& episodes);
 
 // An rl_actor's device state: environments reset from `seed`, a policy
+// ending in `head` (none: the one the environment's actions take)
 // initialised from `model_seed`.
 void init_rl_actor_compute(rl_actor_compute& c, const std::string& env, int64_t envs,
-                           const model_config& model, uint64_t seed, uint64_t model_seed);
+                           const model_config& model, uint64_t seed, uint64_t model_seed,
+                           const std::optional<policy_head>& head = std::nullopt);
 
 }  // namespace troupe

@@ -131,10 +131,11 @@ trajectory_queue_actor spawn_trajectory_queue(caf::actor_system& sys, trajectory
         "trajectory_queue: max_policy_lag must be >= 0 or -1 (keep all), got " +
         std::to_string(cfg.max_policy_lag));
   const auto& e = cfg.expect;
-  if (e.steps != 0 && (e.steps < 1 || e.envs < 1 || e.observation_size < 1 || e.actions < 1))
+  if (e.steps != 0 &&
+      (e.steps < 1 || e.envs < 1 || e.observation_size < 1 || (e.actions < 1 && e.action_dims < 1)))
     throw std::invalid_argument(
         "trajectory_queue: the expected unroll shape needs steps, envs, "
-        "observation_size and actions >= 1");
+        "observation_size and actions (or action_dims) >= 1");
   return spawn_visible<trajectory_queue_actor, trajectory_queue_state, trajectory_queue_config>(
       sys, trajectory_queue, cfg);
 }

@@ -53,13 +53,27 @@ int main(int argc, char** argv) {
       e->reset(1, obs.data());
       splitmix64 rng(7);
       const long batches = std::max<long>(1, total / static_cast<long>(m));
+      const auto& spec = e->spec();
+      const auto dims = static_cast<std::size_t>(spec.action_dims());
+      // 64 batches of random actions: discrete ones, or Box rows in bounds.
       std::vector<std::vector<int32_t>> actions(64, std::vector<int32_t>(n));
+      std::vector<std::vector<float>> box(64, std::vector<float>(n * dims));
       for (auto& a : actions)
-        for (auto& x : a) x = static_cast<int32_t>(rng.next() % e->spec().actions);
+        for (auto& x : a)
+          x = spec.continuous() ? 0 : static_cast<int32_t>(rng.next() % spec.actions);
+      for (auto& a : box)
+        for (std::size_t k = 0; k < a.size(); ++k)
+          a[k] = spec.action_low[k % dims] +
+                 static_cast<float>(rng.uniform()) *
+                     (spec.action_high[k % dims] - spec.action_low[k % dims]);
       int64_t episodes = 0;
       auto t0 = std::chrono::steady_clock::now();
       for (long b = 0; b < batches; ++b) {
-        e->step(actions[static_cast<std::size_t>(b % 64)].data(), out);
+        const auto k = static_cast<std::size_t>(b % 64);
+        if (spec.continuous())
+          e->step_box(box[k].data(), out);
+        else
+          e->step(actions[k].data(), out);
         for (auto t : term) episodes += t;
       }
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

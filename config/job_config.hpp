@@ -240,11 +240,16 @@ struct rl_config {
   double c_bar = 1.0;    // V-trace: clip of the trace coefficients
   double baseline_cost = 0.5;
   double entropy_cost = 0.01;
-  double grad_clip = 40.0;      // global-norm clip of the gradients; 0 = none
-  int64_t learners = 1;         // data-parallel learners (B split between them)
-  int64_t weights_every = 1;    // learners publish weights every K updates
-  int64_t max_policy_lag = -1;  // drop unrolls older than this many versions; -1 = keep all
-  int64_t queue_capacity = 8;   // unrolls the trajectory queue holds
+  // The policy head: "auto" (the one the environment's action space takes),
+  // "softmax" (discrete actions) or "gaussian" (a Box).
+  std::string policy_head = "auto";
+  double initial_log_std = 0.0;       // gaussian: the log-std's start
+  bool normalize_advantages = false;  // per learner batch, before the loss
+  double grad_clip = 40.0;            // global-norm clip of the gradients; 0 = none
+  int64_t learners = 1;               // data-parallel learners (B split between them)
+  int64_t weights_every = 1;          // learners publish weights every K updates
+  int64_t max_policy_lag = -1;        // drop unrolls older than this many versions; -1 = keep all
+  int64_t queue_capacity = 8;         // unrolls the trajectory queue holds
 };
 
 struct checkpoint_config {

@@ -357,7 +357,8 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
   object_reader r(j, path,
                   {"env", "actors", "envs_per_actor", "unroll_length", "batch_unrolls", "discount",
                    "reward_scale", "rho_bar", "c_bar", "baseline_cost", "entropy_cost", "grad_clip",
-                   "learners", "weights_every", "max_policy_lag", "queue_capacity"});
+                   "learners", "weights_every", "max_policy_lag", "queue_capacity", "policy_head",
+                   "initial_log_std", "normalize_advantages"});
   // The environment's name is checked against the registry by the strategy.
   r.with("env", [&](const json& v, const std::string& p) { c.env = read_string(v, p, true); });
   r.with("actors",
@@ -390,6 +391,15 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
   r.with("grad_clip", [&](const json& v, const std::string& p) {
     c.grad_clip = read_number(v, p, non_negative);
   });
+  // Whether the head fits the environment is checked by the strategy.
+  r.with("policy_head", [&](const json& v, const std::string& p) {
+    c.policy_head = read_enum(v, p, {"auto", "softmax", "gaussian"});
+  });
+  r.with("initial_log_std", [&](const json& v, const std::string& p) {
+    c.initial_log_std = read_number(v, p, range{-10, false, true, 2, false});
+  });
+  r.with("normalize_advantages",
+         [&](const json& v, const std::string& p) { c.normalize_advantages = read_bool(v, p); });
   r.with("learners",
          [&](const json& v, const std::string& p) { c.learners = read_int_in(v, p, 1, 4096); });
   r.with("weights_every",
@@ -809,6 +819,9 @@ nlohmann::json to_json(const job_config& c) {
                {"c_bar", rl.c_bar},
                {"baseline_cost", rl.baseline_cost},
                {"entropy_cost", rl.entropy_cost},
+               {"policy_head", rl.policy_head},
+               {"initial_log_std", rl.initial_log_std},
+               {"normalize_advantages", rl.normalize_advantages},
                {"grad_clip", rl.grad_clip},
                {"learners", rl.learners},
                {"weights_every", rl.weights_every},

@@ -11,7 +11,12 @@
 //     static bool step(double* s, int32_t action, double& reward);  // true: terminated
 //     static void observe(const double* s, float* obs);
 //   };
+//
+// A kind with a Box action space declares `static constexpr int action_dims`
+// and steps with `static bool step(double* s, const float* action, double&
+// reward)` (action_dims floats, clipped by the dynamics as Gymnasium's are).
 #include <array>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,6 +25,11 @@
 #include "models/random.hpp"
 
 namespace troupe::envs {
+
+template <class D>
+concept box_dynamics = requires {
+  D::action_dims;
+};
 
 template <class D>
 class batch_env final : public vector_env {
@@ -54,18 +64,54 @@ class batch_env final : public vector_env {
   }
 
   void step(const int32_t* actions, const step_output& out) override {
-    for (int64_t i = 0; i < n_; ++i)
-      if (actions[i] < 0 || actions[i] >= spec_.actions)
-        throw std::invalid_argument(spec_.name + ": instance " + std::to_string(i) + ": action " +
-                                    std::to_string(actions[i]) + " is out of range [0, " +
-                                    std::to_string(spec_.actions) + ")");
+    if constexpr (box_dynamics<D>) {
+      (void)actions;
+      (void)out;
+      throw std::invalid_argument(spec_.name + ": expected continuous actions (" +
+                                  spec_.action_space() + "), got discrete ones");
+    } else {
+      for (int64_t i = 0; i < n_; ++i)
+        if (actions[i] < 0 || actions[i] >= spec_.actions)
+          throw std::invalid_argument(spec_.name + ": instance " + std::to_string(i) + ": action " +
+                                      std::to_string(actions[i]) + " is out of range [0, " +
+                                      std::to_string(spec_.actions) + ")");
+      advance(out, [actions](double* s, int64_t i, double& reward) {
+        return D::step(s, actions[i], reward);
+      });
+    }
+  }
+
+  void step_box(const float* actions, const step_output& out) override {
+    if constexpr (!box_dynamics<D>) {
+      (void)actions;
+      (void)out;
+      throw std::invalid_argument(spec_.name + ": expected a discrete action (" +
+                                  spec_.action_space() + "), got continuous ones");
+    } else {
+      constexpr int64_t dims = D::action_dims;
+      for (int64_t i = 0; i < n_ * dims; ++i)
+        if (!std::isfinite(actions[i]))
+          throw std::invalid_argument(spec_.name + ": instance " + std::to_string(i / dims) +
+                                      ": action component " + std::to_string(i % dims) +
+                                      " is not a finite number");
+      advance(out, [actions](double* s, int64_t i, double& reward) {
+        return D::step(s, actions + i * dims, reward);
+      });
+    }
+  }
+
+ private:
+  // Steps every instance with dynamics_step(state, instance, reward) (true:
+  // terminated): the time limit, the episode's bookkeeping, auto-reset.
+  template <class Step>
+  void advance(const step_output& out, Step dynamics_step) {
     const int64_t obs_n = spec_.observation_size;
     for (int64_t i = 0; i < n_; ++i) {
       const auto k = static_cast<std::size_t>(i);
       double s[D::state_size];
       load(k, s);
       double reward = 0;
-      const bool terminated = D::step(s, actions[i], reward);
+      const bool terminated = dynamics_step(s, i, reward);
       const bool truncated = !terminated && ++steps_[k] >= spec_.max_episode_steps;
       if (terminated) ++steps_[k];
       returns_[k] += reward;
@@ -87,7 +133,6 @@ class batch_env final : public vector_env {
     }
   }
 
- private:
   std::size_t checked(int64_t instance) const {
     if (instance < 0 || instance >= n_)
       throw std::out_of_range(spec_.name + ": no instance " + std::to_string(instance) + " of " +

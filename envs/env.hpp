@@ -8,7 +8,10 @@
 // actor/learner systems use):
 //   reset(seed)   every instance i starts an episode from its own stream
 //                 (seed, i); observations are written to obs [M, obs_size].
-//   step(actions) every instance takes actions[i] and reports the
+//   step(actions) every instance takes actions[i] (step_box: the row
+//                 actions[i * action_dims ..] of a Box action space, which
+//                 the environment clips to its bounds as Gymnasium's do) and
+//                 reports the
 //                 transition's reward, terminated (the MDP ended: no value
 //                 after it) and truncated (the time limit cut it: the value
 //                 after it still counts). An instance whose episode ended
@@ -27,8 +30,16 @@ namespace troupe::envs {
 struct env_spec {
   std::string name;  // e.g. "CartPole-v1"
   int64_t observation_size = 0;
-  int64_t actions = 0;            // discrete actions 0..actions-1
+  int64_t actions = 0;            // discrete actions 0..actions-1; 0 for a Box
   int64_t max_episode_steps = 0;  // truncation (Gymnasium's TimeLimit)
+  // A Box action space (Gymnasium's spaces.Box, float32): one float per
+  // dimension, bounded to [action_low[d], action_high[d]]; empty for
+  // discrete actions.
+  std::vector<float> action_low, action_high;
+  bool continuous() const { return !action_low.empty(); }
+  int64_t action_dims() const { return static_cast<int64_t>(action_low.size()); }
+  // "Discrete(3)" or "Box(1) in [-2, 2]", for messages.
+  std::string action_space() const;
 };
 
 // Where a batch step writes; every pointer has room for M entries (obs and
@@ -52,8 +63,13 @@ class vector_env {
   // the stream (seed, i) and every later episode from the same stream.
   virtual void reset(uint64_t seed, float* obs) = 0;
   // Throws std::invalid_argument naming the instance for an action out of
-  // range (nothing is stepped then).
+  // range (nothing is stepped then), and for any action of an environment
+  // with a Box action space.
   virtual void step(const int32_t* actions, const step_output& out) = 0;
+  // actions [M, action_dims]: clipped to the bounds by the environment.
+  // Throws std::invalid_argument naming the instance for an action that is
+  // not a finite number, and for an environment with discrete actions.
+  virtual void step_box(const float* actions, const step_output& out) = 0;
   // The simulator's state of instance i (state_size() doubles, the
   // environment's own variables, e.g. CartPole's x, x_dot, theta,
   // theta_dot), to replay or test from a known state; the episode's step

@@ -36,17 +36,21 @@ std::string finite_problem(const tensor& t, const char* what) {
 }  // namespace
 
 std::string unroll_problem(const unroll& u, const unroll_shape& s) {
-  const int64_t T = s.steps, M = s.envs, O = s.observation_size, A = s.actions;
+  const int64_t T = s.steps, M = s.envs, O = s.observation_size, D = s.action_dims;
+  const bool box = D > 0;
+  const int64_t P = box ? 2 * D : s.actions;  // policy outputs per step
   for (auto p : {shape_problem(u.observations, {T + 1, M, O}, dtype::f32, "observations"),
-                 shape_problem(u.actions, {T, M}, dtype::i32, "actions"),
+                 box ? shape_problem(u.actions, {T, M, D}, dtype::f32, "actions")
+                     : shape_problem(u.actions, {T, M}, dtype::i32, "actions"),
                  shape_problem(u.rewards, {T, M}, dtype::f32, "rewards"),
                  shape_problem(u.terminated, {T, M}, dtype::i32, "terminated"),
                  shape_problem(u.truncated, {T, M}, dtype::i32, "truncated"),
                  shape_problem(u.final_observations, {T, M, O}, dtype::f32, "final_observations"),
-                 shape_problem(u.behaviour_logits, {T, M, A}, dtype::f32, "behaviour_logits")})
+                 shape_problem(u.behaviour_logits, {T, M, P}, dtype::f32, "behaviour_logits")})
     if (!p.empty()) return p;
   for (auto p :
-       {range_problem<int32_t>(u.actions, "actions", 0, static_cast<int32_t>(A - 1)),
+       {box ? finite_problem(u.actions, "actions")
+            : range_problem<int32_t>(u.actions, "actions", 0, static_cast<int32_t>(s.actions - 1)),
         range_problem<int32_t>(u.terminated, "terminated", 0, 1),
         range_problem<int32_t>(u.truncated, "truncated", 0, 1),
         finite_problem(u.observations, "observations"), finite_problem(u.rewards, "rewards"),

@@ -25,20 +25,23 @@ struct unroll {
   int64_t actor = 0;
   int64_t policy_version = 0;  // of the weights that chose the actions
   tensor observations;         // [T + 1, M, obs] f32: x_0 .. x_T (x_T to bootstrap)
-  tensor actions;              // [T, M] i32
+  tensor actions;              // [T, M] i32; a Box's: [T, M, dims] f32, unclipped
   tensor rewards;              // [T, M] f32
   tensor terminated;           // [T, M] i32: 1 where step t ended the episode (no value after)
   tensor truncated;            // [T, M] i32: 1 where the time limit cut the episode
   tensor final_observations;   // [T, M, obs] f32: the last observation where an episode ended
-  tensor behaviour_logits;     // [T, M, actions] f32: the acting policy's logits
-  int64_t steps() const { return actions.rank() == 2 ? actions.dim(0) : 0; }
-  int64_t envs() const { return actions.rank() == 2 ? actions.dim(1) : 0; }
+  // [T, M, actions] f32: the acting policy's logits; a Gaussian policy's
+  // [T, M, 2 dims]: its means, then its log-stds.
+  tensor behaviour_logits;
+  int64_t steps() const { return actions.rank() >= 2 ? actions.dim(0) : 0; }
+  int64_t envs() const { return actions.rank() >= 2 ? actions.dim(1) : 0; }
 };
 
 // The shape of every unroll of a job: T steps of M environments with
-// observations of O floats and A discrete actions.
+// observations of O floats and A discrete actions, or (action_dims > 0)
+// actions in a Box of that many dimensions.
 struct unroll_shape {
-  int64_t steps = 0, envs = 0, observation_size = 0, actions = 0;
+  int64_t steps = 0, envs = 0, observation_size = 0, actions = 0, action_dims = 0;
 };
 
 // Why `u` does not fit `s` (a tensor's shape or type, an action out of

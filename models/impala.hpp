@@ -19,6 +19,9 @@ struct impala_settings {
   double c_bar = 1.0;
   double baseline_cost = 0.5;
   double entropy_cost = 0.01;
+  // V-trace's policy-gradient advantages to mean 0 and standard deviation 1
+  // over the learner's batch before the loss.
+  bool normalize_advantages = false;
 };
 
 // Sums over the batch's steps (divide by `samples` for means).
@@ -37,6 +40,7 @@ struct impala_workspace {
   std::vector<uint8_t> continues;
   std::vector<float> vs, advantages, target_logp, behaviour_logp;
   std::vector<int32_t> actions;
+  std::vector<float> box_actions;  // [N, dims] for a Gaussian policy
 };
 
 // The gradients of IMPALA's loss over `batch` (this learner's share),

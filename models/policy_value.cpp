@@ -7,6 +7,7 @@
 #include "config/registry.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/softmax.hpp"
+#include "models/gaussian_policy.hpp"
 #include "models/model.hpp"
 #include "models/random.hpp"
 
@@ -185,6 +186,22 @@ std::unique_ptr<policy_value_model> create_policy_value_model(const model_config
   return f(c, observation_size, actions, seed);
 }
 
+double baseline_loss_and_gradient(double value, double target, double baseline_cost,
+                                  float& dvalue) {
+  const double err = value - target;
+  dvalue = static_cast<float>(baseline_cost * err);
+  return baseline_cost * 0.5 * err * err;
+}
+
+std::unique_ptr<policy_value_model> create_policy_value_model(const model_config& c,
+                                                              int64_t observation_size,
+                                                              const policy_head& head,
+                                                              uint64_t seed) {
+  auto net = create_policy_value_model(c, observation_size, head.actions, seed);
+  if (head.distribution == action_distribution::softmax) return net;
+  return make_gaussian_policy(std::move(net), head.actions, head.initial_log_std);
+}
+
 impala_loss impala_loss_and_gradients(const float* logits, const float* values,
                                       const int32_t* actions, const float* vs,
                                       const float* pg_advantages, int64_t n, int64_t num_actions,
@@ -208,9 +225,7 @@ impala_loss impala_loss_and_gradients(const float* logits, const float* values,
     const double logp_a = static_cast<double>(z[a]) - lse;
     out.policy -= adv * logp_a;
     out.entropy += h;
-    const double err = static_cast<double>(values[t]) - static_cast<double>(vs[t]);
-    out.baseline += baseline_cost * 0.5 * err * err;
-    dvalues[t] = static_cast<float>(baseline_cost * err);
+    out.baseline += baseline_loss_and_gradient(values[t], vs[t], baseline_cost, dvalues[t]);
     for (int64_t j = 0; j < num_actions; ++j) {
       const double pj = p[static_cast<std::size_t>(j)];
       const double logp = static_cast<double>(z[j]) - lse;

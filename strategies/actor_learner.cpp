@@ -23,11 +23,19 @@
 #include "actors/rl_actor.hpp"
 #include "actors/trajectory_queue.hpp"
 #include "envs/env.hpp"
+#include "envs/policy_head.hpp"
 #include "strategies/actor_learner_driver.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe {
 namespace {
+
+// The policy head the job's environment and rl config take (validate has
+// checked that they fit).
+policy_head head_of(const rl_config& rl) {
+  return envs::policy_head_for(envs::make_env(rl.env, 1)->spec(), rl.policy_head,
+                               rl.initial_log_std);
+}
 
 class actor_learner final : public strategy {
  public:
@@ -54,6 +62,11 @@ class actor_learner final : public strategy {
     if (std::find(envs.begin(), envs.end(), rl.env) == envs.end())
       throw config_error(
           "rl.env", "expected one of " + json_read::quoted_list(envs) + ", got \"" + rl.env + "\"");
+    try {
+      envs::policy_head_for(envs::make_env(rl.env, 1)->spec(), rl.policy_head);
+    } catch (const std::invalid_argument& e) {
+      throw config_error("rl.policy_head", e.what());
+    }
     if (rl.batch_unrolls % rl.learners != 0)
       throw config_error("rl.batch_unrolls", "expected a multiple of rl.learners (" +
                                                  std::to_string(rl.learners) + "), got " +
@@ -109,6 +122,7 @@ class actor_learner final : public strategy {
       ac.envs = c.rl.envs_per_actor;
       ac.unroll_length = c.rl.unroll_length;
       ac.model = c.model;
+      ac.head = head_of(c.rl);
       ac.seed = c.seed;
       ac.queue = hub.get_as<trajectory_queue_actor>(0);
       ac.coordinator = hub.get_as<rl_reports_actor>(1);
@@ -130,10 +144,11 @@ class actor_learner final : public strategy {
       const auto& c = plan_->config;
       const auto& rl = c.rl;
       const auto spec = envs::make_env(rl.env, 1)->spec();
-      queue_ = spawn_trajectory_queue(
-          sys, {rl.queue_capacity,
-                rl.max_policy_lag,
-                {rl.unroll_length, rl.envs_per_actor, spec.observation_size, spec.actions}});
+      queue_ =
+          spawn_trajectory_queue(sys, {rl.queue_capacity,
+                                       rl.max_policy_lag,
+                                       {rl.unroll_length, rl.envs_per_actor, spec.observation_size,
+                                        spec.actions, spec.action_dims()}});
       if (rl.learners > 1)
         reducers_ = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));
       for (int64_t l = 0; l < rl.learners; ++l) {
@@ -144,12 +159,14 @@ class actor_learner final : public strategy {
         lc.model = c.model;
         lc.observation_size = spec.observation_size;
         lc.actions = spec.actions;
+        lc.head = head_of(rl);
         lc.optimizer = c.optimizer;
         lc.total_updates = c.training.max_steps;
         lc.max_updates = c.training.max_steps;
         lc.seed = c.seed;
-        lc.impala = {rl.discount, rl.reward_scale,  rl.rho_bar,
-                     rl.c_bar,    rl.baseline_cost, rl.entropy_cost};
+        lc.impala = {
+            rl.discount,     rl.reward_scale,        rl.rho_bar, rl.c_bar, rl.baseline_cost,
+            rl.entropy_cost, rl.normalize_advantages};
         lc.grad_clip = rl.grad_clip;
         lc.batch_unrolls = rl.batch_unrolls / rl.learners;
         lc.global_samples = rl.batch_unrolls * rl.unroll_length * rl.envs_per_actor;

@@ -24,57 +24,16 @@
 #include "kernels/cpu_kernels.hpp"
 #include "models/impala.hpp"
 #include "models/random.hpp"
+#include "policy_fixtures.hpp"
 #include "runtime/job.hpp"
 
 using namespace troupe;
+using troupe::test::random_unroll;
+using troupe::test::tiny_model;
 
 namespace {
 
 constexpr auto timeout = std::chrono::seconds(30);
-
-model_config tiny_model() {
-  model_config m;
-  m.kind = "policy_value_mlp";
-  m.hidden = {8};
-  m.activation = "tanh";
-  return m;
-}
-
-// An unroll of random observations, actions and rewards, with one
-// termination and one truncation in it; behaviour logits random too (off
-// policy) unless `net` is given (then the network's own: on policy).
-unroll random_unroll(int64_t actor, int64_t T, int64_t M, int64_t O, int64_t A, uint64_t seed,
-                     policy_value_model* net = nullptr) {
-  splitmix64 g(seed);
-  unroll u;
-  u.actor = actor;
-  u.observations = tensor({T + 1, M, O});
-  u.actions = tensor({T, M}, dtype::i32);
-  u.rewards = tensor({T, M});
-  u.terminated = tensor({T, M}, dtype::i32);
-  u.truncated = tensor({T, M}, dtype::i32);
-  u.final_observations = tensor({T, M, O});
-  u.behaviour_logits = tensor({T, M, A});
-  for (int64_t i = 0; i < u.observations.numel(); ++i)
-    u.observations.f32()[i] = static_cast<float>(g.normal());
-  for (int64_t i = 0; i < T * M; ++i) {
-    u.actions.data<int32_t>()[i] = static_cast<int32_t>(g.next() % static_cast<uint64_t>(A));
-    u.rewards.f32()[i] = static_cast<float>(g.normal());
-  }
-  for (int64_t i = 0; i < u.behaviour_logits.numel(); ++i)
-    u.behaviour_logits.f32()[i] = static_cast<float>(g.normal());
-  // Env 0 terminates at step 1; env M-1 is truncated at step T-2.
-  u.terminated.data<int32_t>()[1 * M + 0] = 1;
-  u.truncated.data<int32_t>()[(T - 2) * M + (M - 1)] = 1;
-  for (int64_t k = 0; k < O; ++k)
-    u.final_observations.f32()[((T - 2) * M + (M - 1)) * O + k] = static_cast<float>(g.normal());
-  u.final_observations.f32()[(1 * M + 0) * O] = 5;  // never read (terminated)
-  if (net) {
-    std::vector<float> values(static_cast<std::size_t>(T * M));
-    net->forward(u.observations.f32(), T * M, u.behaviour_logits.f32(), values.data());
-  }
-  return u;
-}
 
 // The loss with fixed V-trace targets (the targets are constants of the
 // gradient), divided by the global batch.
@@ -107,26 +66,8 @@ TEST_CASE("impala: the learner's gradients match finite differences of its loss"
   CHECK(fig.samples == global);
   CHECK(fig.lag_max == 3);
   const int64_t n = 2 * T * M;
-  auto& vars = net->variables();
-  int checked = 0;
-  for (std::size_t v = 0; v < vars.size(); ++v) {
-    float* p = vars[v].value.f32();
-    for (int64_t i = 0; i < vars[v].value.numel(); i += 3) {
-      const float keep = p[i];
-      const float eps = 1e-2f;
-      p[i] = keep + eps;
-      const double up = fixed_target_loss(*net, ws, n, A, s, global);
-      p[i] = keep - eps;
-      const double down = fixed_target_loss(*net, ws, n, A, s, global);
-      p[i] = keep;
-      const double fd = (up - down) / (2 * eps);
-      const double g = grads[v].value.f32()[i];
-      CAPTURE(vars[v].name);
-      CAPTURE(i);
-      CHECK(g == doctest::Approx(fd).epsilon(2e-2).scale(1e-3));
-      ++checked;
-    }
-  }
+  const int checked = test::check_finite_differences(
+      *net, grads, [&] { return fixed_target_loss(*net, ws, n, A, s, global); });
   CHECK(checked > 20);
 }
 
@@ -510,8 +451,27 @@ TEST_CASE("actor_learner: its config rules name the field") {
   CHECK(
       bad(R"({"model": {"kind": "mlp"}})") ==
       R"(model.kind: the actor_learner strategy trains a policy/value network: expected one of "policy_value_layers", "policy_value_mlp", got "mlp")");
+  // The policy head must fit the environment's action space.
+  CHECK(bad(R"({"rl": {"env": "Pendulum-v1"}})") == "no error");
+  CHECK(bad(R"({"rl": {"env": "MountainCar-v0", "policy_head": "softmax"}})") == "no error");
+  CHECK(bad(R"({"rl": {"env": "Pendulum-v1", "policy_head": "softmax"}})") ==
+        R"(rl.policy_head: the "softmax" policy head does not fit Pendulum-v1, whose actions )"
+        R"(are Box(1) in [-2, 2]: use "gaussian" (or "auto"))");
+  CHECK(bad(R"({"rl": {"env": "CartPole-v1", "policy_head": "gaussian"}})") ==
+        R"(rl.policy_head: the "gaussian" policy head does not fit CartPole-v1, whose actions )"
+        R"(are Discrete(2): use "softmax" (or "auto"))");
+  CHECK(bad(R"({"rl": {"policy_head": "beta"}})") ==
+        R"(rl.policy_head: expected one of "auto", "softmax", "gaussian", got "beta")");
+  CHECK(bad(R"({"rl": {"initial_log_std": 3}})") ==
+        "rl.initial_log_std: expected a number in [-10, 2], got 3");
+  CHECK(bad(R"({"rl": {"normalize_advantages": 1}})") ==
+        "rl.normalize_advantages: expected true or false, got 1");
+  CHECK(bad(R"({"rl": {"env": "Pendulum-v2"}})") ==
+        R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
+        R"("MountainCarContinuous-v0", "Pendulum-v1", got "Pendulum-v2")");
   CHECK(bad(R"({"rl": {"env": "Pong"}})") ==
-        R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", got "Pong")");
+        R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
+        R"("MountainCarContinuous-v0", "Pendulum-v1", got "Pong")");
   CHECK(bad(R"({"rl": {"learners": 2, "batch_unrolls": 3}})") ==
         "rl.batch_unrolls: expected a multiple of rl.learners (2), got 3");
   CHECK(bad(R"({"rl": {"batch_unrolls": 8, "queue_capacity": 4}})") ==

@@ -9,49 +9,11 @@
 #include <set>
 #include <vector>
 
+#include "env_fixtures.hpp"
 #include "envs/env.hpp"
 
 using namespace troupe::envs;
-
-namespace {
-
-struct buffers {
-  int64_t m, obs_n;
-  std::vector<float> obs, reward, final_obs;
-  std::vector<uint8_t> terminated, truncated;
-  std::vector<double> ret;
-  std::vector<int64_t> len;
-  explicit buffers(const vector_env& e)
-      : m(e.size()),
-        obs_n(e.spec().observation_size),
-        obs(static_cast<std::size_t>(m * obs_n)),
-        reward(static_cast<std::size_t>(m)),
-        final_obs(static_cast<std::size_t>(m * obs_n)),
-        terminated(static_cast<std::size_t>(m)),
-        truncated(static_cast<std::size_t>(m)),
-        ret(static_cast<std::size_t>(m)),
-        len(static_cast<std::size_t>(m)) {}
-  step_output out() {
-    return {obs.data(),       reward.data(), terminated.data(), truncated.data(),
-            final_obs.data(), ret.data(),    len.data()};
-  }
-};
-
-std::vector<double> state_of(const vector_env& e, int64_t i) {
-  std::vector<double> s(static_cast<std::size_t>(e.state_size()));
-  e.get_state(i, s.data());
-  return s;
-}
-
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double tol) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t c = 0; c < got.size(); ++c) {
-    CAPTURE(c);
-    CHECK(std::abs(got[c] - want[c]) <= tol * std::max(1.0, std::abs(want[c])));
-  }
-}
-
-}  // namespace
+using namespace troupe::envs::testing;
 
 TEST_CASE("CartPole-v1 follows Gymnasium's trajectory step for step") {
   auto e = make_env("CartPole-v1", 1);
@@ -232,7 +194,8 @@ TEST_CASE("bad input: an action out of range, an unknown name, no instances") {
                        std::invalid_argument);
   CHECK(state_of(*e, 0) == before);  // nothing stepped
   CHECK_THROWS_WITH_AS(make_env("Pong-v5", 1),
-                       "unknown environment 'Pong-v5' (registered: Acrobot-v1, CartPole-v1)",
+                       "unknown environment 'Pong-v5' (registered: Acrobot-v1, CartPole-v1, "
+                       "MountainCar-v0, MountainCarContinuous-v0, Pendulum-v1)",
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(make_env("CartPole-v1", 0),
                        "CartPole-v1: expected at least 1 instance, got 0", std::invalid_argument);

@@ -9,45 +9,20 @@
 #include "kernels/cpu_kernels.hpp"
 #include "models/policy_value.hpp"
 #include "models/random.hpp"
+#include "policy_fixtures.hpp"
 
 using namespace troupe;
 
-namespace {
-
-std::vector<float> random_floats(std::size_t n, uint64_t seed, double scale) {
-  splitmix64 g(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>((g.uniform() * 2 - 1) * scale);
-  return v;
-}
-
-model_config pv_config(const std::string& activation) {
-  model_config c;
-  c.kind = "policy_value_mlp";
-  c.hidden = {8, 6};
-  c.activation = activation;
-  return c;
-}
-
-// sum_b (dl[b] . logits[b] + dv[b] values[b]) in double.
-double probe(policy_value_model& m, const std::vector<float>& obs, int64_t b, int64_t a,
-             const std::vector<float>& dl, const std::vector<float>& dv) {
-  std::vector<float> logits(static_cast<std::size_t>(b * a)), values(static_cast<std::size_t>(b));
-  m.forward(obs.data(), b, logits.data(), values.data());
-  double s = 0;
-  for (std::size_t i = 0; i < logits.size(); ++i) s += double(dl[i]) * logits[i];
-  for (std::size_t i = 0; i < values.size(); ++i) s += double(dv[i]) * values[i];
-  return s;
-}
-
-}  // namespace
+using test::policy_value_config;
+using test::probe;
+using test::random_floats;
 
 TEST_CASE("policy_value_mlp: variables, shapes, and backward against finite differences") {
   kernels::init_cpu_kernels();
   for (std::string act : {"tanh", "relu"}) {
     CAPTURE(act);
     const int64_t obs_n = 4, actions = 3, b = 5;
-    auto m = create_policy_value_model(pv_config(act), obs_n, actions, 7);
+    auto m = create_policy_value_model(policy_value_config(act), obs_n, actions, 7);
     auto& vars = m->variables();
     REQUIRE(vars.size() == 8);
     CHECK(vars[0].name == "torso_0/kernel");
@@ -203,21 +178,21 @@ TEST_CASE("IMPALA loss: terms by hand, gradients against finite differences") {
 }
 
 TEST_CASE("policy/value models by name; bad configs named") {
-  model_config c = pv_config("tanh");
+  model_config c = policy_value_config("tanh");
   c.kind = "transformer";
   CHECK_THROWS_WITH_AS(create_policy_value_model(c, 4, 2, 1),
                        "model.kind: unknown policy/value model 'transformer' (registered: "
                        "policy_value_layers, policy_value_mlp)",
                        std::invalid_argument);
-  c = pv_config("gelu");
+  c = policy_value_config("gelu");
   CHECK_THROWS_AS(create_policy_value_model(c, 4, 2, 1), std::invalid_argument);
-  c = pv_config("tanh");
+  c = policy_value_config("tanh");
   c.hidden.clear();
   CHECK_THROWS_WITH_AS(create_policy_value_model(c, 4, 2, 1),
                        "model.hidden: policy_value_mlp needs at least one layer",
                        std::invalid_argument);
   // The first policy is near uniform (small policy head).
-  auto m = create_policy_value_model(pv_config("tanh"), 4, 2, 3);
+  auto m = create_policy_value_model(policy_value_config("tanh"), 4, 2, 3);
   std::vector<float> obs = {0.1f, -0.2f, 0.03f, 0.5f}, logits(2), values(1);
   m->forward(obs.data(), 1, logits.data(), values.data());
   CHECK(std::abs(logits[0] - logits[1]) < 0.05f);
