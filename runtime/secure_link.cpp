@@ -30,6 +30,7 @@
 #include "crypto/crypto.hpp"
 #include "runtime/basp_guard.hpp"
 #include "runtime/fork_join_pool.hpp"
+#include "runtime/frame_budget.hpp"
 #include "runtime/tls_records.hpp"
 
 namespace troupe {
@@ -39,6 +40,7 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 constexpr std::size_t kChunk = 256 * 1024;         // one read from either side
 constexpr auto kLinger = std::chrono::seconds(2);  // to flush after the other side closed
+constexpr const char* kCutByBudget = "cut for the budget of unfinished frames";
 
 std::string ssl_errors() {
   std::string out;
@@ -82,6 +84,7 @@ struct link {
   std::unique_ptr<tls13::record_writer> writer;
   std::unique_ptr<tls13::record_reader> reader;
   uint64_t records_per_key = tls13::default_records_per_key;  // the writer's
+  uint64_t unfinished_limit = 0;  // the process's budget for unfinished frames
   // From the inbound thread to the outbound one: the alert owed to the
   // peer for a bad record (-1: none), and a peer's request for new keys.
   std::atomic<int> alert_due{-1};
@@ -565,12 +568,22 @@ std::string open_records(link& l, tls13::record_reader& records, const char* in,
   return "";
 }
 
-// The guard's check of the n bytes at `data`; data and n become what passed
-// (in `checked`). "" or why the link ends.
-std::string check_frames(link& l, link_counters& counters, const char*& data, std::size_t& n,
-                         std::vector<char>& checked) {
-  checked.clear();
+// The guard's check of the n bytes at `data`, within the process's budget
+// for unfinished frames; data and n become what passed (in `checked`): whole
+// frames only. "" or why the link ends; kCutByBudget when the budget cut
+// it (its callback logged why).
+std::string check_frames(link& l, link_counters& counters, frame_budget::share& budget,
+                         const char*& data, std::size_t& n, std::vector<char>& checked) {
+  // A large frame's buffer, handed on, is not kept for the next chunk.
+  if (checked.capacity() > basp_guard::kKeptBytes)
+    std::vector<char>().swap(checked);
+  else
+    checked.clear();
+  auto& process = frame_budget::process();
+  if (!process.reserve(budget, n, l.unfinished_limit, [&l] { return !l.stopping; }).empty())
+    return kCutByBudget;
   auto problem = l.guard->feed(data, n, checked);
+  process.settle(budget, l.guard->held_bytes());
   if (auto drops = l.guard->take_drops(); drops.count > 0) {
     counters.dropped += drops.count;
     spdlog::warn("{}: dropped {} frame(s) from {}: {}", l.p.me, drops.count, l.who(),
@@ -596,6 +609,10 @@ void pump_inbound(link& l, link_counters& counters) {
       records ? new char[kChunk + tls13::header_size + tls13::max_ciphertext] : nullptr);
   std::string why;
   bool peer_closed = false, basp_gone = false;
+  frame_budget::share budget(frame_budget::process(), l.who(), [&l](const std::string& reason) {
+    spdlog::warn("{}: closed the connection with {}: {}", l.p.me, l.who(), reason);
+    l.stop();
+  });
   while (!l.stopping && !peer_closed) {
     ssize_t n = ::recv(l.tcp, buf.data(), buf.size(), 0);
     if (n < 0) {
@@ -622,8 +639,9 @@ void pump_inbound(link& l, link_counters& counters) {
     counters.bytes_in += len;
     l.decide({});
     if (l.guard) {
-      why = check_frames(l, counters, data, len, checked);
-      if (!why.empty()) break;
+      why = check_frames(l, counters, budget, data, len, checked);
+      if (why == kCutByBudget) why.clear();  // logged as it was cut
+      if (!why.empty() || l.stopping) break;
     }
     if (!send_all(l, l.plain, data, len)) {  // BASP went away, or the link stops
       basp_gone = !l.stopping;
@@ -845,6 +863,8 @@ link_end open_link(int tcp_fd, const link_security& sec, link_params p) {
         p.listener ? basp_guard::side::listener : basp_guard::side::connector, p.local_node,
         p.peer_task, sec.max_frame_bytes);
   l->records_per_key = sec.records_per_key;
+  l->unfinished_limit = sec.max_unfinished_bytes > 0 ? sec.max_unfinished_bytes
+                                                     : unfinished_budget(sec.max_frame_bytes);
   l->deadline = clock_type::now() + sec.handshake_timeout;
   l->timeout_ms = sec.handshake_timeout.count();
   l->p = std::move(p);

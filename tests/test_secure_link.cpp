@@ -15,6 +15,7 @@
 #include <chrono>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 
 #include "actors/net_system_config.hpp"
 #include "runtime/basp_guard.hpp"
+#include "runtime/frame_budget.hpp"
 #include "runtime/gate.hpp"
 #include "runtime/secure_link.hpp"
 #include "tests/attack.hpp"
@@ -304,6 +306,74 @@ TEST_CASE("guard: frames pass byte for byte however the stream is cut") {
     CHECK(as_string(out) == stream);
     CHECK(g.dropped_total() == 0);
   }
+}
+
+TEST_CASE("guard: a frame reaches BASP only whole, held as its bytes arrive") {
+  auto me = some_node(61), peer = some_node(62);
+  basp_guard g(basp_guard::side::connector, serialized_node_id(me), "chief:0", 64 << 20);
+  std::vector<char> out;
+  const auto hs = basp_frame(0, 0, handshake_payload(peer));
+  REQUIRE(g.feed(hs.data(), hs.size(), out).empty());
+  CHECK(as_string(out) == hs);
+  CHECK(g.held_bytes() == 0);
+  // A header announcing 60 MiB, then 1000 bytes of it: BASP sees none of it
+  // (CAF would size its buffer from the header), and the guard holds only
+  // what came.
+  out.clear();
+  const auto header = basp_frame(2, 0, {}, 9, 60u << 20);
+  const std::string part(1000, 'p');
+  REQUIRE(g.feed(header.data(), header.size(), out).empty());
+  REQUIRE(g.feed(part.data(), part.size(), out).empty());
+  CHECK(out.empty());
+  CHECK(g.held_bytes() == header.size() + part.size());
+  // A frame that comes whole: out once its last byte is in.
+  basp_guard small(basp_guard::side::connector, serialized_node_id(me), "chief:1", 64 << 20);
+  std::vector<char> body(3000, 'b');
+  const auto frame = basp_frame(2, 0, body, 9);
+  std::vector<char> passed;
+  const auto other_hs = basp_frame(0, 0, handshake_payload(some_node(63)));
+  REQUIRE(small.feed(other_hs.data(), other_hs.size(), passed).empty());
+  passed.clear();
+  REQUIRE(small.feed(frame.data(), frame.size() - 1, passed).empty());
+  CHECK(passed.empty());
+  CHECK(small.held_bytes() == frame.size() - 1);
+  REQUIRE(small.feed(frame.data() + frame.size() - 1, 1, passed).empty());
+  CHECK(as_string(passed) == frame);
+  CHECK(small.held_bytes() == 0);
+}
+
+TEST_CASE("frame budget: frames side by side stay within it; the slowest old frame is cut") {
+  frame_budget budget;
+  std::vector<std::string> cut;
+  auto on_cut = [&](const std::string& who) {
+    return [&cut, who](const std::string& why) { cut.push_back(who + ": " + why); };
+  };
+  auto never = [] { return false; };
+  std::optional<frame_budget::share> slow(std::in_place, budget, "worker:1", on_cut("worker:1"));
+  frame_budget::share fast(budget, "worker:2", on_cut("worker:2"));
+  CHECK(budget.reserve(*slow, 600, 1000, never).empty());
+  // A frame alone always has room (the guard caps it); beside another, only
+  // within the budget: a young frame is never cut for it, the newcomer waits.
+  CHECK(budget.reserve(fast, 300, 1000, never).empty());
+  CHECK(budget.used() == 900);
+  CHECK(budget.reserve(fast, 200, 1000, never) ==
+        "the link stopped while it waited for room for its frame");
+  CHECK(cut.empty());
+  budget.settle(fast, 0);  // its frame went to BASP
+  CHECK(budget.used() == 600);
+  // Once worker:1's frame is old (and, held for a second, the slowest), the
+  // bytes of another cut it; they are granted once its link let go.
+  std::this_thread::sleep_for(frame_budget::kMinAge + std::chrono::milliseconds(50));
+  auto let_go = [&] {
+    slow.reset();
+    return true;
+  };
+  CHECK(budget.reserve(fast, 700, 1000, let_go).empty());
+  REQUIRE(cut.size() == 1);
+  CHECK(cut[0].find("worker:1: its unfinished frame held 0.0 MiB for 1.") == 0);
+  CHECK(cut[0].find("this process's 0 MiB for unfinished frames ran out") != std::string::npos);
+  CHECK(budget.used() == 700);
+  CHECK(budget.cuts() == 1);
 }
 
 TEST_CASE("guard: a header over the cap, an unknown type or no handshake first closes") {
