@@ -1,6 +1,7 @@
 #include "runtime/secure_link.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/crypto.h>
@@ -11,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -61,7 +63,7 @@ using ctx_ptr = std::unique_ptr<SSL_CTX, ctx_free>;
 // The process's link counters (link_totals()).
 struct link_counters {
   std::atomic<uint64_t> opened{0}, failed{0}, guard_closed{0}, dropped{0}, bytes_in{0},
-      bytes_out{0}, key_updates{0};
+      bytes_out{0}, key_updates{0}, evicted{0};
 };
 
 // One connection: the peer's socket (with its TLS session) and the plain end
@@ -354,9 +356,9 @@ class link_hub {
   }
 
   link_stats totals() const {
-    return {counters_.opened.load(),     counters_.failed.load(),   counters_.guard_closed.load(),
-            counters_.dropped.load(),    counters_.bytes_in.load(), counters_.bytes_out.load(),
-            counters_.key_updates.load()};
+    return {counters_.opened.load(),      counters_.failed.load(),   counters_.guard_closed.load(),
+            counters_.dropped.load(),     counters_.bytes_in.load(), counters_.bytes_out.load(),
+            counters_.key_updates.load(), counters_.evicted.load()};
   }
 
   void wake() {
@@ -402,6 +404,9 @@ class link_hub {
   std::string key_records(link& l);
   // Moves what OpenSSL wrote to `wire` and sends what the socket takes.
   void send_wire(link& l);
+  // Closes the oldest accepted links in their handshake beyond
+  // max_tls_handshakes(), logged at most once a second.
+  void evict_excess_handshakes(clock_type::time_point now);
 
   std::mutex mutex_;
   std::vector<std::unique_ptr<link>> incoming_;
@@ -413,6 +418,8 @@ class link_hub {
   std::atomic<bool> stopping_{false};
   std::thread thread_;
   link_counters counters_;
+  clock_type::time_point last_eviction_line_{};
+  uint64_t evictions_unlogged_ = 0;
   // Lanes that seal and open the records of a link's larger chunks beside
   // its pump thread (none on small machines: see default_helpers).
   fork_join_pool crypto_{fork_join_pool::default_helpers(), [] { OPENSSL_thread_stop(); }};
@@ -433,6 +440,7 @@ void link_hub::run() {
     fds.clear();
     fds.push_back({wake_[0], POLLIN, 0});
     auto now = clock_type::now();
+    evict_excess_handshakes(now);
     auto next = now + std::chrono::seconds(1);
     for (auto& l : links_) {
       fds.push_back(
@@ -447,6 +455,7 @@ void link_hub::run() {
     now = clock_type::now();
     for (std::size_t i = 0; i < links_.size(); ++i) {
       auto& l = *links_[i];
+      if (l.done) continue;  // evicted
       // A new link's first handshake step sends its hello unprompted.
       if (fds[1 + i].revents != 0 || !l.started) {
         handshake(l);
@@ -462,6 +471,32 @@ void link_hub::run() {
                                 [](const std::unique_ptr<link>& l) { return !l || l->done; }),
                  links_.end());
   }
+}
+
+void link_hub::evict_excess_handshakes(clock_type::time_point now) {
+  std::vector<link*> waiting;
+  for (auto& l : links_)
+    if (l->p.listener && !l->done && !l->open) waiting.push_back(l.get());
+  const auto cap = max_tls_handshakes();
+  if (waiting.size() <= cap) return;
+  // The same timeout for all: the earliest deadline is the oldest link.
+  std::sort(waiting.begin(), waiting.end(),
+            [](const link* a, const link* b) { return a->deadline < b->deadline; });
+  const auto excess = waiting.size() - cap;
+  for (std::size_t i = 0; i < excess; ++i) {
+    auto& l = *waiting[i];
+    ++counters_.evicted;
+    l.decide(fmt::format("evicted: more than {} TLS handshakes at once", cap));
+    l.done = true;
+  }
+  evictions_unlogged_ += excess;
+  if (now - last_eviction_line_ < std::chrono::seconds(1)) return;
+  spdlog::warn(
+      "{}: more than {} connections in their TLS handshake at once: closed the oldest, with {} "
+      "({} closed so since the last line)",
+      waiting[excess - 1]->p.me, cap, waiting[excess - 1]->who(), evictions_unlogged_);
+  last_eviction_line_ = now;
+  evictions_unlogged_ = 0;
 }
 
 void link_hub::send_wire(link& l) {
@@ -871,6 +906,16 @@ link_end open_link(int tcp_fd, const link_security& sec, link_params p) {
   end.ready = l->ready.get_future().share();
   link_hub::instance().add(std::move(l));
   return end;
+}
+
+std::size_t max_tls_handshakes() {
+  static const std::size_t cap = [] {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+      return std::size_t{64};
+    return std::clamp<std::size_t>(static_cast<std::size_t>(limit.rlim_cur / 16), 4, 64);
+  }();
+  return cap;
 }
 
 link_stats link_totals() {

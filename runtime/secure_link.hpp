@@ -118,7 +118,18 @@ struct link_stats {
   uint64_t bytes_in = 0;         // decrypted, from peers
   uint64_t bytes_out = 0;        // to peers, before encryption
   uint64_t key_updates = 0;      // TLS KeyUpdates sent and followed, counted as links end
+  // Accepted links closed in their TLS handshake to make room for newer ones
+  // (more than max_tls_handshakes() at once).
+  uint64_t handshakes_evicted = 0;
 };
 link_stats link_totals();
+
+// How many accepted links may be in their TLS handshake at once in this
+// process: 64, or a sixteenth of the descriptor limit if less (at least 4).
+// Past the gate a link costs three descriptors and a TLS state before its
+// peer proved anything; in a cluster with certificates and no secret the
+// gate proves nothing, so this is what keeps a flood from taking them all.
+// One more evicts the oldest (a real peer finishes in milliseconds).
+std::size_t max_tls_handshakes();
 
 }  // namespace troupe

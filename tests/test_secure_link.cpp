@@ -13,6 +13,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -735,6 +736,55 @@ TEST_CASE("certificates: the cluster CA's admit; another CA, expired, another ta
   REQUIRE(!to_wrong);
   CHECK(d.sys.render(to_wrong.error()).find("does not name the task chief:0") != std::string::npos);
   CHECK(l.box.strings == 1);
+}
+
+namespace {
+
+int open_descriptors() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+}  // namespace
+
+// Issue 40, row 5: with certificates and no cluster secret the gate runs on a
+// public stand-in, so a stranger passes it, and every admitted socket got a
+// TLS link (three descriptors, a TLS state, a BASP scribe) with no cap on the
+// unfinished ones: 5,437 connections took a chief to 1,023 of its 1,024
+// descriptors and the real worker's join failed.
+TEST_CASE("certificates and no secret: links in their TLS handshake are capped; a peer gets in") {
+  temp_dir dir;
+  tls_test::test_ca ca(dir.str(), "cluster-ca");
+  auto stand_in = [&](gate_options o) {
+    o.secret = kCertificatesOnlySecret;
+    return o;
+  };
+  listener l(stand_in(cert_opts("chief:0", ca, ca.issue("chief:0", "chief"))));
+  const auto evicted = link_totals().handshakes_evicted;
+  const int before = open_descriptors();
+  // Strangers that pass the gate with the public stand-in and never start TLS.
+  constexpr int kStrangers = 200;
+  std::vector<int> strangers;
+  for (int i = 0; i < kStrangers; ++i) {
+    auto o = stand_in(opts("worker:" + std::to_string(i)));
+    auto s = gate_handshake("127.0.0.1", l.port(), o, std::chrono::seconds(5));
+    REQUIRE_MESSAGE(s.fd >= 0, s.error);
+    strangers.push_back(s.fd);
+  }
+  const auto cap = max_tls_handshakes();
+  CHECK(eventually([&] { return link_totals().handshakes_evicted >= evicted + kStrangers - cap; }));
+  // Their own sockets aside, what the strangers hold here is bounded by the
+  // cap (three descriptors a link), not by how many came.
+  CHECK(eventually([&] { return open_descriptors() - before - kStrangers <= 3 * int(cap) + 32; }));
+  const int held = open_descriptors() - before - kStrangers;
+  MESSAGE(held << " descriptors for " << kStrangers << " strangers past the gate, cap " << cap);
+  connector c;
+  auto good = c.connect(l.port(), stand_in(cert_opts("worker:0", ca, ca.issue("worker:0", "w0"))));
+  REQUIRE_MESSAGE(good, c.sys.render(good.error()));
+  CHECK(c.ask(*good, "hello") == 5);
+  CHECK(logs.contains("connections in their TLS handshake at once: closed the oldest"));
+  for (int fd : strangers) ::close(fd);
 }
 
 TEST_CASE("certificates: a bad file is an error naming it") {
