@@ -76,7 +76,11 @@ struct listener {
       },
       &box);
   std::unique_ptr<gate> door;
-  explicit listener(gate_options o = opts("chief:0")) {
+  // `connection_timeout`: how long BASP keeps a connection it hears nothing
+  // from (a frame it does not have whole yet included).
+  explicit listener(gate_options o = opts("chief:0"),
+                    caf::timespan connection_timeout = std::chrono::seconds(2))
+      : cfg(std::chrono::milliseconds(200), connection_timeout) {
     door = open_gate(sys, counter, "127.0.0.1", 0, std::move(o));
   }
   ~listener() {
@@ -609,6 +613,36 @@ TEST_CASE("a holder of the secret: a 4 GiB header closes its connection, memory 
   auto a = c.connect(l.port(), opts("worker:0"));
   REQUIRE(a);
   CHECK(c.ask(*a, "still here") == 10);
+}
+
+// Issue 40, row 2, with bulk bytes: two holders of the secret each send most
+// of a frame and stop. The second's bytes do not fit the budget beside the
+// first's, which is old and the slowest: the first link is cut, naming its
+// peer, and the second goes on. (BASP's own connection timeout, which also
+// ends a link whose frame stays unfinished, is set long here.)
+TEST_CASE("a holder of the secret: unfinished frames beyond the budget cut the slowest link") {
+  auto o = opts("chief:0");
+  o.link.max_frame_bytes = 8 << 20;
+  o.link.max_unfinished_bytes = 12 << 20;
+  listener l(o, std::chrono::seconds(30));
+  const auto cuts = frame_budget::process().cuts();
+  const std::string most(7 << 20, 'x');
+  hand_session slow(l.port(), "worker:5", some_node(71));
+  REQUIRE(send_all(slow.fd, basp_frame(2, 0, {}, l.counter.id(), 8 << 20) + most));
+  REQUIRE(eventually([] { return frame_budget::process().used() == (7u << 20) + 32; }));
+  std::this_thread::sleep_for(frame_budget::kMinAge + std::chrono::milliseconds(200));
+  hand_session late(l.port(), "worker:6", some_node(72));
+  REQUIRE(send_all(late.fd, basp_frame(2, 0, {}, l.counter.id(), 8 << 20) + most));
+  CHECK(closed_within(slow.fd, std::chrono::seconds(5)));
+  CHECK(frame_budget::process().cuts() == cuts + 1);
+  CHECK(eventually([&] {
+    return logs.contains("closed the connection with worker:5 (") &&
+           logs.contains("its unfinished frame held 7.0 MiB for ") &&
+           logs.contains("this process's 12 MiB for unfinished frames ran out");
+  }));
+  CHECK_FALSE(closed_within(late.fd, std::chrono::milliseconds(500)));
+  // What is left: the second frame, header and 7 MiB.
+  CHECK(eventually([] { return frame_budget::process().used() == (7u << 20) + 32; }));
 }
 
 TEST_CASE("a message naming another node as its sender is dropped; its own passes") {
