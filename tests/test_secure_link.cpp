@@ -813,7 +813,9 @@ TEST_CASE("certificates and no secret: links in their TLS handshake are capped; 
   const auto cap = max_tls_handshakes();
   MESSAGE("at most " << peak << " descriptors held for " << kStrangers
                      << " strangers past the gate, cap " << cap);
-  CHECK(peak <= 3 * static_cast<int>(cap) + 32);
+  // (Evicted links close on the link thread, and BASP closes its end after
+  // them: some slack over the cap, far below three for every stranger.)
+  CHECK(peak <= 3 * static_cast<int>(cap) + 96);
   CHECK(eventually([&] { return link_totals().handshakes_evicted >= evicted + kStrangers - cap; }));
   connector c;
   auto good = c.connect(l.port(), stand_in(cert_opts("worker:0", ca, ca.issue("worker:0", "w0"))));
