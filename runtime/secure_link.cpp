@@ -493,7 +493,7 @@ void link_hub::evict_excess_handshakes(clock_type::time_point now) {
   if (now - last_eviction_line_ < std::chrono::seconds(1)) return;
   spdlog::warn(
       "{}: more than {} connections in their TLS handshake at once: closed the oldest, with {} "
-      "({} closed so since the last line)",
+      "({} closed since the last line)",
       waiting[excess - 1]->p.me, cap, waiting[excess - 1]->who(), evictions_unlogged_);
   last_eviction_line_ = now;
   evictions_unlogged_ = 0;
