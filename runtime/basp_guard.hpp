@@ -51,8 +51,11 @@ class basp_guard {
   enum class side { listener, connector };  // this end's role
   static constexpr std::size_t kHeaderBytes = 32;
   static constexpr uint32_t kMaxHandshakeBytes = 1 << 20;
-  // What the guard keeps of a released frame's buffer for the next one.
-  static constexpr std::size_t kKeptBytes = 1 << 20;
+  // The largest buffer a link keeps between frames (the guard's, and the
+  // one a released frame goes out in): frames up to this size reuse memory
+  // already touched (fresh pages for every frame cost more than the copy),
+  // larger ones are allocated as their bytes arrive and freed once handed on.
+  static constexpr std::size_t kKeptBytes = 4 << 20;
 
   // `local_node`: this node's id as BASP serializes it; `peer_task`: the
   // task the connection authenticated as; `max_frame_bytes`: the cap.
