@@ -18,6 +18,11 @@
 //     link closes, with a warning naming the peer. A frame that arrives at
 //     network speed finishes long before it is old enough to be cut; one
 //     that trickles or stalls is the first to go.
+//
+// Besides: BASP hears nothing on a link while its frame is unfinished, so
+// its own connection timeout (no message, heartbeats included, for about
+// three heartbeats) also ends a link whose frame stays unfinished, as it
+// did when a frame's header reached it first.
 #include <chrono>
 #include <cstdint>
 #include <functional>
