@@ -165,11 +165,14 @@ std::string basp_guard::feed(const char* data, std::size_t n, std::vector<char>&
       case phase::pass:
       case phase::skip: {
         auto k = static_cast<std::size_t>(std::min<uint64_t>(n, left_));
-        if (phase_ == phase::pass) out.insert(out.end(), data, data + k);
+        if (phase_ == phase::pass) hold(data, k);
         data += k;
         n -= k;
         left_ -= k;
-        if (left_ == 0) phase_ = phase::header;
+        if (left_ == 0) {
+          if (phase_ == phase::pass) release(out);
+          phase_ = phase::header;
+        }
         break;
       }
     }
@@ -258,12 +261,36 @@ std::string basp_guard::decide(std::vector<char>& out) {
   }
   left_ = payload_len_ - inspect_.size();
   if (pass) {
-    out.insert(out.end(), header_, header_ + kHeaderBytes);
-    out.insert(out.end(), inspect_.begin(), inspect_.end());
+    held_.clear();
+    hold(header_, kHeaderBytes);
+    hold(inspect_.data(), inspect_.size());
+    if (left_ == 0) release(out);
   }
   inspect_.clear();
   phase_ = left_ == 0 ? phase::header : (pass ? phase::pass : phase::skip);
   return {};
+}
+
+void basp_guard::hold(const char* data, std::size_t n) {
+  // Grows with what arrived (at most doubling), never past the frame.
+  if (held_.size() + n > held_.capacity()) {
+    const uint64_t frame = kHeaderBytes + uint64_t{payload_len_};
+    held_.reserve(static_cast<std::size_t>(
+        std::min<uint64_t>(frame, std::max<uint64_t>(held_.size() + n, 2 * held_.capacity()))));
+  }
+  held_.insert(held_.end(), data, data + n);
+}
+
+void basp_guard::release(std::vector<char>& out) {
+  if (out.empty())
+    out.swap(held_);  // a large frame moves, not copied
+  else
+    out.insert(out.end(), held_.begin(), held_.end());
+  // A large frame's memory goes with it; a small buffer is kept for the next.
+  if (held_.capacity() > kKeptBytes)
+    std::vector<char>().swap(held_);
+  else
+    held_.clear();
 }
 
 }  // namespace troupe

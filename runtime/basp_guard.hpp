@@ -32,8 +32,12 @@
 //   - direct messages and heartbeats carry no node id: CAF attributes them
 //     to the connection's node already.
 //
-// Streaming: a frame's bytes pass on as they arrive once its first bytes
-// are checked; only handshakes (at most kMaxHandshakeBytes) are held whole.
+// Whole frames: a frame that passes goes to BASP only once its last byte
+// arrived (CAF sizes and zero-fills its buffer from the header, so a header
+// alone would make it allocate the cap). Until then the guard holds it, in
+// memory that grows with the bytes received, never the announced size up
+// front; held_bytes() is what the process's budget for unfinished frames
+// counts (runtime/frame_budget.hpp).
 #include <caf/node_id.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +51,11 @@ class basp_guard {
   enum class side { listener, connector };  // this end's role
   static constexpr std::size_t kHeaderBytes = 32;
   static constexpr uint32_t kMaxHandshakeBytes = 1 << 20;
+  // The largest buffer a link keeps between frames (the guard's, and the
+  // one a released frame goes out in): frames up to this size reuse memory
+  // already touched (fresh pages for every frame cost more than the copy),
+  // larger ones are allocated as their bytes arrive and freed once handed on.
+  static constexpr std::size_t kKeptBytes = 4 << 20;
 
   // `local_node`: this node's id as BASP serializes it; `peer_task`: the
   // task the connection authenticated as; `max_frame_bytes`: the cap.
@@ -67,6 +76,8 @@ class basp_guard {
   };
   drops take_drops();
   uint64_t dropped_total() const { return dropped_total_; }
+  // Bytes of the frame in progress held here (header included).
+  uint64_t held_bytes() const { return header_got_ + inspect_.size() + held_.size(); }
   // The peer's node id once its handshake arrived (serialized), else empty.
   const std::vector<char>& peer_node() const { return peer_node_; }
 
@@ -74,6 +85,8 @@ class basp_guard {
   enum class phase { header, inspect, pass, skip };
   std::string on_header();
   std::string decide(std::vector<char>& out);
+  void hold(const char* data, std::size_t n);
+  void release(std::vector<char>& out);
   void drop(std::string why);
 
   side me_;
@@ -88,6 +101,7 @@ class basp_guard {
   std::vector<char> inspect_;  // the payload's first bytes, held until decided
   std::size_t need_ = 0;       // how many of them decide
   uint64_t left_ = 0;          // payload bytes still to pass or skip
+  std::vector<char> held_;     // the frame that passes, until its last byte
   std::vector<char> peer_node_;
   uint64_t dropped_total_ = 0;
   drops drops_;

@@ -714,18 +714,16 @@ gate_socket secure(gate_socket authenticated, const std::string& where, const ga
     return authenticated;
   }
   std::string problem = "no TLS handshake in time";
-  // The listener proved the secret already: one too busy to finish TLS in
-  // time (a flood on its port, a loaded machine) may finish the next one, so
-  // only a timeout is worth retrying; a TLS error is final.
-  bool timed_out = true;
-  if (end.ready.wait_until(deadline) == std::future_status::ready) {
-    problem = end.ready.get();
-    timed_out = false;
-  }
+  if (end.ready.wait_until(deadline) == std::future_status::ready) problem = end.ready.get();
   if (!problem.empty()) {
     ::close(end.plain_fd);
     authenticated.fd = -1;
-    authenticated.unreachable = timed_out;
+    // Worth retrying until the caller's deadline, which then names it: a
+    // listener too busy to finish TLS in time (a flood on its port, a
+    // loaded machine) or that evicted this handshake for newer ones may
+    // finish the next one, and with certificates and no secret the gate
+    // proves nothing, so anyone on the port gets this far and can fail it.
+    authenticated.unreachable = true;
     authenticated.error = authenticated.peer + " at " + where + ": " + problem;
     return authenticated;
   }

@@ -266,9 +266,9 @@ struct verdict_check {
 };
 verdict_check check_verdict(const std::string& key, const std::string& server_challenge,
                             const std::string& client_challenge, std::string_view frame);
-// Whether a connector's error says it was refused, or the secret failed,
-// rather than that nobody answered: a caller that retries until its deadline
-// names such an error then, as the likelier cause.
+// Whether a connector's error says it was refused, the secret failed or TLS
+// did, rather than that nobody answered: a caller that retries until its
+// deadline names such an error then, as the likelier cause.
 bool names_refusal(std::string_view error);
 }  // namespace gate_wire
 

@@ -158,7 +158,8 @@ verdict_check check_verdict(const std::string& key, const std::string& server_ch
 
 bool names_refusal(std::string_view error) {
   return error.find("refused this process") != std::string_view::npos ||
-         error.find("secret") != std::string_view::npos;
+         error.find("secret") != std::string_view::npos ||
+         error.find("TLS") != std::string_view::npos;
 }
 
 }  // namespace troupe::gate_wire

@@ -1,6 +1,7 @@
 #include "runtime/secure_link.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/crypto.h>
@@ -11,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,6 +32,7 @@
 #include "crypto/crypto.hpp"
 #include "runtime/basp_guard.hpp"
 #include "runtime/fork_join_pool.hpp"
+#include "runtime/frame_budget.hpp"
 #include "runtime/tls_records.hpp"
 
 namespace troupe {
@@ -39,6 +42,7 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 constexpr std::size_t kChunk = 256 * 1024;         // one read from either side
 constexpr auto kLinger = std::chrono::seconds(2);  // to flush after the other side closed
+constexpr const char* kCutByBudget = "cut for the budget of unfinished frames";
 
 std::string ssl_errors() {
   std::string out;
@@ -59,7 +63,7 @@ using ctx_ptr = std::unique_ptr<SSL_CTX, ctx_free>;
 // The process's link counters (link_totals()).
 struct link_counters {
   std::atomic<uint64_t> opened{0}, failed{0}, guard_closed{0}, dropped{0}, bytes_in{0},
-      bytes_out{0}, key_updates{0};
+      bytes_out{0}, key_updates{0}, evicted{0};
 };
 
 // One connection: the peer's socket (with its TLS session) and the plain end
@@ -82,6 +86,7 @@ struct link {
   std::unique_ptr<tls13::record_writer> writer;
   std::unique_ptr<tls13::record_reader> reader;
   uint64_t records_per_key = tls13::default_records_per_key;  // the writer's
+  uint64_t unfinished_limit = 0;  // the process's budget for unfinished frames
   // From the inbound thread to the outbound one: the alert owed to the
   // peer for a bad record (-1: none), and a peer's request for new keys.
   std::atomic<int> alert_due{-1};
@@ -351,9 +356,9 @@ class link_hub {
   }
 
   link_stats totals() const {
-    return {counters_.opened.load(),     counters_.failed.load(),   counters_.guard_closed.load(),
-            counters_.dropped.load(),    counters_.bytes_in.load(), counters_.bytes_out.load(),
-            counters_.key_updates.load()};
+    return {counters_.opened.load(),      counters_.failed.load(),   counters_.guard_closed.load(),
+            counters_.dropped.load(),     counters_.bytes_in.load(), counters_.bytes_out.load(),
+            counters_.key_updates.load(), counters_.evicted.load()};
   }
 
   void wake() {
@@ -399,6 +404,9 @@ class link_hub {
   std::string key_records(link& l);
   // Moves what OpenSSL wrote to `wire` and sends what the socket takes.
   void send_wire(link& l);
+  // Closes the oldest accepted links in their handshake beyond
+  // max_tls_handshakes(), logged at most once a second.
+  void evict_excess_handshakes(clock_type::time_point now);
 
   std::mutex mutex_;
   std::vector<std::unique_ptr<link>> incoming_;
@@ -410,6 +418,8 @@ class link_hub {
   std::atomic<bool> stopping_{false};
   std::thread thread_;
   link_counters counters_;
+  clock_type::time_point last_eviction_line_{};
+  uint64_t evictions_unlogged_ = 0;
   // Lanes that seal and open the records of a link's larger chunks beside
   // its pump thread (none on small machines: see default_helpers).
   fork_join_pool crypto_{fork_join_pool::default_helpers(), [] { OPENSSL_thread_stop(); }};
@@ -430,6 +440,7 @@ void link_hub::run() {
     fds.clear();
     fds.push_back({wake_[0], POLLIN, 0});
     auto now = clock_type::now();
+    evict_excess_handshakes(now);
     auto next = now + std::chrono::seconds(1);
     for (auto& l : links_) {
       fds.push_back(
@@ -444,6 +455,7 @@ void link_hub::run() {
     now = clock_type::now();
     for (std::size_t i = 0; i < links_.size(); ++i) {
       auto& l = *links_[i];
+      if (l.done) continue;  // evicted
       // A new link's first handshake step sends its hello unprompted.
       if (fds[1 + i].revents != 0 || !l.started) {
         handshake(l);
@@ -459,6 +471,32 @@ void link_hub::run() {
                                 [](const std::unique_ptr<link>& l) { return !l || l->done; }),
                  links_.end());
   }
+}
+
+void link_hub::evict_excess_handshakes(clock_type::time_point now) {
+  std::vector<link*> waiting;
+  for (auto& l : links_)
+    if (l->p.listener && !l->done && !l->open) waiting.push_back(l.get());
+  const auto cap = max_tls_handshakes();
+  if (waiting.size() <= cap) return;
+  // The same timeout for all: the earliest deadline is the oldest link.
+  std::sort(waiting.begin(), waiting.end(),
+            [](const link* a, const link* b) { return a->deadline < b->deadline; });
+  const auto excess = waiting.size() - cap;
+  for (std::size_t i = 0; i < excess; ++i) {
+    auto& l = *waiting[i];
+    ++counters_.evicted;
+    l.decide(fmt::format("evicted: more than {} TLS handshakes at once", cap));
+    l.done = true;
+  }
+  evictions_unlogged_ += excess;
+  if (now - last_eviction_line_ < std::chrono::seconds(1)) return;
+  spdlog::warn(
+      "{}: more than {} connections in their TLS handshake at once: closed the oldest, with {} "
+      "({} closed since the last line)",
+      waiting[excess - 1]->p.me, cap, waiting[excess - 1]->who(), evictions_unlogged_);
+  last_eviction_line_ = now;
+  evictions_unlogged_ = 0;
 }
 
 void link_hub::send_wire(link& l) {
@@ -565,12 +603,22 @@ std::string open_records(link& l, tls13::record_reader& records, const char* in,
   return "";
 }
 
-// The guard's check of the n bytes at `data`; data and n become what passed
-// (in `checked`). "" or why the link ends.
-std::string check_frames(link& l, link_counters& counters, const char*& data, std::size_t& n,
-                         std::vector<char>& checked) {
-  checked.clear();
+// The guard's check of the n bytes at `data`, within the process's budget
+// for unfinished frames; data and n become what passed (in `checked`): whole
+// frames only. "" or why the link ends; kCutByBudget when the budget cut
+// it (its callback logged why).
+std::string check_frames(link& l, link_counters& counters, frame_budget::share& budget,
+                         const char*& data, std::size_t& n, std::vector<char>& checked) {
+  // A large frame's buffer, handed on, is not kept for the next chunk.
+  if (checked.capacity() > basp_guard::kKeptBytes)
+    std::vector<char>().swap(checked);
+  else
+    checked.clear();
+  auto& process = frame_budget::process();
+  if (!process.reserve(budget, n, l.unfinished_limit, [&l] { return !l.stopping; }).empty())
+    return kCutByBudget;
   auto problem = l.guard->feed(data, n, checked);
+  process.settle(budget, l.guard->held_bytes());
   if (auto drops = l.guard->take_drops(); drops.count > 0) {
     counters.dropped += drops.count;
     spdlog::warn("{}: dropped {} frame(s) from {}: {}", l.p.me, drops.count, l.who(),
@@ -596,6 +644,10 @@ void pump_inbound(link& l, link_counters& counters) {
       records ? new char[kChunk + tls13::header_size + tls13::max_ciphertext] : nullptr);
   std::string why;
   bool peer_closed = false, basp_gone = false;
+  frame_budget::share budget(frame_budget::process(), l.who(), [&l](const std::string& reason) {
+    spdlog::warn("{}: closed the connection with {}: {}", l.p.me, l.who(), reason);
+    l.stop();
+  });
   while (!l.stopping && !peer_closed) {
     ssize_t n = ::recv(l.tcp, buf.data(), buf.size(), 0);
     if (n < 0) {
@@ -622,8 +674,9 @@ void pump_inbound(link& l, link_counters& counters) {
     counters.bytes_in += len;
     l.decide({});
     if (l.guard) {
-      why = check_frames(l, counters, data, len, checked);
-      if (!why.empty()) break;
+      why = check_frames(l, counters, budget, data, len, checked);
+      if (why == kCutByBudget) why.clear();  // logged as it was cut
+      if (!why.empty() || l.stopping) break;
     }
     if (!send_all(l, l.plain, data, len)) {  // BASP went away, or the link stops
       basp_gone = !l.stopping;
@@ -845,12 +898,24 @@ link_end open_link(int tcp_fd, const link_security& sec, link_params p) {
         p.listener ? basp_guard::side::listener : basp_guard::side::connector, p.local_node,
         p.peer_task, sec.max_frame_bytes);
   l->records_per_key = sec.records_per_key;
+  l->unfinished_limit = sec.max_unfinished_bytes > 0 ? sec.max_unfinished_bytes
+                                                     : unfinished_budget(sec.max_frame_bytes);
   l->deadline = clock_type::now() + sec.handshake_timeout;
   l->timeout_ms = sec.handshake_timeout.count();
   l->p = std::move(p);
   end.ready = l->ready.get_future().share();
   link_hub::instance().add(std::move(l));
   return end;
+}
+
+std::size_t max_tls_handshakes() {
+  static const std::size_t cap = [] {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+      return std::size_t{64};
+    return std::clamp<std::size_t>(static_cast<std::size_t>(limit.rlim_cur / 16), 4, 64);
+  }();
+  return cap;
 }
 
 link_stats link_totals() {

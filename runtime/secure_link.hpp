@@ -59,6 +59,9 @@ struct link_security {
   std::string psk_key;  // derive_key(secret, key_purpose::tls_psk)
   std::string ca_file, cert_file, key_file;
   uint64_t max_frame_bytes = uint64_t{256} << 20;  // the guard's cap
+  // The process's budget for bytes of frames not yet whole, across links
+  // (runtime/frame_budget.hpp); 0: unfinished_budget(max_frame_bytes).
+  uint64_t max_unfinished_bytes = 0;
   std::chrono::milliseconds handshake_timeout{10000};
   // When this end's records update their keys (tests lower it).
   uint64_t records_per_key = tls13::default_records_per_key;
@@ -70,6 +73,12 @@ class link_error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The default budget for unfinished frames: one frame of the cap, and room
+// beside it for the small ones of the other links.
+inline uint64_t unfinished_budget(uint64_t max_frame_bytes) {
+  return max_frame_bytes + (uint64_t{32} << 20);
+}
 
 // The security a cluster spec asks for (cluster.tls, cluster.insecure);
 // `max_frame_bytes` from cluster.max_message_mb or the caller's derivation.
@@ -109,7 +118,18 @@ struct link_stats {
   uint64_t bytes_in = 0;         // decrypted, from peers
   uint64_t bytes_out = 0;        // to peers, before encryption
   uint64_t key_updates = 0;      // TLS KeyUpdates sent and followed, counted as links end
+  // Accepted links closed in their TLS handshake to make room for newer ones
+  // (more than max_tls_handshakes() at once).
+  uint64_t handshakes_evicted = 0;
 };
 link_stats link_totals();
+
+// How many accepted links may be in their TLS handshake at once in this
+// process: 64, or a sixteenth of the descriptor limit if less (at least 4).
+// Past the gate a link costs three descriptors and a TLS state before its
+// peer proved anything; in a cluster with certificates and no secret the
+// gate proves nothing, so this is what keeps a flood from taking them all.
+// One more evicts the oldest (a real peer finishes in milliseconds).
+std::size_t max_tls_handshakes();
 
 }  // namespace troupe

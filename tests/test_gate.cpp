@@ -633,12 +633,11 @@ TEST_CASE("a gate whose thread fails closes its port and tells its owner") {
   CHECK_MESSAGE(s.error.find("Connection refused") != std::string::npos, s.error);
 }
 
-TEST_CASE("a listener that passes the gate but never finishes TLS is worth retrying") {
-  uint16_t port = 0;
-  int sock = raw_listen(0, &port);
-  // A task of the cluster that admits the peer, then stays silent: a
-  // listener too busy to run TLS in time, not one that refused.
-  std::thread silent([&] {
+// A task of the cluster on `sock` that admits one peer at its gate, then
+// does `after_verdict` with the socket instead of TLS.
+template <class After>
+std::thread gate_then(int sock, After after_verdict) {
+  return std::thread([sock, after_verdict] {
     pollfd p{sock, POLLIN, 0};
     if (::poll(&p, 1, 5000) != 1) return;
     int fd = ::accept(sock, nullptr, nullptr);
@@ -652,14 +651,23 @@ TEST_CASE("a listener that passes the gate but never finishes TLS is worth retry
       auto verdict =
           gate_wire::make_verdict(true, gkey(), "chief:0", challenge, check.client_challenge);
       (void)::send(fd, verdict.data(), verdict.size(), MSG_NOSIGNAL);
-      // Reads the TLS hello and all after it, answering nothing, until the
-      // connector gives up and closes.
-      char buf[4096];
-      pollfd in{fd, POLLIN, 0};
-      while (::poll(&in, 1, 15000) == 1 && ::recv(fd, buf, sizeof buf, 0) > 0) {
-      }
+      after_verdict(fd);
     }
     ::close(fd);
+  });
+}
+
+TEST_CASE("a listener that passes the gate but never finishes TLS is worth retrying") {
+  uint16_t port = 0;
+  int sock = raw_listen(0, &port);
+  // A listener too busy to run TLS in time, not one that refused: it reads
+  // the TLS hello and all after it, answering nothing, until the connector
+  // gives up and closes.
+  auto silent = gate_then(sock, [](int fd) {
+    char buf[4096];
+    pollfd in{fd, POLLIN, 0};
+    while (::poll(&in, 1, 15000) == 1 && ::recv(fd, buf, sizeof buf, 0) > 0) {
+    }
   });
   auto o = opts("worker:0");
   o.expect_peer = "chief:0";
@@ -670,6 +678,27 @@ TEST_CASE("a listener that passes the gate but never finishes TLS is worth retry
   CHECK(s.fd < 0);
   CHECK_MESSAGE(s.error.find("no TLS handshake in time") != std::string::npos, s.error);
   CHECK(s.unreachable);
+}
+
+// Issue 40, row 5: with certificates and no secret the gate runs on a public
+// stand-in, so anyone on the port passes it; a real worker's join failed on
+// the first TLS error and was never retried.
+TEST_CASE("a listener that passes the gate, then fails TLS, is worth retrying") {
+  uint16_t port = 0;
+  int sock = raw_listen(0, &port);
+  auto garbage = gate_then(sock, [](int fd) {
+    const std::string junk = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+  });
+  auto o = opts("worker:0");
+  o.expect_peer = "chief:0";
+  auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(5));
+  garbage.join();
+  ::close(sock);
+  CHECK(s.fd < 0);
+  CHECK_MESSAGE(s.error.find("TLS") != std::string::npos, s.error);
+  CHECK(s.unreachable);                      // retried until the caller's deadline
+  CHECK(gate_wire::names_refusal(s.error));  // and named then
 }
 
 namespace {

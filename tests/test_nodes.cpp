@@ -920,6 +920,114 @@ TEST_CASE("a holder of the secret cannot take a live worker's routes; refused, l
   CHECK(d < 1e-4);
 }
 
+// Issue 40, row 2: a holder of the secret keeps trying 14 links to the chief,
+// each past the gate and TLS as chief:0 (a task of the cluster that is never
+// live there), a BASP handshake with a node id of its own, then a
+// direct_message announcing a frame just under the job's cap whose bytes
+// only trickle in. A link the chief closes, or refuses, is tried again.
+struct unfinished_flood {
+  uint16_t port;
+  uint32_t announce;  // the payload length each frame announces
+  std::atomic<bool> stop{false};
+  std::atomic<int> authenticated{0}, cut_off{0};
+  std::thread thread;
+  unfinished_flood(uint16_t p, uint32_t bytes) : port(p), announce(bytes) {
+    thread = std::thread([this] { run(); });
+  }
+  ~unfinished_flood() {
+    stop = true;
+    thread.join();
+  }
+  // A link that announced its frame, or -1 (refused: the chief may be gone).
+  int open_one(std::mt19937& rng) {
+    gate_options o;
+    o.secret = kSecret;
+    o.name = "chief:0";
+    o.expect_peer = "chief:0";
+    auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(2));
+    if (s.fd < 0) return -1;
+    ++authenticated;
+    caf::node_id::default_data::host_id_type host{};
+    for (auto& b : host) b = static_cast<uint8_t>(rng());
+    auto node = serialized_node_id(caf::make_node_id(rng(), host));
+    auto message = attack::basp_header(2, 0, announce);
+    message[31] = 1;  // to actor 1: BASP closes a direct_message to no actor
+    auto frames = attack::basp_header(1, 0, static_cast<uint32_t>(node.size())) +
+                  std::string(node.begin(), node.end()) + message;
+    (void)socket_io::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
+    return s.fd;
+  }
+  // 4 KiB more of each frame on every link still open; a closed one is
+  // counted and opened again.
+  void trickle(std::vector<int>& fds, std::mt19937& rng) {
+    const std::string bytes(4096, 'x');
+    for (auto& fd : fds) {
+      if (fd >= 0 && ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+          errno != EAGAIN) {
+        ++cut_off;
+        ::close(fd);
+        fd = -1;
+      }
+      if (fd < 0 && !stop) fd = open_one(rng);
+    }
+  }
+  void run() {
+    std::mt19937 rng(23);
+    std::vector<int> fds(14, -1);
+    while (!stop) {
+      trickle(fds, rng);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+  }
+};
+
+TEST_CASE("a chief flooded with unfinished frames just under the cap stays small and finishes") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 2, 48);
+  c.training.epochs = 1000;  // a few seconds: the flood goes on while it trains
+  c.checkpoint.every_steps = 0;
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  // A cap the job may well ask for: 192 MiB a frame.
+  job.json["cluster"]["max_message_mb"] = 192;
+  std::ofstream(job.file) << job.json.dump(2);
+  node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
+  const auto port = parse_host_port(job.address.at("chief:0")).port;
+  REQUIRE_MESSAGE(attack::wait_listening(port, std::chrono::seconds(30)), chief.output());
+  const long before = rss_mb_of(chief.pid);
+  long peak = before;
+  {
+    unfinished_flood flood(port, (192u << 20) - 4096);
+    REQUIRE_MESSAGE(attack::eventually([&] { return flood.authenticated.load() >= 1; },
+                                       std::chrono::seconds(20)),
+                    chief.output());
+    for (int i = 0; i < 40; ++i) {  // the frames' headers are in
+      peak = std::max(peak, rss_mb_of(chief.pid));
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
+    while (worker.running() && chief.running()) {
+      peak = std::max(peak, rss_mb_of(chief.pid));
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
+    MESSAGE("chief RSS " << before << " MB before the flood, at most " << peak << " MB during it; "
+                         << flood.authenticated.load() << " links past the gate and TLS, "
+                         << flood.cut_off.load() << " cut off by the chief");
+  }
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(60)) == 0, chief.output());
+  // Before the guard held frames until whole: 174 -> 370 MB (CAF zero-filled
+  // 192 MiB for the header).
+  CHECK(peak - before < 100);
+  auto many = summary_in(dir / "out");
+  CHECK(many["steps"] == one["steps"]);
+  CHECK(max_abs_diff(variables_of(one), variables_of(many)) < 1e-4);
+}
+
 TEST_CASE("a chief whose gate fails mid-job ends with the error, and so does its worker") {
   strategy_env env(2000);
   auto c = env.job("mirrored", "adam", 2, 16);

@@ -364,6 +364,35 @@ TEST_CASE("a trace file that cannot be written fails the job before it trains") 
   CHECK_FALSE(trace::enabled());
 }
 
+// Issue 40: a trace file under a predictable name in a shared directory was
+// opened following symbolic links, so another user could have a job write
+// (and truncate) any file its user may write.
+TEST_CASE("a trace file at a planted symbolic link is refused, naming the path; nothing written") {
+  env_t env(500);
+  auto c = env.job("mirrored", "sgd", 2, 32);
+  test::temp_dir dir;
+  const std::string victim = dir / "victim.txt";
+  std::ofstream(victim) << "keep me";
+  job_options o;
+  o.trace_path = dir / "trace.json";
+  fs::create_symlink(victim, o.trace_path);
+  c.logging.output_dir = dir / "out";
+  const std::string expected = "cannot write trace file '" + o.trace_path +
+                               "': is a symbolic link; refusing to write through it";
+  CHECK_THROWS_WITH_AS(run_job(c, o), doctest::Contains(expected.c_str()), job_error);
+  std::string left;
+  std::getline(std::ifstream(victim), left);
+  CHECK(left == "keep me");
+  CHECK(fs::is_symlink(o.trace_path));
+  CHECK_FALSE(fs::exists(dir / "out/metrics.jsonl"));
+  CHECK_FALSE(trace::enabled());
+  // A regular file there from an earlier run is replaced as before.
+  fs::remove(o.trace_path);
+  std::ofstream(o.trace_path) << "an earlier trace";
+  run_job(c, o);
+  CHECK(check_schema(read_json(o.trace_path)).has_span("replica:0", "forward_backward"));
+}
+
 TEST_CASE("a failing job's trace is still written") {
   env_t env(500);
   auto c = env.job("mirrored", "sgd", 2, 32);

@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "monitoring/output_file.hpp"
 
 namespace troupe::trace {
 
@@ -200,7 +202,9 @@ int64_t step_of(int64_t rank) noexcept {
 
 struct session::impl {
   job_info info;
-  std::ofstream out;
+  // Opened at the start (a path that cannot be written fails the job before
+  // it trains), never through a link planted at its name.
+  monitoring::output_file file;
   bool finished = false;
 };
 
@@ -210,9 +214,13 @@ session::session(std::string path, job_info info) : path_(std::move(path)) {
                       "': another traced job is running in this process");
   impl_ = std::make_unique<impl>();
   impl_->info = std::move(info);
-  impl_->out.open(path_, std::ios::out | std::ios::trunc);
-  if (!impl_->out)
-    throw trace_error("cannot write trace file '" + path_ + "': " + std::strerror(errno));
+  try {
+    impl_->file = monitoring::output_file(path_, monitoring::output_file::mode::replace);
+  } catch (const monitoring::output_file_error& e) {
+    std::string why = e.what();  // "<path>: <why>"
+    if (why.rfind(path_ + ": ", 0) == 0) why.erase(0, path_.size() + 2);
+    throw trace_error("cannot write trace file '" + path_ + "': " + why);
+  }
   {
     std::lock_guard<std::mutex> lock(reg().m);
     reg().buffers.clear();
@@ -255,7 +263,7 @@ void session::finish() {
   }
 
   const auto pid = static_cast<int64_t>(::getpid());
-  auto& out = impl_->out;
+  std::ostringstream out;
   out << "{\"traceEvents\":[\n";
   out << metadata("process_name", pid, 0, {{"name", "troupe " + impl_->info.job}}).dump();
   for (std::size_t i = 0; i < names.size(); ++i) {
@@ -282,9 +290,8 @@ void session::finish() {
                        {"start_us", 0.0},
                        {"end_us", end_us}};
   out << "\n],\"displayTimeUnit\":\"ms\",\"otherData\":" << other.dump() << "}\n";
-  out.flush();
-  if (!out) throw trace_error("writing trace file '" + path_ + "' failed");
-  out.close();
+  if (!impl_->file.write(out.str())) throw trace_error("writing trace file '" + path_ + "' failed");
+  impl_->file = monitoring::output_file();
 }
 
 }  // namespace troupe::trace
