@@ -14,6 +14,7 @@
 #include <atomic>
 #include <caf/io/all.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -995,7 +996,14 @@ TEST_CASE("a chief flooded with unfinished frames just under the cap stays small
   // A cap the job may well ask for: 192 MiB a frame.
   job.json["cluster"]["max_message_mb"] = 192;
   std::ofstream(job.file) << job.json.dump(2);
-  node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
+  // Under ASan freed memory waits in a quarantine (256 MB by default) and
+  // would count as the chief's: keep it small, so RSS shows what is held.
+  std::map<std::string, std::string> chief_env;
+#if defined(__SANITIZE_ADDRESS__)
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  chief_env["ASAN_OPTIONS"] = std::string(asan ? asan : "") + ":quarantine_size_mb=8";
+#endif
+  node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret, {}, chief_env);
   const auto port = parse_host_port(job.address.at("chief:0")).port;
   REQUIRE_MESSAGE(attack::wait_listening(port, std::chrono::seconds(30)), chief.output());
   const long before = rss_mb_of(chief.pid);
@@ -1022,7 +1030,13 @@ TEST_CASE("a chief flooded with unfinished frames just under the cap stays small
   CHECK_MESSAGE(chief.wait(std::chrono::seconds(60)) == 0, chief.output());
   // Before the guard held frames until whole: 174 -> 370 MB (CAF zero-filled
   // 192 MiB for the header).
+  // The issue's bound, 100 MB over the baseline, holds in release; ASan's
+  // redzones and shadow add to every frame held, so it gets half again.
+#if defined(__SANITIZE_ADDRESS__)
+  CHECK(peak - before < 150);
+#else
   CHECK(peak - before < 100);
+#endif
   auto many = summary_in(dir / "out");
   CHECK(many["steps"] == one["steps"]);
   CHECK(max_abs_diff(variables_of(one), variables_of(many)) < 1e-4);
