@@ -4,7 +4,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <deque>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/optimizer.hpp"
 
@@ -286,10 +290,37 @@ void start_waiting(self_ptr self) {
   show_activity(self);
 }
 
+// Where a replica's build goes, for the one line that says so: what the
+// first step waits for.
+class phase_clock {
+ public:
+  void mark(const char* what) {
+    const auto now = std::chrono::steady_clock::now();
+    parts_.emplace_back(what, millis(now - last_));
+    last_ = now;
+  }
+  std::string summary() const {
+    double total = 0;
+    std::string list;
+    for (const auto& [what, ms] : parts_) {
+      total += ms;
+      list += (list.empty() ? "" : ", ") + std::string(what) + " " + fmt::format("{:.1f}", ms);
+    }
+    return fmt::format("{:.1f} ms ({})", total, list);
+  }
+
+ private:
+  static double millis(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  }
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  std::vector<std::pair<const char*, double>> parts_;
+};
+
 // data.placement: the training set uploaded to the replica's device once,
 // and the steps that run on it, where the device has the room ("auto": half
 // its free memory) and the model can take it; a line says which and why.
-void place_data_set(compute_state& cs, const replica_config& c) {
+void place_data_set(compute_state& cs, const replica_config& c, phase_clock& clock) {
   const auto who = "replica " + std::to_string(c.index);
   const auto mb = [](std::size_t b) { return std::to_string((b + (1u << 19)) >> 20) + " MB"; };
   const std::size_t bytes = c.resident_images.nbytes() + c.resident_labels.nbytes();
@@ -301,7 +332,9 @@ void place_data_set(compute_state& cs, const replica_config& c) {
         who, mb(bytes), mb(*free), c.device_kind.str());
     return;
   }
-  if (!cs.net->attach_dataset(c.resident_images, c.resident_labels)) {
+  const bool attached = cs.net->attach_dataset(c.resident_images, c.resident_labels);
+  clock.mark("data set upload");
+  if (!attached) {
     if (c.placement == "device")
       throw std::runtime_error("data.placement \"device\": the model on " + c.device_kind.str() +
                                " cannot hold the training set");
@@ -315,6 +348,7 @@ void place_data_set(compute_state& cs, const replica_config& c) {
   cs.resident = std::make_unique<resident_steps>(*cs.net, c.resident_images.dim(0), *cs.opt, cs.dev,
                                                  std::move(slots), std::move(o));
   cs.resident->warm_up(c.batch_rows, c.batch_rows);
+  clock.mark("warm-up step and capture");
   spdlog::info(
       "{}: data.placement {}: the training set ({}) is on {}; each step gathers its rows "
       "there{}",
@@ -354,8 +388,12 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
   st.host->on_device<std::vector<tensor>>(
       "build_model",
       [c = st.cfg](compute_state& cs) {
+        phase_clock clock;
         cs.dev = make_device_context(c.device_kind);
+        cs.dev->ops().use_tf32(c.tf32);
+        clock.mark("device");
         cs.net = create_model_on(c.model, c.shape, c.seed, cs.dev);
+        clock.mark("model");
         cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_steps);
         cs.opt->init(cs.net->variables());
         cs.place_optimizer();
@@ -365,7 +403,11 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
           cs.net->set_statistics_group(cs.statistics.get());
         }
         c.step->init(cs);
-        if (c.placement != "host") place_data_set(cs, c);
+        clock.mark("optimizer and step");
+        if (c.placement != "host") place_data_set(cs, c, clock);
+        spdlog::log(c.device_kind.kind == device_spec::kind_t::cpu ? spdlog::level::debug
+                                                                   : spdlog::level::info,
+                    "replica {}: built on {} in {}", c.index, c.device_kind.str(), clock.summary());
         std::vector<tensor> buffers;  // share the gradient buffers with the reducer
         for (auto& g : cs.grads) buffers.push_back(g.value);
         return buffers;

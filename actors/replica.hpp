@@ -11,6 +11,7 @@
 #include "config/job_config.hpp"
 #include "devices/device.hpp"
 #include "devices/device_communicator.hpp"
+#include "kernels/backend.hpp"
 #include "messages/protocols.hpp"
 #include "models/model.hpp"
 #include "trace/trace.hpp"
@@ -47,6 +48,7 @@ struct replica_config {
   std::string placement = "host";
   tensor resident_images, resident_labels;
   bool step_graphs = true;
+  kernels::tf32_use tf32;  // training.tf32
   int64_t batch_rows = 0;  // a full step's rows, warmed up (and captured) before training
 };
 

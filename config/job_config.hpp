@@ -216,6 +216,11 @@ struct training_config {
   // (CUDA graphs on cuda:N) and replayed; "off": every step's launches are
   // issued from the host.
   std::string step_graphs = "auto";
+  // Where FP32 work may run on TF32 tensor cores (Ampere and later GPUs):
+  // "convolutions" (PyTorch's default: cuDNN may, cuBLAS may not), "all"
+  // (matrix products too) or "off" (plain FP32 everywhere, within ~1e-6
+  // relative of the CPU). CPUs and sim devices ignore it.
+  std::string tf32 = "convolutions";
   int64_t eval_every_epochs = 1;
   // actor_learner: stop after this many environment steps (0 = no limit) or
   // once the mean return of the last 100 episodes reaches target_return.

@@ -323,8 +323,8 @@ std::vector<std::string> read_devices(const json& v, const std::string& p) {
 
 void read_training(const json& j, const std::string& path, training_config& t) {
   object_reader r(j, path,
-                  {"epochs", "max_steps", "steps_per_execution", "step_graphs", "eval_every_epochs",
-                   "max_env_steps", "target_return"});
+                  {"epochs", "max_steps", "steps_per_execution", "step_graphs", "tf32",
+                   "eval_every_epochs", "max_env_steps", "target_return"});
   r.with("max_env_steps",
          [&](const json& v, const std::string& p) { t.max_env_steps = read_int(v, p, 0); });
   r.with("target_return", [&](const json& v, const std::string& p) {
@@ -338,6 +338,9 @@ void read_training(const json& j, const std::string& path, training_config& t) {
          [&](const json& v, const std::string& p) { t.eval_every_epochs = read_int(v, p, 0); });
   r.with("step_graphs", [&](const json& v, const std::string& p) {
     t.step_graphs = read_enum(v, p, {"auto", "off"});
+  });
+  r.with("tf32", [&](const json& v, const std::string& p) {
+    t.tf32 = read_enum(v, p, {"convolutions", "all", "off"});
   });
   r.with("steps_per_execution", [&](const json& v, const std::string& p) {
     if (v == "auto") {
@@ -803,6 +806,7 @@ nlohmann::json to_json(const job_config& c) {
                                   ? json("auto")
                                   : json(c.training.steps_per_execution)},
       {"step_graphs", c.training.step_graphs},
+      {"tf32", c.training.tf32},
       {"eval_every_epochs", c.training.eval_every_epochs},
       {"max_env_steps", c.training.max_env_steps}};
   if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;

@@ -8,9 +8,12 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "devices/cuda_context.hpp"
 #include "kernels/cuda_backend.hpp"
@@ -74,6 +77,27 @@ bool raw_result(cudaError_t e, const device_spec& d, const char* what) {
 // An event recorded on a stream after a copy from a pinned staging block;
 // the block goes back to its allocator only once the copy is complete.
 // A pinned block, returned at scope exit unless an event took it over.
+// A large host copy (into pinned staging) on several cores where the
+// machine has them: one core's memcpy (5-10 GB/s) is slower than the link it
+// feeds, and a data set's upload waits on it.
+void parallel_copy(void* dst, const void* src, std::size_t bytes) {
+  constexpr std::size_t least_part = std::size_t{2} << 20;
+  const std::size_t cores = std::thread::hardware_concurrency();
+  const std::size_t parts = std::min<std::size_t>({bytes / least_part, cores / 2, 8});
+  if (parts < 2) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const auto part = [&](std::size_t k) {
+    const std::size_t from = bytes * k / parts, to = bytes * (k + 1) / parts;
+    std::memcpy(static_cast<char*>(dst) + from, static_cast<const char*>(src) + from, to - from);
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t k = 1; k < parts; ++k) helpers.emplace_back(part, k);
+  part(0);
+  for (auto& t : helpers) t.join();
+}
+
 class staging_block {
  public:
   staging_block(caching_allocator& a, std::size_t bytes) : a_(a), p_(a.allocate(bytes)) {}
@@ -251,7 +275,7 @@ class cuda_context final : public device_context,
   void copy_piece(void* dst, const void* src, std::size_t bytes) {
     reap();
     staging_block stage(pinned_alloc_, bytes);
-    std::memcpy(stage.get(), src, bytes);
+    parallel_copy(stage.get(), src, bytes);
     check(cudaMemcpyAsync(dst, stage.get(), bytes, cudaMemcpyHostToDevice, compute_), spec_,
           "copy_to_device: cudaMemcpyAsync");
     try {
@@ -329,6 +353,13 @@ class cuda_context final : public device_context,
 
   kernels::backend& ops() override { return *ops_; }
   std::unique_ptr<device_graph> capture(const std::function<void()>& body) override;
+  // Pinned staging blocks for a large upload's pieces, made now (a
+  // cudaHostAlloc of 16 MB takes milliseconds) and kept in the cache.
+  void reserve_staging(int pieces) {
+    std::vector<std::unique_ptr<staging_block>> blocks;
+    for (int k = 0; k < pieces; ++k)
+      blocks.push_back(std::make_unique<staging_block>(pinned_alloc_, kStagingPiece));
+  }
   std::optional<std::size_t> free_memory() const override {
     device_guard g(spec_.index);
     std::size_t free = 0, total = 0;
@@ -439,14 +470,88 @@ std::unique_ptr<device_graph> cuda_context::capture(const std::function<void()>&
 
 }  // namespace
 
-void prepare_cuda_device(const device_spec& d) {
+namespace {
+
+// Contexts made by prepare_cuda_device, by device index, each taken by the
+// first make_cuda_context of its device.
+std::mutex prepared_mutex;
+std::map<int, std::shared_ptr<cuda_context>> prepared;
+
+// One small product through each library path a step takes (cuBLASLt's
+// fused bias and ReLU, cuBLAS's plain GEMMs) and, for a convnet, one
+// convolution forward and backward: the libraries load, make their handles'
+// state and load their first kernels here, not in the first step.
+void first_library_calls(cuda_context& c, bool convolutions) {
+  constexpr int64_t n = 16;
+  auto a = c.allocate(n * n * sizeof(float)), b = c.allocate(n * n * sizeof(float)),
+       y = c.allocate(n * n * sizeof(float)), g = c.allocate(n * n * sizeof(float));
+  auto* pa = static_cast<float*>(a.data());
+  auto* pb = static_cast<float*>(b.data());
+  auto* py = static_cast<float*>(y.data());
+  auto* pg = static_cast<float*>(g.data());
+  auto& ops = c.ops();
+  ops.fill(pa, 0.0f, n * n);
+  ops.fill(pb, 0.0f, n * n);
+  ops.dense_forward(pa, pb, pa, py, n, n, n, kernels::activation::relu);
+  ops.dense_backward(pa, pb, py, pg, pb, nullptr, n, n, n, false);
+  if (convolutions) {
+    kernels::conv2d_shape s;
+    s.batch = 1;
+    s.in_channels = s.out_channels = 1;
+    s.in_h = s.in_w = 4;
+    s.kernel_h = s.kernel_w = 3;
+    s.pad_top = s.pad_left = s.pad_bottom = s.pad_right = 1;
+    ops.conv2d_forward(s, pa, pb, pa, py);
+    ops.conv2d_backward(s, pa, pb, py, pg, pb, pa, false);
+  }
+  c.synchronize();
+  // A data set's upload keeps about three pieces in flight (copy_to_device).
+  c.reserve_staging(3);
+}
+
+}  // namespace
+
+void prepare_cuda_device(const device_spec& d, bool convolutions) {
   device_guard g(d.index);
   // The primary context is made by the first call that needs one.
   check(cudaFree(nullptr), d, "cudaFree (context creation)");
+  auto c = std::make_shared<cuda_context>(d);
+  try {
+    first_library_calls(*c, convolutions);
+  } catch (const std::exception& e) {
+    throw device_error(d.str() + ": " + e.what());
+  }
+  std::lock_guard<std::mutex> lock(prepared_mutex);
+  prepared[d.index] = std::move(c);
+}
+
+void release_prepared_cuda_devices() {
+  std::map<int, std::shared_ptr<cuda_context>> left;
+  {
+    std::lock_guard<std::mutex> lock(prepared_mutex);
+    left.swap(prepared);
+  }
+}
+
+bool cuda_device_prepared(int index) {
+  std::lock_guard<std::mutex> lock(prepared_mutex);
+  return prepared.count(index) > 0;
 }
 
 std::shared_ptr<device_context> make_cuda_context(const device_spec& d) {
-  return std::make_shared<cuda_context>(d);
+  std::shared_ptr<cuda_context> ready;
+  {
+    std::lock_guard<std::mutex> lock(prepared_mutex);
+    auto it = prepared.find(d.index);
+    if (it != prepared.end()) {
+      ready = std::move(it->second);
+      prepared.erase(it);
+    }
+  }
+  if (!ready) return std::make_shared<cuda_context>(d);
+  // As the constructor does: the calling thread is the device's thread.
+  check(cudaSetDevice(d.index), d, "cudaSetDevice");
+  return ready;
 }
 
 void* cuda_compute_stream(device_context& ctx) {

@@ -123,11 +123,15 @@ class device_context {
 // device cannot be used here (check_device_available's message).
 std::shared_ptr<device_context> make_device_context(const device_spec& d);
 
-// Starts what makes a device's first use slow (a CUDA context) on a thread
-// of its own, so that it overlaps the caller's work (loading the data); the
-// returned thread is joined by the caller. Errors are left to the device's
-// own creation to report.
-std::thread prepare_devices(const std::vector<std::string>& devices);
+// Starts what makes a device's first use slow (a CUDA context, its library
+// handles and first calls; cuDNN's too when the model has `convolutions`) on
+// a thread of its own, so that it overlaps the caller's work (loading the
+// data); the returned thread is joined by the caller. Errors are left to the
+// device's own creation to report.
+std::thread prepare_devices(const std::vector<std::string>& devices, bool convolutions = false);
+// Destroys the prepared contexts no device took (a job that failed before
+// its replicas were built); call before the process's exit.
+void release_prepared_devices();
 
 // Typed helpers over a context.
 template <class T>

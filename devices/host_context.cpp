@@ -227,7 +227,7 @@ std::unique_ptr<device_graph> sim_context::capture(const std::function<void()>& 
 
 }  // namespace
 
-std::thread prepare_devices(const std::vector<std::string>& devices) {
+std::thread prepare_devices(const std::vector<std::string>& devices, bool convolutions) {
   std::vector<device_spec> cuda;
   for (const auto& name : devices) {
     try {
@@ -237,14 +237,18 @@ std::thread prepare_devices(const std::vector<std::string>& devices) {
     }
   }
   if (cuda.empty()) return {};
-  return std::thread([cuda] {
+  return std::thread([cuda, convolutions] {
     for (const auto& d : cuda) {
       try {
-        prepare_cuda_device(d);
+        prepare_cuda_device(d, convolutions);
       } catch (const std::exception&) {  // make_device_context reports it, with its context
       }
     }
   });
+}
+
+void release_prepared_devices() {
+  release_prepared_cuda_devices();
 }
 
 std::shared_ptr<device_context> make_device_context(const device_spec& d) {

@@ -29,10 +29,19 @@ struct adam_tensors {
   std::vector<std::size_t> n;
 };
 
+// Where FP32 work may run on TF32 tensor cores (training.tf32); a backend
+// without them ignores it.
+struct tf32_use {
+  bool convolutions = false;
+  bool matmuls = false;
+};
+
 class backend {
  public:
   virtual ~backend() = default;
   virtual const char* name() const = 0;
+  // Set before the first operation of a shape: plans made earlier keep theirs.
+  virtual void use_tf32(tf32_use) {}
 
   // y[batch,out] = act(x[batch,in] * w[in,out] + b[out]) (b may be null);
   // row-major. The bias and activation are the product's epilogue where the

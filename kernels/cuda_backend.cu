@@ -69,15 +69,17 @@ std::size_t aligned(std::size_t bytes) {
 constexpr std::size_t max_conv_workspace = std::size_t{1} << 30;
 
 // The usable algorithms of cuDNN's heuristic ranking (best first), the
-// deterministic ones first: supported, without tensor-core math (TF32 would
-// put the result ~1e-3 from the CPU's), within the workspace limit.
+// deterministic ones first: supported, within the workspace limit, and
+// without tensor-core math unless TF32 is allowed (it puts the result ~1e-3
+// from the CPU's).
 template <class Perf>
-auto rank_algorithms(const Perf* perf, int n) {
+auto rank_algorithms(const Perf* perf, int n, bool tf32) {
   std::vector<decltype(perf->algo)> deterministic, other;
   for (int i = 0; i < n; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > max_conv_workspace) continue;
-    if (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+    if (!tf32 &&
+        (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
     (p.determinism == CUDNN_DETERMINISTIC ? deterministic : other).push_back(p.algo);
   }
@@ -180,7 +182,7 @@ class cuda_backend_impl final : public backend {
     if (lt_ws_.p && cudaFree(lt_ws_.p) != cudaSuccess) (void)cudaGetLastError();
     if (lt_ && cublasLtDestroy(lt_) != CUBLAS_STATUS_SUCCESS) (void)cudaGetLastError();
     if (dnn_ && cudnnDestroy(dnn_) != CUDNN_STATUS_SUCCESS) (void)cudaGetLastError();
-    for (void* b : {pad_.p, ws_.p})
+    for (void* b : {pad_.p, ws_.p, bn_partials_.p, colsum_.p})
       if (b && cudaFree(b) != cudaSuccess) (void)cudaGetLastError();
     if (cublasDestroy(handle_) != CUBLAS_STATUS_SUCCESS) (void)cudaGetLastError();
   }
@@ -188,6 +190,13 @@ class cuda_backend_impl final : public backend {
   cuda_backend_impl& operator=(const cuda_backend_impl&) = delete;
 
   const char* name() const override { return "cuda"; }
+
+  void use_tf32(tf32_use u) override {
+    tf32_ = u;
+    check_cublas(
+        cublasSetMathMode(handle_, u.matmuls ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+        "backend", "cublasSetMathMode");
+  }
 
   // Row-major y[b,out] is column-major Y^T[out,b], so y = x w is
   // Y^T = W^T X^T: gemm(N, N, m=out, n=b, k=in, A=w lda=out, B=x ldb=in).
@@ -215,12 +224,16 @@ class cuda_backend_impl final : public backend {
   void activation_backward_bias(activation act, const float* y, const float* dy, float* dx,
                                 float* db, int64_t rows, int64_t cols, bool accumulate) override {
     const std::size_t n = elems(rows, cols);
+    if (db) {  // one pass: the gradient and its column sums
+      cuda::activation_backward_column_sums(act, y, dy, dx, db, rows, cols, accumulate,
+                                            column_scratch("activation_backward_bias"), stream_);
+      return;
+    }
     if (act == activation::relu) cuda::relu_backward(y, dy, dx, n, stream_);
     if (act == activation::tanh) cuda::tanh_backward(y, dy, dx, n, stream_);
     if (act == activation::none && dx != dy)
       check_cuda(cudaMemcpyAsync(dx, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
                  "activation_backward_bias", "cudaMemcpyAsync");
-    if (db) cuda::column_sums(dx, db, rows, cols, accumulate, stream_);
   }
 
   void dense_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
@@ -241,7 +254,7 @@ class cuda_backend_impl final : public backend {
       }
     }
     // db[out] = column sums of dy (added to db when accumulating).
-    if (db) cuda::column_sums(dy, db, batch, out, accumulate, stream_);
+    if (db) cuda::column_sums(dy, db, batch, out, accumulate, column_scratch(op), stream_);
     // dx[b,in] = dy w^T: column-major dX^T[in,b] = W dY^T,
     // gemm(T, N, m=in, n=b, k=out, A=w lda=out, B=dy ldb=out, C=dx ldc=in).
     if (dx && nb > 0 && ni > 0) {
@@ -299,7 +312,8 @@ class cuda_backend_impl final : public backend {
           return cudnnConvolutionForward(dnn_, &one, p.x, in, p.w, w, p.conv, a, ws, ws_bytes,
                                          &zero, p.y, y);
         });
-    if (b) check_cudnn(cudnnAddTensor(dnn_, &one, p.bias, b, &one, p.y, y), op, "cudnnAddTensor");
+    // Not cudnnAddTensor: its generic kernel took ~4x as long.
+    if (b) cuda::add_channel_bias(y, b, s.batch, s.out_channels, s.out_h() * s.out_w(), stream_);
   }
 
   void conv2d_backward(const conv2d_shape& s, const float* x, const float* w, const float* dy,
@@ -326,9 +340,11 @@ class cuda_backend_impl final : public backend {
     char* pads = xp_bytes + dxp_bytes ? grow(pad_, xp_bytes + dxp_bytes, op, "padding") : nullptr;
     const float one = 1.0f, zero = 0.0f;
     const float* beta = accumulate ? &one : &zero;
+    // Not cudnnConvolutionBackwardBias: one block a channel, ~10x as long.
     if (db)
-      check_cudnn(cudnnConvolutionBackwardBias(dnn_, &one, p.y, dy, beta, p.bias, db), op,
-                  "cudnnConvolutionBackwardBias");
+      cuda::channel_bias_gradient(
+          dy, s.batch, s.out_channels, s.out_h() * s.out_w(), db, accumulate,
+          bn_partials(s.batch, s.out_channels, s.out_h() * s.out_w(), op), stream_);
     if (dw) {
       const float* in = x;
       if (p.padded) {
@@ -391,7 +407,8 @@ class cuda_backend_impl final : public backend {
 
   void batch_norm_sums(const float* x, int64_t batch, int64_t channels, int64_t spatial,
                        float* sums) override {
-    cuda::batch_norm_sums(x, batch, channels, spatial, sums, stream_);
+    cuda::batch_norm_sums(x, batch, channels, spatial, sums,
+                          bn_partials(batch, channels, spatial, "batch_norm_sums"), stream_);
   }
   void batch_norm_statistics(const float* sums, int64_t channels, double count, float eps,
                              float momentum, float* mean, float* invstd, float* running_mean,
@@ -410,7 +427,9 @@ class cuda_backend_impl final : public backend {
   void batch_norm_backward_sums(const float* x, const float* dy, const float* mean,
                                 const float* invstd, int64_t batch, int64_t channels,
                                 int64_t spatial, float* sums) override {
-    cuda::batch_norm_backward_sums(x, dy, mean, invstd, batch, channels, spatial, sums, stream_);
+    cuda::batch_norm_backward_sums(
+        x, dy, mean, invstd, batch, channels, spatial, sums,
+        bn_partials(batch, channels, spatial, "batch_norm_backward_sums"), stream_);
   }
   void batch_norm_backward(const float* x, const float* dy, const float* mean, const float* invstd,
                            const float* gamma, const float* sums, double count, float* dx,
@@ -560,8 +579,9 @@ class cuda_backend_impl final : public backend {
                kk = static_cast<uint64_t>(k[1]);
     const cublasLtEpilogue_t epilogue = k[3] ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     cublasLtMatmulPreference_t pref = nullptr;
-    bool ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
-                  CUBLAS_STATUS_SUCCESS &&
+    const cublasComputeType_t compute =
+        tf32_.matmuls ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    bool ok = cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                              sizeof epilogue) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, m, kk, static_cast<int64_t>(m)) ==
@@ -585,6 +605,32 @@ class cuda_backend_impl final : public backend {
     if (ok) p->algo = result.algo;
     p->usable = ok;
     return p;
+  }
+
+  // The column sums' scratch, one size for every shape (a captured step's
+  // graph holds its address); its counters zeroed once, and left at zero by
+  // every launch.
+  cuda::column_sum_scratch column_scratch(const char* op) {
+    constexpr std::size_t partial_floats = std::size_t{1} << 20, arrival_slots = 1 << 14;
+    constexpr std::size_t partial_bytes = partial_floats * sizeof(float);
+    const bool fresh = colsum_.bytes == 0;
+    char* p = grow(colsum_, partial_bytes + arrival_slots * sizeof(unsigned), op,
+                   "column sums' partial sums");
+    if (fresh)
+      check_cuda(cudaMemsetAsync(p + partial_bytes, 0, arrival_slots * sizeof(unsigned), stream_),
+                 op, "cudaMemsetAsync (column sums' counters)");
+    return {reinterpret_cast<float*>(p), partial_floats,
+            reinterpret_cast<unsigned*>(p + partial_bytes), arrival_slots};
+  }
+
+  // One size for every shape (cuda::batch_norm_splits gives at most
+  // channel_sum_blocks + channels - 1 blocks, channels at most 65535): a
+  // captured step's graph holds its address, so it is never replaced.
+  double* bn_partials(int64_t batch, int64_t channels, int64_t spatial, const char* op) {
+    if (batch < 0 || channels < 0 || spatial < 0) return nullptr;  // the kernels' check says so
+    constexpr std::size_t most = 2 * (cuda::channel_sum_blocks + 65535);
+    return reinterpret_cast<double*>(
+        grow(bn_partials_, most * sizeof(double), op, "batch-norm sums"));
   }
 
   char* grow(scratch_buffer& b, std::size_t bytes, const char* op, const char* what) {
@@ -665,10 +711,11 @@ class cuda_backend_impl final : public backend {
         op, "cudnnSetConvolution2dDescriptor");
     check_cudnn(cudnnSetConvolutionGroupCount(p->conv, gemm_dim(s.groups, op, "groups")), op,
                 "cudnnSetConvolutionGroupCount");
-    // FMA, not CUDNN_DEFAULT_MATH: the default lets FP32 convolutions use
-    // TF32 tensor cores on Ampere and later.
-    check_cudnn(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH), op,
-                "cudnnSetConvolutionMathType");
+    // CUDNN_DEFAULT_MATH lets FP32 convolutions use TF32 tensor cores on
+    // Ampere and later; FMA keeps them plain FP32.
+    check_cudnn(cudnnSetConvolutionMathType(
+                    p->conv, tf32_.convolutions ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+                op, "cudnnSetConvolutionMathType");
     int on = 0, oc = 0, oh = 0, ow = 0;
     check_cudnn(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &on, &oc, &oh, &ow), op,
                 "cudnnGetConvolution2dForwardOutputDim");
@@ -691,7 +738,7 @@ class cuda_backend_impl final : public backend {
     check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(
                     dnn_, p.x, p.w, p.conv, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf),
                 op, "cudnnGetConvolutionForwardAlgorithm_v7");
-    p.fwd.ranked = rank_algorithms(perf, got);
+    p.fwd.ranked = rank_algorithms(perf, got, tf32_.convolutions);
     if (p.fwd.ranked.empty()) fail(op, "cuDNN offers no usable forward algorithm for this shape");
     check_cudnn(cudnnGetConvolutionForwardWorkspaceSize(dnn_, p.x, p.w, p.conv, p.y, p.fwd.algo(),
                                                         &p.fwd.ws),
@@ -706,7 +753,7 @@ class cuda_backend_impl final : public backend {
     check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
                     dnn_, p.w, p.y, p.conv, p.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf),
                 op, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-    p.bwd_data.ranked = rank_algorithms(perf, got);
+    p.bwd_data.ranked = rank_algorithms(perf, got, tf32_.convolutions);
     if (p.bwd_data.ranked.empty())
       fail(op, "cuDNN offers no usable backward-data algorithm for this shape");
     check_cudnn(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn_, p.w, p.y, p.conv, p.x,
@@ -723,7 +770,7 @@ class cuda_backend_impl final : public backend {
         cudnnGetConvolutionBackwardFilterAlgorithm_v7(
             dnn_, p.x, p.y, p.conv, p.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf),
         op, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-    p.bwd_filter.ranked = rank_algorithms(perf, got);
+    p.bwd_filter.ranked = rank_algorithms(perf, got, tf32_.convolutions);
     if (p.bwd_filter.ranked.empty())
       fail(op, "cuDNN offers no usable backward-filter algorithm for this shape");
     check_cudnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(
@@ -735,12 +782,15 @@ class cuda_backend_impl final : public backend {
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
+  tf32_use tf32_;
   std::map<lt_key, std::unique_ptr<lt_plan>> lt_plans_;
   scratch_buffer lt_ws_;
   cudnnHandle_t dnn_ = nullptr;
   std::map<conv_key, std::unique_ptr<conv_plan>> plans_;
-  scratch_buffer pad_;  // the zero-padded copies of x and dx (asymmetric padding)
-  scratch_buffer ws_;   // cuDNN's workspace
+  scratch_buffer pad_;          // the zero-padded copies of x and dx (asymmetric padding)
+  scratch_buffer ws_;           // cuDNN's workspace
+  scratch_buffer bn_partials_;  // the batch-norm sums' per-block partial sums
+  scratch_buffer colsum_;       // the column sums' partial sums and counters
 };
 
 }  // namespace

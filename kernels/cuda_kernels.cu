@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -64,25 +65,69 @@ __global__ void broadcast_rows_kernel(const float* b, float* y, std::size_t tota
   TROUPE_GRID_LOOP(i, total) y[i] = b[i % cols];
 }
 
-// Column sums of dy[rows, cols]: a block of 32 x 8 threads owns 32 adjacent
-// columns (coalesced reads); thread (x, y) sums rows y, y + 8, ... of its
-// column, then the 8 partial sums are added in a fixed order (deterministic).
-constexpr unsigned colsum_cols = 32, colsum_rows = 8;
+// Column sums of an activation's gradient: g = act'(y) * dy for dy[rows,
+// cols] (g = dy without one), written to dx where given (dx may alias dy),
+// and db[j] (+)= the sum of column j of g. Block (t, s) owns 32 adjacent
+// columns (coalesced reads) and the s-th of gridDim.y runs of rows; thread
+// (x, y) sums rows y, y + 32, ... of the run in two interleaved sums (two
+// loads in flight), the block adds its 32 partial sums in a fixed order, and
+// with several runs the last block of a column tile to finish (counted in
+// arrivals[t], which it sets back to 0) adds the runs' sums in run order:
+// deterministic, one launch, and enough blocks for a GPU's multiprocessors
+// where a layer has few columns and many rows.
+constexpr unsigned colsum_cols = 32, colsum_rows = 32;
 
-__global__ void column_sums_kernel(const float* dy, float* db, int64_t rows, int64_t cols,
-                                   bool accumulate) {
+template <activation Act>
+__device__ inline float backward_at(const float* y, const float* dy, float* dx, int64_t i) {
+  float g = dy[i];
+  if constexpr (Act == activation::relu) g = ew::relu_grad(y[i], g);
+  if constexpr (Act == activation::tanh) g = ew::tanh_grad(y[i], g);
+  if (dx) dx[i] = g;
+  return g;
+}
+
+template <activation Act>
+__global__ void column_sums_kernel(const float* y, const float* dy, float* dx, float* db,
+                                   int64_t rows, int64_t cols, bool accumulate, float* partials,
+                                   unsigned* arrivals) {
   __shared__ float part[colsum_rows][colsum_cols + 1];
+  __shared__ bool last;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * colsum_cols + threadIdx.x;
-  float s = 0.0f;
-  if (j < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += colsum_rows) s += dy[r * cols + j];
-  part[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < cols) {
-    float t = accumulate ? db[j] : 0.0f;
-    for (unsigned k = 0; k < colsum_rows; ++k) t += part[k][threadIdx.x];
-    db[j] = t;
+  const int64_t runs = gridDim.y, run = blockIdx.y;
+  const int64_t end = rows * (run + 1) / runs;
+  float s0 = 0.0f, s1 = 0.0f;
+  if (j < cols) {
+    int64_t r = rows * run / runs + threadIdx.y;
+    for (; r + colsum_rows < end; r += 2 * colsum_rows) {
+      s0 += backward_at<Act>(y, dy, dx, r * cols + j);
+      s1 += backward_at<Act>(y, dy, dx, (r + colsum_rows) * cols + j);
+    }
+    if (r < end) s0 += backward_at<Act>(y, dy, dx, r * cols + j);
   }
+  part[threadIdx.y][threadIdx.x] = s0 + s1;
+  __syncthreads();
+  float t = 0.0f;
+  if (threadIdx.y == 0)
+    for (unsigned k = 0; k < colsum_rows; ++k) t += part[k][threadIdx.x];
+  if (runs == 1) {
+    if (threadIdx.y == 0 && j < cols) db[j] = (accumulate ? db[j] : 0.0f) + t;
+    return;
+  }
+  if (threadIdx.y == 0 && j < cols) {
+    partials[run * cols + j] = t;
+    __threadfence();  // the run's sums are visible before its arrival counts
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0)
+    last = atomicAdd(&arrivals[blockIdx.x], 1u) == static_cast<unsigned>(runs - 1);
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.y == 0 && j < cols) {
+    float total = accumulate ? db[j] : 0.0f;
+    for (int64_t s = 0; s < runs; ++s) total += __ldcg(partials + s * cols + j);
+    db[j] = total;
+  }
+  if (threadIdx.x == 0 && threadIdx.y == 0) arrivals[blockIdx.x] = 0;
 }
 
 // ---- softmax cross-entropy: one warp per row --------------------------------
@@ -312,16 +357,47 @@ void broadcast_rows(const float* b, float* y, int64_t rows, int64_t cols, cudaSt
   check_launch("broadcast_rows");
 }
 
-void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate,
-                 cudaStream_t stream) {
+int64_t column_sum_runs(int64_t rows, int64_t cols, const column_sum_scratch& scratch) {
+  // About 128 blocks in all, each over at least 64 rows; within the scratch.
+  constexpr int64_t blocks_wanted = 128, least_rows = 64, most_runs = 64;
+  const int64_t tiles = (cols + colsum_cols - 1) / colsum_cols;
+  if (tiles <= 0 || !scratch.partials || tiles > static_cast<int64_t>(scratch.arrival_slots))
+    return 1;
+  int64_t runs = std::min<int64_t>((blocks_wanted + tiles - 1) / tiles, rows / least_rows);
+  runs = std::min<int64_t>(runs, most_runs);
+  runs = std::min<int64_t>(runs, static_cast<int64_t>(scratch.partial_floats) / cols);
+  return std::max<int64_t>(runs, 1);
+}
+
+void activation_backward_column_sums(activation act, const float* y, const float* dy, float* dx,
+                                     float* db, int64_t rows, int64_t cols, bool accumulate,
+                                     const column_sum_scratch& scratch, cudaStream_t stream) {
   if (cols <= 0) return;
   if (rows < 0) throw std::invalid_argument("cuda column_sums: rows " + std::to_string(rows));
   const int64_t tiles = (cols + colsum_cols - 1) / colsum_cols;
   if (tiles > 0x7fffffff)
     throw std::invalid_argument("cuda column_sums: " + std::to_string(cols) + " columns");
-  column_sums_kernel<<<static_cast<unsigned>(tiles), dim3(colsum_cols, colsum_rows), 0, stream>>>(
-      dy, db, rows, cols, accumulate);
+  const dim3 block(colsum_cols, colsum_rows);
+  const dim3 grid(static_cast<unsigned>(tiles),
+                  static_cast<unsigned>(column_sum_runs(rows, cols, scratch)));
+  float* partials = scratch.partials;
+  unsigned* arrivals = scratch.arrivals;
+  if (act == activation::relu)
+    column_sums_kernel<activation::relu>
+        <<<grid, block, 0, stream>>>(y, dy, dx, db, rows, cols, accumulate, partials, arrivals);
+  else if (act == activation::tanh)
+    column_sums_kernel<activation::tanh>
+        <<<grid, block, 0, stream>>>(y, dy, dx, db, rows, cols, accumulate, partials, arrivals);
+  else
+    column_sums_kernel<activation::none>
+        <<<grid, block, 0, stream>>>(y, dy, dx, db, rows, cols, accumulate, partials, arrivals);
   check_launch("column_sums");
+}
+
+void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate,
+                 const column_sum_scratch& scratch, cudaStream_t stream) {
+  activation_backward_column_sums(activation::none, nullptr, dy, nullptr, db, rows, cols,
+                                  accumulate, scratch, stream);
 }
 
 void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t batch,

@@ -25,8 +25,26 @@ void scale_inplace(float* x, float s, std::size_t n, cudaStream_t stream);      
 // y[r,j] = b[j] for every row r < rows (the bias a GEMM then adds to);
 void broadcast_rows(const float* b, float* y, int64_t rows, int64_t cols, cudaStream_t stream);
 // db[j] = sum over r of dy[r,j], added to db when accumulate (rows may be 0).
+// The scratch of the column sums' blocks over runs of rows: partial_floats
+// floats, and arrival_slots counters that start at 0 (and are left at 0).
+// Null partials: one block a column tile. One scratch a stream.
+struct column_sum_scratch {
+  float* partials = nullptr;
+  std::size_t partial_floats = 0;
+  unsigned* arrivals = nullptr;
+  std::size_t arrival_slots = 0;
+};
+// The runs of rows the column sums take (a fixed function of the shape and
+// the scratch's size, so their rounding is the same at every call).
+int64_t column_sum_runs(int64_t rows, int64_t cols, const column_sum_scratch& scratch);
 void column_sums(const float* dy, float* db, int64_t rows, int64_t cols, bool accumulate,
-                 cudaStream_t stream);
+                 const column_sum_scratch& scratch, cudaStream_t stream);
+// One pass for an activation's backward and its layer's bias gradient:
+// dx = act'(y) * dy (y: the activation's output; dx may alias dy, or be null
+// when only db is wanted) and db (+)= the column sums of dx.
+void activation_backward_column_sums(activation act, const float* y, const float* dy, float* dx,
+                                     float* db, int64_t rows, int64_t cols, bool accumulate,
+                                     const column_sum_scratch& scratch, cudaStream_t stream);
 
 // Fused softmax + cross-entropy, kernels/cpu_kernels.hpp's semantics on
 // device memory, one warp per row: dlogits (may alias logits, or be null) =

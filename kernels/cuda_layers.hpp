@@ -40,10 +40,22 @@ void unary_forward(unary_op op, float alpha, const float* x, float* y, std::size
 void unary_backward(unary_op op, float alpha, const float* x, const float* y, const float* dy,
                     float* dx, std::size_t n, cudaStream_t stream);
 
-// The batch-norm steps of kernels/backend.hpp; the per-channel sums are one
-// block per channel, accumulated in double in a fixed order.
+// The batch-norm steps of kernels/backend.hpp. The per-channel sums run as
+// batch_norm_splits() blocks a channel, each accumulating in double in a
+// fixed order into `partials` (2 * channels * splits doubles, the caller's
+// scratch), then added up in order.
+int64_t batch_norm_splits(int64_t batch, int64_t channels, int64_t spatial);
+// The blocks the per-channel sums aim at: channels * splits is at most this
+// plus channels - 1 (what sizes the partials' scratch).
+constexpr int64_t channel_sum_blocks = 1056;
+// A convolution's bias: y[n, c, p] += b[c]; its gradient db[c] (+)= the sum
+// of dy[n, c, p] over n and p, as the batch-norm sums (partials likewise).
+void add_channel_bias(float* y, const float* b, int64_t batch, int64_t channels, int64_t spatial,
+                      cudaStream_t stream);
+void channel_bias_gradient(const float* dy, int64_t batch, int64_t channels, int64_t spatial,
+                           float* db, bool accumulate, double* partials, cudaStream_t stream);
 void batch_norm_sums(const float* x, int64_t batch, int64_t channels, int64_t spatial, float* sums,
-                     cudaStream_t stream);
+                     double* partials, cudaStream_t stream);
 void batch_norm_statistics(const float* sums, int64_t channels, double count, float eps,
                            float momentum, float* mean, float* invstd, float* running_mean,
                            float* running_var, cudaStream_t stream);
@@ -54,7 +66,7 @@ void batch_norm_forward(const float* x, const float* mean, const float* invstd, 
                         int64_t spatial, cudaStream_t stream);
 void batch_norm_backward_sums(const float* x, const float* dy, const float* mean,
                               const float* invstd, int64_t batch, int64_t channels, int64_t spatial,
-                              float* sums, cudaStream_t stream);
+                              float* sums, double* partials, cudaStream_t stream);
 void batch_norm_backward(const float* x, const float* dy, const float* mean, const float* invstd,
                          const float* gamma, const float* sums, double count, float* dx,
                          int64_t batch, int64_t channels, int64_t spatial, cudaStream_t stream);

@@ -44,13 +44,22 @@ void finish_trace(std::optional<trace::session>& tracing, nlohmann::json& summar
   spdlog::info("trace: {}", tracing->path());
 }
 
+bool has_convolutions(const model_config& m) {
+  if (!m.layers.is_array()) return false;
+  for (const auto& l : m.layers)
+    if (l.is_object() && l.value("type", "") == "conv2d") return true;
+  return false;
+}
+
 nlohmann::json run_job(const job_config& c, const job_options& o) {
-  // A GPU's context is made while the data loads.
-  std::thread devices_ready = prepare_devices(c.devices);
+  // A GPU's context, library handles and first library calls are made
+  // while the data loads.
+  std::thread devices_ready = prepare_devices(c.devices, has_convolutions(c.model));
   struct join_at_exit {
     std::thread& t;
     ~join_at_exit() {
       if (t.joinable()) t.join();
+      release_prepared_devices();
     }
   } joined{devices_ready};
   kernels::init_cpu_kernels();

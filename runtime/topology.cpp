@@ -343,6 +343,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
       rc.batch_rows = input.global_batch;
     }
     rc.step_graphs = c.training.step_graphs != "off";
+    rc.tf32 = {c.training.tf32 != "off", c.training.tf32 == "all"};
     out.replicas.push_back(spawn_replica(sys, rc));
   }
   return out;

@@ -161,6 +161,42 @@ TEST_CASE("cuda context: identity, streams, refusals") {
                        doctest::Contains(("cuda:" + std::to_string(n)).c_str()), device_error);
 }
 
+TEST_CASE("cuda context: a prepared device is taken by the next context of that device") {
+  CHECK_FALSE(cuda_device_prepared(0));
+  prepare_cuda_device(cuda0(), true);
+  CHECK(cuda_device_prepared(0));
+  auto taken = make_cuda_context(cuda0());
+  CHECK_FALSE(cuda_device_prepared(0));
+  // It computes as a fresh one does.
+  auto& ops = taken->ops();
+  auto y = allocate_array<float>(*taken, 4);
+  ops.fill(static_cast<float*>(y.data()), 2.5f, 4);
+  std::vector<float> back(4);
+  taken->copy_to_host(back.data(), y.data(), 4 * sizeof(float));
+  CHECK(back == std::vector<float>(4, 2.5f));
+  // One left untaken is released, not leaked past the process's end.
+  prepare_cuda_device(cuda0(), false);
+  release_prepared_cuda_devices();
+  CHECK_FALSE(cuda_device_prepared(0));
+}
+
+TEST_CASE("dense products with TF32 allowed stay within TF32's rounding of the CPU") {
+  gpu_fixture f;
+  f.gpu.use_tf32({true, true});
+  using troupe::kernels::activation;
+  const dense_shape s{64, 784, 128};
+  auto x = random_floats(sz(s.batch, s.in), 301), w = random_floats(sz(s.in, s.out), 302),
+       b = random_floats(static_cast<std::size_t>(s.out), 303);
+  std::vector<float> y_cpu(sz(s.batch, s.out));
+  f.cpu.dense_forward(x.data(), w.data(), b.data(), y_cpu.data(), s.batch, s.in, s.out,
+                      activation::relu);
+  auto dx = f.upload(x), dw = f.upload(w), db = f.upload(b);
+  auto dy = f.upload(std::vector<float>(y_cpu.size(), 0.0f));
+  f.gpu.dense_forward(dx.f32(), dw.f32(), db.f32(), dy.f32(), s.batch, s.in, s.out,
+                      activation::relu);
+  CHECK_CLOSE(f.download(dy, y_cpu.size()), y_cpu, 1e-2);
+}
+
 TEST_CASE("dense_forward matches the CPU, with each fused activation") {
   gpu_fixture f;
   unsigned seed = 1;

@@ -173,6 +173,35 @@ TEST_CASE("cuda layers: conv2d forward matches the CPU") {
   }
 }
 
+// training.tf32 "convolutions": cuDNN may take its TF32 tensor-core
+// algorithms; the products then round their inputs to 10-bit mantissas, so
+// the result is within ~1e-3 relative of the CPU's, not ~1e-6.
+TEST_CASE("cuda layers: conv2d with TF32 allowed stays within TF32's rounding of the CPU") {
+  gpu_fixture f;
+  f.gpu.use_tf32({true, false});
+  constexpr double tf32_tol = 1e-2;
+  unsigned seed = 150;
+  for (const auto& c : conv_cases) {
+    INFO(c.name);
+    const auto n = sizes_of(c.s);
+    const floats x = random_floats(n.x, ++seed), w = random_floats(n.w, ++seed),
+                 b = random_floats(n.b, ++seed), dy = random_floats(n.y, ++seed);
+    auto gx = f.upload(x), gw = f.upload(w), gb = f.upload(b), gdy = f.upload(dy);
+    floats y(n.y), dx(n.x), dw(n.w), db(n.b);
+    f.cpu.conv2d_forward(c.s, x.data(), w.data(), b.data(), y.data());
+    f.cpu.conv2d_backward(c.s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(),
+                          false);
+    auto gy = f.output(n.y), gdx = f.output(n.x), gdw = f.output(n.w), gdb = f.output(n.b);
+    f.gpu.conv2d_forward(c.s, gx.f32(), gw.f32(), gb.f32(), gy.f32());
+    f.gpu.conv2d_backward(c.s, gx.f32(), gw.f32(), gdy.f32(), gdx.f32(), gdw.f32(), gdb.f32(),
+                          false);
+    CHECK_CLOSE(f.download(gy, n.y), y, tf32_tol);
+    CHECK_CLOSE(f.download(gdx, n.x), dx, tf32_tol);
+    CHECK_CLOSE(f.download(gdw, n.w), dw, tf32_tol);
+    CHECK_CLOSE(f.download(gdb, n.b), db, tf32_tol);
+  }
+}
+
 TEST_CASE("cuda layers: conv2d backward matches the CPU (dx, dw, db; overwrite and accumulate)") {
   gpu_fixture f;
   unsigned seed = 200;
@@ -310,8 +339,11 @@ struct bn_case {
 TEST_CASE("cuda layers: the batch-norm steps match the CPU") {
   gpu_fixture f;
   unsigned seed = 500;
-  // An image batch (7x9) and a dense one (spatial 1).
-  for (const bn_case c : {bn_case{3, 5, 63}, bn_case{7, 5, 1}}) {
+  // An image batch (7x9), a dense one (spatial 1), and two whose channels'
+  // sums run as several blocks each (batch_norm_splits > 1): large planes
+  // with few channels, and planes smaller than a block.
+  for (const bn_case c :
+       {bn_case{3, 5, 63}, bn_case{7, 5, 1}, bn_case{64, 3, 784}, bn_case{256, 2, 49}}) {
     INFO("batch " << c.batch << " channels " << c.channels << " spatial " << c.spatial);
     const std::size_t nx = sz(c.batch * c.channels * c.spatial), nc = sz(c.channels);
     const double count = static_cast<double>(c.batch * c.spatial);

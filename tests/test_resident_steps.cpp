@@ -206,7 +206,8 @@ TEST_CASE("a captured step replays the values it was captured with, and refuses 
   CHECK(cpu->capture([] {}) == nullptr);
 }
 
-TEST_CASE("data.placement and training.step_graphs: values and where \"device\" applies") {
+TEST_CASE(
+    "data.placement, training.step_graphs and training.tf32: values and where \"device\" applies") {
   strategy_env env(100);
   auto refused = [&](job_config c, const std::string& what) {
     CHECK_THROWS_WITH(parse_job_config(to_json(c)), doctest::Contains(what.c_str()));
@@ -230,4 +231,12 @@ TEST_CASE("data.placement and training.step_graphs: values and where \"device\" 
   CHECK_THROWS_WITH(parse_job_config(j), doctest::Contains("training.step_graphs"));
   j["training"]["step_graphs"] = "off";
   CHECK(parse_job_config(j).training.step_graphs == "off");
+  CHECK(parse_job_config(j).training.tf32 == "convolutions");  // PyTorch's default
+  for (const char* v : {"off", "all", "convolutions"}) {
+    j["training"]["tf32"] = v;
+    CHECK(parse_job_config(j).training.tf32 == v);
+    CHECK(to_json(parse_job_config(j))["training"]["tf32"] == v);  // in the effective config
+  }
+  j["training"]["tf32"] = true;
+  CHECK_THROWS_WITH(parse_job_config(j), doctest::Contains("training.tf32"));
 }
