@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -299,12 +300,16 @@ class phase_clock {
     parts_.emplace_back(what, millis(now - last_));
     last_ = now;
   }
+  // What the last part was made of.
+  void detail(std::string what) { details_[parts_.size() - 1] = std::move(what); }
   std::string summary() const {
     double total = 0;
     std::string list;
-    for (const auto& [what, ms] : parts_) {
-      total += ms;
-      list += (list.empty() ? "" : ", ") + std::string(what) + " " + fmt::format("{:.1f}", ms);
+    for (std::size_t k = 0; k < parts_.size(); ++k) {
+      total += parts_[k].second;
+      list += (list.empty() ? "" : ", ") + std::string(parts_[k].first) + " " +
+              fmt::format("{:.1f}", parts_[k].second);
+      if (auto d = details_.find(k); d != details_.end()) list += " (" + d->second + ")";
     }
     return fmt::format("{:.1f} ms ({})", total, list);
   }
@@ -315,6 +320,7 @@ class phase_clock {
   }
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
   std::vector<std::pair<const char*, double>> parts_;
+  std::map<std::size_t, std::string> details_;
 };
 
 // data.placement: the training set uploaded to the replica's device once,
@@ -347,8 +353,10 @@ void place_data_set(compute_state& cs, const replica_config& c, phase_clock& clo
   o.note = [who](const std::string& line) { spdlog::info("{}: {}", who, line); };
   cs.resident = std::make_unique<resident_steps>(*cs.net, c.resident_images.dim(0), *cs.opt, cs.dev,
                                                  std::move(slots), std::move(o));
-  cs.resident->warm_up(c.batch_rows, c.batch_rows);
-  clock.mark("warm-up step and capture");
+  const auto warm = cs.resident->warm_up(c.batch_rows, c.batch_rows);
+  clock.mark("warm-up");
+  clock.detail(fmt::format("step {:.1f}, capture {:.1f}, restore {:.1f}", warm.step, warm.capture,
+                           warm.restore));
   spdlog::info(
       "{}: data.placement {}: the training set ({}) is on {}; each step gathers its rows "
       "there{}",

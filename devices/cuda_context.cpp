@@ -98,6 +98,42 @@ void parallel_copy(void* dst, const void* src, std::size_t bytes) {
   for (auto& t : helpers) t.join();
 }
 
+// One slab of device memory handed out front to back (256-byte aligned) as
+// the caching allocator's raw blocks; the allocator keeps every block it
+// frees in its lists, so the slab is never given back piecewise, only whole
+// with its context. Requests it cannot hold go to cudaMalloc.
+class device_arena {
+ public:
+  void hold(void* base, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mtx_);
+    base_ = static_cast<char*>(base);
+    bytes_ = bytes;
+    used_ = 0;
+  }
+  void* take(std::size_t n) {
+    std::lock_guard<std::mutex> lock(mtx_);
+    const std::size_t want = (n + 255) & ~std::size_t{255};
+    if (!base_ || want > bytes_ - used_) return nullptr;
+    void* p = base_ + used_;
+    used_ += want;
+    return p;
+  }
+  bool owns(const void* p) const {
+    std::lock_guard<std::mutex> lock(mtx_);
+    const auto* c = static_cast<const char*>(p);
+    return base_ && c >= base_ && c < base_ + bytes_;
+  }
+  void* base() const {
+    std::lock_guard<std::mutex> lock(mtx_);
+    return base_;
+  }
+
+ private:
+  mutable std::mutex mtx_;
+  char* base_ = nullptr;
+  std::size_t bytes_ = 0, used_ = 0;
+};
+
 class staging_block {
  public:
   staging_block(caching_allocator& a, std::size_t bytes) : a_(a), p_(a.allocate(bytes)) {}
@@ -184,14 +220,17 @@ class cuda_context final : public device_context,
  public:
   explicit cuda_context(const device_spec& d)
       : spec_(d),
+        arena_(std::make_shared<device_arena>()),
         device_alloc_(
             d.str(),
-            [d](std::size_t n) -> void* {
+            [d, arena = arena_](std::size_t n) -> void* {
+              if (void* p = arena->take(n)) return p;
               device_guard g(d.index);
               void* p = nullptr;
               return raw_result(cudaMalloc(&p, n), d, "cudaMalloc") ? p : nullptr;
             },
-            [i = d.index](void* p) {
+            [i = d.index, arena = arena_](void* p) {
+              if (arena->owns(p)) return;  // the arena's memory goes with the context
               device_guard g(i);
               ignore(cudaFree(p));
             }),
@@ -235,6 +274,7 @@ class cuda_context final : public device_context,
     ops_.reset();      // cublasDestroy
     device_alloc_.release_cached();
     pinned_alloc_.release_cached();
+    if (arena_->base()) ignore(cudaFree(arena_->base()));
     destroy_streams();
   }
   cuda_context(const cuda_context&) = delete;
@@ -353,6 +393,19 @@ class cuda_context final : public device_context,
 
   kernels::backend& ops() override { return *ops_; }
   std::unique_ptr<device_graph> capture(const std::function<void()>& body) override;
+  // Device memory for the allocator's first blocks, in one cudaMalloc made
+  // now: each cudaMalloc synchronises the device and takes 0.1-1 ms, and a
+  // model's build and first step ask for dozens of sizes.
+  void reserve_arena(std::size_t bytes) {
+    if (arena_->base() || bytes == 0) return;
+    device_guard g(spec_.index);
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // no arena: every block is a cudaMalloc of its own
+      return;
+    }
+    arena_->hold(p, bytes);
+  }
   // Pinned staging blocks for a large upload's pieces, made now (a
   // cudaHostAlloc of 16 MB takes milliseconds) and kept in the cache.
   void reserve_staging(int pieces) {
@@ -412,6 +465,7 @@ class cuda_context final : public device_context,
   cudaStream_t compute_ = nullptr;
   cudaStream_t copy_ = nullptr;
   std::unique_ptr<kernels::backend> ops_;
+  std::shared_ptr<device_arena> arena_;  // before device_alloc_, which uses it
   caching_allocator device_alloc_;
   caching_allocator pinned_alloc_;
   std::deque<std::unique_ptr<cuda_event>> pending_;  // copy_to_device staging in flight
@@ -482,6 +536,10 @@ std::map<int, std::shared_ptr<cuda_context>> prepared;
 // convolution forward and backward: the libraries load, make their handles'
 // state and load their first kernels here, not in the first step.
 void first_library_calls(cuda_context& c, bool convolutions) {
+  // A slab for the model's and the first step's blocks: 1/16 of the free
+  // memory, at most 256 MB.
+  const std::size_t free = c.free_memory().value_or(0);
+  c.reserve_arena(std::min<std::size_t>(free / 16, std::size_t{256} << 20) & ~std::size_t{255});
   constexpr int64_t n = 16;
   auto a = c.allocate(n * n * sizeof(float)), b = c.allocate(n * n * sizeof(float)),
        y = c.allocate(n * n * sizeof(float)), g = c.allocate(n * n * sizeof(float));

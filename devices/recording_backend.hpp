@@ -210,20 +210,15 @@ class recording_backend final : public kernels::backend {
   void decoupled_decay_step(float* w, std::size_t n, float lr, float weight_decay) override {
     add([=, &inner = inner_] { inner.decoupled_decay_step(w, n, lr, weight_decay); });
   }
-  void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
-                           const int64_t* counter, int64_t rows, void* dst, int64_t* ids) override {
-    add([=, &inner = inner_] {
-      inner.gather_planned_rows(src, words, plan, counter, rows, dst, ids);
-    });
+  void gather_planned_rows(row_set a, row_set b, const int64_t* plan, const int64_t* counter,
+                           int64_t rows, int64_t* ids) override {
+    add([=, &inner = inner_] { inner.gather_planned_rows(a, b, plan, counter, rows, ids); });
   }
-  void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter,
-                         double* loss_out, int64_t* correct_out) override {
+  void record_step_stats(double* loss_sum, int64_t* correct, int64_t* counter, double* loss_out,
+                         int64_t* correct_out) override {
     add([=, &inner = inner_] {
       inner.record_step_stats(loss_sum, correct, counter, loss_out, correct_out);
     });
-  }
-  void advance_step(int64_t* counter) override {
-    add([=, &inner = inner_] { inner.advance_step(counter); });
   }
   void adam_step_scheduled(const kernels::adam_tensors& t, const float* scalars,
                            const int64_t* counter, float b1, float b2, float eps,

@@ -211,17 +211,23 @@ class backend {
   // the step's place in the execution. `plan` (int64, device memory): plan[k]
   // is where step k's row indices begin in `plan` itself.
   //
-  // dst[r, :] = src[plan[plan[k] + r], :] for r < rows, rows of `words`
-  // 4-byte words (float features, int32 labels, float targets); ids[r] (ids
-  // may be null) = that row index. The caller checked the indices.
-  virtual void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
-                                   const int64_t* counter, int64_t rows, void* dst,
-                                   int64_t* ids) = 0;
-  // loss_out[k] = *loss_sum and correct_out[k] = *correct, then both sums
-  // zeroed for the next step (one launch where a fill would be another).
-  virtual void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter,
+  // For each of the two sets (b.src may be null): dst[r, :] = src[plan[plan[k]
+  // + r], :] for r < rows, rows of `words` 4-byte words (float features,
+  // int32 labels, float targets); ids[r] (ids may be null) = that row index.
+  // The caller checked the indices. Both sets in one pass (one launch).
+  struct row_set {
+    const void* src = nullptr;
+    int64_t words = 0;
+    void* dst = nullptr;
+  };
+  virtual void gather_planned_rows(row_set a, row_set b, const int64_t* plan,
+                                   const int64_t* counter, int64_t rows, int64_t* ids) = 0;
+  // A step's end: loss_out[k] = *loss_sum and correct_out[k] = *correct,
+  // both sums zeroed for the next step, and the step counted (counter[0] +=
+  // 1), in one launch where fills and an increment would be three. After
+  // everything else of the step that reads the counter.
+  virtual void record_step_stats(double* loss_sum, int64_t* correct, int64_t* counter,
                                  double* loss_out, int64_t* correct_out) = 0;
-  virtual void advance_step(int64_t* counter) = 0;  // counter[0] += 1
   // adam_step on every tensor of `t` in one launch (a multi-tensor update:
   // one kernel, not one a variable), with this step's lr, step_size and
   // inv_sqrt_bc2 read from scalars[3 * counter[0] + {0, 1, 2}]

@@ -165,24 +165,27 @@ class cpu_backend_impl final : public backend {
     kernels::decoupled_decay_step(w, n, lr, wd);
   }
 
-  void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
-                           const int64_t* counter, int64_t rows, void* dst, int64_t* ids) override {
+  void gather_planned_rows(row_set a, row_set b, const int64_t* plan, const int64_t* counter,
+                           int64_t rows, int64_t* ids) override {
     const int64_t* row = plan + plan[counter[0] - counter[1]];
-    const auto bytes = static_cast<std::size_t>(words) * 4;
-    const auto* from = static_cast<const unsigned char*>(src);
-    auto* to = static_cast<unsigned char*>(dst);
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(to + static_cast<std::size_t>(r) * bytes,
-                  from + static_cast<std::size_t>(row[r]) * bytes, bytes);
+    for (const row_set& s : {a, b}) {
+      if (!s.src) continue;
+      const auto bytes = static_cast<std::size_t>(s.words) * 4;
+      const auto* from = static_cast<const unsigned char*>(s.src);
+      auto* to = static_cast<unsigned char*>(s.dst);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(to + static_cast<std::size_t>(r) * bytes,
+                    from + static_cast<std::size_t>(row[r]) * bytes, bytes);
+    }
     if (ids) std::memcpy(ids, row, static_cast<std::size_t>(rows) * sizeof(int64_t));
   }
-  void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter,
-                         double* loss_out, int64_t* correct_out) override {
+  void record_step_stats(double* loss_sum, int64_t* correct, int64_t* counter, double* loss_out,
+                         int64_t* correct_out) override {
     const int64_t k = counter[0] - counter[1];
     loss_out[k] = std::exchange(*loss_sum, 0.0);
     correct_out[k] = std::exchange(*correct, 0);
+    ++counter[0];
   }
-  void advance_step(int64_t* counter) override { ++counter[0]; }
   void adam_step_scheduled(const adam_tensors& t, const float* scalars, const int64_t* counter,
                            float b1, float b2, float eps, float wd, bool decoupled) override {
     const float* s = scalars + 3 * counter[0];

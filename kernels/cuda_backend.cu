@@ -519,15 +519,15 @@ class cuda_backend_impl final : public backend {
     cuda::decoupled_decay_step(w, n, lr, wd, stream_);
   }
 
-  void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
-                           const int64_t* counter, int64_t rows, void* dst, int64_t* ids) override {
-    cuda::gather_planned_rows(src, words, plan, counter, rows, dst, ids, stream_);
+  void gather_planned_rows(row_set a, row_set b, const int64_t* plan, const int64_t* counter,
+                           int64_t rows, int64_t* ids) override {
+    cuda::gather_planned_rows({a.src, a.words, a.dst}, {b.src, b.words, b.dst}, plan, counter, rows,
+                              ids, stream_);
   }
-  void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter,
-                         double* loss_out, int64_t* correct_out) override {
+  void record_step_stats(double* loss_sum, int64_t* correct, int64_t* counter, double* loss_out,
+                         int64_t* correct_out) override {
     cuda::record_step_stats(loss_sum, correct, counter, loss_out, correct_out, stream_);
   }
-  void advance_step(int64_t* counter) override { cuda::advance_step(counter, stream_); }
   void adam_step_scheduled(const adam_tensors& t, const float* scalars, const int64_t* counter,
                            float b1, float b2, float eps, float wd, bool decoupled) override {
     cuda::adam_step_scheduled(t, scalars, counter, b1, b2, eps, wd, decoupled, stream_);

@@ -280,29 +280,28 @@ __global__ void adam_scheduled_kernel(adam_launch t, const float* scalars, const
   }
 }
 
-// One block a row, its words strided over the threads.
-__global__ void gather_planned_kernel(const uint32_t* src, int64_t words, const int64_t* plan,
-                                      const int64_t* counter, int64_t rows, uint32_t* dst,
-                                      int64_t* ids) {
+// One block a row, each set's words strided over the threads.
+__global__ void gather_planned_kernel(planned_set a, planned_set b, const int64_t* plan,
+                                      const int64_t* counter, int64_t rows, int64_t* ids) {
   const int64_t* row = plan + plan[counter[0] - counter[1]];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const uint32_t* from = src + row[r] * words;
-    uint32_t* to = dst + r * words;
-    for (int64_t j = threadIdx.x; j < words; j += blockDim.x) to[j] = from[j];
+    for (const planned_set& s : {a, b}) {
+      if (!s.src) continue;
+      const uint32_t* from = static_cast<const uint32_t*>(s.src) + row[r] * s.words;
+      uint32_t* to = static_cast<uint32_t*>(s.dst) + r * s.words;
+      for (int64_t j = threadIdx.x; j < s.words; j += blockDim.x) to[j] = from[j];
+    }
     if (ids && threadIdx.x == 0) ids[r] = row[r];
   }
 }
 
-__global__ void record_stats_kernel(double* loss_sum, int64_t* correct, const int64_t* counter,
+__global__ void record_stats_kernel(double* loss_sum, int64_t* correct, int64_t* counter,
                                     double* loss_out, int64_t* correct_out) {
   const int64_t k = counter[0] - counter[1];
   loss_out[k] = *loss_sum;
   correct_out[k] = *correct;
   *loss_sum = 0;
   *correct = 0;
-}
-
-__global__ void advance_step_kernel(int64_t* counter) {
   ++counter[0];
 }
 
@@ -478,26 +477,19 @@ void adam_step_scheduled(const adam_tensors& t, const float* scalars, const int6
   }
 }
 
-void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
-                         const int64_t* counter, int64_t rows, void* dst, int64_t* ids,
-                         cudaStream_t stream) {
+void gather_planned_rows(planned_set a, planned_set b, const int64_t* plan, const int64_t* counter,
+                         int64_t rows, int64_t* ids, cudaStream_t stream) {
   if (rows == 0) return;
+  const int64_t words = std::max(a.src ? a.words : 0, b.src ? b.words : 0);
   const unsigned threads = words >= 256 ? 256 : 32;
   const auto blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-  gather_planned_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint32_t*>(src), words,
-                                                        plan, counter, rows,
-                                                        static_cast<uint32_t*>(dst), ids);
+  gather_planned_kernel<<<blocks, threads, 0, stream>>>(a, b, plan, counter, rows, ids);
   check_launch("gather_planned_rows");
 }
 
-void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter, double* loss_out,
+void record_step_stats(double* loss_sum, int64_t* correct, int64_t* counter, double* loss_out,
                        int64_t* correct_out, cudaStream_t stream) {
   record_stats_kernel<<<1, 1, 0, stream>>>(loss_sum, correct, counter, loss_out, correct_out);
-  check_launch("record_step_stats");
-}
-
-void advance_step(int64_t* counter, cudaStream_t stream) {
-  advance_step_kernel<<<1, 1, 0, stream>>>(counter);
   check_launch("advance_step");
 }
 

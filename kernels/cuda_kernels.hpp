@@ -73,12 +73,15 @@ void decoupled_decay_step(float* w, std::size_t n, float lr, float weight_decay,
                           cudaStream_t stream);
 
 // Steps on device-resident data (backend.hpp: gather_planned_rows and after).
-void gather_planned_rows(const void* src, int64_t words, const int64_t* plan,
-                         const int64_t* counter, int64_t rows, void* dst, int64_t* ids,
-                         cudaStream_t stream);
-void record_step_stats(double* loss_sum, int64_t* correct, const int64_t* counter, double* loss_out,
+struct planned_set {
+  const void* src;
+  int64_t words;
+  void* dst;
+};
+void gather_planned_rows(planned_set a, planned_set b, const int64_t* plan, const int64_t* counter,
+                         int64_t rows, int64_t* ids, cudaStream_t stream);
+void record_step_stats(double* loss_sum, int64_t* correct, int64_t* counter, double* loss_out,
                        int64_t* correct_out, cudaStream_t stream);
-void advance_step(int64_t* counter, cudaStream_t stream);
 void adam_step_scheduled(const adam_tensors& t, const float* scalars, const int64_t* counter,
                          float b1, float b2, float eps, float weight_decay, bool decoupled,
                          cudaStream_t stream);

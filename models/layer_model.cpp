@@ -196,10 +196,9 @@ class layer_model final : public model {
     grow(planned_x_, static_cast<std::size_t>(rows * features_) * sizeof(float));
     grow(planned_y_, static_cast<std::size_t>(rows * label_words_) * 4);
     grow(planned_ids_, static_cast<std::size_t>(rows) * sizeof(int64_t));
-    ops().gather_planned_rows(dimages_.data(), features_, plan, counter, rows, planned_x_.data(),
-                              planned_ids_.as<int64_t>());
-    ops().gather_planned_rows(dlabels_.data(), label_words_, plan, counter, rows, planned_y_.data(),
-                              nullptr);
+    ops().gather_planned_rows({dimages_.data(), features_, planned_x_.data()},
+                              {dlabels_.data(), label_words_, planned_y_.data()}, plan, counter,
+                              rows, planned_ids_.as<int64_t>());
     auto rc = context(rows, true, false);
     rc.example_ids = planned_ids_.as<int64_t>();
     rc.step_counter = counter;

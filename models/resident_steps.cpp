@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace troupe {
 
@@ -46,9 +47,15 @@ std::vector<batch_stats> resident_steps::run(const std::vector<step>& steps) {
   return out;
 }
 
-void resident_steps::warm_up(int64_t rows, int64_t global_size) {
+resident_steps::warm_up_times resident_steps::warm_up(int64_t rows, int64_t global_size) {
+  warm_up_times times;
   rows = std::min(rows, set_size_);
-  if (rows < 1 || global_size < 1) return;
+  if (rows < 1 || global_size < 1) return times;
+  auto last = std::chrono::steady_clock::now();
+  const auto lap = [&last] {
+    const auto now = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::milli>(now - std::exchange(last, now)).count();
+  };
   tensor ids({rows}, dtype::i64);
   for (int64_t r = 0; r < rows; ++r) ids.data<int64_t>()[r] = r;
   const std::vector<step> steps{{&ids, global_size}};
@@ -63,8 +70,11 @@ void resident_steps::warm_up(int64_t rows, int64_t global_size) {
   const float scale = 1.0f / static_cast<float>(global_size);
   auto& g = graphs_[{rows, scale}];
   body(rows, scale);
+  dev_->synchronize();
+  times.step = lap();
   ++g.seen;
   if (capture_) capture_step(g, rows, scale);  // captured, not launched
+  times.capture = lap();
   net_.variables_to_device();
   for (std::size_t k = 0; k < slots_.size(); ++k) {
     const auto host = opt_.slot_tensors(k);
@@ -74,6 +84,8 @@ void resident_steps::warm_up(int64_t rows, int64_t global_size) {
   if (!scheduled_) opt_.advance(-1);  // apply_on counted the step
   dev_->synchronize();
   requests_seen_ = dev_->memory_stats().requests;
+  times.restore = lap();
+  return times;
 }
 
 // What an execution's steps read, written before them: the plan, the
@@ -173,10 +185,9 @@ void resident_steps::body(int64_t rows, float scale) {
   const auto* counter = counter_.as<int64_t>();
   net_.train_planned(plan_.as<int64_t>(), counter, rows, scale);
   auto [loss, correct] = net_.device_stats();
-  auto& ops = dev_->ops();
-  ops.record_step_stats(loss, correct, counter, loss_out_.as<double>(), correct_out_.as<int64_t>());
   update();
-  ops.advance_step(counter_.as<int64_t>());
+  dev_->ops().record_step_stats(loss, correct, counter_.as<int64_t>(), loss_out_.as<double>(),
+                                correct_out_.as<int64_t>());
 }
 
 // The model adds each step's sums; record_step_stats zeroes them after.

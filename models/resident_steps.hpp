@@ -7,8 +7,8 @@
 // One step, every launch of it reading what changes from step to step from
 // device memory, so that a captured step replays as any later step:
 //
-//   gather its rows by the plan -> forward, loss, backward -> record its
-//   loss sum and correct count -> optimizer update -> counter[0] += 1
+//   gather its rows by the plan -> forward, loss, backward -> optimizer
+//   update -> record its loss sum and correct count, counter[0] += 1
 //
 //   counter  int64[2]: the optimizer's step, the step the execution began at
 //   plan     int64: per step of the execution, where its row indices begin
@@ -24,6 +24,7 @@
 // cannot be captured runs as it is, and `note` says why, once. Graphs are
 // dropped (and captured again) when the device allocated anything between
 // two steps: a buffer a graph holds may have been replaced.
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -71,7 +72,11 @@ class resident_steps {
   // first use (module loading, GEMM heuristics, workspaces) is done here
   // and the first step replays the graph. The slots are restored from the
   // optimizer's host copies (current before training).
-  void warm_up(int64_t rows, int64_t global_size);
+  // Returns where its time went (milliseconds), for the replica's log.
+  struct warm_up_times {
+    double step = 0, capture = 0, restore = 0;
+  };
+  warm_up_times warm_up(int64_t rows, int64_t global_size);
   counts statistics() const { return counts_; }
   bool captures() const { return capture_; }
 
