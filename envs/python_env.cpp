@@ -86,8 +86,10 @@ class worker_process {
 
   // Sends a command; the worker's answer, or std::runtime_error naming why
   // none came (the worker died).
-  json request(const json& command) {
-    const std::string line = command.dump() + "\n";
+  json request(const json& command) { return json::parse(exchange(command.dump() + "\n")); }
+
+  // Sends one line (ending in a newline) and reads one back, without it.
+  std::string exchange(const std::string& line) {
     for (std::size_t sent = 0; sent < line.size();) {
       // MSG_NOSIGNAL: a dead worker is an error here, not a SIGPIPE for the job.
       const ssize_t n = send(sock_, line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
@@ -95,7 +97,7 @@ class worker_process {
       if (n < 0) throw std::runtime_error(died());
       sent += static_cast<std::size_t>(n);
     }
-    return json::parse(read_line());
+    return read_line();
   }
 
   void* map(std::size_t bytes) {
@@ -299,7 +301,10 @@ class python_vector_env final : public vector_env {
  private:
   // The step ran in the worker: its results, copied out of the shared memory.
   void advance(const step_output& out) {
-    command({{"cmd", "step"}});
+    // The doorbell of every step is a bare line each way (JSON costs as much
+    // as a few CartPole steps); any other answer is an error's JSON.
+    const std::string answer = worker_.exchange("step\n");
+    if (answer != "stepped") raise("step", json::parse(answer));
     const auto N = static_cast<std::size_t>(n_);
     std::memcpy(out.obs, memory_ + layout_.obs, obs_bytes());
     std::memcpy(out.final_obs, memory_ + layout_.final_obs, obs_bytes());
@@ -314,10 +319,13 @@ class python_vector_env final : public vector_env {
   // naming the environment and the traceback's last line.
   json command(const json& c) const {
     json r = worker_.request(c);
-    if (!r.value("ok", false))
-      throw std::runtime_error(spec_.name + " (Gymnasium): " + c.value("cmd", "") + " raised " +
-                               r.value("last", std::string("an exception")));
+    if (!r.value("ok", false)) raise(c.value("cmd", ""), r);
     return r;
+  }
+
+  [[noreturn]] void raise(const std::string& command, const json& r) const {
+    throw std::runtime_error(spec_.name + " (Gymnasium): " + command + " raised " +
+                             r.value("last", std::string("an exception")));
   }
 
   int64_t checked(int64_t instance) const {

@@ -22,6 +22,11 @@ import sys
 import traceback
 
 
+# The step's doorbell and answer, as python_env.cpp writes and reads them.
+STEP = "step\n"
+STEPPED = b"stepped\n"
+
+
 def reply(sock, **fields):
     sock.sendall((json.dumps(fields) + "\n").encode())
 
@@ -77,8 +82,8 @@ class Batch:
         self.dims = len(spaces.get("action_low", [])) or 1
         start = getattr(envs[0].action_space, "start", 0)
         self.action_start = int(start) if not self.box else 0
-        self.returns = np.zeros(self.n)
-        self.lengths = np.zeros(self.n, dtype=np.int64)
+        self.returns = [0.0] * self.n
+        self.lengths = [0] * self.n
 
     def map(self, fd, size):
         np, n, o = self.np, self.n, self.obs_size
@@ -99,27 +104,40 @@ class Batch:
         for i, env in enumerate(self.envs):
             obs, _ = env.reset(seed=seed + i)
             self.obs[i] = self.np.asarray(obs, dtype=self.np.float32).ravel()
-        self.returns[:] = 0
-        self.lengths[:] = 0
+        self.returns = [0.0] * self.n
+        self.lengths = [0] * self.n
 
     def step(self):
-        np = self.np
+        # Per instance only the step and Python lists; the shared arrays are
+        # written once per batch (NumPy's per-element writes cost more than
+        # CartPole's own step).
+        np, box, start = self.np, self.box, self.action_start
+        actions = self.actions.tolist()
+        rewards, terminations, truncations, observations = [], [], [], []
+        self.episode_return[:] = 0
+        self.episode_length[:] = 0
         for i, env in enumerate(self.envs):
-            action = self.actions[i].copy() if self.box else int(self.actions[i, 0]) + self.action_start
+            action = np.asarray(actions[i], np.float32) if box else actions[i][0] + start
             obs, reward, terminated, truncated, _ = env.step(action)
-            obs = np.asarray(obs, dtype=np.float32).ravel()
-            self.returns[i] += float(reward)
+            reward = float(reward)
+            self.returns[i] += reward
             self.lengths[i] += 1
-            self.reward[i] = reward
-            self.terminated[i], self.truncated[i] = bool(terminated), bool(truncated)
-            self.episode_return[i], self.episode_length[i] = 0, 0
+            rewards.append(reward)
+            terminations.append(terminated)
+            truncations.append(truncated)
             if terminated or truncated:
-                self.final_obs[i] = obs
-                self.episode_return[i], self.episode_length[i] = self.returns[i], self.lengths[i]
-                self.returns[i], self.lengths[i] = 0, 0
+                self.end_episode(i, obs)
                 obs, _ = env.reset()  # the instance's own generator, seeded by the first reset
-                obs = np.asarray(obs, dtype=np.float32).ravel()
-            self.obs[i] = obs
+            observations.append(obs)
+        self.obs[:] = np.asarray(observations, dtype=np.float32).reshape(self.n, -1)
+        self.reward[:] = rewards
+        self.terminated[:] = terminations
+        self.truncated[:] = truncations
+
+    def end_episode(self, i, obs):
+        self.final_obs[i] = self.np.asarray(obs, dtype=self.np.float32).ravel()
+        self.episode_return[i], self.episode_length[i] = self.returns[i], self.lengths[i]
+        self.returns[i], self.lengths[i] = 0, 0
 
     def get_state(self, i):
         return [float(x) for x in self.np.asarray(self.envs[i].unwrapped.state).ravel()]
@@ -152,6 +170,13 @@ def serve(sock, memory_fd, lines):
     if batch is None:
         return
     for line in lines:
+        if line == STEP:  # the doorbell of every step: no JSON either way
+            try:
+                batch.step()
+                sock.sendall(STEPPED)
+            except Exception:
+                reply(sock, **failure("step"))
+            continue
         cmd = json.loads(line)
         name = cmd["cmd"]
         try:
