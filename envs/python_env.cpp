@@ -63,23 +63,19 @@ class worker_process {
     sock_ = moved_up(pair[0]);
     const int child_sock = moved_up(pair[1]);
     memory_ = memfd_create("troupe-gymnasium", MFD_CLOEXEC);
-    if (memory_ < 0) {
-      close(child_sock);
-      throw std::runtime_error("memfd_create: " + errno_text(errno));
+    int e = errno;
+    if (memory_ >= 0) {
+      memory_ = moved_up(memory_);
+      e = spawn(g.python, child_sock, memory_);
     }
-    memory_ = moved_up(memory_);
-    const int e = spawn(g.python, child_sock);
     close(child_sock);  // the worker's end lives in the worker only: its exit is our EOF
-    if (e != 0)
-      throw env_start_error("rl.env.python", "cannot run '" + g.python + "': " + errno_text(e));
+    if (e == 0) return;
+    release();  // no destructor runs after a constructor throws
+    if (memory_ < 0) throw std::runtime_error("memfd_create: " + errno_text(e));
+    throw env_start_error("rl.env.python", "cannot run '" + g.python + "': " + errno_text(e));
   }
 
-  ~worker_process() {
-    if (mapped_) munmap(mapped_, mapped_bytes_);
-    close(memory_);
-    close(sock_);  // the worker reads EOF and exits
-    if (pid_ > 0) reap(std::chrono::seconds(2));
-  }
+  ~worker_process() { release(); }
 
   worker_process(const worker_process&) = delete;
   worker_process& operator=(const worker_process&) = delete;
@@ -111,11 +107,18 @@ class worker_process {
   }
 
  private:
-  int spawn(const std::string& python, int child_sock) {
+  void release() {
+    if (mapped_) munmap(mapped_, mapped_bytes_);
+    if (memory_ >= 0) close(memory_);
+    close(sock_);  // the worker reads EOF and exits
+    if (pid_ > 0) reap(std::chrono::seconds(2));
+  }
+
+  int spawn(const std::string& python, int child_sock, int memory) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, child_sock, 3);
-    posix_spawn_file_actions_adddup2(&actions, memory_, 4);
+    posix_spawn_file_actions_adddup2(&actions, memory, 4);
     std::string py = python, dash_c = "-c", script = kWorkerScript, fd3 = "3", fd4 = "4";
     char* argv[] = {py.data(), dash_c.data(), script.data(), fd3.data(), fd4.data(), nullptr};
     const int e = posix_spawnp(&pid_, python.c_str(), &actions, nullptr, argv, environ);

@@ -53,6 +53,8 @@ envs::env_spec validated_env_spec(const rl_config& rl) {
     return envs::job_env_spec(envs::env_choice_of(rl));
   } catch (const envs::env_start_error& e) {
     throw config_error(e.key(), e.what());
+  } catch (const std::runtime_error& e) {  // the worker died while starting
+    throw config_error("rl.env", e.what());
   }
 }
 

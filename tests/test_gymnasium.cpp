@@ -334,3 +334,25 @@ TEST_CASE("gymnasium: a user's gymnasium.Env from outside the repository trains 
   CHECK(s["mean_return_100"].get<double>() <= 0.7 + 1e-9);
   CHECK(s["env"] == "Corridor-v0");
 }
+
+// Other processes of a job read the config the chief writes (to_json).
+TEST_CASE("gymnasium: rl.env survives the config's round trip to other processes") {
+  const auto python = gymnasium_python();
+  if (python.empty()) return test::skip_case("no Python with Gymnasium (scripts/install-deps.sh)");
+  json env = {{"kind", "gymnasium"},
+              {"id", "CartPole-v1"},
+              {"kwargs", {{"max_episode_steps", 100}}},
+              {"python", python}};
+  json j = {{"strategy", {{"kind", "actor_learner"}}},
+            {"model", {{"kind", "policy_value_mlp"}}},
+            {"training", {{"max_steps", 1}}},
+            {"rl", {{"env", env}}}};
+  const auto first = parse_job_config(j);
+  CHECK(to_json(first)["rl"]["env"] == env);
+  const auto again = parse_job_config(to_json(first));
+  REQUIRE(again.rl.gymnasium);
+  CHECK(again.rl.env == "CartPole-v1");
+  CHECK(again.rl.gymnasium->kwargs == R"({"max_episode_steps":100})");
+  CHECK(again.rl.gymnasium->python == python);
+  CHECK(envs::job_env_spec(envs::env_choice_of(again.rl)).max_episode_steps == 100);
+}
