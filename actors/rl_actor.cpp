@@ -11,10 +11,10 @@
 
 namespace troupe {
 
-void init_rl_actor_compute(rl_actor_compute& c, const std::string& env, int64_t envs,
+void init_rl_actor_compute(rl_actor_compute& c, const envs::env_choice& env, int64_t envs,
                            const model_config& model, uint64_t seed, uint64_t model_seed,
                            const std::optional<policy_head>& head) {
-  c.env = envs::make_env(env, envs);
+  c.env = envs::make_job_env(env, envs);
   const auto& spec = c.env->spec();
   c.head = head ? *head : envs::policy_head_for(spec, "auto");
   c.net = create_policy_value_model(model, spec.observation_size, c.head, model_seed);

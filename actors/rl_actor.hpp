@@ -17,6 +17,7 @@
 #include "config/job_config.hpp"
 #include "devices/device.hpp"
 #include "envs/env.hpp"
+#include "envs/python_env.hpp"
 #include "messages/rl_messages.hpp"
 #include "models/policy_value.hpp"
 #include "models/random.hpp"
@@ -27,7 +28,7 @@ namespace troupe {
 struct rl_actor_config {
   int64_t index = 0;
   std::shared_ptr<cpu_device> device;
-  std::string env;
+  envs::env_choice env{"CartPole-v1"};
   int64_t envs = 1;           // M
   int64_t unroll_length = 1;  // T
   model_config model;
@@ -88,7 +89,7 @@ unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, in
 // An rl_actor's device state: environments reset from `seed`, a policy
 // ending in `head` (none: the one the environment's actions take)
 // initialised from `model_seed`.
-void init_rl_actor_compute(rl_actor_compute& c, const std::string& env, int64_t envs,
+void init_rl_actor_compute(rl_actor_compute& c, const envs::env_choice& env, int64_t envs,
                            const model_config& model, uint64_t seed, uint64_t model_seed,
                            const std::optional<policy_head>& head = std::nullopt);
 

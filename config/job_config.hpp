@@ -228,14 +228,27 @@ struct training_config {
   std::optional<double> target_return;
 };
 
+// rl.env as an object ({"kind": "gymnasium", ...}): an environment from
+// Gymnasium's registry, or a user's gymnasium.Env class, stepped by a Python
+// worker process (envs/python_env.hpp).
+struct gymnasium_env_config {
+  std::string id;                  // e.g. "CartPole-v1"
+  std::string kwargs = "{}";       // a JSON object: gymnasium.make(id, **kwargs)
+  std::string entry_point;         // "package.module:Class", registered as id; "" = none
+  std::string python = "python3";  // the interpreter (a venv's bin/python)
+};
+
 // actor_learner (strategies/actor_learner.cpp): rl_actors stepping
 // environments, learners training on their unrolls with V-trace.
 struct rl_config {
-  std::string env = "CartPole-v1";  // a registered environment (envs/env.hpp)
-  int64_t actors = 2;               // rl_actors
-  int64_t envs_per_actor = 32;      // M: environments each actor steps together
-  int64_t unroll_length = 20;       // T: steps per unroll
-  int64_t batch_unrolls = 4;        // B: unrolls per update, over all learners
+  // A registered environment (envs/env.hpp), or with `gymnasium` set the
+  // Gymnasium id it names.
+  std::string env = "CartPole-v1";
+  std::optional<gymnasium_env_config> gymnasium;
+  int64_t actors = 2;           // rl_actors
+  int64_t envs_per_actor = 32;  // M: environments each actor steps together
+  int64_t unroll_length = 20;   // T: steps per unroll
+  int64_t batch_unrolls = 4;    // B: unrolls per update, over all learners
   double discount = 0.99;
   // Rewards are multiplied by this in the learner (values then stay near 1
   // for long episodes, where the optimizer's step bounds how fast the value

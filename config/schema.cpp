@@ -356,6 +356,37 @@ void read_training(const json& j, const std::string& path, training_config& t) {
   });
 }
 
+// Whether the id, the class and the spaces work is found by starting the
+// environment (the strategy's validation): here only the shape.
+gymnasium_env_config read_gymnasium_env(const json& j, const std::string& path) {
+  object_reader r(j, path, {"kind", "id", "kwargs", "entry_point", "python"});
+  gymnasium_env_config g;
+  std::string kind;
+  r.with("kind",
+         [&](const json& v, const std::string& p) { kind = read_enum(v, p, {"gymnasium"}); });
+  r.with("id", [&](const json& v, const std::string& p) { g.id = read_string(v, p, true); });
+  r.with("kwargs", [&](const json& v, const std::string& p) {
+    if (!v.is_object()) expected(p, "an object (gymnasium.make's keyword arguments)", v);
+    g.kwargs = v.dump();
+  });
+  r.with("entry_point", [&](const json& v, const std::string& p) {
+    g.entry_point = read_string(v, p, true);
+    if (g.entry_point.find(':') == std::string::npos) expected(p, "\"package.module:Class\"", v);
+  });
+  r.with("python",
+         [&](const json& v, const std::string& p) { g.python = read_string(v, p, true); });
+  if (kind.empty()) throw config_error(path + ".kind", "missing: expected \"gymnasium\"");
+  if (g.id.empty()) throw config_error(path + ".id", "missing: expected a Gymnasium id");
+  return g;
+}
+
+json gymnasium_env_to_json(const gymnasium_env_config& g) {
+  json j = {
+      {"kind", "gymnasium"}, {"id", g.id}, {"kwargs", json::parse(g.kwargs)}, {"python", g.python}};
+  if (!g.entry_point.empty()) j["entry_point"] = g.entry_point;
+  return j;
+}
+
 void read_rl(const json& j, const std::string& path, rl_config& c) {
   object_reader r(j, path,
                   {"env", "actors", "envs_per_actor", "unroll_length", "batch_unrolls", "discount",
@@ -363,7 +394,15 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
                    "learners", "weights_every", "max_policy_lag", "queue_capacity", "policy_head",
                    "initial_log_std", "normalize_advantages"});
   // The environment's name is checked against the registry by the strategy.
-  r.with("env", [&](const json& v, const std::string& p) { c.env = read_string(v, p, true); });
+  r.with("env", [&](const json& v, const std::string& p) {
+    if (!v.is_object()) {
+      c.env = read_string(v, p, true);
+      c.gymnasium.reset();
+      return;
+    }
+    c.gymnasium = read_gymnasium_env(v, p);
+    c.env = c.gymnasium->id;
+  });
   r.with("actors",
          [&](const json& v, const std::string& p) { c.actors = read_int_in(v, p, 1, 65536); });
   r.with("envs_per_actor", [&](const json& v, const std::string& p) {
@@ -812,7 +851,7 @@ nlohmann::json to_json(const job_config& c) {
   if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;
   if (c.rl_given || trains_from_envs(c.strategy.kind)) {
     const auto& rl = c.rl;
-    j["rl"] = {{"env", rl.env},
+    j["rl"] = {{"env", rl.gymnasium ? gymnasium_env_to_json(*rl.gymnasium) : json(rl.env)},
                {"actors", rl.actors},
                {"envs_per_actor", rl.envs_per_actor},
                {"unroll_length", rl.unroll_length},

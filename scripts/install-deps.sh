@@ -4,6 +4,9 @@
 #   scripts/install-deps.sh               everything: build, tests, CI's tools
 #   scripts/install-deps.sh --build-only  what building the troupe binary needs
 #                                         (deploy/Dockerfile)
+# The full install also makes a Python venv with Gymnasium, for the
+# Gymnasium environments' tests (tests/test_gymnasium.cpp):
+# ${TROUPE_VENV:-$HOME/.cache/troupe-venv}, never the system's Python.
 set -euo pipefail
 
 PACKAGES=(
@@ -21,6 +24,7 @@ PACKAGES=(
   clang libclang-rt-dev # libFuzzer targets (scripts/fuzz.sh, run by CI)
   openmpi-bin libopenmpi-dev  # MPI_Allreduce comparison in `troupe bench allreduce`
   chromium              # the report test opens `troupe report`'s page headless
+  python3 python3-venv  # the Gymnasium venv below
 )
 
 BUILD_ONLY=(
@@ -33,13 +37,28 @@ case "${1:-}" in
   *) echo "usage: scripts/install-deps.sh [--build-only]" >&2; exit 2 ;;
 esac
 
+# Gymnasium alone (NumPy comes with it; no extras), pinned to the version
+# tests/gymnasium/ recorded with.
+GYMNASIUM=gymnasium==1.4.0
+VENV=${TROUPE_VENV:-$HOME/.cache/troupe-venv}
+gymnasium_venv() {
+  [ "${1:-}" = --build-only ] && return 0
+  "$VENV/bin/python" -c 'import gymnasium' 2>/dev/null && return 0
+  echo "install-deps: making $VENV with $GYMNASIUM"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "$GYMNASIUM"
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  gymnasium_venv "${1:-}"
+  exit 0
+fi
 
 echo "install-deps: installing ${missing[*]}"
 SUDO=""
@@ -47,4 +66,5 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+gymnasium_venv "${1:-}"
 echo "install-deps: done"

@@ -12,4 +12,7 @@ example=examples/fashion_mnist_mirrored.json
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then example=$1; shift; fi
 # --overwrite: rerunning the example starts over instead of refusing.
 if [ $# -eq 0 ]; then set -- --overwrite; fi
+# The venv install-deps.sh made comes first on the PATH, so that a Gymnasium
+# example's python3 has Gymnasium.
+export PATH="${TROUPE_VENV:-$HOME/.cache/troupe-venv}/bin:$PATH"
 exec ./build/release/troupe run "$example" "$@"

@@ -24,6 +24,7 @@
 #include "actors/trajectory_queue.hpp"
 #include "envs/env.hpp"
 #include "envs/policy_head.hpp"
+#include "envs/python_env.hpp"
 #include "strategies/actor_learner_driver.hpp"
 #include "strategies/strategy.hpp"
 
@@ -33,8 +34,28 @@ namespace {
 // The policy head the job's environment and rl config take (validate has
 // checked that they fit).
 policy_head head_of(const rl_config& rl) {
-  return envs::policy_head_for(envs::make_env(rl.env, 1)->spec(), rl.policy_head,
+  return envs::policy_head_for(envs::job_env_spec(envs::env_choice_of(rl)), rl.policy_head,
                                rl.initial_log_std);
+}
+
+// The spec of the job's environment: a built-in one by its registered name,
+// a Gymnasium one by starting it once (Python, Gymnasium, the id and the
+// spaces are found wanting here, at the job's start).
+envs::env_spec validated_env_spec(const rl_config& rl) {
+  if (!rl.gymnasium) {
+    auto names = envs::registered_envs();
+    if (std::find(names.begin(), names.end(), rl.env) == names.end())
+      throw config_error("rl.env", "expected one of " + json_read::quoted_list(names) +
+                                       " or a {\"kind\": \"gymnasium\"} object, got \"" + rl.env +
+                                       "\"");
+  }
+  try {
+    return envs::job_env_spec(envs::env_choice_of(rl));
+  } catch (const envs::env_start_error& e) {
+    throw config_error(e.key(), e.what());
+  } catch (const std::runtime_error& e) {  // the worker died while starting
+    throw config_error("rl.env", e.what());
+  }
 }
 
 class actor_learner final : public strategy {
@@ -58,12 +79,9 @@ class actor_learner final : public strategy {
       throw config_error("model.kind",
                          "the actor_learner strategy trains a policy/value network: expected " +
                              json_read::one_of(policies) + ", got \"" + c.model.kind + "\"");
-    auto envs = envs::registered_envs();
-    if (std::find(envs.begin(), envs.end(), rl.env) == envs.end())
-      throw config_error(
-          "rl.env", "expected one of " + json_read::quoted_list(envs) + ", got \"" + rl.env + "\"");
+    const auto spec = validated_env_spec(rl);
     try {
-      envs::policy_head_for(envs::make_env(rl.env, 1)->spec(), rl.policy_head);
+      envs::policy_head_for(spec, rl.policy_head);
     } catch (const std::invalid_argument& e) {
       throw config_error("rl.policy_head", e.what());
     }
@@ -118,7 +136,7 @@ class actor_learner final : public strategy {
       rl_actor_config ac;
       ac.index = spec.indices[k];
       ac.device = out.devices.get(spec.devices[k]);
-      ac.env = c.rl.env;
+      ac.env = envs::env_choice_of(c.rl);
       ac.envs = c.rl.envs_per_actor;
       ac.unroll_length = c.rl.unroll_length;
       ac.model = c.model;
@@ -143,7 +161,7 @@ class actor_learner final : public strategy {
         : plan_(std::move(plan)), coordinator_(coordinator) {
       const auto& c = plan_->config;
       const auto& rl = c.rl;
-      const auto spec = envs::make_env(rl.env, 1)->spec();
+      const auto spec = envs::job_env_spec(envs::env_choice_of(rl));
       queue_ =
           spawn_trajectory_queue(sys, {rl.queue_capacity,
                                        rl.max_policy_lag,

@@ -9,6 +9,7 @@
 
 #include "actors/fan_in.hpp"
 #include "envs/env.hpp"
+#include "envs/python_env.hpp"
 
 namespace troupe {
 namespace {
@@ -42,8 +43,8 @@ class actor_learner_driver final : public job_driver {
     // Environments start together, so the first episodes to end are the
     // shortest: the job is not declared solved before every environment
     // could have ended its first episode.
-    min_env_steps_to_solve_ =
-        rl.actors * rl.envs_per_actor * envs::make_env(rl.env, 1)->spec().max_episode_steps;
+    min_env_steps_to_solve_ = rl.actors * rl.envs_per_actor *
+                              envs::job_env_spec(envs::env_choice_of(rl)).max_episode_steps;
   }
 
   // Every actor gets the first weights, then everyone starts.

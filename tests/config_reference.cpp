@@ -44,6 +44,7 @@ struct probe_site {
   std::string path;
   json base;
   std::vector<std::string> at;
+  bool also_a_value = false;  // the key takes a string too (rl.env: a name or an object)
 };
 
 std::vector<probe_site> probe_sites() {
@@ -57,6 +58,7 @@ std::vector<probe_site> probe_sites() {
       {"data", json::object(), {"data"}},
       {"training", json::object(), {"training"}},
       {"rl", json::object(), {"rl"}},
+      {"rl.env", json::object(), {"rl", "env"}, true},
       {"checkpoint", json::object(), {"checkpoint"}},
       {"logging", json::object(), {"logging"}},
       {"cluster", json::object(), {"cluster"}},
@@ -96,7 +98,7 @@ std::vector<std::string> probe(const probe_site& site) {
 
 bool is_site(const std::vector<probe_site>& sites, const std::string& key) {
   for (const auto& s : sites)
-    if (s.path == key || s.path.rfind(key + ".", 0) == 0) return true;
+    if ((s.path == key && !s.also_a_value) || s.path.rfind(key + ".", 0) == 0) return true;
   return false;
 }
 

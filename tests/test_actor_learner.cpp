@@ -466,12 +466,14 @@ TEST_CASE("actor_learner: its config rules name the field") {
         "rl.initial_log_std: expected a number in [-10, 2], got 3");
   CHECK(bad(R"({"rl": {"normalize_advantages": 1}})") ==
         "rl.normalize_advantages: expected true or false, got 1");
-  CHECK(bad(R"({"rl": {"env": "Pendulum-v2"}})") ==
-        R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
-        R"("MountainCarContinuous-v0", "Pendulum-v1", got "Pendulum-v2")");
-  CHECK(bad(R"({"rl": {"env": "Pong"}})") ==
-        R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
-        R"("MountainCarContinuous-v0", "Pendulum-v1", got "Pong")");
+  CHECK(
+      bad(R"({"rl": {"env": "Pendulum-v2"}})") ==
+      R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
+      R"("MountainCarContinuous-v0", "Pendulum-v1" or a {"kind": "gymnasium"} object, got "Pendulum-v2")");
+  CHECK(
+      bad(R"({"rl": {"env": "Pong"}})") ==
+      R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
+      R"("MountainCarContinuous-v0", "Pendulum-v1" or a {"kind": "gymnasium"} object, got "Pong")");
   CHECK(bad(R"({"rl": {"learners": 2, "batch_unrolls": 3}})") ==
         "rl.batch_unrolls: expected a multiple of rl.learners (2), got 3");
   CHECK(bad(R"({"rl": {"batch_unrolls": 8, "queue_capacity": 4}})") ==
