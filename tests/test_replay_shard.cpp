@@ -1,0 +1,217 @@
+// replay_shard: inserts fill a ring that evicts the oldest, samples follow
+// the priorities and carry the right transitions, ids and weights, priority
+// updates move the draws and ignore evicted ids, a sample waits for
+// min_size, malformed inserts are refused naming the field; and the
+// messages survive CAF's serialization (they cross processes).
+#include <doctest/doctest.h>
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "actors/replay_shard.hpp"
+#include "actors/system_config.hpp"
+
+using namespace troupe;
+
+namespace {
+
+constexpr auto timeout = std::chrono::seconds(10);
+constexpr int64_t kObs = 3;
+
+// n transitions numbered from `first`: every field holds its number, so a
+// sample shows which transitions it drew.
+transition_batch numbered(int64_t first, int64_t n, float priority) {
+  transition_batch b;
+  b.observations = tensor({n, kObs});
+  b.next_observations = tensor({n, kObs});
+  b.actions = tensor({n}, dtype::i32);
+  b.returns = tensor({n});
+  b.discounts = tensor({n});
+  b.priorities = tensor({n});
+  for (int64_t r = 0; r < n; ++r) {
+    const auto v = static_cast<float>(first + r);
+    for (int64_t j = 0; j < kObs; ++j) {
+      b.observations.f32()[r * kObs + j] = v;
+      b.next_observations.f32()[r * kObs + j] = v + 0.5f;
+    }
+    b.actions.data<int32_t>()[r] = static_cast<int32_t>((first + r) % 2);
+    b.returns.f32()[r] = v;
+    b.discounts.f32()[r] = 0.99f;
+    b.priorities.f32()[r] = priority;
+  }
+  return b;
+}
+
+struct fixture {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+
+  replay_shard_actor shard(int64_t capacity, double alpha = 1.0, double beta = 1.0,
+                           int64_t min_size = 1) {
+    replay_shard_config c;
+    c.capacity = capacity;
+    c.alpha = alpha;
+    c.beta = beta;
+    c.min_size = min_size;
+    c.observation_size = kObs;
+    c.actions = 2;
+    c.seed = 1;
+    return spawn_replay_shard(sys, c);
+  }
+  int64_t insert(const replay_shard_actor& s, transition_batch b) {
+    int64_t size = -1;
+    self->request(s, timeout, insert_atom::value, std::move(b))
+        .receive([&](int64_t n) { size = n; }, [](caf::error& e) { FAIL(describe(e)); });
+    return size;
+  }
+  replay_sample sample(const replay_shard_actor& s, int64_t n) {
+    replay_sample out;
+    self->request(s, timeout, sample_atom::value, n)
+        .receive([&](replay_sample& x) { out = std::move(x); },
+                 [](caf::error& e) { FAIL(describe(e)); });
+    return out;
+  }
+  replay_stats stats(const replay_shard_actor& s) {
+    replay_stats out;
+    self->request(s, timeout, stats_atom::value)
+        .receive([&](replay_stats& x) { out = x; }, [](caf::error& e) { FAIL(describe(e)); });
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "replay_shard: a sample returns the transitions its ids name") {
+  auto s = shard(16);
+  CHECK(insert(s, numbered(0, 10, 1.0f)) == 10);
+  auto smp = sample(s, 64);
+  REQUIRE(smp.ids.size() == 64);
+  for (int64_t k = 0; k < 64; ++k) {
+    const int64_t id = smp.ids[static_cast<std::size_t>(k)];
+    REQUIRE(id >= 0);
+    REQUIRE(id < 10);
+    const auto v = static_cast<float>(id);
+    CHECK(smp.transitions.observations.f32()[k * kObs + 2] == v);
+    CHECK(smp.transitions.next_observations.f32()[k * kObs] == v + 0.5f);
+    CHECK(smp.transitions.returns.f32()[k] == v);
+    CHECK(smp.transitions.actions.data<int32_t>()[k] == id % 2);
+    CHECK(smp.transitions.discounts.f32()[k] == 0.99f);
+    CHECK(smp.weights.f32()[k] == doctest::Approx(1.0));  // equal priorities
+  }
+  CHECK(stats(s).sampled == 64);
+}
+
+TEST_CASE_FIXTURE(fixture, "replay_shard: once full the oldest are evicted, never sampled") {
+  auto s = shard(8);
+  insert(s, numbered(0, 6, 1.0f));
+  CHECK(insert(s, numbered(6, 6, 1.0f)) == 8);  // ids 4..11 held
+  auto st = stats(s);
+  CHECK(st.inserted == 12);
+  CHECK(st.evicted == 4);
+  CHECK(st.size == 8);
+  auto smp = sample(s, 400);
+  std::vector<int64_t> seen(12, 0);
+  for (std::size_t k = 0; k < smp.ids.size(); ++k) {
+    const int64_t id = smp.ids[k];
+    REQUIRE(id >= 4);
+    REQUIRE(id < 12);
+    ++seen[static_cast<std::size_t>(id)];
+    CHECK(smp.transitions.returns.f32()[k] == static_cast<float>(id));
+  }
+  for (int64_t id = 4; id < 12; ++id) CHECK(seen[static_cast<std::size_t>(id)] > 0);
+}
+
+TEST_CASE_FIXTURE(fixture,
+                  "replay_shard: priority updates move the draws; evicted ids are ignored") {
+  auto s = shard(4, 1.0, 1.0);
+  insert(s, numbered(0, 4, 1.0f));
+  // id 2 gets 9 times the others' priority: drawn 9/12 of the time.
+  self->send(s, priority_atom::value, priority_update{{2, 0}, {9.0f, 1.0f}});
+  auto smp = sample(s, 1200);
+  int64_t twos = 0;
+  for (std::size_t k = 0; k < smp.ids.size(); ++k) {
+    twos += smp.ids[k] == 2;
+    // weights: (min / p)^beta = 1/9 for id 2, 1 for the others.
+    CHECK(smp.weights.f32()[k] == doctest::Approx(smp.ids[k] == 2 ? 1.0 / 9 : 1.0));
+  }
+  // Stratified draws: within a few of 900.
+  CHECK(twos == doctest::Approx(900).epsilon(0.02));
+  // Ids 0..3 are overwritten by 4..7: an update of id 2 no longer applies.
+  insert(s, numbered(4, 4, 1.0f));
+  self->send(s, priority_atom::value, priority_update{{2, 6}, {100.0f, 3.0f}});
+  auto st = stats(s);
+  CHECK(st.updated == 3);
+  CHECK(st.stale_updates == 1);
+  smp = sample(s, 600);
+  int64_t sixes = 0;
+  for (auto id : smp.ids) sixes += id == 6;
+  CHECK(sixes == doctest::Approx(300).epsilon(0.03));  // 3 of 6
+}
+
+TEST_CASE_FIXTURE(fixture, "replay_shard: a sample waits until min_size transitions are held") {
+  auto s = shard(32, 1.0, 1.0, 8);
+  // A plain send: the answer arrives as an ordinary message, once there.
+  self->send(s, sample_atom::value, int64_t{4});
+  insert(s, numbered(0, 5, 1.0f));
+  bool answered = false;
+  self->receive([&](replay_sample&) { answered = true; },
+                caf::after(std::chrono::milliseconds(100)) >> [] {});
+  CHECK_FALSE(answered);
+  insert(s, numbered(5, 5, 1.0f));
+  self->receive([&](replay_sample& x) { answered = x.ids.size() == 4; },
+                caf::after(timeout) >> [] { FAIL("no sample after min_size"); });
+  CHECK(answered);
+}
+
+TEST_CASE_FIXTURE(fixture, "replay_shard: malformed inserts are refused naming the field") {
+  auto s = shard(8);
+  auto expect_refused = [&](transition_batch b, const std::string& what) {
+    std::string why;
+    self->request(s, timeout, insert_atom::value, std::move(b))
+        .receive([&](int64_t) { FAIL("accepted"); }, [&](caf::error& e) { why = describe(e); });
+    CHECK_MESSAGE(why.find(what) != std::string::npos, why);
+  };
+  auto b = numbered(0, 2, 1.0f);
+  b.actions.data<int32_t>()[1] = 2;
+  expect_refused(b, "actions[1] is 2");
+  b = numbered(0, 2, 1.0f);
+  b.priorities.f32()[0] = -1.0f;
+  expect_refused(b, "priorities[0]");
+  b = numbered(0, 2, 1.0f);
+  b.discounts.f32()[1] = 1.5f;
+  expect_refused(b, "discounts[1]");
+  b = numbered(0, 2, 1.0f);
+  b.observations = tensor({2, kObs + 1});
+  expect_refused(b, "observations has shape");
+  b = numbered(0, 2, 1.0f);
+  b.returns.f32()[0] = NAN;
+  expect_refused(b, "returns[0] is not a finite number");
+  auto st = stats(s);
+  CHECK(st.refused == 5);
+  CHECK(st.size == 0);
+  CHECK_THROWS_AS(shard(0), std::invalid_argument);
+  CHECK_THROWS_AS(shard(8, 0.6, 1.5), std::invalid_argument);
+  CHECK_THROWS_AS(shard(8, 0.6, 0.4, 9), std::invalid_argument);
+}
+
+TEST_CASE_FIXTURE(fixture, "replay_shard: its messages survive serialization") {
+  replay_sample x;
+  x.transitions = numbered(3, 2, 0.5f);
+  x.ids = {3, 4};
+  x.weights = tensor({2});
+  x.weights.f32()[1] = 0.25f;
+  std::vector<char> buf;
+  caf::binary_serializer out(sys, buf);
+  REQUIRE(!out(x));
+  replay_sample y;
+  caf::binary_deserializer in(sys, buf);
+  REQUIRE(!in(y));
+  CHECK(y.ids == x.ids);
+  CHECK(y.weights.f32()[1] == 0.25f);
+  CHECK(y.transitions.returns.f32()[1] == 4.0f);
+  CHECK(transition_problem(y.transitions, kObs, 2).empty());
+}
