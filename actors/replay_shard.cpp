@@ -80,12 +80,20 @@ replay_sample draw(replay_shard_state& st, int64_t n) {
   return out;
 }
 
-// Answers the samples that waited for min_size transitions.
-void serve_waiting(replay_shard_state& st) {
-  while (!st.waiting.empty() && st.stats.size >= st.cfg.min_size && st.tree.size() > 0) {
-    auto [n, rp] = std::move(st.waiting.front());
-    st.waiting.pop_front();
-    rp.deliver(draw(st, n));
+// Whether an insert that brought the count to `inserted` may be answered.
+bool within_rate(const replay_shard_state& st, int64_t inserted) {
+  const double spi = st.cfg.samples_per_insert;
+  if (spi <= 0 || inserted <= st.cfg.min_size) return true;
+  return static_cast<double>(st.stats.sampled) >=
+         spi * static_cast<double>(inserted - st.cfg.min_size);
+}
+
+// Answers the inserts the rate limiter held, oldest first, as far as
+// samples allow.
+void release_held(replay_shard_state& st) {
+  while (!st.held.empty() && within_rate(st, st.held.front().first)) {
+    st.held.front().second.deliver(st.stats.size);
+    st.held.pop_front();
   }
 }
 
@@ -131,16 +139,21 @@ replay_shard_actor::behavior_type replay_shard(self_ptr self, replay_shard_confi
         if (auto why = transition_problem(b, st.cfg.observation_size, st.cfg.actions); !why.empty())
           return refuse(self, "refused an insert: " + why);
         insert(st, b);
-        serve_waiting(st);
-        return st.stats.size;
+        if (st.held.empty() && within_rate(st, st.stats.inserted)) return st.stats.size;
+        auto rp = self->make_response_promise<int64_t>();
+        st.held.emplace_back(st.stats.inserted, rp);
+        return rp;
       },
       [self](sample_atom, int64_t n) -> caf::result<replay_sample> {
         auto& st = self->state;
         if (n < 1) return refuse(self, "a sample of " + std::to_string(n) + " transitions");
-        if (st.stats.size >= st.cfg.min_size && st.tree.size() > 0) return draw(st, n);
-        auto rp = self->make_response_promise<replay_sample>();
-        st.waiting.emplace_back(n, rp);
-        return rp;
+        // Not ready: an empty sample at once rather than a wait, so that a
+        // learner can turn to a shard that is (waiting here could deadlock
+        // with actors held by another shard's rate limiter).
+        if (st.stats.size < st.cfg.min_size || st.tree.size() == 0) return replay_sample{};
+        auto out = draw(st, n);
+        release_held(st);
+        return out;
       },
       [self](priority_atom, const priority_update& u) { update_priorities(self->state, u); },
       [self](stats_atom) -> replay_stats { return self->state.stats; },
@@ -158,6 +171,9 @@ replay_shard_actor spawn_replay_shard(caf::actor_system& sys, replay_shard_confi
     throw bad("beta must be in [0, 1], got " + std::to_string(cfg.beta));
   if (cfg.min_size < 1 || cfg.min_size > cfg.capacity)
     throw bad("min_size must be in [1, capacity], got " + std::to_string(cfg.min_size));
+  if (!(cfg.samples_per_insert >= 0) || !std::isfinite(cfg.samples_per_insert))
+    throw bad("samples_per_insert must be finite and >= 0, got " +
+              std::to_string(cfg.samples_per_insert));
   if (cfg.observation_size < 1 || cfg.actions < 1)
     throw bad("observation_size and actions must be >= 1");
   return spawn_visible<replay_shard_actor, replay_shard_state, replay_shard_config>(

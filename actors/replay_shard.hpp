@@ -25,7 +25,12 @@ struct replay_shard_config {
   int64_t capacity = 1 << 16;  // transitions held at most (>= 1)
   double alpha = 0.6;          // priority exponent (0: uniform)
   double beta = 0.4;           // importance-weight exponent (0: none)
-  int64_t min_size = 1;        // samples are answered once this many are held
+  int64_t min_size = 1;        // below this many held, samples are answered empty
+  // Rate limiter (> 0): past min_size, an insert is answered only once
+  // transitions sampled >= samples_per_insert * (inserted - min_size).
+  // The answer is the actors' credit, so acting slows to the learners'
+  // pace instead of flooding replay with transitions nobody trains on.
+  double samples_per_insert = 0;
   int64_t observation_size = 1;
   int64_t actions = 2;  // discrete actions
   uint64_t seed = 0;
@@ -44,8 +49,8 @@ struct replay_shard_state {
   replay_storage store;
   splitmix64 rng{0};
   replay_stats stats;
-  // Samples asked for before min_size transitions were held.
-  std::deque<std::pair<int64_t, caf::typed_response_promise<replay_sample>>> waiting;
+  // Inserts stored but not yet answered (the rate limiter).
+  std::deque<std::pair<int64_t, caf::typed_response_promise<int64_t>>> held;
   static inline const char* name = "replay_shard";
 };
 

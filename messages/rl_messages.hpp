@@ -257,8 +257,8 @@ using replay_shard_actor = caf::typed_actor<
     // counted). Once full, the oldest transitions are overwritten.
     caf::replies_to<insert_atom, transition_batch>::with<int64_t>,
     // n transitions drawn in proportion to priority^alpha, with their ids
-    // and importance weights under beta; answered once the shard holds at
-    // least its min_size (a learner waits for replay to fill).
+    // and importance weights under beta; an empty sample (no ids) while the
+    // shard holds fewer than its min_size (replay warms up).
     caf::replies_to<sample_atom, int64_t>::with<replay_sample>,
     // New priorities for sampled ids; ids evicted meanwhile are ignored.
     caf::reacts_to<priority_atom, priority_update>,

@@ -1,10 +1,10 @@
 // replay_shard: inserts fill a ring that evicts the oldest, samples follow
 // the priorities and carry the right transitions, ids and weights, priority
-// updates move the draws and ignore evicted ids, a sample waits for
-// min_size, malformed inserts are refused naming the field; the messages
-// survive CAF's serialization (they cross processes); and an rl_actor given
-// shards acts epsilon-greedily and inserts prioritized n-step transitions
-// into them in turn.
+// updates move the draws and ignore evicted ids, below min_size a sample
+// is empty, the rate limiter holds inserts until samples catch up, malformed inserts are refused
+// naming the field; the messages survive CAF's serialization (they cross processes); and an
+// rl_actor given shards acts epsilon-greedily and inserts prioritized n-step transitions into them
+// in turn.
 #include <doctest/doctest.h>
 
 #include <caf/binary_deserializer.hpp>
@@ -158,19 +158,13 @@ TEST_CASE_FIXTURE(fixture,
   CHECK(sixes == doctest::Approx(300).epsilon(0.03));  // 3 of 6
 }
 
-TEST_CASE_FIXTURE(fixture, "replay_shard: a sample waits until min_size transitions are held") {
+TEST_CASE_FIXTURE(fixture, "replay_shard: below min_size a sample is answered empty") {
   auto s = shard(32, 1.0, 1.0, 8);
-  // A plain send: the answer arrives as an ordinary message, once there.
-  self->send(s, sample_atom::value, int64_t{4});
   insert(s, numbered(0, 5, 1.0f));
-  bool answered = false;
-  self->receive([&](replay_sample&) { answered = true; },
-                caf::after(std::chrono::milliseconds(100)) >> [] {});
-  CHECK_FALSE(answered);
+  CHECK(sample(s, 4).ids.empty());
+  CHECK(stats(s).sampled == 0);
   insert(s, numbered(5, 5, 1.0f));
-  self->receive([&](replay_sample& x) { answered = x.ids.size() == 4; },
-                caf::after(timeout) >> [] { FAIL("no sample after min_size"); });
-  CHECK(answered);
+  CHECK(sample(s, 4).ids.size() == 4);
 }
 
 TEST_CASE_FIXTURE(fixture, "replay_shard: malformed inserts are refused naming the field") {
@@ -297,4 +291,34 @@ TEST_CASE_FIXTURE(fixture, "rl_actor (Ape-X): unrolls go to the shards in turn a
   CHECK(a.refused + b.refused == 0);
   // Round-robin: the shards differ by at most one unroll.
   CHECK(std::abs(a.inserted - b.inserted) <= T * M);
+}
+
+TEST_CASE_FIXTURE(fixture, "replay_shard: the rate limiter holds inserts until samples catch up") {
+  replay_shard_config c;
+  c.capacity = 64;
+  c.min_size = 4;
+  c.samples_per_insert = 2;
+  c.observation_size = kObs;
+  auto s = spawn_replay_shard(sys, c);
+  CHECK(insert(s, numbered(0, 4, 1.0f)) == 4);  // up to min_size: no limit
+  // 4 past min_size need 8 sampled: held. A plain send gets the answer as a message.
+  self->send(s, insert_atom::value, numbered(4, 4, 1.0f));
+  auto answered = [&] {
+    bool got = false;
+    self->receive([&](int64_t) { got = true; },
+                  caf::after(std::chrono::milliseconds(100)) >> [] {});
+    return got;
+  };
+  CHECK_FALSE(answered());
+  CHECK(sample(s, 5).ids.size() == 5);
+  CHECK_FALSE(answered());
+  CHECK(sample(s, 3).ids.size() == 3);  // 8 sampled: released
+  CHECK(answered());
+  CHECK(stats(s).inserted == 8);
+  CHECK_THROWS_AS(
+      [&] {
+        c.samples_per_insert = -1;
+        spawn_replay_shard(sys, c);
+      }(),
+      std::invalid_argument);
 }
