@@ -90,6 +90,7 @@ void register_rl_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<priority_update>("troupe::priority_update");
   cfg.add_message_type<replay_stats>("troupe::replay_stats");
   cfg.add_message_type<replay_shard_actor>("troupe::replay_shard_actor");
+  cfg.add_message_type<std::vector<replay_shard_actor>>("std::vector<troupe::replay_shard_actor>");
   cfg.add_message_type<unroll>("troupe::unroll");
   cfg.add_message_type<std::vector<unroll>>("std::vector<troupe::unroll>");
   cfg.add_message_type<queue_stats>("troupe::queue_stats");

@@ -57,6 +57,7 @@ std::vector<probe_site> probe_sites() {
       {"data", json::object(), {"data"}},
       {"training", json::object(), {"training"}},
       {"rl", json::object(), {"rl"}},
+      {"rl.replay", json::object(), {"rl", "replay"}},
       {"checkpoint", json::object(), {"checkpoint"}},
       {"logging", json::object(), {"logging"}},
       {"cluster", json::object(), {"cluster"}},
