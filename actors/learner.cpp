@@ -26,15 +26,49 @@ std::vector<tensor> clone_values(const std::vector<named_tensor>& vars) {
   return out;
 }
 
+// Same variables, same order (the target network is built like the online one).
+void copy_values(const std::vector<named_tensor>& from, std::vector<named_tensor>& to) {
+  for (std::size_t i = 0; i < from.size(); ++i)
+    std::copy(from[i].value.f32(), from[i].value.f32() + from[i].value.numel(), to[i].value.f32());
+}
+
 void maybe_compute(self_ptr self);
 void stop(self_ptr self);
+void request_batch(self_ptr self);
+
+// Ape-X: the next batch from the next shard in turn. A shard that holds
+// fewer than its min_size transitions answers empty: the next shard is
+// asked, and after a whole round of empty answers (replay warming up) the
+// learner asks again a millisecond later instead of spinning.
+void request_sample(self_ptr self) {
+  auto& st = self->state;
+  const auto shard = static_cast<std::size_t>(st.samples_requested++) % st.cfg.replay.size();
+  self->request(st.cfg.replay[shard], caf::infinite, sample_atom::value, st.cfg.replay_batch)
+      .then(
+          [self, shard](replay_sample& s) {
+            auto& st = self->state;
+            st.batch_requested = false;
+            if (s.ids.empty()) {
+              if (++st.empty_samples % static_cast<int64_t>(st.cfg.replay.size()) == 0)
+                self->delayed_send(self, std::chrono::milliseconds(1), run_atom::value);
+              else
+                request_batch(self);
+              return;
+            }
+            st.empty_samples = 0;
+            st.next_sample = replay_batch{shard, std::move(s)};
+            maybe_compute(self);
+          },
+          [self](caf::error& e) { fail(self, "replay shard: " + describe(e)); });
+}
 
 // One dequeue outstanding at a time: the next batch arrives while the
 // current one computes.
 void request_batch(self_ptr self) {
   auto& st = self->state;
-  if (st.batch_requested || st.next_batch) return;
+  if (st.batch_requested || st.next_batch || st.next_sample) return;
   st.batch_requested = true;
+  if (!st.cfg.replay.empty()) return request_sample(self);
   // The queue answers when enough unrolls are there: no timeout (it is
   // monitored by the coordinator, which ends the job if it goes).
   self->request(st.cfg.queue, caf::infinite, dequeue_atom::value, st.cfg.batch_unrolls)
@@ -68,15 +102,17 @@ void report(self_ptr self, const impala_figures& f, double norm) {
 void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
   auto& st = self->state;
   const bool publish = st.cfg.index == 0 && (st.version + 1) % st.cfg.weights_every == 0;
+  const bool refresh_target = !st.cfg.replay.empty() && (st.version + 1) % st.cfg.target_every == 0;
   auto weights = std::make_shared<policy_weights>();
   auto norm = std::make_shared<double>(0);
   st.track.set("optimizer_update", trace::category::compute, st.version);
   st.tasks->submit(
       self, "optimizer_update",
-      [clip = st.cfg.grad_clip, publish, weights, norm](learner_compute& lc) {
+      [clip = st.cfg.grad_clip, publish, refresh_target, weights, norm](learner_compute& lc) {
         *norm = clip_global_norm(lc.grads, clip);
         lc.opt->apply(lc.net->variables(), lc.grads);
         if (publish) weights->values = clone_values(lc.net->variables());
+        if (refresh_target) copy_values(lc.net->variables(), lc.target->variables());
       },
       [self, fig, weights, norm, publish, halting] {
         auto& st = self->state;
@@ -121,12 +157,45 @@ void stop(self_ptr self) {
   for (auto& rp : std::exchange(st.halted, {})) rp.deliver(st.version);
 }
 
+// Ape-X: double-DQN gradients on a sampled batch; the new priorities go
+// back to its shard as soon as they are known.
+void compute_dqn(self_ptr self) {
+  auto& st = self->state;
+  auto batch = std::make_shared<replay_batch>(std::move(*st.next_sample));
+  st.next_sample.reset();
+  request_batch(self);
+  auto fig = std::make_shared<impala_figures>();
+  auto update = std::make_shared<priority_update>();
+  st.track.set("dqn_gradients", trace::category::compute, st.version);
+  st.tasks->submit(
+      self, "dqn_gradients",
+      [batch, fig, update, A = st.cfg.actions,
+       global = st.cfg.global_samples](learner_compute& lc) {
+        const auto& s = batch->sample;
+        update->priorities.resize(s.ids.size());
+        auto f = double_dqn_gradients(*lc.net, *lc.target, A, s.transitions, s.weights.f32(),
+                                      global, lc.grads, update->priorities.data(), lc.dqn);
+        // Reported as the learner's loss: the weighted TD loss; its
+        // "baseline" the mean Q-value.
+        fig->samples = f.samples;
+        fig->loss = fig->policy_loss = f.loss;
+        fig->baseline_loss = f.q_mean;
+      },
+      [self, batch, fig, update] {
+        auto& st = self->state;
+        update->ids = std::move(batch->sample.ids);
+        self->send(st.cfg.replay[batch->shard], priority_atom::value, std::move(*update));
+        reduce(self, fig);
+      });
+}
+
 void maybe_compute(self_ptr self) {
   auto& st = self->state;
-  if (st.phase != learner_phase::waiting || !st.next_batch) return;
+  if (st.phase != learner_phase::waiting || !(st.next_batch || st.next_sample)) return;
   if (st.version + 1 == st.cfg.fail_at_update)
     return fail(self, "test hook: failing at update " + std::to_string(st.version + 1));
   st.phase = learner_phase::updating;
+  if (st.next_sample) return compute_dqn(self);
   auto batch = std::make_shared<std::vector<unroll>>(std::move(*st.next_batch));
   st.next_batch.reset();
   request_batch(self);
@@ -157,12 +226,17 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
   st.tasks->submit(
       self,
       [c = st.cfg, buffers](learner_compute& lc) {
-        lc.net = c.head ? create_policy_value_model(c.model, c.observation_size, *c.head, c.seed)
+        auto build = [&c] {
+          return c.head ? create_policy_value_model(c.model, c.observation_size, *c.head, c.seed)
                         : create_policy_value_model(c.model, c.observation_size, c.actions, c.seed);
+        };
+        lc.net = build();
         lc.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_updates);
         lc.opt->init(lc.net->variables());
         lc.grads = lc.net->make_gradients();
         for (auto& g : lc.grads) buffers->push_back(g.value);
+        // The same seed builds the same initial weights: the target starts equal.
+        if (!c.replay.empty()) lc.target = build();
       },
       [self, buffers] { self->state.grad_buffers = std::move(*buffers); });
   return {

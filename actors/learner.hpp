@@ -25,6 +25,7 @@
 #include "kernels/optimizer.hpp"
 #include "messages/protocols.hpp"
 #include "messages/rl_messages.hpp"
+#include "models/dqn.hpp"
 #include "models/impala.hpp"
 #include "trace/trace.hpp"
 
@@ -52,6 +53,14 @@ struct learner_config {
   caf::duration request_timeout = caf::infinite;
   int64_t max_updates = 0;      // stop after this update (0: when told, halt_atom)
   int64_t fail_at_update = -1;  // test hook: the learner fails at this update
+  // Ape-X: with replay shards, each batch is `replay_batch` transitions
+  // sampled from the shards in turn, the loss is double DQN's
+  // (models/dqn.hpp) with a target network copied from the online one every
+  // `target_every` updates, and the new priorities go back to the shard the
+  // batch came from. The policy outputs are the Q-values.
+  std::vector<replay_shard_actor> replay;
+  int64_t replay_batch = 256;
+  int64_t target_every = 100;
 };
 
 // Built: until told to run. Waiting: for a batch of unrolls. Updating: an
@@ -65,6 +74,14 @@ struct learner_compute {
   std::unique_ptr<kernels::optimizer> opt;
   std::vector<named_tensor> grads;
   impala_workspace ws;
+  std::unique_ptr<policy_value_model> target;  // Ape-X's target network
+  dqn_workspace dqn;
+};
+
+// A sampled replay batch and the shard it came from (Ape-X).
+struct replay_batch {
+  std::size_t shard = 0;
+  replay_sample sample;
 };
 
 struct learner_state {
@@ -75,6 +92,9 @@ struct learner_state {
   int64_t version = 0;               // updates applied
   learner_phase phase = learner_phase::built;
   std::optional<std::vector<unroll>> next_batch;  // arrived while updating
+  std::optional<replay_batch> next_sample;        // Ape-X's, arrived while updating
+  int64_t samples_requested = 0;                  // shards are sampled in turn
+  int64_t empty_samples = 0;                      // in a row (shards below min_size)
   bool batch_requested = false;
   // Stopping: this learner's vote to stop (all-reduced with the gradients,
   // so that every learner stops after the same update), and who waits for

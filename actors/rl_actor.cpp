@@ -3,11 +3,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "actors/visible_mailbox.hpp"
 #include "envs/policy_head.hpp"
 #include "kernels/softmax.hpp"
+#include "models/dqn.hpp"
 
 namespace troupe {
 
@@ -78,7 +80,8 @@ void act_step(rl_actor_compute& c, unroll& u, int64_t t, const envs::step_output
   }
   int32_t* a = u.actions.data<int32_t>() + t * M;
   for (int64_t m = 0; m < M; ++m)
-    a[m] = sample_action(outputs + m * P, P, c.rng.uniform(), c.probs.data());
+    a[m] = c.epsilon >= 0 ? epsilon_greedy(outputs + m * P, P, c.epsilon, c.rng)
+                          : sample_action(outputs + m * P, P, c.rng.uniform(), c.probs.data());
   c.env->step(a, out);
 }
 
@@ -129,6 +132,23 @@ unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, in
   return u;
 }
 
+transition_batch prioritized_transitions(rl_actor_compute& c, const unroll& u, int64_t n,
+                                         double discount) {
+  auto b = nstep_transitions(u, n, discount);
+  const int64_t B = b.size(), A = c.head.outputs();
+  std::vector<float> q_next(static_cast<std::size_t>(B * A)), values(static_cast<std::size_t>(B));
+  c.net->forward(b.next_observations.f32(), B, q_next.data(), values.data());
+  const float* q = u.behaviour_logits.f32();  // [T, M, A]: rows as the transitions'
+  for (int64_t i = 0; i < B; ++i) {
+    const float* qn = q_next.data() + i * A;
+    const double y = b.returns.f32()[i] + b.discounts.f32()[i] * *std::max_element(qn, qn + A);
+    const double td = y - q[i * A + b.actions.data<int32_t>()[i]];
+    // Never 0: a transition with no priority would never be sampled.
+    b.priorities.f32()[i] = static_cast<float>(std::abs(td) + 1e-3);
+  }
+  return b;
+}
+
 namespace {
 
 using self_ptr = rl_actor_actor::stateful_pointer<rl_actor_state>;
@@ -158,17 +178,31 @@ void install(policy_value_model& net, const policy_weights& w) {
 
 void act(self_ptr self);
 
+// The queue or a shard took the unroll: that answer is the credit to act
+// the next one.
+void taken(self_ptr self) {
+  self->state.phase = rl_actor_phase::ready;
+  self->state.track.set("wait_for_weights", trace::category::wait);
+  act(self);
+}
+
+// Ape-X: the unroll's transitions go to the shards in turn.
+void insert(self_ptr self, std::shared_ptr<transition_batch> b) {
+  auto& st = self->state;
+  const auto& shards = st.cfg.replay;
+  const auto& shard = shards[static_cast<std::size_t>(st.unrolls) % shards.size()];
+  st.track.set("insert", trace::category::communicate, st.unrolls);
+  self->request(shard, st.cfg.request_timeout, insert_atom::value, std::move(*b))
+      .then([self](int64_t) { taken(self); },
+            [self](caf::error& e) { fail(self, "replay shard: " + describe(e)); });
+}
+
 void offer(self_ptr self, std::shared_ptr<unroll> u) {
   auto& st = self->state;
   st.track.set("enqueue", trace::category::communicate, st.unrolls);
   self->request(st.cfg.queue, st.cfg.request_timeout, enqueue_atom::value, std::move(*u))
-      .then(
-          [self](int64_t) {
-            self->state.phase = rl_actor_phase::ready;
-            self->state.track.set("wait_for_weights", trace::category::wait);
-            act(self);
-          },
-          [self](caf::error& e) { fail(self, "trajectory queue: " + describe(e)); });
+      .then([self](int64_t) { taken(self); },
+            [self](caf::error& e) { fail(self, "trajectory queue: " + describe(e)); });
 }
 
 // The next unroll, when ready and some weights are known.
@@ -185,21 +219,25 @@ void act(self_ptr self) {
   }
   auto u = std::make_shared<unroll>();
   auto report = std::make_shared<episode_report>();
+  auto transitions = std::make_shared<transition_batch>();
   st.track.set("act", trace::category::compute, st.unrolls);
   st.tasks->submit(
       self, "act",
-      [w, u, report, index = st.cfg.index, version = st.acting_version,
-       T = st.cfg.unroll_length](rl_actor_compute& c) {
+      [w, u, report, transitions, index = st.cfg.index, version = st.acting_version,
+       T = st.cfg.unroll_length, apex = !st.cfg.replay.empty(), n = st.cfg.n_step,
+       gamma = st.cfg.discount](rl_actor_compute& c) {
         if (w) install(*c.net, *w);
         *u = act_unroll(c, index, version, T, *report);
+        if (apex) *transitions = prioritized_transitions(c, *u, n, gamma);
       },
-      [self, u, report] {
+      [self, u, report, transitions] {
         auto& st = self->state;
         ++st.unrolls;
         if (st.unrolls == st.cfg.fail_after_unrolls)
           return fail(self, "test hook: failing after " + std::to_string(st.unrolls) + " unrolls");
         self->send(st.cfg.coordinator, episodes_atom::value, std::move(*report));
-        offer(self, u);
+        if (st.cfg.replay.empty()) return offer(self, u);
+        insert(self, transitions);
       });
 }
 
@@ -219,6 +257,7 @@ rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
       [c = st.cfg](rl_actor_compute& rc) {
         init_rl_actor_compute(rc, c.env, c.envs, c.model, derive_seed(c.seed, 5000 + c.index),
                               c.seed, c.head);
+        if (!c.replay.empty()) rc.epsilon = c.epsilon;
       },
       nullptr);
   return {

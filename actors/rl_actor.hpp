@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -40,6 +41,15 @@ struct rl_actor_config {
   // queue in another process.
   caf::duration request_timeout = caf::infinite;
   int64_t fail_after_unrolls = -1;  // test hook: the actor fails after this many unrolls
+  // Ape-X (actors/replay_shard.hpp): with replay shards, the policy's
+  // outputs are read as Q-values, actions are epsilon-greedy under
+  // `epsilon`, and each unroll goes to one shard in turn as n-step
+  // transitions with initial priorities (|TD| under this actor's weights)
+  // instead of to the queue. The shard's answer is the credit.
+  std::vector<replay_shard_actor> replay;
+  double epsilon = 0;
+  int64_t n_step = 3;
+  double discount = 0.99;
 };
 
 // Built: until told to run. Ready: to act the next unroll once some weights
@@ -57,6 +67,7 @@ struct rl_actor_compute {
   std::vector<uint8_t> terminated, truncated;
   std::vector<double> episode_return;
   std::vector<int64_t> episode_length;
+  double epsilon = -1;  // >= 0: epsilon-greedy on the outputs as Q-values (Ape-X)
 };
 
 struct rl_actor_state {
@@ -85,6 +96,13 @@ rl_actor_actor spawn_rl_actor(caf::actor_system& sys, rl_actor_config cfg);
 // an rl_actor; exposed for benchmarks and tests.)
 unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, int64_t T,
                   episode_report& episodes);
+
+// An unroll's n-step transitions (models/dqn.hpp) with initial priorities
+// |R + discount * max_a Q(x', a) - Q(x, a)| under c's network, which acted
+// the unroll (its behaviour outputs are Q(x, .)). Ape-X computes them on the
+// actors so that new transitions are sampled by their surprise at once.
+transition_batch prioritized_transitions(rl_actor_compute& c, const unroll& u, int64_t n,
+                                         double discount);
 
 // An rl_actor's device state: environments reset from `seed`, a policy
 // ending in `head` (none: the one the environment's actions take)

@@ -240,7 +240,29 @@ struct gymnasium_env_config {
 
 // actor_learner (strategies/actor_learner.cpp): rl_actors stepping
 // environments, learners training on their unrolls with V-trace.
+// Ape-X DQN's replay (rl.algorithm "apex_dqn"): N prioritized shards, the
+// actors' exploration and the learner's double-DQN settings.
+struct replay_config {
+  int64_t shards = 2;
+  int64_t capacity = 100000;  // transitions per shard
+  double alpha = 0.6;         // priority exponent (0: uniform)
+  double beta = 0.4;          // importance-weight exponent
+  int64_t n_step = 3;
+  int64_t min_size = 1000;     // transitions a shard holds before it is sampled
+  int64_t batch_size = 256;    // transitions per update (per learner)
+  int64_t target_every = 100;  // updates between copies into the target network
+  // Each shard's rate limiter: transitions sampled per transition inserted
+  // past min_size, at least (0: no limit; actors then outpace the learner).
+  double samples_per_insert = 4;
+  double epsilon = 0.4;  // actor i of N: epsilon^(1 + i / (N - 1) * epsilon_alpha)
+  double epsilon_alpha = 7.0;
+};
+
 struct rl_config {
+  // "impala" (V-trace on unrolls through the trajectory queue) or
+  // "apex_dqn" (double DQN on transitions through prioritized replay shards).
+  std::string algorithm = "impala";
+  replay_config replay;
   // A registered environment (envs/env.hpp), or with `gymnasium` set the
   // Gymnasium id it names.
   std::string env = "CartPole-v1";

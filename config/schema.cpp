@@ -387,12 +387,53 @@ json gymnasium_env_to_json(const gymnasium_env_config& g) {
   return j;
 }
 
+void read_replay(const json& j, const std::string& path, replay_config& c) {
+  object_reader r(j, path,
+                  {"shards", "capacity", "alpha", "beta", "n_step", "min_size", "batch_size",
+                   "target_every", "samples_per_insert", "epsilon", "epsilon_alpha"});
+  r.with("shards",
+         [&](const json& v, const std::string& p) { c.shards = read_int_in(v, p, 1, 4096); });
+  r.with("capacity", [&](const json& v, const std::string& p) {
+    c.capacity = read_int_in(v, p, 1, int64_t{1} << 30);
+  });
+  r.with("alpha",
+         [&](const json& v, const std::string& p) { c.alpha = read_number(v, p, non_negative); });
+  r.with("beta", [&](const json& v, const std::string& p) {
+    c.beta = read_number(v, p, range{0, false, true, 1, false});
+  });
+  r.with("n_step",
+         [&](const json& v, const std::string& p) { c.n_step = read_int_in(v, p, 1, 1000); });
+  r.with("min_size", [&](const json& v, const std::string& p) {
+    c.min_size = read_int_in(v, p, 1, int64_t{1} << 30);
+  });
+  r.with("batch_size", [&](const json& v, const std::string& p) {
+    c.batch_size = read_int_in(v, p, 1, 1 << 20);
+  });
+  r.with("target_every",
+         [&](const json& v, const std::string& p) { c.target_every = read_int(v, p, 1); });
+  r.with("samples_per_insert", [&](const json& v, const std::string& p) {
+    c.samples_per_insert = read_number(v, p, range{0, false, true, 1e6, false});
+  });
+  r.with("epsilon", [&](const json& v, const std::string& p) {
+    c.epsilon = read_number(v, p, range{0, false, true, 1, false});
+  });
+  r.with("epsilon_alpha", [&](const json& v, const std::string& p) {
+    c.epsilon_alpha = read_number(v, p, non_negative);
+  });
+}
+
 void read_rl(const json& j, const std::string& path, rl_config& c) {
   object_reader r(j, path,
-                  {"env", "actors", "envs_per_actor", "unroll_length", "batch_unrolls", "discount",
-                   "reward_scale", "rho_bar", "c_bar", "baseline_cost", "entropy_cost", "grad_clip",
-                   "learners", "weights_every", "max_policy_lag", "queue_capacity", "policy_head",
-                   "initial_log_std", "normalize_advantages"});
+                  {"algorithm",           "replay",         "env",           "actors",
+                   "envs_per_actor",      "unroll_length",  "batch_unrolls", "discount",
+                   "reward_scale",        "rho_bar",        "c_bar",         "baseline_cost",
+                   "entropy_cost",        "grad_clip",      "learners",      "weights_every",
+                   "max_policy_lag",      "queue_capacity", "policy_head",   "initial_log_std",
+                   "normalize_advantages"});
+  r.with("algorithm", [&](const json& v, const std::string& p) {
+    c.algorithm = read_enum(v, p, {"impala", "apex_dqn"});
+  });
+  r.with("replay", [&](const json& v, const std::string& p) { read_replay(v, p, c.replay); });
   // The environment's name is checked against the registry by the strategy.
   r.with("env", [&](const json& v, const std::string& p) {
     if (!v.is_object()) {
@@ -851,7 +892,21 @@ nlohmann::json to_json(const job_config& c) {
   if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;
   if (c.rl_given || trains_from_envs(c.strategy.kind)) {
     const auto& rl = c.rl;
-    j["rl"] = {{"env", rl.gymnasium ? gymnasium_env_to_json(*rl.gymnasium) : json(rl.env)},
+    const auto& rp = rl.replay;
+    j["rl"] = {{"algorithm", rl.algorithm},
+               {"replay",
+                {{"shards", rp.shards},
+                 {"capacity", rp.capacity},
+                 {"alpha", rp.alpha},
+                 {"beta", rp.beta},
+                 {"n_step", rp.n_step},
+                 {"min_size", rp.min_size},
+                 {"batch_size", rp.batch_size},
+                 {"target_every", rp.target_every},
+                 {"samples_per_insert", rp.samples_per_insert},
+                 {"epsilon", rp.epsilon},
+                 {"epsilon_alpha", rp.epsilon_alpha}}},
+               {"env", rl.gymnasium ? gymnasium_env_to_json(*rl.gymnasium) : json(rl.env)},
                {"actors", rl.actors},
                {"envs_per_actor", rl.envs_per_actor},
                {"unroll_length", rl.unroll_length},

@@ -3,6 +3,7 @@
 #include "messages/coordinator_messages.hpp"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace troupe {
@@ -61,7 +62,35 @@ std::string unroll_problem(const unroll& u, const unroll_shape& s) {
   return {};
 }
 
+std::string transition_problem(const transition_batch& b, int64_t observation_size,
+                               int64_t actions) {
+  const int64_t B = b.size(), O = observation_size;
+  if (B < 1)
+    return "actions has shape " + shape_string(b.actions.shape()) + ", expected [B] (B >= 1)";
+  for (auto p : {shape_problem(b.observations, {B, O}, dtype::f32, "observations"),
+                 shape_problem(b.actions, {B}, dtype::i32, "actions"),
+                 shape_problem(b.returns, {B}, dtype::f32, "returns"),
+                 shape_problem(b.discounts, {B}, dtype::f32, "discounts"),
+                 shape_problem(b.next_observations, {B, O}, dtype::f32, "next_observations"),
+                 shape_problem(b.priorities, {B}, dtype::f32, "priorities")})
+    if (!p.empty()) return p;
+  for (auto p :
+       {range_problem<int32_t>(b.actions, "actions", 0, static_cast<int32_t>(actions - 1)),
+        range_problem<float>(b.discounts, "discounts", 0.0f, 1.0f),
+        range_problem<float>(b.priorities, "priorities", 0.0f, std::numeric_limits<float>::max()),
+        finite_problem(b.observations, "observations"), finite_problem(b.returns, "returns"),
+        finite_problem(b.next_observations, "next_observations")})
+    if (!p.empty()) return p;
+  return {};
+}
+
 void register_rl_messages(caf::actor_system_config& cfg) {
+  cfg.add_message_type<transition_batch>("troupe::transition_batch");
+  cfg.add_message_type<replay_sample>("troupe::replay_sample");
+  cfg.add_message_type<priority_update>("troupe::priority_update");
+  cfg.add_message_type<replay_stats>("troupe::replay_stats");
+  cfg.add_message_type<replay_shard_actor>("troupe::replay_shard_actor");
+  cfg.add_message_type<std::vector<replay_shard_actor>>("std::vector<troupe::replay_shard_actor>");
   cfg.add_message_type<unroll>("troupe::unroll");
   cfg.add_message_type<std::vector<unroll>>("std::vector<troupe::unroll>");
   cfg.add_message_type<queue_stats>("troupe::queue_stats");

@@ -176,6 +176,94 @@ using rl_reports_actor = caf::typed_actor<
     // Learner 0 publishes weights: forwarded to every live actor.
     caf::reacts_to<weights_atom, policy_weights>>;
 
+// Ape-X's replay (actors/replay_shard.hpp): n-step transitions with
+// priorities, sampled in proportion to priority^alpha.
+using insert_atom = caf::atom_constant<caf::atom("insert")>;
+using sample_atom = caf::atom_constant<caf::atom("sample")>;
+using priority_atom = caf::atom_constant<caf::atom("priority")>;
+
+// B n-step transitions (x_t, a_t, R, gamma^n or 0, x_{t+n}): R is the
+// discounted sum of the n rewards after a_t, `discount` what the bootstrap
+// value of x_{t+n} is multiplied by (0 when the episode terminated within
+// the n steps). Sampled batches carry no priorities.
+struct transition_batch {
+  tensor observations;       // [B, O] f32
+  tensor actions;            // [B] i32
+  tensor returns;            // [B] f32
+  tensor discounts;          // [B] f32, in [0, 1]
+  tensor next_observations;  // [B, O] f32
+  tensor priorities;         // [B] f32, >= 0: the initial ones (inserts only)
+  int64_t size() const { return actions.rank() == 1 ? actions.dim(0) : 0; }
+};
+
+// Why `b` does not fit transitions of O-float observations and A discrete
+// actions (a shape, an action out of range, a discount outside [0, 1], a
+// negative priority, a number that is not finite), or "" when it fits.
+// Inserts come from other processes: a shard checks every one.
+std::string transition_problem(const transition_batch& b, int64_t observation_size,
+                               int64_t actions);
+
+// A prioritized sample: the transitions, the ids to send new priorities
+// back under, and the importance weights (normalised to at most 1).
+struct replay_sample {
+  transition_batch transitions;
+  std::vector<int64_t> ids;  // insertion numbers: an id evicted since is ignored on update
+  tensor weights;            // [B] f32
+};
+
+// New priorities (|TD error|) for sampled ids, in the same order.
+struct priority_update {
+  std::vector<int64_t> ids;
+  std::vector<float> priorities;
+};
+
+// A replay shard's counters since it started.
+struct replay_stats {
+  int64_t size = 0;  // transitions held
+  int64_t capacity = 0;
+  int64_t inserted = 0;       // transitions accepted
+  int64_t evicted = 0;        // overwritten, oldest first, once full
+  int64_t sampled = 0;        // transitions handed out
+  int64_t updated = 0;        // priorities updated
+  int64_t stale_updates = 0;  // updates for transitions evicted meanwhile (ignored)
+  int64_t refused = 0;        // malformed insert batches (transition_problem)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transition_batch& x) {
+  return f(caf::meta::type_name("transition_batch"), x.observations, x.actions, x.returns,
+           x.discounts, x.next_observations, x.priorities);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replay_sample& x) {
+  return f(caf::meta::type_name("replay_sample"), x.transitions, x.ids, x.weights);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, priority_update& x) {
+  return f(caf::meta::type_name("priority_update"), x.ids, x.priorities);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replay_stats& x) {
+  return f(caf::meta::type_name("replay_stats"), x.size, x.capacity, x.inserted, x.evicted,
+           x.sampled, x.updated, x.stale_updates, x.refused);
+}
+
+// replay_shard (actors/replay_shard.hpp): one shard of Ape-X's prioritized
+// replay. Actors insert, learners sample and send priorities back; shards
+// share nothing, so there is no lock for them to contend on.
+using replay_shard_actor = caf::typed_actor<
+    // A batch of transitions with their initial priorities; answered with
+    // the shard's size after it, or an error naming the problem (refused,
+    // counted). Once full, the oldest transitions are overwritten.
+    caf::replies_to<insert_atom, transition_batch>::with<int64_t>,
+    // n transitions drawn in proportion to priority^alpha, with their ids
+    // and importance weights under beta; an empty sample (no ids) while the
+    // shard holds fewer than its min_size (replay warms up).
+    caf::replies_to<sample_atom, int64_t>::with<replay_sample>,
+    // New priorities for sampled ids; ids evicted meanwhile are ignored.
+    caf::reacts_to<priority_atom, priority_update>,
+    caf::replies_to<stats_atom>::with<replay_stats>>;
+
 // Registers the types above with CAF (register_messages calls it).
 void register_rl_messages(caf::actor_system_config& cfg);
 

@@ -17,14 +17,25 @@
 // the mean return are its progress measure, the target return its stop.
 // Actors: actors/rl_actor, actors/trajectory_queue, actors/learner;
 // messages: messages/rl_messages.hpp.
+//
+// rl.algorithm "apex_dqn" (Ape-X, Horgan et al. 2018) is a protocol variant
+// on the same actors: rl_actors act epsilon-greedily (each its own epsilon)
+// and insert prioritized n-step transitions into N replay shards in turn;
+// learners sample the shards in turn, train double DQN with a target
+// network and send new priorities back; weights are published as above.
+//
+//   rl_actor --insert(transitions)--> replay_shard <--sample(n)-- learner
+//            <------(credit)---------              --priority--> (back)
 #include <spdlog/spdlog.h>
 
 #include "actors/learner.hpp"
+#include "actors/replay_shard.hpp"
 #include "actors/rl_actor.hpp"
 #include "actors/trajectory_queue.hpp"
 #include "envs/env.hpp"
 #include "envs/policy_head.hpp"
 #include "envs/python_env.hpp"
+#include "models/dqn.hpp"
 #include "strategies/actor_learner_driver.hpp"
 #include "strategies/strategy.hpp"
 
@@ -95,6 +106,7 @@ class actor_learner final : public strategy {
                          "expected at least the unrolls one learner takes per update "
                          "(rl.batch_unrolls / rl.learners = " +
                              std::to_string(share) + "), got " + std::to_string(rl.queue_capacity));
+    if (rl.algorithm == "apex_dqn") validate_apex(c);
     const auto& t = c.training;
     if (t.max_steps == 0 && t.max_env_steps == 0 && !t.target_return)
       throw config_error("training",
@@ -105,6 +117,19 @@ class actor_learner final : public strategy {
       throw config_error("optimizer.schedule.decay_steps",
                          "a cosine schedule needs the number of updates: set decay_steps or "
                          "training.max_steps (an actor_learner job has no epochs)");
+  }
+
+  // Ape-X reads the policy's outputs as Q-values: discrete actions only.
+  static void validate_apex(const job_config& c) {
+    const auto& rl = c.rl;
+    if (head_of(rl).distribution != action_distribution::softmax)
+      throw config_error("rl.algorithm",
+                         "\"apex_dqn\" needs discrete actions (Q-values per action); " + rl.env +
+                             " with rl.policy_head \"" + rl.policy_head + "\" has continuous ones");
+    if (rl.replay.min_size > rl.replay.capacity)
+      throw config_error("rl.replay.min_size", "expected at most rl.replay.capacity (" +
+                                                   std::to_string(rl.replay.capacity) + "), got " +
+                                                   std::to_string(rl.replay.min_size));
   }
 
   void check_cluster_jobs(const job_config&, int64_t, int64_t ps, bool) const override {
@@ -127,8 +152,11 @@ class actor_learner final : public strategy {
   // The rl_actors of one process, wired to the chief's queue and coordinator.
   worker_parts spawn_own_workers(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
                                  const worker_spec& spec, const caf::message& hub) const override {
-    if (!hub.match_elements<trajectory_queue_actor, rl_reports_actor>())
-      throw job_error("actor_learner: the build order carries no trajectory queue and coordinator");
+    if (!hub.match_elements<trajectory_queue_actor, rl_reports_actor,
+                            std::vector<replay_shard_actor>>())
+      throw job_error(
+          "actor_learner: the build order carries no trajectory queue, coordinator and replay "
+          "shards");
     const auto& c = plan->config;
     worker_parts out;
     out.indices = spec.indices;
@@ -146,6 +174,11 @@ class actor_learner final : public strategy {
       ac.coordinator = hub.get_as<rl_reports_actor>(1);
       ac.request_timeout = spec.request_timeout;
       ac.fail_after_unrolls = faults_or_none(plan->options.faults).fail_replica.at_for(ac.index);
+      ac.replay = hub.get_as<std::vector<replay_shard_actor>>(2);
+      const auto& rp = c.rl.replay;
+      ac.epsilon = apex_epsilon(ac.index, c.rl.actors, rp.epsilon, rp.epsilon_alpha);
+      ac.n_step = rp.n_step;
+      ac.discount = c.rl.discount;
       out.others.push_back(caf::actor_cast<caf::actor>(spawn_rl_actor(sys, ac)));
     }
     return out;
@@ -167,6 +200,7 @@ class actor_learner final : public strategy {
                                        rl.max_policy_lag,
                                        {rl.unroll_length, rl.envs_per_actor, spec.observation_size,
                                         spec.actions, spec.action_dims()}});
+      if (rl.algorithm == "apex_dqn") spawn_shards(sys, spec.observation_size, spec.actions);
       if (rl.learners > 1)
         reducers_ = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));
       for (int64_t l = 0; l < rl.learners; ++l) {
@@ -193,12 +227,16 @@ class actor_learner final : public strategy {
         if (!reducers_.empty()) lc.reducer = reducers_[static_cast<std::size_t>(l)];
         lc.coordinator = coordinator_;
         lc.fail_at_update = faults_or_none(plan_->options.faults).fail_learner.at_for(l);
+        lc.replay = shards_;
+        lc.replay_batch = rl.replay.batch_size;
+        lc.target_every = rl.replay.target_every;
+        if (!shards_.empty()) lc.global_samples = rl.replay.batch_size * rl.learners;
         learners_.push_back(spawn_learner(sys, lc));
       }
     }
 
     caf::message handles() const override {
-      return caf::make_message(queue_, rl_reports_actor{coordinator_});
+      return caf::make_message(queue_, rl_reports_actor{coordinator_}, shards_);
     }
 
     std::vector<std::pair<std::string, caf::actor>> named() const override {
@@ -206,6 +244,9 @@ class actor_learner final : public strategy {
       for (std::size_t l = 0; l < learners_.size(); ++l)
         out.emplace_back("learner " + std::to_string(l), caf::actor_cast<caf::actor>(learners_[l]));
       out.emplace_back("trajectory queue", caf::actor_cast<caf::actor>(queue_));
+      for (std::size_t i = 0; i < shards_.size(); ++i)
+        out.emplace_back("replay shard " + std::to_string(i),
+                         caf::actor_cast<caf::actor>(shards_[i]));
       return out;
     }
 
@@ -221,13 +262,32 @@ class actor_learner final : public strategy {
       for (auto& l : learners_) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
       for (auto& r : reducers_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(queue_, caf::exit_reason::user_shutdown);
+      for (auto& s : shards_) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
     }
 
    private:
+    void spawn_shards(caf::actor_system& sys, int64_t observation_size, int64_t actions) {
+      const auto& rp = plan_->config.rl.replay;
+      for (int64_t i = 0; i < rp.shards; ++i) {
+        replay_shard_config sc;
+        sc.index = i;
+        sc.capacity = rp.capacity;
+        sc.alpha = rp.alpha;
+        sc.beta = rp.beta;
+        sc.min_size = rp.min_size;
+        sc.samples_per_insert = rp.samples_per_insert;
+        sc.observation_size = observation_size;
+        sc.actions = actions;
+        sc.seed = plan_->config.seed;
+        shards_.push_back(spawn_replay_shard(sys, sc));
+      }
+    }
+
     std::shared_ptr<const job_plan> plan_;
     coordinator_actor coordinator_;
     device_pool devices_;
     trajectory_queue_actor queue_;
+    std::vector<replay_shard_actor> shards_;  // Ape-X only
     std::vector<reducer_actor> reducers_;
     std::vector<learner_actor> learners_;
   };

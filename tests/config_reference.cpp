@@ -59,6 +59,7 @@ std::vector<probe_site> probe_sites() {
       {"training", json::object(), {"training"}},
       {"rl", json::object(), {"rl"}},
       {"rl.env", json::object(), {"rl", "env"}, true},
+      {"rl.replay", json::object(), {"rl", "replay"}},
       {"checkpoint", json::object(), {"checkpoint"}},
       {"logging", json::object(), {"logging"}},
       {"cluster", json::object(), {"cluster"}},
