@@ -101,7 +101,8 @@ void report(self_ptr self, const impala_figures& f, double norm) {
 // Clip and update on the device; learner 0 copies the weights when due.
 void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
   auto& st = self->state;
-  const bool publish = st.cfg.index == 0 && (st.version + 1) % st.cfg.weights_every == 0;
+  const bool publish =
+      st.cfg.index == 0 && (st.cfg.inference || (st.version + 1) % st.cfg.weights_every == 0);
   const bool refresh_target = !st.cfg.replay.empty() && (st.version + 1) % st.cfg.target_every == 0;
   auto weights = std::make_shared<policy_weights>();
   auto norm = std::make_shared<double>(0);
@@ -121,7 +122,10 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
         if (st.cfg.index == 0) self->send(st.cfg.queue, version_atom::value, st.version);
         if (publish) {
           weights->version = st.version;
-          self->send(st.cfg.coordinator, weights_atom::value, std::move(*weights));
+          if (st.cfg.inference)
+            self->send(st.cfg.inference, weights_atom::value, std::move(*weights));
+          else
+            self->send(st.cfg.coordinator, weights_atom::value, std::move(*weights));
         }
         st.phase = learner_phase::waiting;
         st.track.set("wait_for_batch", trace::category::wait);

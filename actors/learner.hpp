@@ -50,6 +50,9 @@ struct learner_config {
   trajectory_queue_actor queue;
   reducer_actor reducer;  // null with one learner
   rl_reports_actor coordinator;
+  // Central inference: learner 0 hands its weights to this server after
+  // every update (weights_every does not apply), not to the coordinator.
+  inference_server_actor inference;
   caf::duration request_timeout = caf::infinite;
   int64_t max_updates = 0;      // stop after this update (0: when told, halt_atom)
   int64_t fail_at_update = -1;  // test hook: the learner fails at this update

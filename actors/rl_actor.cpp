@@ -32,6 +32,11 @@ void init_rl_actor_compute(rl_actor_compute& c, const envs::env_choice& env, int
   c.env->reset(seed, c.obs.data());
 }
 
+uint64_t actor_sampling_seed(uint64_t job_seed, int64_t index) {
+  // As rl_actor seeds its compute (init_rl_actor_compute's stream 1).
+  return derive_seed(derive_seed(job_seed, 5000 + static_cast<uint64_t>(index)), 1);
+}
+
 namespace {
 
 // A sample of the softmax of one row of logits: p gets the row's unnormalised
@@ -49,52 +54,52 @@ int32_t sample_action(const float* z, int64_t A, double u, float* p) {
 
 }  // namespace
 
-namespace {
-
-// A sample of each row's Gaussian (outputs: the means, then the log-stds),
-// unclipped: the environment clips it to its bounds.
-void sample_gaussian(const float* outputs, int64_t rows, int64_t dims, splitmix64& rng,
-                     float* actions) {
-  for (int64_t m = 0; m < rows; ++m) {
-    const float* mu = outputs + m * 2 * dims;
-    for (int64_t d = 0; d < dims; ++d)
-      actions[m * dims + d] =
-          static_cast<float>(mu[d] + std::exp(static_cast<double>(mu[dims + d])) * rng.normal());
+void sample_policy_actions(const policy_head& head, const float* outputs, int64_t rows,
+                           splitmix64& rng, std::vector<float>& probs, int32_t* discrete,
+                           float* box) {
+  if (head.distribution == action_distribution::gaussian) {
+    // Unclipped: the environment clips it to its bounds.
+    const int64_t D = head.actions;
+    for (int64_t m = 0; m < rows; ++m) {
+      const float* mu = outputs + m * 2 * D;
+      for (int64_t d = 0; d < D; ++d)
+        box[m * D + d] =
+            static_cast<float>(mu[d] + std::exp(static_cast<double>(mu[D + d])) * rng.normal());
+    }
+    return;
   }
+  const int64_t P = head.outputs();
+  probs.resize(static_cast<std::size_t>(P));
+  for (int64_t m = 0; m < rows; ++m)
+    discrete[m] = sample_action(outputs + m * P, P, rng.uniform(), probs.data());
 }
 
-// Step t of an unroll: the policy's outputs on x_t, sampled actions, one
-// batch step of the environments.
-void act_step(rl_actor_compute& c, unroll& u, int64_t t, const envs::step_output& out) {
+namespace {
+
+// The policy's outputs on x_t and sampled actions: local inference.
+void infer_locally(rl_actor_compute& c, unroll& u, int64_t t) {
   const int64_t M = c.env->size();
   const int64_t O = c.env->spec().observation_size;
   const int64_t P = c.head.outputs();
   float* outputs = u.behaviour_logits.f32() + t * M * P;
   c.net->forward(u.observations.f32() + t * M * O, M, outputs, c.values.data());
-  if (c.head.distribution == action_distribution::gaussian) {
-    const int64_t D = c.head.actions;
-    float* a = u.actions.f32() + t * M * D;
-    sample_gaussian(outputs, M, D, c.rng, a);
-    c.env->step_box(a, out);
-    return;
-  }
+  const bool box = c.head.distribution == action_distribution::gaussian;
+  if (box || c.epsilon < 0)
+    return sample_policy_actions(c.head, outputs, M, c.rng, c.probs,
+                                 box ? nullptr : u.actions.data<int32_t>() + t * M,
+                                 box ? u.actions.f32() + t * M * c.head.actions : nullptr);
   int32_t* a = u.actions.data<int32_t>() + t * M;
-  for (int64_t m = 0; m < M; ++m)
-    a[m] = c.epsilon >= 0 ? epsilon_greedy(outputs + m * P, P, c.epsilon, c.rng)
-                          : sample_action(outputs + m * P, P, c.rng.uniform(), c.probs.data());
-  c.env->step(a, out);
+  for (int64_t m = 0; m < M; ++m) a[m] = epsilon_greedy(outputs + m * P, P, c.epsilon, c.rng);
 }
 
 }  // namespace
 
-unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, int64_t T,
-                  episode_report& episodes) {
+unroll begin_unroll(rl_actor_compute& c, int64_t actor, int64_t T) {
   const int64_t M = c.env->size();
   const int64_t O = c.env->spec().observation_size;
   const bool box = c.head.distribution == action_distribution::gaussian;
   unroll u;
   u.actor = actor;
-  u.policy_version = policy_version;
   u.observations = tensor::uninitialized({T + 1, M, O});
   u.actions = box ? tensor::uninitialized({T, M, c.head.actions})
                   : tensor::uninitialized({T, M}, dtype::i32);
@@ -103,32 +108,50 @@ unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, in
   u.truncated = tensor::uninitialized({T, M}, dtype::i32);
   u.final_observations = tensor({T, M, O});  // rows of episodes that did not end stay 0
   u.behaviour_logits = tensor::uninitialized({T, M, c.head.outputs()});
-  float* obs = u.observations.f32();
-  std::copy(c.obs.begin(), c.obs.end(), obs);
+  std::copy(c.obs.begin(), c.obs.end(), u.observations.f32());
+  return u;
+}
+
+void step_unroll(rl_actor_compute& c, unroll& u, int64_t t, episode_report& episodes) {
+  const int64_t M = c.env->size();
+  const int64_t O = c.env->spec().observation_size;
   envs::step_output out;
   out.terminated = c.terminated.data();
   out.truncated = c.truncated.data();
   out.episode_return = c.episode_return.data();
   out.episode_length = c.episode_length.data();
-  for (int64_t t = 0; t < T; ++t) {
-    out.obs = obs + (t + 1) * M * O;
-    out.reward = u.rewards.f32() + t * M;
-    out.final_obs = u.final_observations.f32() + t * M * O;
-    act_step(c, u, t, out);
-    int32_t* term = u.terminated.data<int32_t>() + t * M;
-    int32_t* trunc = u.truncated.data<int32_t>() + t * M;
-    for (int64_t m = 0; m < M; ++m) {
-      term[m] = c.terminated[static_cast<std::size_t>(m)];
-      trunc[m] = c.truncated[static_cast<std::size_t>(m)];
-      if (term[m] || trunc[m]) {
-        episodes.returns.push_back(c.episode_return[static_cast<std::size_t>(m)]);
-        episodes.lengths.push_back(c.episode_length[static_cast<std::size_t>(m)]);
-      }
+  out.obs = u.observations.f32() + (t + 1) * M * O;
+  out.reward = u.rewards.f32() + t * M;
+  out.final_obs = u.final_observations.f32() + t * M * O;
+  if (c.head.distribution == action_distribution::gaussian)
+    c.env->step_box(u.actions.f32() + t * M * c.head.actions, out);
+  else
+    c.env->step(u.actions.data<int32_t>() + t * M, out);
+  int32_t* term = u.terminated.data<int32_t>() + t * M;
+  int32_t* trunc = u.truncated.data<int32_t>() + t * M;
+  for (int64_t m = 0; m < M; ++m) {
+    const auto i = static_cast<std::size_t>(m);
+    term[m] = c.terminated[i];
+    trunc[m] = c.truncated[i];
+    if (term[m] || trunc[m]) {
+      episodes.returns.push_back(c.episode_return[i]);
+      episodes.lengths.push_back(c.episode_length[i]);
     }
   }
-  std::copy(obs + T * M * O, obs + (T + 1) * M * O, c.obs.begin());
+  episodes.env_steps += M;
+  // The next observations carry over to the next unroll.
+  if (t + 1 == u.steps()) std::copy(out.obs, out.obs + M * O, c.obs.begin());
+}
+
+unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, int64_t T,
+                  episode_report& episodes) {
+  unroll u = begin_unroll(c, actor, T);
+  u.policy_version = policy_version;
   episodes.actor = actor;
-  episodes.env_steps += T * M;
+  for (int64_t t = 0; t < T; ++t) {
+    infer_locally(c, u, t);
+    step_unroll(c, u, t, episodes);
+  }
   return u;
 }
 
@@ -159,8 +182,9 @@ void fail(self_ptr self, const std::string& why) {
   self->quit(caf::make_error(caf::sec::runtime_error, who + ": " + why));
 }
 
-// Copies newer weights into the policy, in variable order.
-void install(policy_value_model& net, const policy_weights& w) {
+}  // namespace
+
+void install_policy_weights(policy_value_model& net, const policy_weights& w) {
   auto& vars = net.variables();
   if (w.values.size() != vars.size())
     throw std::runtime_error("weights of version " + std::to_string(w.version) + " hold " +
@@ -175,6 +199,8 @@ void install(policy_value_model& net, const policy_weights& w) {
   for (std::size_t i = 0; i < vars.size(); ++i)
     std::copy(w.values[i].f32(), w.values[i].f32() + w.values[i].numel(), vars[i].value.f32());
 }
+
+namespace {
 
 void act(self_ptr self);
 
@@ -205,10 +231,90 @@ void offer(self_ptr self, std::shared_ptr<unroll> u) {
             [self](caf::error& e) { fail(self, "trajectory queue: " + describe(e)); });
 }
 
-// The next unroll, when ready and some weights are known.
+// An unroll is acted: its episodes to the coordinator, the unroll to the
+// queue or its transitions to a shard.
+void unrolled(self_ptr self, std::shared_ptr<unroll> u, std::shared_ptr<episode_report> report,
+              std::shared_ptr<transition_batch> transitions) {
+  auto& st = self->state;
+  ++st.unrolls;
+  if (st.unrolls == st.cfg.fail_after_unrolls)
+    return fail(self, "test hook: failing after " + std::to_string(st.unrolls) + " unrolls");
+  self->send(st.cfg.coordinator, episodes_atom::value, std::move(*report));
+  if (st.cfg.replay.empty()) return offer(self, u);
+  insert(self, transitions);
+}
+
+// The server's answer for step t into the unroll, or why it does not fit.
+std::string take_reply(unroll& u, int64_t t, const inference_reply& r) {
+  const int64_t A = u.actions.numel() / u.steps();  // action elements per step
+  const int64_t P = u.behaviour_logits.numel() / u.steps();
+  if (r.actions.numel() != A || r.actions.type() != u.actions.type() || r.outputs.numel() != P ||
+      r.outputs.type() != dtype::f32)
+    return "a reply of actions " + shape_string(r.actions.shape()) + " and outputs " +
+           shape_string(r.outputs.shape()) + " does not fit this actor's environments";
+  if (u.actions.type() == dtype::i32)
+    std::copy(r.actions.data<int32_t>(), r.actions.data<int32_t>() + A,
+              u.actions.data<int32_t>() + t * A);
+  else
+    std::copy(r.actions.f32(), r.actions.f32() + A, u.actions.f32() + t * A);
+  std::copy(r.outputs.f32(), r.outputs.f32() + P, u.behaviour_logits.f32() + t * P);
+  return {};
+}
+
+// Central inference, step t of the unroll `u`: the observations x_t to the
+// server, its actions and outputs into the unroll, one step of the
+// environments on the device, then step t + 1.
+void central_step(self_ptr self, std::shared_ptr<unroll> u, std::shared_ptr<episode_report> report,
+                  int64_t t) {
+  auto& st = self->state;
+  if (t == u->steps()) return unrolled(self, u, report, nullptr);
+  inference_request req;
+  req.actor = st.cfg.index;
+  req.step = st.inference_requests++;
+  const int64_t M = u->envs(), O = u->observations.dim(2);
+  req.observations = tensor::uninitialized({M, O});
+  const float* x = u->observations.f32() + t * M * O;
+  std::copy(x, x + M * O, req.observations.f32());
+  st.track.set("infer", trace::category::communicate, st.unrolls);
+  self->request(st.cfg.inference, st.cfg.request_timeout, infer_atom::value, std::move(req))
+      .then(
+          [self, u, report, t](inference_reply& r) {
+            auto& st = self->state;
+            if (auto why = take_reply(*u, t, r); !why.empty())
+              return fail(self, "inference server: " + why);
+            // The unroll's version: the oldest that chose any of its actions.
+            u->policy_version =
+                t == 0 ? r.policy_version : std::min(u->policy_version, r.policy_version);
+            st.track.set("step", trace::category::compute, st.unrolls);
+            st.tasks->submit(
+                self, "step",
+                [u, report, t](rl_actor_compute& c) { step_unroll(c, *u, t, *report); },
+                [self, u, report, t] { central_step(self, u, report, t + 1); });
+          },
+          [self](caf::error& e) { fail(self, "inference server: " + describe(e)); });
+}
+
+// Central inference: a new unroll from the current observations.
+void act_central(self_ptr self) {
+  auto& st = self->state;
+  st.phase = rl_actor_phase::unrolling;
+  auto u = std::make_shared<unroll>();
+  auto report = std::make_shared<episode_report>();
+  report->actor = st.cfg.index;
+  st.tasks->submit(
+      self, "begin_unroll",
+      [u, index = st.cfg.index, T = st.cfg.unroll_length](rl_actor_compute& c) {
+        *u = begin_unroll(c, index, T);
+      },
+      [self, u, report] { central_step(self, u, report, 0); });
+}
+
+// The next unroll, when ready and some weights are known (or the server
+// knows them).
 void act(self_ptr self) {
   auto& st = self->state;
   if (st.phase != rl_actor_phase::ready) return;
+  if (st.cfg.inference) return act_central(self);
   if (st.acting_version < 0 && !st.pending) return;
   st.phase = rl_actor_phase::unrolling;
   std::shared_ptr<policy_weights> w;
@@ -226,19 +332,11 @@ void act(self_ptr self) {
       [w, u, report, transitions, index = st.cfg.index, version = st.acting_version,
        T = st.cfg.unroll_length, apex = !st.cfg.replay.empty(), n = st.cfg.n_step,
        gamma = st.cfg.discount](rl_actor_compute& c) {
-        if (w) install(*c.net, *w);
+        if (w) install_policy_weights(*c.net, *w);
         *u = act_unroll(c, index, version, T, *report);
         if (apex) *transitions = prioritized_transitions(c, *u, n, gamma);
       },
-      [self, u, report, transitions] {
-        auto& st = self->state;
-        ++st.unrolls;
-        if (st.unrolls == st.cfg.fail_after_unrolls)
-          return fail(self, "test hook: failing after " + std::to_string(st.unrolls) + " unrolls");
-        self->send(st.cfg.coordinator, episodes_atom::value, std::move(*report));
-        if (st.cfg.replay.empty()) return offer(self, u);
-        insert(self, transitions);
-      });
+      [self, u, report, transitions] { unrolled(self, u, report, transitions); });
 }
 
 }  // namespace

@@ -6,6 +6,12 @@
 // to the trajectory queue and waits for the answer before acting again: the
 // queue's credit. Newer weights are installed between unrolls, so each unroll
 // is acted by one policy version.
+//
+// With an inference server (rl.inference "central", messages/rl_messages.hpp)
+// the actor holds no policy of its own: per step it sends the observations
+// of its M environments to the server and steps them with the actions it
+// gets back. The unroll's pieces (begin_unroll, step_unroll) are the same
+// for both sources of actions; only where the actions come from differs.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,6 +47,9 @@ struct rl_actor_config {
   // queue in another process.
   caf::duration request_timeout = caf::infinite;
   int64_t fail_after_unrolls = -1;  // test hook: the actor fails after this many unrolls
+  // Central inference: the server that chooses the actions (null: the
+  // actor's own copy of the policy does, with weights it is sent).
+  inference_server_actor inference;
   // Ape-X (actors/replay_shard.hpp): with replay shards, the policy's
   // outputs are read as Q-values, actions are epsilon-greedy under
   // `epsilon`, and each unroll goes to one shard in turn as n-step
@@ -79,6 +88,7 @@ struct rl_actor_state {
   int64_t acting_version = -1;            // installed
   rl_actor_phase phase = rl_actor_phase::built;
   int64_t unrolls = 0;
+  int64_t inference_requests = 0;  // central inference: sent since the actor started
   // Timeline trace: acting (stepping environments on the device), offering
   // the unroll to the queue, or waiting for the first weights.
   trace::state_track track;
@@ -90,6 +100,30 @@ rl_actor_actor::behavior_type rl_actor(rl_actor_actor::stateful_pointer<rl_actor
 
 // Spawns an rl_actor (its mailbox hand-over visible to ThreadSanitizer).
 rl_actor_actor spawn_rl_actor(caf::actor_system& sys, rl_actor_config cfg);
+
+// The seed of actor `index`'s stream of action samples in a job seeded
+// `job_seed`: a local actor's, and the inference server's for that actor.
+uint64_t actor_sampling_seed(uint64_t job_seed, int64_t index);
+
+// One action per row of `outputs` ([rows, head.outputs()]) sampled from
+// `head`'s distribution, drawing from `rng` row by row: discrete ones into
+// `discrete` (softmax; `probs` is scratch), a Box's into `box` [rows, dims]
+// (Gaussian, unclipped).
+void sample_policy_actions(const policy_head& head, const float* outputs, int64_t rows,
+                           splitmix64& rng, std::vector<float>& probs, int32_t* discrete,
+                           float* box);
+
+// Copies weights into the policy, in variable order (an error names a
+// mismatch in count or shape).
+void install_policy_weights(policy_value_model& net, const policy_weights& w);
+
+// An unroll of T steps to be filled, its x_0 the current observations.
+unroll begin_unroll(rl_actor_compute& c, int64_t actor, int64_t T);
+
+// Step t of an unroll whose actions (and behaviour logits) at t are chosen:
+// one batch step of the environments; the episodes that ended go into
+// `episodes`. After the last step the observations carry over.
+void step_unroll(rl_actor_compute& c, unroll& u, int64_t t, episode_report& episodes);
 
 // One unroll of T steps of `c`'s environments under its policy, continuing
 // from c.obs; the finished episodes go into `episodes`. (The device task of

@@ -8,7 +8,11 @@
 //       two acting threads while a learner trains on a third (2 cores);
 //   bench_rl solve [config=examples/cartpole_impala.json] [seeds=5]
 //       `troupe run`'s time to solve over seeds: each seed's time and env
-//       steps, the median and the worst.
+//       steps, the median and the worst;
+//   bench_rl inference [config=examples/cartpole_impala.json] [envs=64,128,256]
+//                      [env_steps=400000]
+//       whole jobs' env steps/s with rl.inference "local", then "central",
+//       at each M envs per actor.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -236,6 +240,37 @@ int solve(const std::vector<std::string>& a) {
   return 0;
 }
 
+// Whole actor_learner jobs from `file` with local, then central inference,
+// for each M envs per actor: env steps/s over `env_steps` steps (no target
+// return, so both run the same number of steps), alternated per M.
+int inference(const std::vector<std::string>& a) {
+  const std::string file = arg(a, 0, "examples/cartpole_impala.json");
+  const auto envs = positive_list(arg(a, 1, "64,128,256"), "envs");
+  const auto env_steps = positive_list(arg(a, 2, "400000"), "env_steps").at(0);
+  for (auto m : envs)
+    for (const char* mode : {"local", "central"}) {
+      auto c = load_job_config(file);
+      c.rl.inference = mode;
+      c.rl.envs_per_actor = m;
+      c.training.target_return.reset();
+      c.training.max_env_steps = env_steps;
+      c.logging.level = "warn";
+      c.logging.output_dir = "runs/bench_rl_inference";
+      c.checkpoint.save_at_end = false;
+      job_options o;
+      o.overwrite = true;
+      auto sum = run_job(c, o);
+      print({{"bench", "rl_inference"},
+             {"inference", mode},
+             {"actors", c.rl.actors},
+             {"envs_per_actor", m},
+             {"env_steps", sum["env_steps"]},
+             {"updates", sum["updates"]},
+             {"env_steps_per_second", sum["env_steps_per_second"]}});
+    }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,6 +283,7 @@ int main(int argc, char** argv) {
     if (what == "learning") return learning(rest);
     if (what == "beside") return beside(rest);
     if (what == "solve") return solve(rest);
+    if (what == "inference") return inference(rest);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "bench_rl: %s\n", e.what());
     return 2;
@@ -255,6 +291,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_rl: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: bench_rl acting|learning|beside|solve [args] (see bench/rl.cpp)\n");
+  std::fprintf(stderr, "usage: bench_rl acting|learning|beside|solve|inference [args] (see bench/rl.cpp)\n");
   return 2;
 }

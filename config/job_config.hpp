@@ -258,6 +258,14 @@ struct replay_config {
   double epsilon_alpha = 7.0;
 };
 
+// rl.inference "central": how the inference server batches requests. A
+// batch runs once it holds max_batch rows, every live actor has asked, or
+// max_wait_us passed since its first request.
+struct central_inference_config {
+  int64_t max_batch = 4096;  // rows (environments) per forward
+  int64_t max_wait_us = 2000;
+};
+
 struct rl_config {
   // "impala" (V-trace on unrolls through the trajectory queue) or
   // "apex_dqn" (double DQN on transitions through prioritized replay shards).
@@ -290,6 +298,11 @@ struct rl_config {
   int64_t weights_every = 1;          // learners publish weights every K updates
   int64_t max_policy_lag = -1;        // drop unrolls older than this many versions; -1 = keep all
   int64_t queue_capacity = 8;         // unrolls the trajectory queue holds
+  // "local" (each rl_actor runs its own copy of the policy) or "central"
+  // (SEED RL: rl_actors send observations to one inference server beside
+  // the learner, actors/inference_server.hpp).
+  std::string inference = "local";
+  central_inference_config central;
 };
 
 struct checkpoint_config {

@@ -422,14 +422,24 @@ void read_replay(const json& j, const std::string& path, replay_config& c) {
   });
 }
 
+void read_central(const json& j, const std::string& path, central_inference_config& c) {
+  object_reader r(j, path, {"max_batch", "max_wait_us"});
+  r.with("max_batch",
+         [&](const json& v, const std::string& p) { c.max_batch = read_int_in(v, p, 1, 1 << 24); });
+  r.with("max_wait_us", [&](const json& v, const std::string& p) {
+    c.max_wait_us = read_int_in(v, p, 0, 10000000);
+  });
+}
+
 void read_rl(const json& j, const std::string& path, rl_config& c) {
-  object_reader r(j, path,
-                  {"algorithm",           "replay",         "env",           "actors",
-                   "envs_per_actor",      "unroll_length",  "batch_unrolls", "discount",
-                   "reward_scale",        "rho_bar",        "c_bar",         "baseline_cost",
-                   "entropy_cost",        "grad_clip",      "learners",      "weights_every",
-                   "max_policy_lag",      "queue_capacity", "policy_head",   "initial_log_std",
-                   "normalize_advantages"});
+  object_reader r(j, path, {"algorithm",     "replay",          "env",
+                            "actors",        "envs_per_actor",  "unroll_length",
+                            "batch_unrolls", "discount",        "reward_scale",
+                            "rho_bar",       "c_bar",           "baseline_cost",
+                            "entropy_cost",  "grad_clip",       "learners",
+                            "weights_every", "max_policy_lag",  "queue_capacity",
+                            "policy_head",   "initial_log_std", "normalize_advantages",
+                            "inference",     "central"});
   r.with("algorithm", [&](const json& v, const std::string& p) {
     c.algorithm = read_enum(v, p, {"impala", "apex_dqn"});
   });
@@ -492,6 +502,11 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
   r.with("queue_capacity", [&](const json& v, const std::string& p) {
     c.queue_capacity = read_int_in(v, p, 1, 65536);
   });
+  // Which combinations central inference takes is checked by the strategy.
+  r.with("inference", [&](const json& v, const std::string& p) {
+    c.inference = read_enum(v, p, {"local", "central"});
+  });
+  r.with("central", [&](const json& v, const std::string& p) { read_central(v, p, c.central); });
 }
 
 void read_checkpoint(const json& j, const std::string& path, checkpoint_config& c) {
@@ -924,7 +939,10 @@ nlohmann::json to_json(const job_config& c) {
                {"learners", rl.learners},
                {"weights_every", rl.weights_every},
                {"max_policy_lag", rl.max_policy_lag},
-               {"queue_capacity", rl.queue_capacity}};
+               {"queue_capacity", rl.queue_capacity},
+               {"inference", rl.inference},
+               {"central",
+                {{"max_batch", rl.central.max_batch}, {"max_wait_us", rl.central.max_wait_us}}}};
   }
   j["checkpoint"] = {{"dir", c.checkpoint.dir},
                      {"every_steps", c.checkpoint.every_steps},

@@ -92,6 +92,9 @@ void register_rl_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<replay_shard_actor>("troupe::replay_shard_actor");
   cfg.add_message_type<std::vector<replay_shard_actor>>("std::vector<troupe::replay_shard_actor>");
   cfg.add_message_type<unroll>("troupe::unroll");
+  cfg.add_message_type<inference_request>("troupe::inference_request");
+  cfg.add_message_type<inference_reply>("troupe::inference_reply");
+  cfg.add_message_type<inference_server_actor>("troupe::inference_server_actor");
   cfg.add_message_type<std::vector<unroll>>("std::vector<troupe::unroll>");
   cfg.add_message_type<queue_stats>("troupe::queue_stats");
   cfg.add_message_type<trajectory_queue_actor>("troupe::trajectory_queue_actor");

@@ -146,6 +146,54 @@ using rl_actor_actor = caf::typed_actor<
     // Internal: a device task finished (actors/device_tasks.hpp).
     caf::reacts_to<computed_atom, uint64_t>>;
 
+// Central inference (rl.inference "central", SEED RL; the protocol in one
+// place). Per unroll step an rl_actor sends the observations of its M
+// environments and waits for the answer: the actions sampled from the
+// policy's outputs under the learner's newest weights, and those outputs
+// (V-trace's behaviour logits). The inference server
+// (actors/inference_server.hpp) batches the requests of every actor into one
+// forward; learner 0 hands it its weights after every update (in-process:
+// the weights never cross a process boundary). Sampling draws from a stream
+// per actor, seeded as a local actor's, so an actor's actions do not depend
+// on which other requests share its batch.
+using infer_atom = caf::atom_constant<caf::atom("infer")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+
+struct inference_request {
+  int64_t actor = 0;
+  // The actor's request count since it started: 0 (a new or restarted
+  // actor) restarts its sampling stream.
+  int64_t step = 0;
+  tensor observations;  // [M, obs] f32
+};
+
+struct inference_reply {
+  int64_t policy_version = 0;  // of the weights that computed the outputs
+  tensor actions;              // [M] i32; a Box's: [M, dims] f32, unclipped
+  tensor outputs;              // [M, actions] f32 logits; a Gaussian's [M, 2 dims]
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, inference_request& x) {
+  return f(caf::meta::type_name("inference_request"), x.actor, x.step, x.observations);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, inference_reply& x) {
+  return f(caf::meta::type_name("inference_reply"), x.policy_version, x.actions, x.outputs);
+}
+
+using inference_server_actor = caf::typed_actor<
+    // One step of one actor: answered once its batch ran (a batch runs when
+    // it holds rl.central.max_batch rows, every live actor has asked, or
+    // rl.central.max_wait_us passed), or with an error naming the problem
+    // (observations of the wrong shape).
+    caf::replies_to<infer_atom, inference_request>::with<inference_reply>,
+    // Learner 0's weights after an update (older or equal versions are
+    // ignored); requests wait until the first ones came.
+    caf::reacts_to<weights_atom, policy_weights>,
+    // Internal: the wait of batch n is over; a device task finished.
+    caf::reacts_to<flush_atom, int64_t>, caf::reacts_to<computed_atom, uint64_t>>;
+
 // learner (actors/learner.hpp): the policy being trained, its optimizer and
 // gradients on a device thread; with several learners, each trains on its
 // share of every batch and they all-reduce gradients (data parallel).

@@ -26,8 +26,18 @@
 //
 //   rl_actor --insert(transitions)--> replay_shard <--sample(n)-- learner
 //            <------(credit)---------              --priority--> (back)
+//
+// rl.inference "central" (SEED RL) moves the policy off the actors: an
+// inference server beside learner 0 answers each step's observations with
+// actions and logits, batched over all actors, under the weights learner 0
+// hands it after every update (actors/inference_server.hpp). Unrolls go to
+// the queue as above; no weights go to the actors.
+//
+//   rl_actor --infer(observations)--> inference_server <--weights-- learner 0
+//            <--(actions, logits)----
 #include <spdlog/spdlog.h>
 
+#include "actors/inference_server.hpp"
 #include "actors/learner.hpp"
 #include "actors/replay_shard.hpp"
 #include "actors/rl_actor.hpp"
@@ -107,6 +117,10 @@ class actor_learner final : public strategy {
                          "(rl.batch_unrolls / rl.learners = " +
                              std::to_string(share) + "), got " + std::to_string(rl.queue_capacity));
     if (rl.algorithm == "apex_dqn") validate_apex(c);
+    if (rl.inference == "central" && rl.algorithm != "impala")
+      throw config_error("rl.inference",
+                         "\"central\" supports rl.algorithm \"impala\" only, got rl.algorithm \"" +
+                             rl.algorithm + "\"");
     const auto& t = c.training;
     if (t.max_steps == 0 && t.max_env_steps == 0 && !t.target_return)
       throw config_error("training",
@@ -132,7 +146,14 @@ class actor_learner final : public strategy {
                                                    std::to_string(rl.replay.min_size));
   }
 
-  void check_cluster_jobs(const job_config&, int64_t, int64_t ps, bool) const override {
+  void check_cluster_jobs(const job_config& c, int64_t workers, int64_t ps, bool) const override {
+    // Remote actors would only need the server's handle, but that path is
+    // not built and tested yet.
+    if (c.rl.inference == "central" && workers > 0)
+      throw config_error("cluster.tasks.worker",
+                         "rl.inference \"central\" runs every rl_actor in the chief's process "
+                         "(no worker tasks yet), got " +
+                             std::to_string(workers) + " worker tasks");
     if (ps > 0)
       throw config_error("cluster.tasks.ps",
                          "the actor_learner strategy has no variable shards; expected no ps "
@@ -153,10 +174,10 @@ class actor_learner final : public strategy {
   worker_parts spawn_own_workers(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
                                  const worker_spec& spec, const caf::message& hub) const override {
     if (!hub.match_elements<trajectory_queue_actor, rl_reports_actor,
-                            std::vector<replay_shard_actor>>())
+                            std::vector<replay_shard_actor>, inference_server_actor>())
       throw job_error(
-          "actor_learner: the build order carries no trajectory queue, coordinator and replay "
-          "shards");
+          "actor_learner: the build order carries no trajectory queue, coordinator, replay "
+          "shards and inference server");
     const auto& c = plan->config;
     worker_parts out;
     out.indices = spec.indices;
@@ -179,6 +200,7 @@ class actor_learner final : public strategy {
       ac.epsilon = apex_epsilon(ac.index, c.rl.actors, rp.epsilon, rp.epsilon_alpha);
       ac.n_step = rp.n_step;
       ac.discount = c.rl.discount;
+      ac.inference = hub.get_as<inference_server_actor>(3);
       out.others.push_back(caf::actor_cast<caf::actor>(spawn_rl_actor(sys, ac)));
     }
     return out;
@@ -201,6 +223,7 @@ class actor_learner final : public strategy {
                                        {rl.unroll_length, rl.envs_per_actor, spec.observation_size,
                                         spec.actions, spec.action_dims()}});
       if (rl.algorithm == "apex_dqn") spawn_shards(sys, spec.observation_size, spec.actions);
+      if (rl.inference == "central") spawn_server(sys, spec.observation_size);
       if (rl.learners > 1)
         reducers_ = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));
       for (int64_t l = 0; l < rl.learners; ++l) {
@@ -226,6 +249,7 @@ class actor_learner final : public strategy {
         lc.queue = queue_;
         if (!reducers_.empty()) lc.reducer = reducers_[static_cast<std::size_t>(l)];
         lc.coordinator = coordinator_;
+        if (l == 0) lc.inference = server_;
         lc.fail_at_update = faults_or_none(plan_->options.faults).fail_learner.at_for(l);
         lc.replay = shards_;
         lc.replay_batch = rl.replay.batch_size;
@@ -236,7 +260,7 @@ class actor_learner final : public strategy {
     }
 
     caf::message handles() const override {
-      return caf::make_message(queue_, rl_reports_actor{coordinator_}, shards_);
+      return caf::make_message(queue_, rl_reports_actor{coordinator_}, shards_, server_);
     }
 
     std::vector<std::pair<std::string, caf::actor>> named() const override {
@@ -247,6 +271,7 @@ class actor_learner final : public strategy {
       for (std::size_t i = 0; i < shards_.size(); ++i)
         out.emplace_back("replay shard " + std::to_string(i),
                          caf::actor_cast<caf::actor>(shards_[i]));
+      if (server_) out.emplace_back("inference server", caf::actor_cast<caf::actor>(server_));
       return out;
     }
 
@@ -255,7 +280,7 @@ class actor_learner final : public strategy {
       std::vector<rl_actor_actor> actors(static_cast<std::size_t>(plan_->config.rl.actors));
       for (const auto& [index, a] : workers)
         actors.at(static_cast<std::size_t>(index)) = caf::actor_cast<rl_actor_actor>(a);
-      return make_actor_learner_driver(*plan_, learners_, std::move(actors), queue_);
+      return make_actor_learner_driver(*plan_, learners_, std::move(actors), queue_, server_);
     }
 
     void stop() override {
@@ -263,9 +288,26 @@ class actor_learner final : public strategy {
       for (auto& r : reducers_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(queue_, caf::exit_reason::user_shutdown);
       for (auto& s : shards_) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+      if (server_) caf::anon_send_exit(server_, caf::exit_reason::user_shutdown);
     }
 
    private:
+    // Central inference: the server on a device thread of its own, so that
+    // its batches never queue behind a learner's update.
+    void spawn_server(caf::actor_system& sys, int64_t observation_size) {
+      const auto& c = plan_->config;
+      inference_server_config ic;
+      ic.device = devices_.get("inference_server");
+      ic.model = c.model;
+      ic.observation_size = observation_size;
+      ic.head = head_of(c.rl);
+      ic.seed = c.seed;
+      ic.actors = c.rl.actors;
+      ic.max_batch = c.rl.central.max_batch;
+      ic.max_wait_us = c.rl.central.max_wait_us;
+      server_ = spawn_inference_server(sys, ic);
+    }
+
     void spawn_shards(caf::actor_system& sys, int64_t observation_size, int64_t actions) {
       const auto& rp = plan_->config.rl.replay;
       for (int64_t i = 0; i < rp.shards; ++i) {
@@ -288,6 +330,7 @@ class actor_learner final : public strategy {
     device_pool devices_;
     trajectory_queue_actor queue_;
     std::vector<replay_shard_actor> shards_;  // Ape-X only
+    inference_server_actor server_;           // central inference only
     std::vector<reducer_actor> reducers_;
     std::vector<learner_actor> learners_;
   };

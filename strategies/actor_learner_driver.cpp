@@ -33,10 +33,12 @@ int64_t saved_version(const model_state& ms, int64_t fallback) {
 class actor_learner_driver final : public job_driver {
  public:
   actor_learner_driver(const job_plan& plan, std::vector<learner_actor> learners,
-                       std::vector<rl_actor_actor> actors, trajectory_queue_actor queue)
+                       std::vector<rl_actor_actor> actors, trajectory_queue_actor queue,
+                       inference_server_actor server)
       : learners_(std::move(learners)),
         actors_(std::move(actors)),
         queue_(std::move(queue)),
+        server_(std::move(server)),
         env_(plan.config.rl.env),
         target_return_(plan.config.training.target_return) {
     const auto& rl = plan.config.rl;
@@ -55,7 +57,11 @@ class actor_learner_driver final : public job_driver {
         ->request(learners_.front(), h.request_timeout(), weights_atom::value)
         .then(
             [this, &h](policy_weights& w) {
-              latest_ = std::move(w);
+              // Central inference: the server holds the weights, actors none.
+              if (server_)
+                h.self()->send(server_, weights_atom::value, std::move(w));
+              else
+                latest_ = std::move(w);
               running_ = true;
               for (auto& a : actors_)
                 if (a) start_actor(h, a);
@@ -315,6 +321,7 @@ class actor_learner_driver final : public job_driver {
   std::vector<learner_actor> learners_;
   std::vector<rl_actor_actor> actors_;  // by index; null while lost
   trajectory_queue_actor queue_;
+  inference_server_actor server_;  // central inference only
   std::string env_;
   bool running_ = false, halting_ = false, solved_ = false;
   int64_t env_steps_ = 0, episodes_ = 0, start_env_steps_ = 0;
@@ -340,9 +347,10 @@ class actor_learner_driver final : public job_driver {
 std::unique_ptr<job_driver> make_actor_learner_driver(const job_plan& plan,
                                                       std::vector<learner_actor> learners,
                                                       std::vector<rl_actor_actor> actors,
-                                                      trajectory_queue_actor queue) {
+                                                      trajectory_queue_actor queue,
+                                                      inference_server_actor server) {
   return std::make_unique<actor_learner_driver>(plan, std::move(learners), std::move(actors),
-                                                std::move(queue));
+                                                std::move(queue), std::move(server));
 }
 
 }  // namespace troupe

@@ -6,7 +6,9 @@
 // update, and stops the job at training.max_env_steps or once that mean
 // reaches training.target_return (training.max_steps is the coordinator's).
 // A lost rl_actor is logged and the job goes on without it (one that rejoins
-// gets the current weights); a lost learner or queue ends the job.
+// gets the current weights); with central inference (a server given) the
+// first weights go to the server instead and the actors get none; a lost learner or queue ends the
+// job.
 #include <memory>
 #include <vector>
 
@@ -18,6 +20,7 @@ namespace troupe {
 std::unique_ptr<job_driver> make_actor_learner_driver(const job_plan& plan,
                                                       std::vector<learner_actor> learners,
                                                       std::vector<rl_actor_actor> actors,
-                                                      trajectory_queue_actor queue);
+                                                      trajectory_queue_actor queue,
+                                                      inference_server_actor server = {});
 
 }  // namespace troupe

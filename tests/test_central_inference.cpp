@@ -1,0 +1,172 @@
+// Central inference (rl.inference "central"): the server's actions and
+// logits against an rl_actor's own, a CartPole job solved through the
+// server, the config rules, and a dead requester that does not hold the
+// server's batches back.
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <cstring>
+
+#include "actors/inference_server.hpp"
+#include "actors/rl_actor.hpp"
+#include "actors/system_config.hpp"
+#include "envs/policy_head.hpp"
+#include "fixtures.hpp"
+#include "kernels/cpu_kernels.hpp"
+#include "models/random.hpp"
+#include "policy_fixtures.hpp"
+#include "runtime/job.hpp"
+
+using namespace troupe;
+using troupe::test::random_floats;
+using troupe::test::tiny_model;
+
+namespace {
+
+constexpr uint64_t job_seed = 11;
+
+// Actor `index`'s unroll under local inference, then the same observations
+// through the server's batch function one step at a time, each step's batch
+// with another actor's request before it: the actions and logits must be
+// the actor's own.
+void check_central_matches_local(const std::string& env, int64_t M, int64_t T) {
+  kernels::init_cpu_kernels();
+  const int64_t index = 3;
+  rl_actor_compute c;
+  init_rl_actor_compute(c, env, M, tiny_model(), derive_seed(job_seed, 5000 + index), job_seed);
+  episode_report eps;
+  const auto u = act_unroll(c, index, 0, T, eps);
+  const int64_t O = c.env->spec().observation_size;
+  inference_compute ic;
+  ic.net = create_policy_value_model(tiny_model(), O, c.head, job_seed);
+  const int64_t A = u.actions.numel() / T, P = c.head.outputs();
+  for (int64_t t = 0; t < T; ++t) {
+    inference_request other{7, t, tensor::uninitialized({5, O})};
+    auto noise = random_floats(static_cast<std::size_t>(5 * O), 100 + t, 1.0);
+    std::copy(noise.begin(), noise.end(), other.observations.f32());
+    inference_request mine{index, t, tensor::uninitialized({M, O})};
+    const float* x = u.observations.f32() + t * M * O;
+    std::copy(x, x + M * O, mine.observations.f32());
+    auto replies = infer_batch(ic, c.head, job_seed, {other, mine}, 4);
+    REQUIRE(replies.size() == 2);
+    const auto& r = replies[1];
+    CHECK(r.policy_version == 4);
+    REQUIRE(r.outputs.numel() == M * P);
+    // Bit-identical: the MLP's forward computes each row alone, whatever
+    // rows share its batch.
+    CHECK(std::memcmp(r.outputs.f32(), u.behaviour_logits.f32() + t * M * P,
+                      static_cast<std::size_t>(M * P) * sizeof(float)) == 0);
+    REQUIRE(r.actions.numel() == A);
+    REQUIRE(r.actions.type() == u.actions.type());
+    const bool box = c.head.distribution == action_distribution::gaussian;
+    const void* local = box ? static_cast<const void*>(u.actions.f32() + t * A)
+                            : static_cast<const void*>(u.actions.data<int32_t>() + t * A);
+    const void* central = box ? static_cast<const void*>(r.actions.f32())
+                              : static_cast<const void*>(r.actions.data<int32_t>());
+    CHECK(std::memcmp(central, local, static_cast<std::size_t>(A) * 4) == 0);
+  }
+}
+
+job_config central_cartpole(const std::string& out) {
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_central.json");
+  c.logging.output_dir = out;
+  c.logging.level = "warn";
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("central inference: the server's actions and logits are a local actor's") {
+  SUBCASE("CartPole, softmax") {
+    check_central_matches_local("CartPole-v1", 6, 30);
+  }
+  SUBCASE("Pendulum, Gaussian") {
+    check_central_matches_local("Pendulum-v1", 4, 10);
+  }
+}
+
+TEST_CASE("central inference: CartPole is solved through the inference server") {
+  test::temp_dir tmp;
+  auto c = central_cartpole(tmp / "run");
+  auto s = run_job(c, {});
+  CHECK(s["solved"] == true);
+  CHECK(s["mean_return_100"].get<double>() >= 475);
+  CHECK(s["env_steps"].get<int64_t>() <=
+        c.training.max_env_steps + c.rl.actors * c.rl.envs_per_actor * c.rl.unroll_length);
+}
+
+TEST_CASE("central inference: its config rules name the keys") {
+  auto base = nlohmann::json::parse(R"({"strategy": {"kind": "actor_learner"},
+      "model": {"kind": "policy_value_mlp"}, "training": {"max_env_steps": 1000},
+      "rl": {"inference": "central"}})");
+  auto bad = [&](const std::string& patch) {
+    auto j = base;
+    j.merge_patch(nlohmann::json::parse(patch));
+    try {
+      parse_job_config(j);
+    } catch (const config_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(bad("{}") == "no error");
+  CHECK(bad(R"({"rl": {"env": "Pendulum-v1"}})") == "no error");
+  CHECK(bad(R"({"rl": {"inference": "remote"}})") ==
+        R"(rl.inference: expected one of "local", "central", got "remote")");
+  CHECK(
+      bad(R"({"rl": {"algorithm": "apex_dqn"}})") ==
+      R"(rl.inference: "central" supports rl.algorithm "impala" only, got rl.algorithm "apex_dqn")");
+  CHECK(bad(R"({"rl": {"central": {"max_batch": 0}}})") ==
+        "rl.central.max_batch: expected an integer >= 1, got 0");
+  CHECK(bad(R"({"rl": {"central": {"max_wait_us": -1}}})") ==
+        "rl.central.max_wait_us: expected an integer >= 0, got -1");
+  CHECK(bad(R"({"rl": {"central": {"max_wiat_us": 5}}})") ==
+        R"(rl.central.max_wiat_us: unknown key; did you mean "max_wait_us"?)");
+  CHECK(
+      bad(R"({"cluster": {"tasks": {"chief": ["127.0.0.1:7000"], "worker": ["127.0.0.1:7001"]}}})") ==
+      R"(cluster.tasks.worker: rl.inference "central" runs every rl_actor in the chief's )"
+      R"(process (no worker tasks yet), got 1 worker tasks)");
+}
+
+TEST_CASE("central inference: a dead requester does not hold the next batches back") {
+  kernels::init_cpu_kernels();
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  const auto head = envs::policy_head_for(envs::make_env("CartPole-v1", 1)->spec(), "auto");
+  inference_server_config ic;
+  ic.device = std::make_shared<cpu_device>("cpu:0");
+  ic.model = tiny_model();
+  ic.observation_size = 4;
+  ic.head = head;
+  ic.actors = 2;
+  ic.max_wait_us = 600'000'000;  // only "every live actor asked" runs a batch here
+  auto server = spawn_inference_server(sys, ic);
+  auto net = create_policy_value_model(tiny_model(), 4, head, 1);
+  policy_weights w{1, {}};
+  for (auto& v : net->variables()) w.values.push_back(v.value);
+  self->send(server, weights_atom::value, w);
+  // Actor 0's first step shares a batch with actor 1's; then actor 0 dies,
+  // and actor 1's second step runs alone once the server saw it go.
+  sys.spawn([server](caf::event_based_actor* a) {
+    a->request(server, std::chrono::seconds(20), infer_atom::value,
+               inference_request{0, 0, tensor({3, 4})})
+        .then([a](inference_reply&) { a->quit(); });
+  });
+  for (int64_t step = 0; step < 2; ++step) {
+    bool answered = false;
+    self->request(server, std::chrono::seconds(20), infer_atom::value,
+                  inference_request{1, step, tensor({2, 4})})
+        .receive(
+            [&](inference_reply& r) {
+              answered = true;
+              CHECK(r.policy_version == 1);
+              CHECK(r.actions.shape() == shape_t{2});
+              CHECK(r.outputs.shape() == shape_t{2, 2});
+            },
+            [](caf::error& e) { FAIL(describe(e)); });
+    CHECK(answered);
+  }
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+}
