@@ -291,6 +291,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_rl: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: bench_rl acting|learning|beside|solve|inference [args] (see bench/rl.cpp)\n");
+  std::fprintf(
+      stderr, "usage: bench_rl acting|learning|beside|solve|inference [args] (see bench/rl.cpp)\n");
   return 2;
 }

@@ -60,6 +60,7 @@ std::vector<probe_site> probe_sites() {
       {"rl", json::object(), {"rl"}},
       {"rl.env", json::object(), {"rl", "env"}, true},
       {"rl.replay", json::object(), {"rl", "replay"}},
+      {"rl.central", json::object(), {"rl", "central"}},
       {"checkpoint", json::object(), {"checkpoint"}},
       {"logging", json::object(), {"logging"}},
       {"cluster", json::object(), {"cluster"}},

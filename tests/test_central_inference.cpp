@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "actors/fault_injection.hpp"
 #include "actors/inference_server.hpp"
 #include "actors/rl_actor.hpp"
 #include "actors/system_config.hpp"
@@ -94,6 +95,17 @@ TEST_CASE("central inference: CartPole is solved through the inference server") 
   CHECK(s["mean_return_100"].get<double>() >= 475);
   CHECK(s["env_steps"].get<int64_t>() <=
         c.training.max_env_steps + c.rl.actors * c.rl.envs_per_actor * c.rl.unroll_length);
+}
+
+TEST_CASE("central inference: a lost rl_actor is dropped and the job still solves") {
+  test::temp_dir tmp;
+  auto c = central_cartpole(tmp / "run");
+  c.rl.actors = 3;
+  job_options o;
+  o.faults = inject_faults(fault_injection{}.fail_replica_at(1, 20));  // after 20 unrolls
+  auto s = run_job(c, o);
+  CHECK(s["solved"] == true);
+  CHECK(s["actors_live"] == 2);
 }
 
 TEST_CASE("central inference: its config rules name the keys") {
