@@ -12,7 +12,11 @@
 //   bench_rl inference [config=examples/cartpole_impala.json] [envs=64,128,256]
 //                      [env_steps=400000]
 //       whole jobs' env steps/s with rl.inference "local", then "central",
-//       at each M envs per actor.
+//       at each M envs per actor;
+//   bench_rl actors [actors=2] [envs=64,128,256] [seconds=3]
+//       env steps/s of rl_actors alone (no learner; a queue that takes every
+//       unroll at once) with local inference, then through an inference
+//       server.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,8 +27,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/inference_server.hpp"
 #include "actors/rl_actor.hpp"
+#include "actors/system_config.hpp"
 #include "bench/bench_sizes.hpp"
+#include "envs/policy_head.hpp"
 #include "kernels/cpu_kernels.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/impala.hpp"
@@ -240,6 +247,83 @@ int solve(const std::vector<std::string>& a) {
   return 0;
 }
 
+// Takes every unroll at once: acting without a learner's back-pressure.
+trajectory_queue_actor::behavior_type taking_queue(trajectory_queue_actor::pointer) {
+  return {[](enqueue_atom, unroll&) -> int64_t { return 0; },
+          [](dequeue_atom, int64_t) -> std::vector<unroll> { return {}; },
+          [](version_atom, int64_t) {}, [](stats_atom) -> queue_stats { return {}; }};
+}
+
+// Counts the env steps the actors report.
+rl_reports_actor::behavior_type counting_coordinator(rl_reports_actor::pointer,
+                                                     std::atomic<int64_t>* steps) {
+  return {[steps](episodes_atom, episode_report& r) { *steps += r.env_steps; },
+          [](learned_atom, learner_report&) {}, [](weights_atom, policy_weights&) {}};
+}
+
+// env steps/s of `actors` rl_actors of M CartPole environments (T = 20)
+// over `seconds` after a warm-up, acting with their own policies or through
+// an inference server; no learner.
+double actors_rate(bool central, int64_t actors, int64_t envs, double seconds) {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  device_pool devices;
+  std::atomic<int64_t> steps{0};
+  auto queue = sys.spawn(taking_queue);
+  auto coordinator = sys.spawn(counting_coordinator, &steps);
+  const auto head = envs::policy_head_for(envs::make_env("CartPole-v1", 1)->spec(), "auto");
+  auto net = create_policy_value_model(policy_model(), 4, head, 1);
+  policy_weights w{1, {}};
+  for (auto& v : net->variables()) w.values.push_back(v.value);
+  inference_server_actor server;
+  if (central) {
+    inference_server_config ic{
+        devices.get("inference_server"), policy_model(), 4, head, 1, actors, 4096, 2000};
+    server = spawn_inference_server(sys, ic);
+    caf::anon_send(server, weights_atom::value, w);
+  }
+  std::vector<rl_actor_actor> handles;
+  for (int64_t i = 0; i < actors; ++i) {
+    rl_actor_config ac;
+    ac.index = i;
+    ac.device = devices.get("cpu:" + std::to_string(i));
+    ac.envs = envs;
+    ac.unroll_length = 20;
+    ac.model = policy_model();
+    ac.seed = 1;
+    ac.queue = queue;
+    ac.coordinator = coordinator;
+    ac.inference = server;
+    handles.push_back(spawn_rl_actor(sys, ac));
+    if (!central) caf::anon_send(handles.back(), weights_atom::value, w);
+    caf::anon_send(handles.back(), run_atom::value);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // warm-up
+  const int64_t s0 = steps.load();
+  auto t0 = clock_type::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const double rate = static_cast<double>(steps.load() - s0) / since(t0);
+  for (auto& h : handles) caf::anon_send_exit(h, caf::exit_reason::user_shutdown);
+  if (server) caf::anon_send_exit(server, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(queue, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+  return rate;
+}
+
+int acting_central(const std::vector<std::string>& a) {
+  const auto actors = positive_list(arg(a, 0, "2"), "actors").at(0);
+  const auto envs = positive_list(arg(a, 1, "64,128,256"), "envs");
+  const double seconds = positive_number(arg(a, 2, "3"), "seconds");
+  for (auto m : envs)
+    for (bool central : {false, true})
+      print({{"bench", "rl_actors"},
+             {"inference", central ? "central" : "local"},
+             {"actors", actors},
+             {"envs_per_actor", m},
+             {"env_steps_per_second", actors_rate(central, actors, m, seconds)}});
+  return 0;
+}
+
 // Whole actor_learner jobs from `file` with local, then central inference,
 // for each M envs per actor: env steps/s over `env_steps` steps (no target
 // return, so both run the same number of steps), alternated per M.
@@ -284,6 +368,7 @@ int main(int argc, char** argv) {
     if (what == "beside") return beside(rest);
     if (what == "solve") return solve(rest);
     if (what == "inference") return inference(rest);
+    if (what == "actors") return acting_central(rest);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "bench_rl: %s\n", e.what());
     return 2;
@@ -292,6 +377,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(
-      stderr, "usage: bench_rl acting|learning|beside|solve|inference [args] (see bench/rl.cpp)\n");
+      stderr,
+      "usage: bench_rl acting|learning|beside|solve|inference|actors [args] (see bench/rl.cpp)\n");
   return 2;
 }
