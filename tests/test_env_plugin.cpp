@@ -223,9 +223,9 @@ TEST_CASE("env plugin config: the keys named, and the plugin's errors at the job
   CHECK(parse_error({{"kind", "plugin"}, {"library", kExample}, {"id", "X"}, {"kwargs", "{}"}}) ==
         R"(rl.env.kwargs: expected an object (the plugin's keyword arguments), got "{}")");
   CHECK(parse_error({{"kind", "plugni"}, {"library", kExample}, {"id", "X"}}) ==
-        R"(rl.env.kind: expected "gymnasium" or "plugin", got "plugni")");
+        R"(rl.env.kind: expected one of "gymnasium", "plugin", got "plugni")");
   CHECK(parse_error({{"kind", "plugin"}, {"library", kExample}, {"id", "X"}, {"python", "p"}}) ==
-        R"(rl.env.python: unknown key)");
+        R"(rl.env.python: unknown key (expected one of: "kind", "library", "id", "kwargs"))");
   CHECK(parse_error({{"kind", "plugin"}, {"library", "libno_such_plugin.so"}, {"id", "X"}}) ==
         "rl.env.library: cannot load the plugin 'libno_such_plugin.so': libno_such_plugin.so: "
         "cannot open shared object file: No such file or directory");
@@ -265,6 +265,18 @@ TEST_CASE("env plugin config: a relative library is resolved against the config 
   REQUIRE(example.rl.plugin);
   CHECK(example.rl.plugin->library == kExample);
   CHECK(library_path(kExample) == std::string(TROUPE_PLUGIN_DIR) + "/" + kExample);
+}
+
+TEST_CASE("env plugin: examples/cartpole_plugin.json solves CartPole-v1 through the plugin") {
+  test::temp_dir tmp;
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_plugin.json");
+  c.logging.output_dir = tmp / "run";
+  c.logging.level = "warn";
+  auto s = run_job(c, {});
+  CHECK(s["solved"] == true);
+  CHECK(s["mean_return_100"].get<double>() >= 475);
+  CHECK(s["mean_return_100"].get<double>() <= 500);
+  CHECK(s["env"] == "CartPole-v1");
 }
 
 // The corridor's optimal return is 0.7 (four steps right); a mean of the
