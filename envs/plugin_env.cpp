@@ -130,6 +130,7 @@ class plugin_vector_env final : public vector_env {
                                           (*error ? error : "(no message)"));
     }
     troupe_env_info info{};
+    spec_.name = p.id;  // for a failing describe's message
     try {
       if (api_.describe(env_, &info) != 0) fail("describe");
       spec_ = spec_of(info, p.id);
@@ -183,7 +184,9 @@ class plugin_vector_env final : public vector_env {
     if (api_.step(env_, actions, &plugin_out) != 0) fail("step");
     for (int64_t i = 0; i < n_; ++i) {
       const auto k = static_cast<std::size_t>(i);
-      if (out.terminated[i]) out.truncated[i] = 0;  // the MDP's end wins, as in Gymnasium
+      // Flags as 0 or 1, and the MDP's end wins over the time limit.
+      out.terminated[i] = out.terminated[i] != 0;
+      out.truncated[i] = !out.terminated[i] && out.truncated[i] != 0;
       ++steps_[k];
       returns_[k] += out.reward[i];
       out.episode_return[i] = 0;
