@@ -1,11 +1,16 @@
 // Environment stepping cost: nanoseconds per instance step of a batch of M
 // environments (random actions, auto-reset included), for each built-in
-// environment. Prints one JSON line per (environment, M).
+// environment, then for the example native plugin's CartPole-v1
+// (examples/plugins, rl.env {"kind": "plugin"}; "plugin:CartPole-v1") when
+// the build's plugin directory has it. Prints one JSON line per
+// (environment, M).
 //
 // bench_env_step [steps=200000] [sizes=1,16,256]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +18,7 @@
 
 #include "bench/bench_sizes.hpp"
 #include "envs/env.hpp"
+#include "envs/plugin_env.hpp"
 #include "models/random.hpp"
 
 using namespace troupe;
@@ -39,9 +45,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bad value in sizes: expected integers >= 1\n");
       return 2;
     }
-  for (const auto& name : envs::registered_envs()) {
+  // Each environment by its printed name; a plugin's by "plugin:<id>".
+  std::vector<std::pair<std::string, std::function<std::unique_ptr<envs::vector_env>(int64_t)>>>
+      kinds;
+  for (const auto& name : envs::registered_envs())
+    kinds.emplace_back(name, [name](int64_t m) { return envs::make_env(name, m); });
+  const plugin_env_config example{"libtroupe_classic_plugin.so", "CartPole-v1", "{}"};
+  if (envs::plugin_library_path(example.library) != example.library)  // found in the build
+    kinds.emplace_back("plugin:CartPole-v1",
+                       [example](int64_t m) { return envs::make_plugin_env(example, m); });
+  for (const auto& [name, make] : kinds) {
     for (int64_t m : sizes) {
-      auto e = envs::make_env(name, m);
+      auto e = make(m);
       const auto n = static_cast<std::size_t>(m);
       const auto obs_n = static_cast<std::size_t>(e->spec().observation_size);
       std::vector<float> obs(n * obs_n), final_obs(n * obs_n), reward(n);

@@ -39,6 +39,9 @@ foreach(header ${TROUPE_PUBLIC_HEADERS})
   install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/${dir})
 endforeach()
 install(FILES api/troupe.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe)
+# The native environment plugins' C ABI (docs/environments.md): plain C, so a
+# plugin builds against it alone.
+install(FILES envs/troupe_env_plugin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/envs)
 
 set(TROUPE_PACKAGE_CUDA ${TROUPE_HAVE_CUDA})
 configure_package_config_file(cmake/troupeConfig.cmake.in

@@ -238,6 +238,17 @@ struct gymnasium_env_config {
   std::string python = "python3";  // the interpreter (a venv's bin/python)
 };
 
+// rl.env as {"kind": "plugin", ...}: an environment from a shared library
+// exporting troupe's C ABI (envs/troupe_env_plugin.h, envs/plugin_env.hpp).
+// A relative `library` is resolved against the config file's directory when
+// the file is there (load_job_config), else against the build's plugin
+// directory, else left to the dynamic linker's search.
+struct plugin_env_config {
+  std::string library;        // the .so's path
+  std::string id;             // the kind of environment the library makes
+  std::string kwargs = "{}";  // a JSON object, passed to the plugin's create()
+};
+
 // actor_learner (strategies/actor_learner.cpp): rl_actors stepping
 // environments, learners training on their unrolls with V-trace.
 // Ape-X DQN's replay (rl.algorithm "apex_dqn"): N prioritized shards, the
@@ -271,10 +282,11 @@ struct rl_config {
   // "apex_dqn" (double DQN on transitions through prioritized replay shards).
   std::string algorithm = "impala";
   replay_config replay;
-  // A registered environment (envs/env.hpp), or with `gymnasium` set the
-  // Gymnasium id it names.
+  // A registered environment (envs/env.hpp), or with `gymnasium` (or
+  // `plugin`) set the id it names.
   std::string env = "CartPole-v1";
   std::optional<gymnasium_env_config> gymnasium;
+  std::optional<plugin_env_config> plugin;
   int64_t actors = 2;           // rl_actors
   int64_t envs_per_actor = 32;  // M: environments each actor steps together
   int64_t unroll_length = 20;   // T: steps per unroll

@@ -33,6 +33,28 @@ std::string syntax_detail(const nlohmann::json::parse_error& e) {
   return detail;
 }
 
+// rl.env.library of a {"kind": "plugin"} env, when relative and found next to
+// the config file, becomes that file's absolute path: the config then means
+// the same library from any working directory, and in the other processes
+// of the job, which read it from the chief (to_json). Anything else is left
+// for the loader (envs/plugin_env.hpp) and for validation to name.
+void resolve_plugin_library(nlohmann::json& j, const std::string& file) {
+  if (!j.is_object() || !j.contains("rl") || !j["rl"].is_object()) return;
+  auto& env = j["rl"];
+  if (!env.contains("env") || !env["env"].is_object()) return;
+  auto& e = env["env"];
+  if (e.value("kind", nlohmann::json()) != "plugin" || !e.contains("library") ||
+      !e["library"].is_string())
+    return;
+  const std::filesystem::path library = e["library"].get<std::string>();
+  if (library.empty() || library.is_absolute()) return;
+  std::error_code ec;
+  const auto beside =
+      std::filesystem::absolute(std::filesystem::path(file).parent_path() / library, ec);
+  if (!ec && std::filesystem::is_regular_file(beside, ec))
+    e["library"] = beside.lexically_normal().string();
+}
+
 }  // namespace
 
 job_config parse_saved_job_config(nlohmann::json j) {
@@ -100,6 +122,7 @@ job_config parse_job_config_text(const std::string& text, const std::string& fil
                                (bracket == std::string::npos ? what : what.substr(bracket + 2)) +
                                " (numbers must fit a double)");
   }
+  resolve_plugin_library(j, file);
   return parse_job_config(j);
 }
 

@@ -387,6 +387,53 @@ json gymnasium_env_to_json(const gymnasium_env_config& g) {
   return j;
 }
 
+// Whether the library loads and its spaces fit is found by loading it (the
+// strategy's validation): here only the shape.
+plugin_env_config read_plugin_env(const json& j, const std::string& path) {
+  object_reader r(j, path, {"kind", "library", "id", "kwargs"});
+  plugin_env_config g;
+  r.with("library",
+         [&](const json& v, const std::string& p) { g.library = read_string(v, p, true); });
+  r.with("id", [&](const json& v, const std::string& p) { g.id = read_string(v, p, true); });
+  r.with("kwargs", [&](const json& v, const std::string& p) {
+    if (!v.is_object()) expected(p, "an object (the plugin's keyword arguments)", v);
+    g.kwargs = v.dump();
+  });
+  if (g.library.empty())
+    throw config_error(path + ".library", "missing: expected the plugin's shared library (.so)");
+  if (g.id.empty())
+    throw config_error(path + ".id", "missing: expected the id of an environment the plugin makes");
+  return g;
+}
+
+json plugin_env_to_json(const plugin_env_config& g) {
+  return {
+      {"kind", "plugin"}, {"library", g.library}, {"id", g.id}, {"kwargs", json::parse(g.kwargs)}};
+}
+
+json env_to_json(const rl_config& rl) {
+  if (rl.gymnasium) return gymnasium_env_to_json(*rl.gymnasium);
+  if (rl.plugin) return plugin_env_to_json(*rl.plugin);
+  return rl.env;
+}
+
+// rl.env as an object: {"kind": "gymnasium"} or {"kind": "plugin"}.
+void read_env_object(const json& v, const std::string& p, rl_config& c) {
+  const auto kind = v.find("kind");
+  if (kind == v.end())
+    throw config_error(p + ".kind", R"(missing: expected "gymnasium" or "plugin")");
+  const auto k = read_enum(*kind, p + ".kind", {"gymnasium", "plugin"});
+  c.gymnasium.reset();
+  c.plugin.reset();
+  if (k == "plugin") {
+    c.plugin = read_plugin_env(v, p);
+    c.env = c.plugin->id;
+    return;
+  }
+  c.gymnasium = read_gymnasium_env(v, p);
+  c.env = c.gymnasium->id;
+}
+
 void read_replay(const json& j, const std::string& path, replay_config& c) {
   object_reader r(j, path,
                   {"shards", "capacity", "alpha", "beta", "n_step", "min_size", "batch_size",
@@ -449,10 +496,10 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
     if (!v.is_object()) {
       c.env = read_string(v, p, true);
       c.gymnasium.reset();
+      c.plugin.reset();
       return;
     }
-    c.gymnasium = read_gymnasium_env(v, p);
-    c.env = c.gymnasium->id;
+    read_env_object(v, p, c);
   });
   r.with("actors",
          [&](const json& v, const std::string& p) { c.actors = read_int_in(v, p, 1, 65536); });
@@ -921,7 +968,7 @@ nlohmann::json to_json(const job_config& c) {
                  {"samples_per_insert", rp.samples_per_insert},
                  {"epsilon", rp.epsilon},
                  {"epsilon_alpha", rp.epsilon_alpha}}},
-               {"env", rl.gymnasium ? gymnasium_env_to_json(*rl.gymnasium) : json(rl.env)},
+               {"env", env_to_json(rl)},
                {"actors", rl.actors},
                {"envs_per_actor", rl.envs_per_actor},
                {"unroll_length", rl.unroll_length},

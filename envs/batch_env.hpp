@@ -64,36 +64,17 @@ class batch_env final : public vector_env {
   }
 
   void step(const int32_t* actions, const step_output& out) override {
-    if constexpr (box_dynamics<D>) {
-      (void)actions;
-      (void)out;
-      throw std::invalid_argument(spec_.name + ": expected continuous actions (" +
-                                  spec_.action_space() + "), got discrete ones");
-    } else {
-      for (int64_t i = 0; i < n_; ++i)
-        if (actions[i] < 0 || actions[i] >= spec_.actions)
-          throw std::invalid_argument(spec_.name + ": instance " + std::to_string(i) + ": action " +
-                                      std::to_string(actions[i]) + " is out of range [0, " +
-                                      std::to_string(spec_.actions) + ")");
+    check_discrete_actions(spec_, n_, actions);  // throws for a Box kind
+    if constexpr (!box_dynamics<D>)
       advance(out, [actions](double* s, int64_t i, double& reward) {
         return D::step(s, actions[i], reward);
       });
-    }
   }
 
   void step_box(const float* actions, const step_output& out) override {
-    if constexpr (!box_dynamics<D>) {
-      (void)actions;
-      (void)out;
-      throw std::invalid_argument(spec_.name + ": expected a discrete action (" +
-                                  spec_.action_space() + "), got continuous ones");
-    } else {
+    check_box_actions(spec_, n_, actions);  // throws for a discrete kind
+    if constexpr (box_dynamics<D>) {
       constexpr int64_t dims = D::action_dims;
-      for (int64_t i = 0; i < n_ * dims; ++i)
-        if (!std::isfinite(actions[i]))
-          throw std::invalid_argument(spec_.name + ": instance " + std::to_string(i / dims) +
-                                      ": action component " + std::to_string(i % dims) +
-                                      " is not a finite number");
       advance(out, [actions](double* s, int64_t i, double& reward) {
         return D::step(s, actions + i * dims, reward);
       });

@@ -1,5 +1,6 @@
 #include "envs/env.hpp"
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -34,6 +35,29 @@ std::string env_spec::action_space() const {
   for (std::size_t d = 0; d < action_low.size(); ++d)
     out += (d ? " x [" : "[") + number(action_low[d]) + ", " + number(action_high[d]) + "]";
   return out;
+}
+
+void check_discrete_actions(const env_spec& spec, int64_t instances, const int32_t* actions) {
+  if (spec.continuous())
+    throw std::invalid_argument(spec.name + ": expected continuous actions (" +
+                                spec.action_space() + "), got discrete ones");
+  for (int64_t i = 0; i < instances; ++i)
+    if (actions[i] < 0 || actions[i] >= spec.actions)
+      throw std::invalid_argument(spec.name + ": instance " + std::to_string(i) + ": action " +
+                                  std::to_string(actions[i]) + " is out of range [0, " +
+                                  std::to_string(spec.actions) + ")");
+}
+
+void check_box_actions(const env_spec& spec, int64_t instances, const float* actions) {
+  if (!spec.continuous())
+    throw std::invalid_argument(spec.name + ": expected a discrete action (" + spec.action_space() +
+                                "), got continuous ones");
+  const int64_t dims = spec.action_dims();
+  for (int64_t i = 0; i < instances * dims; ++i)
+    if (!std::isfinite(actions[i]))
+      throw std::invalid_argument(spec.name + ": instance " + std::to_string(i / dims) +
+                                  ": action component " + std::to_string(i % dims) +
+                                  " is not a finite number");
 }
 
 void register_env(const std::string& name, env_factory f) {

@@ -79,6 +79,12 @@ class vector_env {
   virtual void set_state(int64_t instance, const double* state) = 0;
 };
 
+// The checks of a step's actions that every vector_env makes, with the
+// messages step and step_box above promise: std::invalid_argument naming
+// the instance (and nothing stepped).
+void check_discrete_actions(const env_spec& spec, int64_t instances, const int32_t* actions);
+void check_box_actions(const env_spec& spec, int64_t instances, const float* actions);
+
 using env_factory = std::function<std::unique_ptr<vector_env>(int64_t instances)>;
 
 // Registers a factory under a name; throws std::invalid_argument if taken.

@@ -18,6 +18,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "envs/plugin_env.hpp"
+
 extern char** environ;
 
 namespace troupe::envs {
@@ -264,29 +266,15 @@ class python_vector_env final : public vector_env {
   }
 
   void step(const int32_t* actions, const step_output& out) override {
-    if (spec_.continuous())
-      throw std::invalid_argument(spec_.name + ": expected continuous actions (" +
-                                  spec_.action_space() + "), got discrete ones");
-    for (int64_t i = 0; i < n_; ++i)
-      if (actions[i] < 0 || actions[i] >= spec_.actions)
-        throw std::invalid_argument(spec_.name + ": instance " + std::to_string(i) + ": action " +
-                                    std::to_string(actions[i]) + " is out of range [0, " +
-                                    std::to_string(spec_.actions) + ")");
+    check_discrete_actions(spec_, n_, actions);
     std::memcpy(memory_ + layout_.actions, actions, 4 * static_cast<std::size_t>(n_));
     advance(out);
   }
 
   void step_box(const float* actions, const step_output& out) override {
-    if (!spec_.continuous())
-      throw std::invalid_argument(spec_.name + ": expected a discrete action (" +
-                                  spec_.action_space() + "), got continuous ones");
-    const int64_t dims = spec_.action_dims();
-    for (int64_t i = 0; i < n_ * dims; ++i)
-      if (!std::isfinite(actions[i]))
-        throw std::invalid_argument(spec_.name + ": instance " + std::to_string(i / dims) +
-                                    ": action component " + std::to_string(i % dims) +
-                                    " is not a finite number");
-    std::memcpy(memory_ + layout_.actions, actions, 4 * static_cast<std::size_t>(n_ * dims));
+    check_box_actions(spec_, n_, actions);
+    const auto floats = static_cast<std::size_t>(n_ * spec_.action_dims());
+    std::memcpy(memory_ + layout_.actions, actions, 4 * floats);
     advance(out);
   }
 
@@ -363,11 +351,12 @@ std::unique_ptr<vector_env> make_gymnasium_env(const gymnasium_env_config& g, in
 
 std::unique_ptr<vector_env> make_job_env(const env_choice& c, int64_t instances) {
   if (c.gymnasium) return make_gymnasium_env(*c.gymnasium, instances);
+  if (c.plugin) return make_plugin_env(*c.plugin, instances);
   return make_env(c.name, instances);
 }
 
 env_spec job_env_spec(const env_choice& c) {
-  if (!c.gymnasium) return make_env(c.name, 1)->spec();
+  if (!c.gymnasium) return make_job_env(c, 1)->spec();  // in-process: cheap to make
   static std::mutex mutex;
   static std::map<std::string, env_spec> known;
   const auto key = cache_key(*c.gymnasium);

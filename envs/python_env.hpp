@@ -17,7 +17,8 @@
 namespace troupe::envs {
 
 // A Gymnasium environment that cannot start, with the config key at fault
-// (rl.env.python, rl.env.id, rl.env.entry_point or rl.env).
+// (rl.env.python, rl.env.id, rl.env.entry_point or rl.env; for a native
+// plugin rl.env.library or rl.env).
 class env_start_error : public std::invalid_argument {
  public:
   env_start_error(std::string key, const std::string& message)
@@ -33,19 +34,22 @@ class env_start_error : public std::invalid_argument {
 // std::runtime_error naming the environment and the cause.
 std::unique_ptr<vector_env> make_gymnasium_env(const gymnasium_env_config& g, int64_t instances);
 
-// What rl.env selects: a built-in environment by name, or a Gymnasium one.
+// What rl.env selects: a built-in environment by name, a Gymnasium one, or
+// a native plugin's.
 struct env_choice {
   // A built-in environment's name converts (as make_env takes names).
   env_choice(std::string builtin) : name(std::move(builtin)) {}  // NOLINT
   env_choice(const char* builtin) : name(builtin) {}             // NOLINT
-  env_choice(std::string id, std::optional<gymnasium_env_config> g)
-      : name(std::move(id)), gymnasium(std::move(g)) {}
+  env_choice(std::string id, std::optional<gymnasium_env_config> g,
+             std::optional<plugin_env_config> p = {})
+      : name(std::move(id)), gymnasium(std::move(g)), plugin(std::move(p)) {}
   std::string name;
   std::optional<gymnasium_env_config> gymnasium;
+  std::optional<plugin_env_config> plugin;  // a native plugin (envs/plugin_env.hpp)
 };
 
 inline env_choice env_choice_of(const rl_config& rl) {
-  return {rl.env, rl.gymnasium};
+  return {rl.env, rl.gymnasium, rl.plugin};
 }
 
 std::unique_ptr<vector_env> make_job_env(const env_choice& c, int64_t instances);

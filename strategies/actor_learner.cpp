@@ -61,14 +61,15 @@ policy_head head_of(const rl_config& rl) {
 
 // The spec of the job's environment: a built-in one by its registered name,
 // a Gymnasium one by starting it once (Python, Gymnasium, the id and the
-// spaces are found wanting here, at the job's start).
+// spaces are found wanting here, at the job's start), a plugin by loading it.
 envs::env_spec validated_env_spec(const rl_config& rl) {
-  if (!rl.gymnasium) {
+  if (!rl.gymnasium && !rl.plugin) {
     auto names = envs::registered_envs();
     if (std::find(names.begin(), names.end(), rl.env) == names.end())
-      throw config_error("rl.env", "expected one of " + json_read::quoted_list(names) +
-                                       " or a {\"kind\": \"gymnasium\"} object, got \"" + rl.env +
-                                       "\"");
+      throw config_error(
+          "rl.env", "expected one of " + json_read::quoted_list(names) +
+                        " or a {\"kind\": \"gymnasium\"} or {\"kind\": \"plugin\"} object, got \"" +
+                        rl.env + "\"");
   }
   try {
     return envs::job_env_spec(envs::env_choice_of(rl));

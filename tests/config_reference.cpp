@@ -58,7 +58,9 @@ std::vector<probe_site> probe_sites() {
       {"data", json::object(), {"data"}},
       {"training", json::object(), {"training"}},
       {"rl", json::object(), {"rl"}},
-      {"rl.env", json::object(), {"rl", "env"}, true},
+      // rl.env's keys depend on its kind: one probe of each.
+      {"rl.env", {{"rl", {{"env", {{"kind", "gymnasium"}}}}}}, {"rl", "env"}, true},
+      {"rl.env", {{"rl", {{"env", {{"kind", "plugin"}}}}}}, {"rl", "env"}, true},
       {"rl.replay", json::object(), {"rl", "replay"}},
       {"rl.central", json::object(), {"rl", "central"}},
       {"checkpoint", json::object(), {"checkpoint"}},

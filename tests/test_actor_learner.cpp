@@ -469,11 +469,11 @@ TEST_CASE("actor_learner: its config rules name the field") {
   CHECK(
       bad(R"({"rl": {"env": "Pendulum-v2"}})") ==
       R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
-      R"("MountainCarContinuous-v0", "Pendulum-v1" or a {"kind": "gymnasium"} object, got "Pendulum-v2")");
+      R"("MountainCarContinuous-v0", "Pendulum-v1" or a {"kind": "gymnasium"} or {"kind": "plugin"} object, got "Pendulum-v2")");
   CHECK(
       bad(R"({"rl": {"env": "Pong"}})") ==
       R"(rl.env: expected one of "Acrobot-v1", "CartPole-v1", "MountainCar-v0", )"
-      R"("MountainCarContinuous-v0", "Pendulum-v1" or a {"kind": "gymnasium"} object, got "Pong")");
+      R"("MountainCarContinuous-v0", "Pendulum-v1" or a {"kind": "gymnasium"} or {"kind": "plugin"} object, got "Pong")");
   CHECK(bad(R"({"rl": {"learners": 2, "batch_unrolls": 3}})") ==
         "rl.batch_unrolls: expected a multiple of rl.learners (2), got 3");
   CHECK(bad(R"({"rl": {"batch_unrolls": 8, "queue_capacity": 4}})") ==

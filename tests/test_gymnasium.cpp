@@ -140,9 +140,9 @@ TEST_CASE("gymnasium config: rl.env as an object, its keys named") {
     return std::string("no error");
   };
   CHECK(parse(R"({"kind": "gym", "id": "X-v0"})") ==
-        R"(rl.env.kind: expected "gymnasium", got "gym")");
+        R"(rl.env.kind: expected one of "gymnasium", "plugin", got "gym")");
   CHECK(parse(R"({"kind": "gymnasium"})") == "rl.env.id: missing: expected a Gymnasium id");
-  CHECK(parse(R"({"id": "X-v0"})") == R"(rl.env.kind: missing: expected "gymnasium")");
+  CHECK(parse(R"({"id": "X-v0"})") == R"(rl.env.kind: missing: expected "gymnasium" or "plugin")");
   CHECK(parse(R"({"kind": "gymnasium", "id": "X-v0", "kwargs": [1]})") ==
         "rl.env.kwargs: expected an object (gymnasium.make's keyword arguments), got [1]");
   CHECK(parse(R"({"kind": "gymnasium", "id": "X-v0", "entry_point": "mod.Class"})") ==

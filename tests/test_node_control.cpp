@@ -37,6 +37,9 @@ namespace {
 
 constexpr const char* kSecret = "control-test-secret-0123456789abcdef";
 constexpr auto kWait = std::chrono::seconds(5);
+// Dialing a gate and BASP's handshake: a hang guard only (a loaded machine
+// took over 5 s once, at load average ~10).
+constexpr auto kDial = std::chrono::seconds(30);
 
 troupe::test::ring_log logs;  // (installed before any actor system starts)
 
@@ -47,7 +50,10 @@ bool logged(const std::string& text) {
 // One process of a cluster: its actor system and its node actor behind a
 // gate, as troupe node runs them.
 struct host {
-  net_system_config cfg;
+  // BASP drops a connection silent for its connection timeout (2 s by
+  // default); no case here waits on that, and a loaded machine once left a
+  // handshake silent longer.
+  net_system_config cfg{std::chrono::milliseconds(200), std::chrono::seconds(20)};
   caf::actor_system sys{cfg};
   job_config config;
   std::shared_ptr<node_shared> shared = std::make_shared<node_shared>();
@@ -79,7 +85,7 @@ struct host {
     o.secret = kSecret;
     o.name = shared->task;
     o.expect_peer = other.shared->task;
-    auto h = gate_remote_actor<node_actor>(sys, "127.0.0.1", other.door->port(), o, kWait);
+    auto h = gate_remote_actor<node_actor>(sys, "127.0.0.1", other.door->port(), o, kDial);
     REQUIRE_MESSAGE(h, sys.render(h.error()));
     if (handshake) {
       auto failure = node_handshake(sys, node, *h, shared->task, other.shared->task,
