@@ -31,7 +31,8 @@
 // inference server beside learner 0 answers each step's observations with
 // actions and logits, batched over all actors, under the weights learner 0
 // hands it after every update (actors/inference_server.hpp). Unrolls go to
-// the queue as above; no weights go to the actors.
+// the queue as above; no weights go to the actors (actors on worker tasks
+// send observations across, the weights stay in this process).
 //
 //   rl_actor --infer(observations)--> inference_server <--weights-- learner 0
 //            <--(actions, logits)----
@@ -147,14 +148,7 @@ class actor_learner final : public strategy {
                                                    std::to_string(rl.replay.min_size));
   }
 
-  void check_cluster_jobs(const job_config& c, int64_t workers, int64_t ps, bool) const override {
-    // Remote actors would only need the server's handle, but that path is
-    // not built and tested yet.
-    if (c.rl.inference == "central" && workers > 0)
-      throw config_error("cluster.tasks.worker",
-                         "rl.inference \"central\" runs every rl_actor in the chief's process "
-                         "(no worker tasks yet), got " +
-                             std::to_string(workers) + " worker tasks");
+  void check_cluster_jobs(const job_config&, int64_t, int64_t ps, bool) const override {
     if (ps > 0)
       throw config_error("cluster.tasks.ps",
                          "the actor_learner strategy has no variable shards; expected no ps "

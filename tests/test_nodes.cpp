@@ -477,6 +477,18 @@ TEST_CASE("actor_learner with its rl_actors in another process solves CartPole")
   CHECK(s["actors_live"] == 2);
 }
 
+TEST_CASE("central inference with its rl_actors in another process solves CartPole") {
+  // Observations and actions cross between the processes; weights stay in
+  // the chief's, with the learner and the inference server.
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_central.json");
+  c.logging.level = "warn";
+  temp_dir dir;
+  auto s = run_in_processes(c, dir, 1, 0);
+  CHECK(s["solved"] == true);
+  CHECK(s["mean_return_100"].get<double>() >= 475);
+  CHECK(s["actors_live"] == 2);
+}
+
 TEST_CASE("an rl_actor process killed mid-job: the learners go on, and take it back") {
   auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
   c.rl.envs_per_actor = 8;  // slower: time to restart the process
