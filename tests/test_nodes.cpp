@@ -489,11 +489,16 @@ TEST_CASE("central inference with its rl_actors in another process solves CartPo
   CHECK(s["actors_live"] == 2);
 }
 
-TEST_CASE("an rl_actor process killed mid-job: the learners go on, and take it back") {
-  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
+namespace {
+
+// Kills worker:1's process (rl_actor 1) of `example` mid-job and starts it
+// again: the job goes on without the actor, takes it back, and runs to
+// `env_steps`.
+void kill_and_restart_actor_process(const std::string& example, int64_t env_steps) {
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/" + example);
   c.rl.envs_per_actor = 8;  // slower: time to restart the process
   c.training = {};
-  c.training.max_env_steps = 1500000;
+  c.training.max_env_steps = env_steps;
   c.logging.level = "info";
   temp_dir dir;
   c.logging.output_dir = dir / "out";
@@ -513,7 +518,7 @@ TEST_CASE("an rl_actor process killed mid-job: the learners go on, and take it b
     CHECK_MESSAGE(rc == 0, t << " exited with " << rc << "; its log:\n" << procs[t]->output());
   }
   auto s = summary_in(dir / "out");
-  CHECK(s["env_steps"].get<int64_t>() >= 1500000);
+  CHECK(s["env_steps"].get<int64_t>() >= env_steps);
   CHECK(s["actors_live"] == 2);
   auto lost = metrics_of(s, "actor_lost");
   REQUIRE(lost.size() == 1);
@@ -522,6 +527,18 @@ TEST_CASE("an rl_actor process killed mid-job: the learners go on, and take it b
   REQUIRE(back.size() == 1);
   CHECK(back[0]["actor"] == 1);
   CHECK(back[0]["step"].get<int64_t>() >= lost[0]["step"].get<int64_t>());
+}
+
+}  // namespace
+
+TEST_CASE("an rl_actor process killed mid-job: the learners go on, and take it back") {
+  kill_and_restart_actor_process("cartpole_impala.json", 1500000);
+}
+
+TEST_CASE("central inference: an rl_actor process killed mid-job is dropped and taken back") {
+  // The server stops waiting for the dead process's actor and serves the
+  // restarted one from a new sampling stream.
+  kill_and_restart_actor_process("cartpole_central.json", 600000);
 }
 
 TEST_CASE("a hung worker process (SIGSTOP) is detected by the heartbeats") {
