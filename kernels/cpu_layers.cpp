@@ -20,7 +20,6 @@
 #include "kernels/cpu_isa.hpp"
 #include "kernels/cpu_layer_detail.hpp"
 #include "kernels/elementwise.hpp"
-#include "kernels/onednn_internal.hpp"
 #include "kernels/vector_kernels.hpp"
 
 namespace troupe::kernels::cpu {
