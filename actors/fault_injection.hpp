@@ -1,14 +1,16 @@
 #pragma once
 // Test interface: faults a test injects into a job to check how the runtime
 // takes them (a replica that throws, a shard that dies, a worker that joins
-// late, a node whose actor system cannot stop). Production jobs carry none:
-// job_options::faults is null there, and each role reads it in one place
-// (topology's replica configs, actor_learner's actors and learners, the ssp
-// driver, the coordinator's shard check, troupe node's shutdown).
+// late, a node whose actor system cannot stop or whose gate fails).
+// Production jobs carry none: job_options::faults is null there, and each
+// role reads it in one place (topology's replica configs, actor_learner's
+// actors and learners, the ssp driver, the coordinator's shard check,
+// troupe node's gate and shutdown).
 //
 // troupe node takes its faults from the environment as well
-// (faults_from_environment, runtime/node.cpp), since its tests run
-// it as a separate process.
+// (faults_from_environment, runtime/node.cpp; docs/testing.md, "Test
+// hooks"), since its tests run it as a separate process: every hook it
+// reads sets a field here.
 #include <cstdint>
 #include <memory>
 
@@ -39,6 +41,9 @@ struct fault_injection {
   // shutdown (end_node_system) is exercised. The holder releases it once the
   // bounded wait is over.
   bool hold_shard_at_exit = false;
+  // troupe node: its gate's thread fails this many seconds after it starts
+  // (>= 0 to enable), so that a gate that stops mid-job is exercised.
+  double gate_fails_after_seconds = -1;
 
   // Setters for a test's one-liner:
   // `inject_faults(fault_injection{}.fail_replica_at(0, 27))`.

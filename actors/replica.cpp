@@ -381,6 +381,120 @@ int64_t restore_state(compute_state& cs, const model_state& ms) {
   return step;
 }
 
+// Builds the model, its optimizer and step on the device thread (its memory
+// is first touched there); the gradient buffers, shared with the reducer.
+std::vector<tensor> build_model(const replica_config& c, compute_state& cs) {
+  phase_clock clock;
+  cs.dev = make_device_context(c.device_kind);
+  cs.dev->ops().use_tf32(c.tf32);
+  clock.mark("device");
+  cs.net = create_model_on(c.model, c.shape, c.seed, cs.dev);
+  clock.mark("model");
+  cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_steps);
+  cs.opt->init(cs.net->variables());
+  cs.place_optimizer();
+  cs.grads = cs.net->make_gradients();
+  if (c.statistics_group) {
+    cs.statistics = c.statistics_group->join(c.statistics_rank, *cs.dev);
+    cs.net->set_statistics_group(cs.statistics.get());
+  }
+  c.step->init(cs);
+  clock.mark("optimizer and step");
+  if (c.placement != "host") place_data_set(cs, c, clock);
+  spdlog::log(
+      c.device_kind.kind == device_spec::kind_t::cpu ? spdlog::level::debug : spdlog::level::info,
+      "replica {}: built on {} in {}", c.index, c.device_kind.str(), clock.summary());
+  std::vector<tensor> buffers;
+  for (auto& g : cs.grads) buffers.push_back(g.value);
+  return buffers;
+}
+
+// Evaluates on the device thread. The model under test may be another's
+// (the shards', through `install`): this replica's own variables come back
+// after.
+metric_sums evaluate_on(compute_state& cs, const tensor& x, const tensor& y,
+                        const std::function<void(compute_state&)>& install) {
+  auto& vars = cs.net->variables();
+  if (install) cs.variables_to_host();
+  std::vector<tensor> own = variable_buffers(cs);
+  if (install) {
+    install(cs);
+    cs.variables_to_device();
+  }
+  auto r = cs.net->evaluate(x, y);
+  for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = own[i];
+  if (install) cs.variables_to_device();
+  return metric_sums{r.loss_sum, r.correct, r.count};
+}
+
+// The variables, slots and buffers, copied to the host.
+model_state snapshot(compute_state& cs) {
+  cs.variables_to_host();
+  cs.slots_to_host();
+  model_state ms;
+  for (auto& v : cs.net->variables()) ms.variables.push_back({v.name, v.value.clone()});
+  ms.slots = cs.opt->state();
+  for (auto& b : cs.net->buffers()) ms.buffers.push_back({b.name, b.value.clone()});
+  return ms;
+}
+
+// The replica's handlers, one per message; replica() wires them.
+
+caf::result<step_stats> on_train_step(self_ptr self, int64_t step) {
+  auto rp = self->make_response_promise<step_stats>();
+  self->state.waiting_steps.push_back(
+      {step, 1, step_promise([rp](const step_stats& s) mutable { rp.deliver(s); }), {}});
+  start_waiting(self);
+  return rp;
+}
+
+caf::result<std::vector<step_stats>> on_train_steps(self_ptr self, int64_t first, int64_t count) {
+  if (count < 1 || count > training_config::kMaxStepsPerExecution)
+    return caf::make_error(caf::sec::invalid_argument,
+                           "train: expected 1 to " +
+                               std::to_string(training_config::kMaxStepsPerExecution) +
+                               " steps, got " + std::to_string(count));
+  auto rp = self->make_response_promise<std::vector<step_stats>>();
+  enqueue_steps(self, first, count,
+                [rp](std::vector<step_stats>& all) mutable { rp.deliver(all); });
+  start_waiting(self);
+  return rp;
+}
+
+caf::result<metric_sums> on_eval(self_ptr self, tensor x, tensor y) {
+  auto rp = self->make_response_promise<metric_sums>();
+  auto& st = self->state;
+  st.cfg.step->eval_variables(*st.host, [self, rp, x = std::move(x), y = std::move(y)](
+                                            std::function<void(compute_state&)> install) mutable {
+    self->state.host->on_device<metric_sums>(
+        "evaluate",
+        [x, y, install = std::move(install)](compute_state& cs) {
+          return evaluate_on(cs, x, y, install);
+        },
+        [rp](metric_sums& m) mutable { rp.deliver(m); });
+  });
+  return rp;
+}
+
+caf::result<model_state> on_state(self_ptr self) {
+  auto rp = self->make_response_promise<model_state>();
+  auto& st = self->state;
+  st.cfg.step->before_snapshot(*st.host, [self, rp]() mutable {
+    self->state.host->on_device<model_state>(
+        "snapshot", [](compute_state& cs) { return snapshot(cs); },
+        [rp](model_state& ms) mutable { rp.deliver(std::move(ms)); });
+  });
+  return rp;
+}
+
+caf::result<int64_t> on_restore(self_ptr self, model_state ms) {
+  auto rp = self->make_response_promise<int64_t>();
+  self->state.host->on_device<int64_t>(
+      "restore", [ms = std::move(ms)](compute_state& cs) { return restore_state(cs, ms); },
+      [rp](int64_t& step) mutable { rp.deliver(step); });
+  return rp;
+}
+
 }  // namespace
 
 replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
@@ -392,115 +506,23 @@ replica_actor::behavior_type replica(self_ptr self, replica_config cfg) {
       st.cfg.device, st.compute, [self](const std::string& why) { fail(self, why); });
   st.host = std::make_unique<replica_host_impl>(self);
   if (trace::enabled()) st.track.open("replica:" + std::to_string(st.cfg.index));
-  // Build the model on its device thread: its memory is first touched there.
   st.host->on_device<std::vector<tensor>>(
-      "build_model",
-      [c = st.cfg](compute_state& cs) {
-        phase_clock clock;
-        cs.dev = make_device_context(c.device_kind);
-        cs.dev->ops().use_tf32(c.tf32);
-        clock.mark("device");
-        cs.net = create_model_on(c.model, c.shape, c.seed, cs.dev);
-        clock.mark("model");
-        cs.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_steps);
-        cs.opt->init(cs.net->variables());
-        cs.place_optimizer();
-        cs.grads = cs.net->make_gradients();
-        if (c.statistics_group) {
-          cs.statistics = c.statistics_group->join(c.statistics_rank, *cs.dev);
-          cs.net->set_statistics_group(cs.statistics.get());
-        }
-        c.step->init(cs);
-        clock.mark("optimizer and step");
-        if (c.placement != "host") place_data_set(cs, c, clock);
-        spdlog::log(c.device_kind.kind == device_spec::kind_t::cpu ? spdlog::level::debug
-                                                                   : spdlog::level::info,
-                    "replica {}: built on {} in {}", c.index, c.device_kind.str(), clock.summary());
-        std::vector<tensor> buffers;  // share the gradient buffers with the reducer
-        for (auto& g : cs.grads) buffers.push_back(g.value);
-        return buffers;
-      },
+      "build_model", [c = st.cfg](compute_state& cs) { return build_model(c, cs); },
       [self](std::vector<tensor>& buffers) { self->state.grad_buffers = std::move(buffers); });
   request_batches(self);
   return {
-      [self](train_atom, int64_t step) -> caf::result<step_stats> {
-        auto rp = self->make_response_promise<step_stats>();
-        self->state.waiting_steps.push_back(
-            {step, 1, step_promise([rp](const step_stats& s) mutable { rp.deliver(s); }), {}});
-        start_waiting(self);
-        return rp;
+      [self](train_atom, int64_t step) { return on_train_step(self, step); },
+      [self](train_atom, int64_t first, int64_t count) {
+        return on_train_steps(self, first, count);
       },
-      [self](train_atom, int64_t first, int64_t count) -> caf::result<std::vector<step_stats>> {
-        if (count < 1 || count > training_config::kMaxStepsPerExecution)
-          return caf::make_error(caf::sec::invalid_argument,
-                                 "train: expected 1 to " +
-                                     std::to_string(training_config::kMaxStepsPerExecution) +
-                                     " steps, got " + std::to_string(count));
-        auto rp = self->make_response_promise<std::vector<step_stats>>();
-        enqueue_steps(self, first, count,
-                      [rp](std::vector<step_stats>& all) mutable { rp.deliver(all); });
-        start_waiting(self);
-        return rp;
-      },
-      [self](eval_atom, tensor x, tensor y) -> caf::result<metric_sums> {
-        auto rp = self->make_response_promise<metric_sums>();
-        auto& st = self->state;
-        st.cfg.step->eval_variables(
-            *st.host, [self, rp, x = std::move(x),
-                       y = std::move(y)](std::function<void(compute_state&)> install) mutable {
-              self->state.host->on_device<metric_sums>(
-                  "evaluate",
-                  [x, y, install = std::move(install)](compute_state& cs) {
-                    // The model under test may be another's (the shards'):
-                    // this replica's own variables come back after.
-                    auto& vars = cs.net->variables();
-                    if (install) cs.variables_to_host();
-                    std::vector<tensor> own = variable_buffers(cs);
-                    if (install) {
-                      install(cs);
-                      cs.variables_to_device();
-                    }
-                    auto r = cs.net->evaluate(x, y);
-                    for (std::size_t i = 0; i < vars.size(); ++i) vars[i].value = own[i];
-                    if (install) cs.variables_to_device();
-                    return metric_sums{r.loss_sum, r.correct, r.count};
-                  },
-                  [rp](metric_sums& m) mutable { rp.deliver(m); });
-            });
-        return rp;
-      },
+      [self](eval_atom, tensor x, tensor y) { return on_eval(self, std::move(x), std::move(y)); },
       [self](metrics_atom, bool reset) -> metric_sums {
         auto m = self->state.train_metrics;
         if (reset) self->state.train_metrics = {};
         return m;
       },
-      [self](state_atom) -> caf::result<model_state> {
-        auto rp = self->make_response_promise<model_state>();
-        auto& st = self->state;
-        st.cfg.step->before_snapshot(*st.host, [self, rp]() mutable {
-          self->state.host->on_device<model_state>(
-              "snapshot",
-              [](compute_state& cs) {
-                cs.variables_to_host();
-                cs.slots_to_host();
-                model_state ms;
-                for (auto& v : cs.net->variables())
-                  ms.variables.push_back({v.name, v.value.clone()});
-                ms.slots = cs.opt->state();
-                for (auto& b : cs.net->buffers()) ms.buffers.push_back({b.name, b.value.clone()});
-                return ms;
-              },
-              [rp](model_state& ms) mutable { rp.deliver(std::move(ms)); });
-        });
-        return rp;
-      },
-      [self](restore_atom, model_state ms) -> caf::result<int64_t> {
-        auto rp = self->make_response_promise<int64_t>();
-        self->state.host->on_device<int64_t>(
-            "restore", [ms = std::move(ms)](compute_state& cs) { return restore_state(cs, ms); },
-            [rp](int64_t& step) mutable { rp.deliver(step); });
-        return rp;
-      },
+      [self](state_atom) { return on_state(self); },
+      [self](restore_atom, model_state ms) { return on_restore(self, std::move(ms)); },
       [self](computed_atom, uint64_t ticket) {
         self->state.tasks->computed(ticket);
         show_activity(self);

@@ -180,157 +180,209 @@ void require_one_chief(const cluster_spec& spec) {
          "expected exactly one address (one chief task), got " + std::to_string(chiefs));
 }
 
-}  // namespace
+// Resolves one job's placement: the counts the strategy and the spec give,
+// and the tasks' entries, filled in by blocks (no "hosts") or from
+// cluster.hosts, which is checked key by key.
+class placement_builder {
+ public:
+  explicit placement_builder(const job_config& job)
+      : job_(job),
+        spec_(*job.cluster),
+        kind_(job.strategy.kind),
+        rules_(rules_of(kind_)),
+        sharded_(rules_.has_variable_shards()),
+        S_(job.strategy.shards),
+        W_(static_cast<int64_t>(job_size(spec_, "worker"))),
+        P_(static_cast<int64_t>(job_size(spec_, "ps"))),
+        R_(rules_.replica_count(job)),
+        R_key_(rules_.replica_count_key()),
+        unit_(rules_.replica_unit()) {}
 
-std::vector<task_placement> resolve_placement(const job_config& job) {
-  if (!job.cluster) throw config_error("cluster", "the job has no cluster spec");
-  const cluster_spec& spec = *job.cluster;
-  require_one_chief(spec);
-  const std::string& kind = job.strategy.kind;
-  const int64_t S = job.strategy.shards;
-  const auto W = static_cast<int64_t>(job_size(spec, "worker"));
-  const auto P = static_cast<int64_t>(job_size(spec, "ps"));
+  std::vector<task_placement> build() {
+    if (!sharded_ && P_ > 0)
+      fail("cluster.tasks.ps", "the " + kind_ +
+                                   " strategy has no variable shards for ps tasks to host; "
+                                   "remove the \"ps\" job");
+    rules_.check_cluster_jobs(job_, W_, P_, !spec_.hosts.empty());
+    for (const auto& t : all_tasks(spec_)) {
+      task_placement p;
+      p.task = t;
+      p.coordinator = t.job == "chief";
+      out_.push_back(std::move(p));
+    }
+    if (spec_.hosts.empty()) {
+      place_in_blocks();
+    } else {
+      check_host_keys();
+      place_from_hosts();
+      check_all_placed();
+    }
+    return std::move(out_);
+  }
+
+ private:
   // A name that is listed but not built (a planned strategy) places like a
   // strategy without shards; `troupe run` refuses it later.
-  struct unbuilt final : strategy_rules {
-    std::string name() const override { return ""; }
-  };
-  static const unbuilt plain;
-  auto found = find_strategy_rules(kind);
-  const strategy_rules& rules = found ? *found : plain;
-  const bool sharded = rules.has_variable_shards();
-  const int64_t R = rules.replica_count(job);
-  const std::string R_key = rules.replica_count_key();
-
-  if (!sharded && P > 0)
-    fail("cluster.tasks.ps", "the " + kind +
-                                 " strategy has no variable shards for ps tasks to host; "
-                                 "remove the \"ps\" job");
-  rules.check_cluster_jobs(job, W, P, !spec.hosts.empty());
-
-  std::vector<task_placement> out;
-  for (const auto& t : all_tasks(spec)) {
-    task_placement p;
-    p.task = t;
-    p.coordinator = t.job == "chief";
-    out.push_back(std::move(p));
+  static const strategy_rules& rules_of(const std::string& kind) {
+    struct unbuilt final : strategy_rules {
+      std::string name() const override { return ""; }
+    };
+    static const unbuilt plain;
+    auto found = find_strategy_rules(kind);
+    return found ? *found : plain;
   }
-  auto entry = [&](const task_id& t) -> task_placement& {
-    for (auto& p : out)
+
+  task_placement& entry(const task_id& t) {
+    for (auto& p : out_)
       if (p.task == t) return p;
     throw std::logic_error("no task " + t.str());
-  };
-  auto default_device = [&](int64_t r) {
-    return job.devices[static_cast<std::size_t>(r) % job.devices.size()];
-  };
-  const std::string unit = rules.replica_unit();
+  }
 
-  if (spec.hosts.empty()) {
-    // Replicas (parameter_server: workers).
-    if (W == 0) {
-      for (int64_t r = 0; r < R; ++r) entry({"chief", 0}).replicas.push_back(r);
+  std::string default_device(int64_t r) const {
+    return job_.devices[static_cast<std::size_t>(r) % job_.devices.size()];
+  }
+
+  // Without "hosts": replicas (parameter_server: workers) in blocks over the
+  // worker tasks, shards over the ps tasks; the chief hosts them without.
+  void place_in_blocks() {
+    if (W_ == 0) {
+      for (int64_t r = 0; r < R_; ++r) entry({"chief", 0}).replicas.push_back(r);
     } else {
-      if (R < W)
-        fail(R_key, "expected >= the " + std::to_string(W) +
-                        " worker tasks of cluster.tasks.worker (each hosts at "
-                        "least one " +
-                        unit + "), got " + std::to_string(R));
-      auto b = blocks(R, W);
-      for (int64_t w = 0; w < W; ++w)
+      if (R_ < W_)
+        fail(R_key_, "expected >= the " + std::to_string(W_) +
+                         " worker tasks of cluster.tasks.worker (each hosts at "
+                         "least one " +
+                         unit_ + "), got " + std::to_string(R_));
+      auto b = blocks(R_, W_);
+      for (int64_t w = 0; w < W_; ++w)
         entry({"worker", w}).replicas = b[static_cast<std::size_t>(w)];
     }
-    // Variable shards.
-    if (sharded) {
-      if (P == 0) {
-        for (int64_t s = 0; s < S; ++s) entry({"chief", 0}).shards.push_back(s);
-      } else {
-        if (S < P)
-          fail("strategy.shards", "expected >= the " + std::to_string(P) +
-                                      " ps tasks of cluster.tasks.ps (each hosts at least one "
-                                      "shard), got " +
-                                      std::to_string(S));
-        auto b = blocks(S, P);
-        for (int64_t s = 0; s < P; ++s) entry({"ps", s}).shards = b[static_cast<std::size_t>(s)];
-      }
-    }
-    for (auto& p : out)
+    if (sharded_) place_shards_in_blocks();
+    for (auto& p : out_)
       for (int64_t r : p.replicas) p.devices.push_back(default_device(r));
-    return out;
   }
 
-  // An explicit "hosts": check every key names a task of the spec.
-  for (const auto& [key, th] : spec.hosts) {
-    const std::string path = json_read::join("cluster.hosts", key);
-    task_id t;
-    try {
-      t = parse_task_name(key);
-    } catch (const std::invalid_argument& e) {
-      fail(path, e.what());
+  void place_shards_in_blocks() {
+    if (P_ == 0) {
+      for (int64_t s = 0; s < S_; ++s) entry({"chief", 0}).shards.push_back(s);
+      return;
     }
-    if (t.str() != key)
-      fail(path, "expected a task name \"job:index\" like \"worker:1\", got " + quote(key));
-    if (!has_task(spec, t)) {
-      std::size_t n = job_size(spec, t.job);
-      fail(path, "no task " + key + " in cluster.tasks" +
-                     (n == 0 ? " (it has no \"" + t.job + "\" job)"
-                             : " (cluster.tasks." + t.job + " has " + std::to_string(n) +
-                                   (n == 1 ? " task: " : " tasks: ") + block_of(t.job, n) + ")"));
+    if (S_ < P_)
+      fail("strategy.shards", "expected >= the " + std::to_string(P_) +
+                                  " ps tasks of cluster.tasks.ps (each hosts at least one "
+                                  "shard), got " +
+                                  std::to_string(S_));
+    auto b = blocks(S_, P_);
+    for (int64_t s = 0; s < P_; ++s) entry({"ps", s}).shards = b[static_cast<std::size_t>(s)];
+  }
+
+  // An explicit "hosts": every key names a task of the spec.
+  void check_host_keys() const {
+    for (const auto& [key, th] : spec_.hosts) {
+      const std::string path = json_read::join("cluster.hosts", key);
+      task_id t;
+      try {
+        t = parse_task_name(key);
+      } catch (const std::invalid_argument& e) {
+        fail(path, e.what());
+      }
+      if (t.str() != key)
+        fail(path, "expected a task name \"job:index\" like \"worker:1\", got " + quote(key));
+      if (!has_task(spec_, t)) {
+        std::size_t n = job_size(spec_, t.job);
+        fail(path, "no task " + key + " in cluster.tasks" +
+                       (n == 0 ? " (it has no \"" + t.job + "\" job)"
+                               : " (cluster.tasks." + t.job + " has " + std::to_string(n) +
+                                     (n == 1 ? " task: " : " tasks: ") + block_of(t.job, n) + ")"));
+      }
     }
   }
-  std::map<int64_t, std::string> replica_owner, shard_owner;
-  for (auto& p : out) {
-    const std::string name = p.task.str();
-    auto it = spec.hosts.find(name);
-    if (it == spec.hosts.end()) continue;
-    const task_hosts& th = it->second;
-    const std::string path = "cluster.hosts." + name;
-    for (std::size_t i = 0; i < th.replicas.size(); ++i) {
-      const std::string ip = path + ".replicas[" + std::to_string(i) + "]";
-      int64_t r = th.replicas[i];
-      if (r < 0 || r >= R)
-        fail(ip, "expected an integer in [0, " + std::to_string(R - 1) + "] (" + R_key + " is " +
-                     std::to_string(R) + "), got " + std::to_string(r));
-      auto [owner, fresh] = replica_owner.emplace(r, name);
-      if (!fresh)
-        fail(ip, unit + " " + std::to_string(r) + " is already placed on " + owner->second);
+
+  void place_from_hosts() {
+    for (auto& p : out_) {
+      auto it = spec_.hosts.find(p.task.str());
+      if (it != spec_.hosts.end()) place_on(p, it->second);
     }
+  }
+
+  // One task's entry of cluster.hosts: its replicas, their devices, its shards.
+  void place_on(task_placement& p, const task_hosts& th) {
+    const std::string name = p.task.str();
+    const std::string path = "cluster.hosts." + name;
+    for (std::size_t i = 0; i < th.replicas.size(); ++i)
+      claim_replica(th.replicas[i], name, path + ".replicas[" + std::to_string(i) + "]");
     if (!th.devices.empty() && th.devices.size() != th.replicas.size())
-      fail(path + ".devices", "expected one device per " + unit + " (" +
+      fail(path + ".devices", "expected one device per " + unit_ + " (" +
                                   std::to_string(th.replicas.size()) + "), got " +
                                   std::to_string(th.devices.size()));
-    if (!sharded && !th.shards.empty())
-      fail(path + ".shards", "the " + kind + " strategy has no variable shards");
-    for (std::size_t i = 0; i < th.shards.size(); ++i) {
-      const std::string ip = path + ".shards[" + std::to_string(i) + "]";
-      int64_t s = th.shards[i];
-      if (s < 0 || s >= S)
-        fail(ip, "expected an integer in [0, " + std::to_string(S - 1) + "] (strategy.shards is " +
-                     std::to_string(S) + "), got " + std::to_string(s));
-      auto [owner, fresh] = shard_owner.emplace(s, name);
-      if (!fresh) fail(ip, "shard " + std::to_string(s) + " is already placed on " + owner->second);
-    }
+    if (!sharded_ && !th.shards.empty())
+      fail(path + ".shards", "the " + kind_ + " strategy has no variable shards");
+    for (std::size_t i = 0; i < th.shards.size(); ++i)
+      claim_shard(th.shards[i], name, path + ".shards[" + std::to_string(i) + "]");
     p.replicas = th.replicas;
     p.devices = th.devices;
     if (p.devices.empty())
       for (int64_t r : p.replicas) p.devices.push_back(default_device(r));
     p.shards = th.shards;
   }
-  for (int64_t r = 0; r < R; ++r)
-    if (!replica_owner.count(r))
-      fail("cluster.hosts", unit + " " + std::to_string(r) + " is not placed on any task (" +
-                                R_key + " is " + std::to_string(R) + ")");
-  if (sharded)
-    for (int64_t s = 0; s < S; ++s)
-      if (!shard_owner.count(s))
-        fail("cluster.hosts", "shard " + std::to_string(s) +
-                                  " is not placed on any task (strategy.shards is " +
-                                  std::to_string(S) + ")");
-  for (const auto& p : out)
-    if (!p.coordinator && p.replicas.empty() && p.shards.empty())
-      fail("cluster.hosts", "task " + p.task.str() +
-                                " hosts nothing; place replicas or shards on it, or remove it "
-                                "from cluster.tasks");
-  return out;
+
+  void claim_replica(int64_t r, const std::string& name, const std::string& path) {
+    if (r < 0 || r >= R_)
+      fail(path, "expected an integer in [0, " + std::to_string(R_ - 1) + "] (" + R_key_ + " is " +
+                     std::to_string(R_) + "), got " + std::to_string(r));
+    auto [owner, fresh] = replica_owner_.emplace(r, name);
+    if (!fresh)
+      fail(path, unit_ + " " + std::to_string(r) + " is already placed on " + owner->second);
+  }
+
+  void claim_shard(int64_t s, const std::string& name, const std::string& path) {
+    if (s < 0 || s >= S_)
+      fail(path, "expected an integer in [0, " + std::to_string(S_ - 1) + "] (strategy.shards is " +
+                     std::to_string(S_) + "), got " + std::to_string(s));
+    auto [owner, fresh] = shard_owner_.emplace(s, name);
+    if (!fresh) fail(path, "shard " + std::to_string(s) + " is already placed on " + owner->second);
+  }
+
+  // Every replica and shard on a task, and every task but the chief hosting one.
+  void check_all_placed() const {
+    for (int64_t r = 0; r < R_; ++r)
+      if (!replica_owner_.count(r))
+        fail("cluster.hosts", unit_ + " " + std::to_string(r) + " is not placed on any task (" +
+                                  R_key_ + " is " + std::to_string(R_) + ")");
+    if (sharded_)
+      for (int64_t s = 0; s < S_; ++s)
+        if (!shard_owner_.count(s))
+          fail("cluster.hosts", "shard " + std::to_string(s) +
+                                    " is not placed on any task (strategy.shards is " +
+                                    std::to_string(S_) + ")");
+    for (const auto& p : out_)
+      if (!p.coordinator && p.replicas.empty() && p.shards.empty())
+        fail("cluster.hosts", "task " + p.task.str() +
+                                  " hosts nothing; place replicas or shards on it, or remove it "
+                                  "from cluster.tasks");
+  }
+
+  const job_config& job_;
+  const cluster_spec& spec_;
+  const std::string& kind_;
+  const strategy_rules& rules_;
+  const bool sharded_;
+  const int64_t S_;  // variable shards
+  const int64_t W_;  // worker tasks
+  const int64_t P_;  // ps tasks
+  const int64_t R_;  // replicas (parameter_server: workers)
+  const std::string R_key_;
+  const std::string unit_;  // "replica", "worker", ...
+  std::vector<task_placement> out_;
+  std::map<int64_t, std::string> replica_owner_, shard_owner_;  // by index: the task's name
+};
+
+}  // namespace
+
+std::vector<task_placement> resolve_placement(const job_config& job) {
+  if (!job.cluster) throw config_error("cluster", "the job has no cluster spec");
+  require_one_chief(*job.cluster);
+  return placement_builder(job).build();
 }
 
 void check_cluster(const job_config& job) {

@@ -91,6 +91,12 @@ void standardize(train_test& tt);
 enum class label_kind { classes, targets, one_hot };
 void convert_labels(train_test& tt, label_kind kind, int64_t classes = 0);
 
+// Every int32 class label of `d` below `classes`, else data_error naming
+// `name` and the row (its CSV line, when `lines` gives them). Float targets
+// pass.
+void check_classes(const dataset& d, int64_t classes, const std::string& name,
+                   const std::vector<int64_t>* lines = nullptr);
+
 // Reads <cfg.path>/{train,t10k}-{images-idx3,labels-idx1}-ubyte, preferring the
 // .gz name and falling back to the plain one. Pixels are scaled to [0,1]; with
 // cfg.normalize, then (x - mean) / stddev, the statistics taken over the

@@ -7,7 +7,7 @@
 // threads on two cores never start four.
 //
 // Matrices are row-major float32. The layer primitives (convolution and
-// pooling, kernels/cpu_layers.cpp) use the same engine and per-thread stream
+// pooling, kernels/cpu_conv_pool.cpp) use the same engine and per-thread stream
 // (kernels/onednn_internal.hpp) and keep their own per-thread cache.
 #include <cstdint>
 #include <string>

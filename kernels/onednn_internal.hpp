@@ -1,6 +1,6 @@
 #pragma once
 // What kernels/onednn.cpp shares with the other oneDNN users inside
-// troupe_kernels (the layer primitives of kernels/cpu_layers.cpp): the one
+// troupe_kernels (the layer primitives of kernels/cpu_conv_pool.cpp): the one
 // engine and the calling thread's stream. Not installed, not for callers
 // outside this library (they do not see oneDNN's headers).
 #include <dnnl.hpp>

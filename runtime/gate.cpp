@@ -1,3 +1,7 @@
+// The listening side of the gate (runtime/gate.hpp): the listener thread,
+// the exchange with each connection, TLS and the hand-over to BASP; the
+// listening sockets held between the rendezvous and the gate. The connecting
+// side: runtime/gate_connect.cpp.
 #include "runtime/gate.hpp"
 
 #include <arpa/inet.h>
@@ -65,60 +69,6 @@ std::string host_of(const std::string& peer) {
 }
 
 }  // namespace
-
-namespace socket_io {
-
-bool send_all(int fd, std::string_view data, clock_type::time_point deadline) {
-  std::size_t sent = 0;
-  while (sent < data.size()) {
-    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
-      if (left.count() <= 0) return false;
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, static_cast<int>(left.count()));
-      continue;
-    }
-    return false;
-  }
-  return true;
-}
-
-bool recv_exact(int fd, std::string& out, clock_type::time_point deadline, std::string* why) {
-  std::size_t got = 0;
-  while (got < out.size()) {
-    ssize_t n = ::recv(fd, out.data() + got, out.size() - got, 0);
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n == 0) {
-      *why = "closed the connection during the handshake";
-      return false;
-    }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      *why = errno_text(errno);
-      return false;
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
-    if (left.count() <= 0) {
-      *why = "no answer within the handshake timeout";
-      return false;
-    }
-    pollfd p{fd, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(left.count()));
-  }
-  return true;
-}
-
-}  // namespace socket_io
 
 namespace {
 
@@ -477,10 +427,6 @@ gate::gate(const std::string& host, uint16_t port, gate_options opts,
   start(host, port, std::move(opts));
 }
 
-namespace {
-
-// A psk link without its key takes it from the secret; certificates
-// without a secret run the exchange with the public stand-in.
 gate_options with_link_key(gate_options opts) {
   if (opts.link.kind == link_security::trust::certificates && opts.secret.empty())
     opts.secret = kCertificatesOnlySecret;
@@ -488,8 +434,6 @@ gate_options with_link_key(gate_options opts) {
     opts.link.psk_key = derive_key(opts.secret, key_purpose::tls_psk);
   return opts;
 }
-
-}  // namespace
 
 void gate::start(const std::string& host, uint16_t port, gate_options opts) {
   if (opts.name.empty() || opts.name.size() >= gate_wire::kNameBytes)
@@ -601,190 +545,6 @@ void gate::serve() {
                      st.waiting.end());
     if (fds[1].revents != 0) st.accept_some();
   }
-}
-
-// ---------------------------------------------------------------- connector
-
-gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_options& opts,
-                           caf::timespan timeout) {
-  gate_socket out;
-  const auto where = host + ":" + std::to_string(port);
-  const auto deadline =
-      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) {
-    out.unreachable = true;
-    out.error = "cannot resolve " + host + ": " + ::gai_strerror(rc);
-    return out;
-  }
-  int fd = -1;
-  out.error = "cannot connect to " + where;
-  for (auto* a = res; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) continue;
-    int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
-    if (r != 0 && errno == EINPROGRESS) {
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
-      pollfd p{fd, POLLOUT, 0};
-      int soerr = ETIMEDOUT;
-      if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) == 1) {
-        socklen_t len = sizeof soerr;
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
-      }
-      r = soerr == 0 ? 0 : -1;
-      errno = soerr;
-    }
-    if (r != 0) {
-      out.error = "cannot connect to " + where + ": " + errno_text(errno);
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(res);
-  if (fd < 0) {
-    out.unreachable = true;
-    return out;
-  }
-  // `retry`: a failure that may pass (the listener busy or restarting).
-  auto fail = [&](const std::string& why, bool retry = false) {
-    ::close(fd);
-    out.error = why;
-    out.unreachable = retry;
-    return out;
-  };
-  std::string why;
-  std::string hello(gate_wire::kHelloBytes, '\0');
-  if (!recv_exact(fd, hello, deadline, &why)) return fail(where + " " + why, true);
-  auto server_challenge = gate_wire::check_hello(hello);
-  // Whatever is on the port may not be the task (a squatter, a process of
-  // another job, the task restarting): only a verdict MAC'd with the
-  // cluster's key is final; all else is worth retrying.
-  if (server_challenge.empty())
-    return fail(where + " is not a troupe node (no gate handshake)", true);
-  const auto key = derive_key(opts.secret, key_purpose::gate);
-  auto client_challenge = make_challenge();
-  if (!send_all(fd,
-                gate_wire::make_proof(key, opts.name, opts.expect_peer, server_challenge,
-                                      client_challenge),
-                deadline))
-    return fail(where + " closed the connection during the handshake", true);
-  std::string verdict(gate_wire::kVerdictBytes, '\0');
-  if (!recv_exact(fd, verdict, deadline, &why)) return fail(where + " " + why, true);
-  auto check = gate_wire::check_verdict(key, server_challenge, client_challenge, verdict);
-  // Another task of the cluster on that port (e.g. the chief's rendezvous
-  // before its node listens there) is not the one dialed: retried too.
-  if (check.authentic && !opts.expect_peer.empty() && check.name != opts.expect_peer)
-    return fail(where + " is " + check.name + ", not " + opts.expect_peer, true);
-  if (!check.problem.empty()) return fail(where + " " + check.problem, !check.authentic);
-  out.fd = fd;
-  out.peer = check.name;
-  out.server_challenge = server_challenge;
-  out.client_challenge = client_challenge;
-  out.error.clear();
-  return out;
-}
-
-namespace {
-
-// TLS on an authenticated socket, waiting for its handshake until
-// `deadline`: the plain end, or fd -1 with the reason. `opts` is keyed
-// (with_link_key) already.
-gate_socket secure(gate_socket authenticated, const std::string& where, const gate_options& opts,
-                   std::vector<char> local_node, clock_type::time_point deadline) {
-  link_params lp;
-  lp.listener = false;
-  lp.me = opts.name;
-  lp.peer_task = authenticated.peer;
-  lp.peer_address = where;
-  lp.server_challenge = authenticated.server_challenge;
-  lp.client_challenge = authenticated.client_challenge;
-  lp.local_node = std::move(local_node);
-  link_end end;
-  try {
-    end = open_link(authenticated.fd, opts.link, std::move(lp));
-  } catch (const link_error& e) {
-    authenticated.fd = -1;  // open_link closed it
-    authenticated.error = where + ": " + e.what();
-    return authenticated;
-  }
-  std::string problem = "no TLS handshake in time";
-  if (end.ready.wait_until(deadline) == std::future_status::ready) problem = end.ready.get();
-  if (!problem.empty()) {
-    ::close(end.plain_fd);
-    authenticated.fd = -1;
-    // Worth retrying until the caller's deadline, which then names it: a
-    // listener too busy to finish TLS in time (a flood on its port, a
-    // loaded machine) or that evicted this handshake for newer ones may
-    // finish the next one, and with certificates and no secret the gate
-    // proves nothing, so anyone on the port gets this far and can fail it.
-    authenticated.unreachable = true;
-    authenticated.error = authenticated.peer + " at " + where + ": " + problem;
-    return authenticated;
-  }
-  authenticated.fd = end.plain_fd;
-  return authenticated;
-}
-
-}  // namespace
-
-gate_socket gate_secure_handshake(const std::string& host, uint16_t port, const gate_options& opts,
-                                  caf::timespan timeout) {
-  const auto deadline =
-      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
-  const auto keyed = with_link_key(opts);  // one key derivation for both steps
-  auto authenticated = gate_handshake(host, port, keyed, timeout);
-  if (authenticated.fd < 0) return authenticated;
-  return secure(std::move(authenticated), host + ":" + std::to_string(port), keyed, {}, deadline);
-}
-
-gate_connection gate_connect(caf::actor_system& sys, const std::string& host, uint16_t port,
-                             const gate_options& opts, const std::set<std::string>& ifs,
-                             caf::timespan timeout) {
-  gate_connection out;
-  const auto where = host + ":" + std::to_string(port);
-  const auto deadline =
-      clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
-  const auto keyed = with_link_key(opts);  // one key derivation for both steps
-  auto authenticated = gate_handshake(host, port, keyed, timeout);
-  if (authenticated.fd < 0) {
-    out.unreachable = authenticated.unreachable;
-    out.error = std::move(authenticated.error);
-    return out;
-  }
-  const auto peer = authenticated.peer;
-  // Both sides proved the secret: TLS on the socket, then BASP on the plain
-  // end of the link.
-  authenticated =
-      secure(std::move(authenticated), where, keyed, serialized_node_id(sys.node()), deadline);
-  if (authenticated.fd < 0) {
-    out.unreachable = authenticated.unreachable;
-    out.error = std::move(authenticated.error);
-    return out;
-  }
-  auto scribe = sys.middleman().backend().new_scribe(authenticated.fd);
-  auto basp = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
-  auto left = std::max(caf::timespan{std::chrono::milliseconds(100)},
-                       std::chrono::duration_cast<caf::timespan>(deadline - clock_type::now()));
-  caf::scoped_actor self{sys};
-  self->request(basp, left, caf::connect_atom::value, std::move(scribe), port)
-      .receive(
-          [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>& theirs) {
-            if (!ptr)
-              out.error = peer + " at " + where + " serves no actor";
-            else if (!sys.assignable(theirs, ifs))
-              out.error = peer + " at " + where + " serves an actor of another interface";
-            else
-              out.actor = std::move(ptr);
-          },
-          [&](caf::error& e) { out.error = where + ": BASP handshake: " + sys.render(e); });
-  if (out.actor) out.error.clear();
-  return out;
 }
 
 }  // namespace troupe

@@ -96,6 +96,11 @@ struct gate_options {
   std::function<void()> on_turn;
 };
 
+// `opts` with the key its link needs, for both sides of the gate: a psk
+// link without its key takes it from the secret; certificates without a
+// secret run the exchange with the public stand-in.
+gate_options with_link_key(gate_options opts);
+
 // A connection that proved the secret, as a plain socket (non-blocking),
 // for a protocol of troupe's own after the gate's exchange rather than BASP
 // (the rendezvous at the chief, runtime/rendezvous.hpp). `name` is the task

@@ -76,14 +76,17 @@ void end_node_system(std::unique_ptr<node_system> ns, const std::string& task,
 // hooks"; each is logged at warning when set, so that a stray one in a
 // user's environment shows):
 //   TROUPE_TEST_FAIL_REPLICA="K:S": replica K, when this process hosts it,
-//     throws in its compute at step S;
+//     throws in its compute at step S (fault_injection::fail_replica);
 //   TROUPE_TEST_HOLD_SHARD_AT_EXIT (any value): a shard handle outlives the
-//     job (fault_injection::hold_shard_at_exit).
+//     job (fault_injection::hold_shard_at_exit);
+//   TROUPE_TEST_GATE_FAILS_AFTER_S=S: the gate's thread fails S seconds
+//     after it starts (fault_injection::gate_fails_after_seconds).
 std::shared_ptr<const fault_injection> faults_from_environment(
     const std::shared_ptr<const fault_injection>& given) {
   const char* fail_replica = std::getenv("TROUPE_TEST_FAIL_REPLICA");
   const bool hold_shard = std::getenv("TROUPE_TEST_HOLD_SHARD_AT_EXIT") != nullptr;
-  if (!fail_replica && !hold_shard) return given;
+  const char* gate_fails_after = std::getenv("TROUPE_TEST_GATE_FAILS_AFTER_S");
+  if (!fail_replica && !hold_shard && !gate_fails_after) return given;
   auto faults = faults_or_none(given);
   long long k = -1, step = -1;
   if (fail_replica && std::sscanf(fail_replica, "%lld:%lld", &k, &step) == 2) {
@@ -96,11 +99,14 @@ std::shared_ptr<const fault_injection> faults_from_environment(
   if (hold_shard)
     spdlog::warn("test hook TROUPE_TEST_HOLD_SHARD_AT_EXIT: a shard handle outlives the job");
   faults.hold_shard_at_exit = faults.hold_shard_at_exit || hold_shard;
+  if (gate_fails_after) {
+    faults.gate_fails_after_seconds = std::max(0.0, std::atof(gate_fails_after));
+    spdlog::warn("test hook TROUPE_TEST_GATE_FAILS_AFTER_S={}: this gate fails after {} s",
+                 gate_fails_after, faults.gate_fails_after_seconds);
+  }
   return inject_faults(faults);
 }
 
-// `held_past_shutdown` gets a shard handle under the hold_shard_at_exit
-// fault: the caller releases it only after the bounded shutdown.
 namespace {
 
 // The cluster secret; with certificates (cluster.tls) it may be absent: they
@@ -145,198 +151,293 @@ link_security node_link_security(const cluster_spec& spec, const std::string& se
 
 }  // namespace
 
-nlohmann::json run_node_on(caf::actor_system& sys, const job_config& c, const task_id& task,
-                           const job_options& o,
-                           std::vector<variable_shard_actor>& held_past_shutdown) {
-  const auto& spec = *c.cluster;
-  const bool chief = task.job == "chief";
-  auto shared = std::make_shared<node_shared>();
-  shared->task = task.str();
-  shared->chief = chief;
-  shared->secret = node_secret(spec, task.str());
-  shared->handshake_key = derive_key(shared->secret, key_purpose::node_handshake);
-  auto placement = resolve_placement(c);
-  auto mine = placement_of(placement, task);
-  auto plan = make_plan(c, o, chief);
-  // Until the job trains, a signal stops this process at once: nothing to
-  // keep (runtime/stop_policy.hpp).
-  stop_policy::enter(stop_policy::phase::joining);
-  shared->link = node_link_security(spec, shared->secret, *plan, task.str());
-  std::optional<trace::session> tracing;  // this task's own trace file
-  start_trace(tracing, c, o);
-  // /metrics on every task; TensorBoard where the coordinator runs.
-  process_monitoring monitor(c, plan->output_dir, task.str(), sys);
-  if (chief) plan->metrics_sink = monitor.job_sinks(*plan);
-  if (chief)
-    spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), {} tasks, output {}", c.name,
-                 c.strategy.kind, plan->total_steps, plan->steps_per_epoch, placement.size(),
-                 plan->output_dir);
+// One run of troupe node's task, one phase at a time:
+//
+//   preparing -> listening -> joining -> running -> ending
+//
+// preparing: the secret, the plan, TLS, trace and monitoring, the ring node
+// and the node actor; listening: the gate is open; joining: this task's
+// shards, then (a worker) its connections to the ps tasks and the chief;
+// running: the chief runs the job (run_chief), a worker handles the node
+// actor's events (one handler each) until the job stops or a peer is lost;
+// ending: every actor stopped and joined, the summary or the error.
+class node_run {
+ public:
+  node_run(caf::actor_system& sys, const job_config& c, const task_id& task, const job_options& o,
+           std::vector<variable_shard_actor>& held_past_shutdown)
+      : sys_(sys),
+        c_(c),
+        task_(task),
+        o_(o),
+        held_past_shutdown_(held_past_shutdown),
+        chief_(task.job == "chief") {}
 
-  // Tasks with replicas, in all_tasks order: the ring across processes.
-  std::vector<std::string> ring_tasks;
-  for (const auto& p : placement)
-    if (!p.replicas.empty()) ring_tasks.push_back(p.task.str());
-  const bool cross_ring = plan->strat->reduces_across_processes() && ring_tasks.size() > 1;
-  if (!cross_ring) ring_tasks.clear();
-  ring_node_actor ring;
-  if (cross_ring && !mine.replicas.empty()) ring = spawn_ring_node(sys);
+  nlohmann::json run() {
+    prepare();
+    open_door();
+    try {
+      phase_ = phase::joining;
+      host_shards();
+      if (chief_)
+        summary_ = run_chief(*np_, shards_, here_.workers, deadline_, here_.hub);
+      else
+        run_worker();
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+    return end();
+  }
 
-  auto node = spawn_node_actor(sys, shared, ring, &c);
-  node_process np{c,
-                  task,
-                  o,
-                  plan,
-                  placement,
-                  mine,
-                  shared,
-                  sys,
-                  node,
-                  ring,
-                  std::chrono::duration_cast<caf::timespan>(
-                      std::chrono::duration<double>(spec.join_timeout_seconds)),
-                  {},
-                  {}};
-  const auto address = task_address(spec, task);
-  const auto hp = parse_host_port(address);
+ private:
+  enum class phase { preparing, listening, joining, running, ending };
+
+  std::string name() const { return task_.str(); }
+
+  void prepare() {
+    const auto& spec = *c_.cluster;
+    shared_ = std::make_shared<node_shared>();
+    shared_->task = name();
+    shared_->chief = chief_;
+    shared_->secret = node_secret(spec, name());
+    shared_->handshake_key = derive_key(shared_->secret, key_purpose::node_handshake);
+    placement_ = resolve_placement(c_);
+    mine_ = placement_of(placement_, task_);
+    plan_ = make_plan(c_, o_, chief_);
+    // Until the job trains, a signal stops this process at once: nothing to
+    // keep (runtime/stop_policy.hpp).
+    stop_policy::enter(stop_policy::phase::joining);
+    shared_->link = node_link_security(spec, shared_->secret, *plan_, name());
+    start_trace(tracing_, c_, o_);
+    // /metrics on every task; TensorBoard where the coordinator runs.
+    monitor_ = std::make_unique<process_monitoring>(c_, plan_->output_dir, name(), sys_);
+    if (chief_) {
+      plan_->metrics_sink = monitor_->job_sinks(*plan_);
+      spdlog::info("job '{}': strategy {}, {} steps ({} per epoch), {} tasks, output {}", c_.name,
+                   c_.strategy.kind, plan_->total_steps, plan_->steps_per_epoch, placement_.size(),
+                   plan_->output_dir);
+    }
+    spawn_ring_and_node();
+  }
+
+  // The ring across processes joins the tasks with replicas, where the
+  // strategy reduces across processes and there is more than one.
+  void spawn_ring_and_node() {
+    std::size_t ring_tasks = 0;
+    for (const auto& p : placement_)
+      if (!p.replicas.empty()) ++ring_tasks;
+    const bool cross_ring = plan_->strat->reduces_across_processes() && ring_tasks > 1;
+    if (cross_ring && !mine_.replicas.empty()) ring_ = spawn_ring_node(sys_);
+    node_ = spawn_node_actor(sys_, shared_, ring_, &c_);
+    np_ = std::make_unique<node_process>(
+        node_process{c_,
+                     task_,
+                     o_,
+                     plan_,
+                     placement_,
+                     mine_,
+                     shared_,
+                     sys_,
+                     node_,
+                     ring_,
+                     std::chrono::duration_cast<caf::timespan>(
+                         std::chrono::duration<double>(c_.cluster->join_timeout_seconds)),
+                     {},
+                     {}});
+  }
+
   // Peers reach the node actor only through the gate (runtime/gate.hpp).
-  std::unique_ptr<gate> door;
-  try {
-    auto gopts = np.gate_opts();
+  void open_door() {
+    const auto address = task_address(*c_.cluster, task_);
+    const auto hp = parse_host_port(address);
+    try {
+      door_ = open_gate(sys_, node_, hp.host, hp.port, door_options());
+    } catch (const gate_error& e) {
+      caf::anon_send_exit(node_, caf::exit_reason::user_shutdown);
+      if (ring_) caf::anon_send_exit(ring_, caf::exit_reason::user_shutdown);
+      throw job_error(name() + ": " + e.what());
+    }
+    phase_ = phase::listening;
+    spdlog::info("{}: listening on {}", name(), address);
+    deadline_ = clock_type::now() + np_->join_timeout;
+  }
+
+  gate_options door_options() const {
+    auto gopts = np_->gate_opts();
     // A gate that stops leaves a port no one answers: this process ends its
     // run with the error, as when it loses a peer.
-    // Fault injection for the tests (tests/test_nodes.cpp): the gate's
-    // thread fails this many seconds after it starts.
-    if (const char* after = std::getenv("TROUPE_TEST_GATE_FAILS_AFTER_S")) {
-      spdlog::warn("test hook TROUPE_TEST_GATE_FAILS_AFTER_S={}: this gate fails after {} s", after,
-                   std::atof(after));
+    gopts.on_failure = [shared = shared_, name = name()](const std::string& why) {
+      on_gate_failure(*shared, name, why);
+    };
+    // The gate_fails_after_seconds fault (tests/test_nodes.cpp): the gate's
+    // thread fails that long after it starts.
+    const double fails_after = faults_or_none(o_.faults).gate_fails_after_seconds;
+    if (fails_after >= 0) {
       const auto at = std::chrono::steady_clock::now() +
                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(std::atof(after)));
+                          std::chrono::duration<double>(fails_after));
       gopts.on_turn = [at] {
         if (std::chrono::steady_clock::now() >= at)
-          throw std::runtime_error("injected failure (TROUPE_TEST_GATE_FAILS_AFTER_S)");
+          throw std::runtime_error("injected failure (gate_fails_after_seconds)");
       };
     }
-    gopts.on_failure = [shared, name = task.str()](const std::string& why) {
-      spdlog::error("{}: its gate stopped ({}); ending this process's run", name, why);
-      caf::actor watch;
-      {
-        std::lock_guard<std::mutex> guard(shared->gate_watch_mutex);
-        watch = shared->gate_watch;
-      }
-      if (watch) {  // a chief's running job: its coordinator sees the watch exit
-        caf::anon_send(watch, caf::exit_msg{caf::actor_addr{},
-                                            caf::make_error(caf::sec::runtime_error,
-                                                            "it stopped listening: " + why)});
-        return;
-      }
-      shared->events.push(
-          {node_event::lost, name, {}, {}, {}, "its gate stopped listening: " + why, {}});
-    };
-    door = open_gate(sys, node, hp.host, hp.port, std::move(gopts));
-  } catch (const gate_error& e) {
-    caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
-    if (ring) caf::anon_send_exit(ring, caf::exit_reason::user_shutdown);
-    throw job_error(task.str() + ": " + e.what());
+    return gopts;
   }
-  spdlog::info("{}: listening on {}", task.str(), address);
 
-  job_actors here;  // this task's workers, shards and (chief) hub
-  auto& my_shards = here.shards;
-  auto& workers = here.workers;
-  shard_set shards;
-  std::string error;
-  nlohmann::json summary = nlohmann::json::object();
-  const auto deadline = clock_type::now() + np.join_timeout;
-  auto& events = shared->events;
-  try {
-    if (!mine.shards.empty()) {
-      shards = plan_shards(*plan);
-      spawn_shards(sys, *plan, mine.shards, shards);
-      my_shards = shards.actors;
-      if (faults_or_none(o.faults).hold_shard_at_exit && !my_shards.empty())
-        held_past_shutdown.push_back(my_shards.front());
+  // On the gate's thread: a chief's running job ends through its
+  // coordinator's watch; otherwise the main thread gets a `lost` event.
+  static void on_gate_failure(node_shared& shared, const std::string& name,
+                              const std::string& why) {
+    spdlog::error("{}: its gate stopped ({}); ending this process's run", name, why);
+    caf::actor watch;
+    {
+      std::lock_guard<std::mutex> guard(shared.gate_watch_mutex);
+      watch = shared.gate_watch;
     }
-    if (!chief) {
-      node_parts hello_parts;
-      hello_parts.task = task.str();
-      hello_parts.shard_indices = mine.shards;
-      hello_parts.shards = my_shards;
-      // Shards first, so that their handles, which reach this task through
-      // the chief, route straight to the ps task; then the chief.
-      if (!mine.replicas.empty())
-        for (const auto& p : placement)
-          if (!p.shards.empty() && p.task.job != "chief") np.connect(p.task, {}, deadline);
-      auto chief_node = np.connect({"chief", 0}, hello_parts, deadline);
-      (void)chief_node;
-      // A task without replicas (ps) is built once it joined: its shards
-      // serve the job, so a signal now stops the job with a checkpoint. A
-      // task with replicas trains once they are built (below).
-      if (mine.replicas.empty()) stop_policy::enter(stop_policy::phase::training);
-      // Asked to leave: the chief stops the whole job with a checkpoint.
-      preemption::watch preempt([&sys, node](int signal) {
-        send_from_here(sys, node, preempt_atom::value, preemption::signal_name(signal));
-      });
-      for (bool done = false; !done;) {
-        auto ev = events.pop_until(clock_type::time_point::max());
-        if (!ev) continue;
-        switch (ev->kind) {
-          case node_event::build:
-            try {
-              workers = np.build_workers(ev->order);
-              send_from_here(sys, node, built_atom::value, np.parts_of(workers));
-              stop_policy::enter(stop_policy::phase::training);
-              spdlog::info("{}: built {}s {}", task.str(), plan->strat->replica_unit(),
-                           fmt::join(workers.indices, ", "));
-            } catch (const std::exception& e) {
-              send_from_here(sys, node, built_atom::value, std::string(e.what()));
-              throw;
-            }
-            break;
-          case node_event::stop:
-            stop_policy::enter(ev->preempted.empty() ? stop_policy::phase::writing
-                                                     : stop_policy::phase::leaving);
-            if (!ev->reason.empty()) error = "the chief ended the job: " + ev->reason;
-            if (!ev->preempted.empty()) summary["preempted"] = ev->preempted;
-            done = true;
-            break;
-          case node_event::lost:
-            error = "lost " + ev->task + " (" + ev->reason + ")";
-            done = true;
-            break;
-          case node_event::joined:
-            break;
-        }
-      }
-    } else {
-      summary = run_chief(np, shards, workers, deadline, here.hub);
+    if (watch) {
+      caf::anon_send(
+          watch, caf::exit_msg{caf::actor_addr{}, caf::make_error(caf::sec::runtime_error,
+                                                                  "it stopped listening: " + why)});
+      return;
     }
-  } catch (const std::exception& e) {
-    error = e.what();
+    shared.events.push(
+        {node_event::lost, name, {}, {}, {}, "its gate stopped listening: " + why, {}});
   }
-  if (chief) {
-    // Every task that joined, restarted ones included, learns the end.
-    caf::scoped_actor self{sys};
-    self->request(node, std::chrono::seconds(5), stop_atom::value, error,
-                  summary.value("preempted", std::string()))
+
+  void host_shards() {
+    if (mine_.shards.empty()) return;
+    shards_ = plan_shards(*plan_);
+    spawn_shards(sys_, *plan_, mine_.shards, shards_);
+    here_.shards = shards_.actors;
+    if (faults_or_none(o_.faults).hold_shard_at_exit && !here_.shards.empty())
+      held_past_shutdown_.push_back(here_.shards.front());
+  }
+
+  void run_worker() {
+    join_as_worker();
+    // Asked to leave: the chief stops the whole job with a checkpoint.
+    preemption::watch preempt([&sys = sys_, node = node_](int signal) {
+      send_from_here(sys, node, preempt_atom::value, preemption::signal_name(signal));
+    });
+    phase_ = phase::running;
+    while (phase_ == phase::running) {
+      auto ev = shared_->events.pop_until(clock_type::time_point::max());
+      if (!ev) continue;
+      switch (ev->kind) {
+        case node_event::build:
+          on_build(*ev);
+          break;
+        case node_event::stop:
+          on_stop(*ev);
+          break;
+        case node_event::lost:
+          on_lost(*ev);
+          break;
+        case node_event::joined:
+          break;
+      }
+    }
+  }
+
+  void join_as_worker() {
+    node_parts hello;
+    hello.task = name();
+    hello.shard_indices = mine_.shards;
+    hello.shards = here_.shards;
+    // Shards first, so that their handles, which reach this task through
+    // the chief, route straight to the ps task; then the chief.
+    if (!mine_.replicas.empty())
+      for (const auto& p : placement_)
+        if (!p.shards.empty() && p.task.job != "chief") np_->connect(p.task, {}, deadline_);
+    np_->connect({"chief", 0}, hello, deadline_);
+    // A task without replicas (ps) is built once it joined: its shards
+    // serve the job, so a signal now stops the job with a checkpoint. A
+    // task with replicas trains once they are built (on_build).
+    if (mine_.replicas.empty()) stop_policy::enter(stop_policy::phase::training);
+  }
+
+  // The chief's order to build this task's replicas (or workers).
+  void on_build(const node_event& ev) {
+    try {
+      here_.workers = np_->build_workers(ev.order);
+      send_from_here(sys_, node_, built_atom::value, np_->parts_of(here_.workers));
+      stop_policy::enter(stop_policy::phase::training);
+      spdlog::info("{}: built {}s {}", name(), plan_->strat->replica_unit(),
+                   fmt::join(here_.workers.indices, ", "));
+    } catch (const std::exception& e) {
+      send_from_here(sys_, node_, built_atom::value, std::string(e.what()));
+      throw;
+    }
+  }
+
+  // The chief ended the job: with an error, preempted, or done.
+  void on_stop(const node_event& ev) {
+    stop_policy::enter(ev.preempted.empty() ? stop_policy::phase::writing
+                                            : stop_policy::phase::leaving);
+    if (!ev.reason.empty()) error_ = "the chief ended the job: " + ev.reason;
+    if (!ev.preempted.empty()) summary_["preempted"] = ev.preempted;
+    phase_ = phase::ending;
+  }
+
+  void on_lost(const node_event& ev) {
+    error_ = "lost " + ev.task + " (" + ev.reason + ")";
+    phase_ = phase::ending;
+  }
+
+  nlohmann::json end() {
+    phase_ = phase::ending;
+    if (chief_) tell_tasks_the_end();
+    here_.stop({caf::actor_cast<caf::actor>(ring_), caf::actor_cast<caf::actor>(node_)});
+    door_.reset();
+    shards_ = {};
+    np_->joined.clear();
+    here_.join(sys_);
+    const auto traffic = link_totals();
+    spdlog::info("{}: {:.1f} MB sent to and {:.1f} MB received from other tasks", name(),
+                 static_cast<double>(traffic.bytes_out) / 1e6,
+                 static_cast<double>(traffic.bytes_in) / 1e6);
+    if (!error_.empty())
+      throw job_error(error_.rfind(name(), 0) == 0 ? error_ : name() + ": " + error_);
+    finish_trace(tracing_, summary_);
+    if (chief_)
+      write_job_file((fs::path(plan_->output_dir) / "summary.json").string(),
+                     summary_.dump(2) + '\n');
+    return summary_;
+  }
+
+  // Every task that joined, restarted ones included, learns the end.
+  void tell_tasks_the_end() {
+    caf::scoped_actor self{sys_};
+    self->request(node_, std::chrono::seconds(5), stop_atom::value, error_,
+                  summary_.value("preempted", std::string()))
         .receive([](int32_t) {}, [](caf::error&) {});
   }
-  here.stop({caf::actor_cast<caf::actor>(ring), caf::actor_cast<caf::actor>(node)});
-  door.reset();
-  shards = {};
-  np.joined.clear();
-  here.join(sys);
-  const auto traffic = link_totals();
-  spdlog::info("{}: {:.1f} MB sent to and {:.1f} MB received from other tasks", task.str(),
-               static_cast<double>(traffic.bytes_out) / 1e6,
-               static_cast<double>(traffic.bytes_in) / 1e6);
-  if (!error.empty())
-    throw job_error(error.rfind(task.str(), 0) == 0 ? error : task.str() + ": " + error);
-  finish_trace(tracing, summary);
-  if (chief)
-    write_job_file((fs::path(plan->output_dir) / "summary.json").string(), summary.dump(2) + '\n');
-  return summary;
-}
+
+  caf::actor_system& sys_;
+  const job_config& c_;
+  const task_id task_;
+  const job_options& o_;
+  // Gets a shard handle under the hold_shard_at_exit fault: the caller
+  // releases it only after the bounded shutdown.
+  std::vector<variable_shard_actor>& held_past_shutdown_;
+  const bool chief_;
+  phase phase_ = phase::preparing;
+  // In the order the run makes them, so that they end in reverse.
+  std::shared_ptr<node_shared> shared_;
+  std::vector<task_placement> placement_;
+  task_placement mine_;
+  std::shared_ptr<job_plan> plan_;
+  std::optional<trace::session> tracing_;  // this task's own trace file
+  std::unique_ptr<process_monitoring> monitor_;
+  ring_node_actor ring_;
+  node_actor node_;
+  std::unique_ptr<node_process> np_;
+  std::unique_ptr<gate> door_;
+  clock_type::time_point deadline_{};  // of joining
+  job_actors here_;                    // this task's workers, shards and (chief) hub
+  shard_set shards_;
+  std::string error_;
+  nlohmann::json summary_ = nlohmann::json::object();
+};
 
 }  // namespace
 
@@ -356,7 +457,7 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
   nlohmann::json summary;
   std::exception_ptr failure;
   try {
-    summary = run_node_on(ns->sys, c, task, options, held_past_shutdown);
+    summary = node_run(ns->sys, c, task, options, held_past_shutdown).run();
   } catch (...) {
     failure = std::current_exception();
   }

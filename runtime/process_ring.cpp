@@ -18,21 +18,19 @@
 
 #include "actors/reducers/collective.hpp"
 #include "crypto/crypto.hpp"
+#include "runtime/ring_detail.hpp"
 #include "runtime/tls_records.hpp"
 
 namespace troupe {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using namespace ring_detail;
 
 // Sealed and sent at a time: 4 records of 16 KB. Sealing a piece in such
 // steps cuts the same records as sealing it whole, which the receiver's
 // byte count relies on.
 constexpr std::size_t kSendBytes = 4 * tls13::max_plaintext;
 constexpr std::size_t kReadBytes = 256 * 1024;  // read from the socket at a time
-constexpr std::size_t kChallengeBytes = 32;
-constexpr auto kProofTimeout = std::chrono::seconds(5);
-constexpr std::size_t kMaxUnproven = 16;
 
 // A link that broke during a collective: the caller fails the ring with it.
 class link_broken : public std::runtime_error {
@@ -40,19 +38,10 @@ class link_broken : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-std::string errno_text(const char* call) {
-  return std::string(call) + ": " + std::strerror(errno);
-}
-
 void set_nonblocking(int fd) {
   int flags = ::fcntl(fd, F_GETFL, 0);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
     throw device_error("process ring: " + errno_text("fcntl"));
-}
-
-int ms_until(clock_type::time_point t) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - clock_type::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left, 0, 60'000));
 }
 
 // A flat range of the caller's spans as pieces that lie in one span each.
@@ -531,287 +520,6 @@ void process_ring::all_gather(float* data, std::size_t chunk) {
   std::vector<float_span> spans{{data, chunk * static_cast<std::size_t>(size_)}};
   run(ring_steps(spans, chunk_bounds(size_, chunk), 0, false, true, reduce_op::sum),
       reduce_op::sum);
-}
-
-// --- setting the links up ---
-
-std::string ring_link_proof(const std::string& key, const std::string& challenge) {
-  return crypto::as_string(crypto::hmac_sha256(key, "troupe process_ring v1 proof:" + challenge));
-}
-
-std::string ring_link_secret(const std::string& key, const std::string& challenge) {
-  return crypto::hkdf(challenge, key, "troupe process_ring v1 traffic", 32);
-}
-
-std::string ring_link_unix_name(const std::string& key) {
-  const std::string tag =
-      crypto::as_string(crypto::hmac_sha256(key, "troupe process_ring v1 unix name"));
-  return std::string(1, '\0') + "troupe-ring-" + crypto::to_hex(tag.substr(0, 16));
-}
-
-namespace {
-
-addrinfo* resolve(const std::string& host, uint16_t port, bool passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = passive ? AI_PASSIVE : 0;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0 || !res)
-    throw device_error("process ring: cannot resolve \"" + host + "\": " + ::gai_strerror(rc));
-  return res;
-}
-
-uint16_t bound_port(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof(a);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw device_error("process ring: " + errno_text("getsockname"));
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
-  return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
-}
-
-// The address of an abstract Unix socket name (its leading NUL included).
-sockaddr_un unix_address(const std::string& name, socklen_t* len) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, name.data(), std::min(name.size(), sizeof(a.sun_path)));
-  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
-  return a;
-}
-
-// Whether the process at the other end of Unix socket `fd` runs as we do.
-bool peer_runs_as_us(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == ::getuid();
-}
-
-// A connection that has been sent its challenge and owes the proof.
-struct unproven {
-  int fd = -1;
-  std::string challenge;
-  std::string answer;
-  clock_type::time_point until;
-  bool same_host = false;  // came in on the Unix socket
-};
-
-// Reads what `u` sent of its answer; true once it is whole.
-bool read_answer(unproven& u) {
-  char buf[kChallengeBytes];
-  ssize_t k = ::recv(u.fd, buf, kChallengeBytes - u.answer.size(), 0);
-  if (k > 0) u.answer.append(buf, static_cast<std::size_t>(k));
-  if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-    u.until = clock_type::time_point::min();  // gone: dropped below
-  return u.answer.size() == kChallengeBytes;
-}
-
-// Accepts one connection on `listening` and sends it a challenge.
-void challenge_newcomer(int listening, bool same_host, const ring_link_offer& offer,
-                        std::vector<unproven>& waiting) {
-  int c = ::accept4(listening, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (c < 0) return;
-  if (same_host && !peer_runs_as_us(c)) {
-    spdlog::warn(
-        "process ring: a process of another user connected to the Unix socket of {}:{}; "
-        "closed",
-        offer.host, offer.port);
-    ::close(c);
-    return;
-  }
-  unproven u{
-      c, crypto::random_bytes(kChallengeBytes), {}, clock_type::now() + kProofTimeout, same_host};
-  // 32 bytes into a fresh socket's empty buffer: sent whole or not at all.
-  if (::send(c, u.challenge.data(), kChallengeBytes, MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(kChallengeBytes)) {
-    ::close(c);
-    return;
-  }
-  waiting.push_back(std::move(u));
-}
-
-}  // namespace
-
-ring_link_listener::ring_link_listener(const std::string& bind_host, bool same_host_unix) {
-  addrinfo* res = resolve(bind_host, 0, true);
-  std::string why;
-  for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) continue;
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 16) == 0) {
-      fd_ = fd;
-    } else {
-      why = errno_text("bind");
-      ::close(fd);
-    }
-  }
-  ::freeaddrinfo(res);
-  if (fd_ < 0) throw device_error("process ring: cannot listen on " + bind_host + ": " + why);
-  offer_.host = bind_host;
-  offer_.port = bound_port(fd_);
-  offer_.key = crypto::random_bytes(32);
-  if (same_host_unix) listen_on_unix_name();
-}
-
-// Bound before the offer leaves this process, so no one can take the name.
-void ring_link_listener::listen_on_unix_name() {
-  socklen_t len = 0;
-  const sockaddr_un a = unix_address(ring_link_unix_name(offer_.key), &len);
-  unix_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (unix_fd_ < 0 || ::bind(unix_fd_, reinterpret_cast<const sockaddr*>(&a), len) != 0 ||
-      ::listen(unix_fd_, 16) != 0) {
-    const std::string why = errno_text("bind");
-    close_listeners();
-    throw device_error("process ring: cannot listen on a Unix socket: " + why);
-  }
-}
-
-void ring_link_listener::close_listeners() {
-  for (int* fd : {&fd_, &unix_fd_})
-    if (*fd >= 0) {
-      ::close(*fd);
-      *fd = -1;
-    }
-}
-
-ring_link_listener::~ring_link_listener() {
-  close_listeners();
-}
-
-ring_socket ring_link_listener::accept(clock_type::time_point deadline, const std::string& peer,
-                                       bool encrypted) {
-  std::vector<unproven> waiting;
-  auto drop = [&](std::size_t i, const char* why) {
-    spdlog::warn("process ring: a connection to {}:{} (waiting for {}) {}; closed", offer_.host,
-                 offer_.port, peer, why);
-    ::close(waiting[i].fd);
-    waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
-  };
-  for (;;) {
-    const auto now = clock_type::now();
-    if (now >= deadline) {
-      for (auto& u : waiting) ::close(u.fd);
-      throw device_error("process ring: " + peer + " did not connect to " + offer_.host + ":" +
-                         std::to_string(offer_.port) + " in time");
-    }
-    for (std::size_t i = waiting.size(); i-- > 0;)
-      if (waiting[i].until <= now) drop(i, "did not prove the link key in time");
-    const short room = waiting.size() < kMaxUnproven ? POLLIN : 0;
-    std::vector<pollfd> fds{{fd_, room, 0}, {unix_fd_, room, 0}};  // poll skips -1
-    for (auto& u : waiting) fds.push_back({u.fd, POLLIN, 0});
-    ::poll(fds.data(), fds.size(), std::min(ms_until(deadline), 100));
-    for (std::size_t i = waiting.size(); i-- > 0;) {
-      if (!(fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      if (!read_answer(waiting[i])) continue;
-      if (!crypto::constant_time_equal(waiting[i].answer,
-                                       ring_link_proof(offer_.key, waiting[i].challenge))) {
-        drop(i, "answered its challenge wrongly");
-        continue;
-      }
-      const unproven& u = waiting[i];
-      ring_socket s{
-          u.fd,
-          encrypted && !u.same_host ? ring_link_secret(offer_.key, u.challenge) : std::string(),
-          peer, u.same_host};
-      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
-      for (auto& w : waiting) ::close(w.fd);
-      close_listeners();
-      return s;
-    }
-    for (int k : {0, 1})
-      if (fds[k].revents & POLLIN) challenge_newcomer(fds[k].fd, k == 1, offer_, waiting);
-  }
-}
-
-namespace {
-
-// A connected non-blocking socket to host:port, or -1 while it is refused.
-int try_connect(const ring_link_offer& offer, clock_type::time_point deadline) {
-  addrinfo* res = resolve(offer.host, offer.port, false);
-  int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) {
-    ::freeaddrinfo(res);
-    throw device_error("process ring: " + errno_text("socket"));
-  }
-  int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
-  ::freeaddrinfo(res);
-  if (rc != 0 && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    ::poll(&p, 1, std::min(ms_until(deadline), 1000));
-    int err = 0;
-    socklen_t len = sizeof(err);
-    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    rc = (p.revents & POLLOUT) && err == 0 ? 0 : -1;
-  }
-  if (rc != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// A connected socket on the offer's Unix name, or -1 where this network
-// namespace has none (another host) or another user holds it.
-int try_connect_unix(const ring_link_offer& offer) {
-  socklen_t len = 0;
-  const sockaddr_un a = unix_address(ring_link_unix_name(offer.key), &len);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return -1;
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  if (!peer_runs_as_us(fd)) {
-    spdlog::warn("process ring: the Unix socket of {}:{} is held by another user; using TCP",
-                 offer.host, offer.port);
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Reads exactly n bytes by the deadline; false if the peer closed or is late.
-bool read_exactly(int fd, char* out, std::size_t n, clock_type::time_point deadline) {
-  std::size_t got = 0;
-  while (got < n) {
-    ssize_t k = ::recv(fd, out + got, n - got, 0);
-    if (k > 0) {
-      got += static_cast<std::size_t>(k);
-      continue;
-    }
-    if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
-    if (clock_type::now() >= deadline) return false;
-    pollfd p{fd, POLLIN, 0};
-    ::poll(&p, 1, std::min(ms_until(deadline), 1000));
-  }
-  return true;
-}
-
-}  // namespace
-
-ring_socket connect_ring_link(const ring_link_offer& offer, clock_type::time_point deadline,
-                              const std::string& peer, bool encrypted, bool same_host_unix) {
-  const std::string where = peer + " at " + offer.host + ":" + std::to_string(offer.port);
-  int fd = same_host_unix ? try_connect_unix(offer) : -1;
-  const bool same_host = fd >= 0;
-  while (fd < 0 && (fd = try_connect(offer, deadline)) < 0) {
-    if (clock_type::now() >= deadline)
-      throw device_error("process ring: cannot connect to " + where);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  std::string challenge(kChallengeBytes, '\0');
-  if (!read_exactly(fd, challenge.data(), kChallengeBytes, deadline)) {
-    ::close(fd);
-    throw device_error("process ring: " + where + " sent no challenge");
-  }
-  const std::string proof = ring_link_proof(offer.key, challenge);
-  if (::send(fd, proof.data(), proof.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(proof.size())) {
-    ::close(fd);
-    throw device_error("process ring: sending the proof to " + where + ": " + errno_text("send"));
-  }
-  return {fd, encrypted && !same_host ? ring_link_secret(offer.key, challenge) : std::string(),
-          peer, same_host};
 }
 
 }  // namespace troupe

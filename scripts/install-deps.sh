@@ -5,7 +5,8 @@
 #   scripts/install-deps.sh --build-only  what building the troupe binary needs
 #                                         (deploy/Dockerfile)
 # The full install also makes a Python venv with Gymnasium, for the
-# Gymnasium environments' tests (tests/test_gymnasium.cpp):
+# Gymnasium environments' tests (tests/test_gymnasium.cpp), and lizard, for
+# the function_sizes test (tests/function_sizes.cmake):
 # ${TROUPE_VENV:-$HOME/.cache/troupe-venv}, never the system's Python.
 set -euo pipefail
 
@@ -38,15 +39,20 @@ case "${1:-}" in
 esac
 
 # Gymnasium alone (NumPy comes with it; no extras), pinned to the version
-# tests/gymnasium/ recorded with.
+# tests/gymnasium/ recorded with; lizard, pinned to the version whose
+# measures the function size limits were set with (docs/development.md).
 GYMNASIUM=gymnasium==1.4.0
+LIZARD=lizard==1.24.3
 VENV=${TROUPE_VENV:-$HOME/.cache/troupe-venv}
-gymnasium_venv() {
+python_venv() {
   [ "${1:-}" = --build-only ] && return 0
-  "$VENV/bin/python" -c 'import gymnasium' 2>/dev/null && return 0
-  echo "install-deps: making $VENV with $GYMNASIUM"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "$GYMNASIUM"
+  if "$VENV/bin/python" -c 'import gymnasium' 2>/dev/null &&
+    [ "$("$VENV/bin/lizard" --version 2>/dev/null)" = "${LIZARD#lizard==}" ]; then
+    return 0
+  fi
+  echo "install-deps: making $VENV with $GYMNASIUM and $LIZARD"
+  [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "$GYMNASIUM" "$LIZARD"
 }
 
 missing=()
@@ -56,7 +62,7 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  gymnasium_venv "${1:-}"
+  python_venv "${1:-}"
   exit 0
 fi
 
@@ -66,5 +72,5 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-gymnasium_venv "${1:-}"
+python_venv "${1:-}"
 echo "install-deps: done"

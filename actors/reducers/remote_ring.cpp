@@ -355,182 +355,216 @@ void start_next(Self self) {
   check_done(self);
 }
 
+// The node's handlers, one per message; ring_node_impl wires them.
+
+// Chunks from other processes land straight in the running collective's
+// buffers (see node_landing) until this node is gone.
+template <class Self>
+void init_node(Self self, const ring_options& opt) {
+  auto& st = self->state;
+  st.opt = opt;
+  st.opt.window = std::max<int32_t>(1, opt.window);
+  st.chunk_elems = std::max<int64_t>(1, opt.chunk_bytes / static_cast<int64_t>(sizeof(float)));
+  auto& sys = self->home_system();
+  auto id = self->id();
+  set_ring_landing(sys, id, st.landing);
+  self->attach_functor([&sys, id] { set_ring_landing(sys, id, nullptr); });
+}
+
+// Told to stop: drop the peers' handles first. Nodes of one process hold
+// each other's handles; brokers (on_middleman_thread) do not release their
+// state on exit, so the cycle would outlive the group.
+template <class Self>
+void on_stop_asked(Self self, caf::exit_msg& em) {
+  self->state.peers.clear();
+  self->state.introduced.clear();
+  self->quit(std::move(em.reason));
+}
+
+template <class Self>
+void on_peer_down(Self self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (int32_t p = 0; p < static_cast<int32_t>(st.peers.size()); ++p)
+    if (p != st.rank && st.peers[p].address() == dm.source) {
+      // A peer stopped on purpose (user_shutdown) is stopped with the whole
+      // group: every node gets its own down message, and aborts sent to
+      // nodes already gone would only pile up (brokers in one process
+      // then keep each other alive).
+      fail_all(
+          self,
+          where(st) + ": lost peer rank " + std::to_string(p) + " (" + describe(dm.reason) + ")",
+          dm.reason != caf::exit_reason::user_shutdown);
+      return;
+    }
+}
+
+template <class Self>
+void on_chunk(Self self, ring_chunk& ch) {
+  auto& st = self->state;
+  if (!st.broken.empty()) return;
+  if (ch.landed > 0 && (!st.act || ch.seq != st.act->seq)) {
+    // Cannot happen: a chunk lands only in the running collective,
+    // which does not end before the node consumed all its chunks.
+    fail_all(self,
+             where(st) + ": chunk of collective " + std::to_string(ch.seq) + " landed outside it",
+             true);
+    return;
+  }
+  if (!st.act || ch.seq > st.act->seq) {
+    st.early[ch.seq].push_back(std::move(ch));
+    return;
+  }
+  if (ch.seq < st.act->seq) {  // stale: acknowledge and drop
+    self->send(st.peers[st.left()], ring_credit_atom::value, int32_t{1});
+    return;
+  }
+  consume(self, ch);
+  pump(self);
+  check_done(self);
+}
+
+template <class Self>
+void on_credit(Self self, int32_t k) {
+  auto& st = self->state;
+  st.in_flight = std::max(0, st.in_flight - k);
+  pump(self);
+  check_done(self);
+}
+
+template <class Self>
+void on_timeout(Self self, uint64_t seq) {
+  auto& st = self->state;
+  if (!st.act || st.act->seq != seq) return;
+  auto& a = *st.act;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(st.opt.timeout).count();
+  fail_all(self,
+           where(st) + ": collective " + std::to_string(seq) + " timed out after " +
+               std::to_string(ms) + " ms" + " (received " + std::to_string(a.received) + "/" +
+               std::to_string(a.to_receive) + " chunks from rank " + std::to_string(st.left()) +
+               ", sent " + std::to_string(a.sent) + "/" + std::to_string(a.to_send) + " to rank " +
+               std::to_string(st.right()) + ")",
+           true);
+}
+
+template <class Self>
+caf::result<int32_t> on_wire(Self self, int32_t rank, std::vector<ring_peer_actor>& peers) {
+  auto& st = self->state;
+  if (st.n > 0) return ring_error(where(st) + ": already wired");
+  auto n = static_cast<int32_t>(peers.size());
+  if (rank < 0 || rank >= n)
+    return ring_error("remote_ring: rank " + std::to_string(rank) + " out of range for " +
+                      std::to_string(n) + " peers");
+  for (int32_t p = 0; p < n; ++p)
+    if (!peers[p]) return ring_error("remote_ring: peer " + std::to_string(p) + " is invalid");
+  if (peers[rank].address() != self->address())
+    return ring_error("remote_ring: peers[" + std::to_string(rank) + "] is not this node");
+  st.rank = rank;
+  st.n = n;
+  st.peers = std::move(peers);
+  for (int32_t p = 0; p < n; ++p)
+    if (p != rank) self->monitor(st.peers[p]);
+  start_next(self);
+  return n;
+}
+
+template <class Self>
+caf::result<ring_peer_actor> on_known(Self self, int32_t rank) {
+  auto& known = self->state.introduced;
+  auto i = known.find(rank);
+  if (i == known.end())
+    return ring_error("remote_ring: rank " + std::to_string(rank) + " has not joined yet");
+  return i->second;
+}
+
+// This process's direct-link offer, forwarded to the left neighbour.
+template <class Self>
+void on_own_offer(Self self, std::string& host, uint16_t port, std::string& key) {
+  auto& st = self->state;
+  // From this process only: a remote sender could otherwise point the
+  // left neighbour's gradients at an address of its choosing.
+  auto sender = self->current_sender();
+  if (sender && sender->node() != self->node()) {
+    spdlog::warn("{}: a direct-link offer to forward from another process; dropped", where(st));
+    return;
+  }
+  if (st.n < 2) return;  // not wired (or alone): nobody to offer to
+  self->send(st.peers[st.left()], ring_offer_atom::value, st.rank, std::move(host), port,
+             std::move(key));
+}
+
+// The offer rank `from` made, when asked for.
+template <class Self>
+caf::result<std::string, uint16_t, std::string> on_offer_asked(Self self, int32_t from) {
+  auto& st = self->state;
+  auto i = st.offers.find(from);
+  if (st.n < 2 || i == st.offers.end())
+    return ring_error("remote_ring: rank " + std::to_string(from) + " has made no offer yet");
+  // Only the right neighbour's node offers, and only as itself.
+  auto& o = i->second;
+  auto peer = caf::actor_cast<caf::strong_actor_ptr>(st.peers[st.right()]);
+  if (from != st.right() || !o.sender || o.sender->node() != peer->node() ||
+      o.sender->id() != peer->id()) {
+    st.offers.erase(i);
+    spdlog::warn("{}: a direct-link offer claiming rank {} not from that rank's node; dropped",
+                 where(st), from);
+    return ring_error("remote_ring: rank " + std::to_string(from) + " has made no offer yet");
+  }
+  return {o.host, o.port, o.key};
+}
+
+template <class Self>
+caf::result<std::vector<tensor>> on_allreduce(Self self, reduce_op op, std::vector<tensor>& ts) {
+  auto& st = self->state;
+  if (!st.broken.empty()) return ring_error(st.broken);
+  if (st.n == 0) return ring_error("remote_ring: node is not wired");
+  for (std::size_t i = 0; i < ts.size(); ++i)
+    if (ts[i].type() != dtype::f32)
+      return ring_error("remote_ring: tensor " + std::to_string(i) + " is " +
+                        dtype_name(ts[i].type()) + ", only float32 is reduced");
+  if (st.n == 1) {  // op over one rank = identity (mean: x / 1)
+    ++st.stats.collectives;
+    return std::move(ts);
+  }
+  auto rp = self->template make_response_promise<std::vector<tensor>>();
+  st.queue.push_back({op, std::move(ts), rp});
+  start_next(self);
+  return rp;
+}
+
 template <class Self>
 ring_node_actor::behavior_type ring_node_impl(Self self, ring_options opt) {
   keep_exception_cause(self, "ring node");
-  auto& st0 = self->state;
-  st0.opt = opt;
-  st0.opt.window = std::max<int32_t>(1, opt.window);
-  st0.chunk_elems = std::max<int64_t>(1, opt.chunk_bytes / static_cast<int64_t>(sizeof(float)));
-  {
-    // Chunks from other processes land straight in the running collective's
-    // buffers (see node_landing) until this node is gone.
-    auto& sys = self->home_system();
-    auto id = self->id();
-    set_ring_landing(sys, id, st0.landing);
-    self->attach_functor([&sys, id] { set_ring_landing(sys, id, nullptr); });
-  }
-  // Told to stop: drop the peers' handles first. Nodes of one process hold
-  // each other's handles; brokers (on_middleman_thread) do not release their
-  // state on exit, so the cycle would outlive the group.
-  self->set_exit_handler([=](caf::exit_msg& em) {
-    self->state.peers.clear();
-    self->state.introduced.clear();
-    self->quit(std::move(em.reason));
-  });
-  self->set_down_handler([=](caf::down_msg& dm) {
-    auto& st = self->state;
-    for (int32_t p = 0; p < static_cast<int32_t>(st.peers.size()); ++p)
-      if (p != st.rank && st.peers[p].address() == dm.source) {
-        // A peer stopped on purpose (user_shutdown) is stopped with the whole
-        // group: every node gets its own down message, and aborts sent to
-        // nodes already gone would only pile up (brokers in one process
-        // then keep each other alive).
-        fail_all(
-            self,
-            where(st) + ": lost peer rank " + std::to_string(p) + " (" + describe(dm.reason) + ")",
-            dm.reason != caf::exit_reason::user_shutdown);
-        return;
-      }
-  });
+  init_node(self, opt);
+  self->set_exit_handler([=](caf::exit_msg& em) { on_stop_asked(self, em); });
+  self->set_down_handler([=](caf::down_msg& dm) { on_peer_down(self, dm); });
   return {
-      [=](ring_chunk_atom, ring_chunk& ch) {
-        auto& st = self->state;
-        if (!st.broken.empty()) return;
-        if (ch.landed > 0 && (!st.act || ch.seq != st.act->seq)) {
-          // Cannot happen: a chunk lands only in the running collective,
-          // which does not end before the node consumed all its chunks.
-          fail_all(
-              self,
-              where(st) + ": chunk of collective " + std::to_string(ch.seq) + " landed outside it",
-              true);
-          return;
-        }
-        if (!st.act || ch.seq > st.act->seq) {
-          st.early[ch.seq].push_back(std::move(ch));
-          return;
-        }
-        if (ch.seq < st.act->seq) {  // stale: acknowledge and drop
-          self->send(st.peers[st.left()], ring_credit_atom::value, int32_t{1});
-          return;
-        }
-        consume(self, ch);
-        pump(self);
-        check_done(self);
-      },
-      [=](ring_credit_atom, int32_t k) {
-        auto& st = self->state;
-        st.in_flight = std::max(0, st.in_flight - k);
-        pump(self);
-        check_done(self);
-      },
+      [=](ring_chunk_atom, ring_chunk& ch) { on_chunk(self, ch); },
+      [=](ring_credit_atom, int32_t k) { on_credit(self, k); },
       [=](ring_abort_atom, uint64_t seq, int32_t from, std::string& reason) {
-        auto& st = self->state;
         fail_all(self,
-                 where(st) + ": collective " + std::to_string(seq) + " aborted by rank " +
+                 where(self->state) + ": collective " + std::to_string(seq) + " aborted by rank " +
                      std::to_string(from) + ": " + reason,
                  false);
       },
-      [=](ring_timeout_atom, uint64_t seq) {
-        auto& st = self->state;
-        if (!st.act || st.act->seq != seq) return;
-        auto& a = *st.act;
-        fail_all(
-            self,
-            where(st) + ": collective " + std::to_string(seq) + " timed out after " +
-                std::to_string(
-                    std::chrono::duration_cast<std::chrono::milliseconds>(st.opt.timeout).count()) +
-                " ms" + " (received " + std::to_string(a.received) + "/" +
-                std::to_string(a.to_receive) + " chunks from rank " + std::to_string(st.left()) +
-                ", sent " + std::to_string(a.sent) + "/" + std::to_string(a.to_send) + " to rank " +
-                std::to_string(st.right()) + ")",
-            true);
-      },
-      [=](ring_wire_atom, int32_t rank,
-          std::vector<ring_peer_actor>& peers) -> caf::result<int32_t> {
-        auto& st = self->state;
-        if (st.n > 0) return ring_error(where(st) + ": already wired");
-        auto n = static_cast<int32_t>(peers.size());
-        if (rank < 0 || rank >= n)
-          return ring_error("remote_ring: rank " + std::to_string(rank) + " out of range for " +
-                            std::to_string(n) + " peers");
-        for (int32_t p = 0; p < n; ++p)
-          if (!peers[p])
-            return ring_error("remote_ring: peer " + std::to_string(p) + " is invalid");
-        if (peers[rank].address() != self->address())
-          return ring_error("remote_ring: peers[" + std::to_string(rank) + "] is not this node");
-        st.rank = rank;
-        st.n = n;
-        st.peers = std::move(peers);
-        for (int32_t p = 0; p < n; ++p)
-          if (p != rank) self->monitor(st.peers[p]);
-        start_next(self);
-        return n;
+      [=](ring_timeout_atom, uint64_t seq) { on_timeout(self, seq); },
+      [=](ring_wire_atom, int32_t rank, std::vector<ring_peer_actor>& peers) {
+        return on_wire(self, rank, peers);
       },
       [=](ring_hello_atom, int32_t rank, ring_peer_actor& peer) {
         self->state.introduced[rank] = std::move(peer);
       },
-      [=](ring_known_atom, int32_t rank) -> caf::result<ring_peer_actor> {
-        auto& known = self->state.introduced;
-        auto i = known.find(rank);
-        if (i == known.end())
-          return ring_error("remote_ring: rank " + std::to_string(rank) + " has not joined yet");
-        return i->second;
-      },
+      [=](ring_known_atom, int32_t rank) { return on_known(self, rank); },
       [=](ring_offer_atom, std::string& host, uint16_t port, std::string& key) {
-        auto& st = self->state;
-        // From this process only: a remote sender could otherwise point the
-        // left neighbour's gradients at an address of its choosing.
-        auto sender = self->current_sender();
-        if (sender && sender->node() != self->node()) {
-          spdlog::warn("{}: a direct-link offer to forward from another process; dropped",
-                       where(st));
-          return;
-        }
-        if (st.n < 2) return;  // not wired (or alone): nobody to offer to
-        self->send(st.peers[st.left()], ring_offer_atom::value, st.rank, std::move(host), port,
-                   std::move(key));
+        on_own_offer(self, host, port, key);
       },
       [=](ring_offer_atom, int32_t from, std::string& host, uint16_t port, std::string& key) {
         // Kept with its sender: this node may not be wired yet (the right
         // neighbour can finish its rendezvous first); checked when asked for.
         self->state.offers[from] = {self->current_sender(), std::move(host), port, std::move(key)};
       },
-      [=](ring_offer_atom, int32_t from) -> caf::result<std::string, uint16_t, std::string> {
-        auto& st = self->state;
-        auto i = st.offers.find(from);
-        if (st.n < 2 || i == st.offers.end())
-          return ring_error("remote_ring: rank " + std::to_string(from) + " has made no offer yet");
-        // Only the right neighbour's node offers, and only as itself.
-        auto& o = i->second;
-        auto peer = caf::actor_cast<caf::strong_actor_ptr>(st.peers[st.right()]);
-        if (from != st.right() || !o.sender || o.sender->node() != peer->node() ||
-            o.sender->id() != peer->id()) {
-          st.offers.erase(i);
-          spdlog::warn(
-              "{}: a direct-link offer claiming rank {} not from that rank's node; dropped",
-              where(st), from);
-          return ring_error("remote_ring: rank " + std::to_string(from) + " has made no offer yet");
-        }
-        return {o.host, o.port, o.key};
-      },
-      [=](allreduce_atom, reduce_op op,
-          std::vector<tensor>& ts) -> caf::result<std::vector<tensor>> {
-        auto& st = self->state;
-        if (!st.broken.empty()) return ring_error(st.broken);
-        if (st.n == 0) return ring_error("remote_ring: node is not wired");
-        for (std::size_t i = 0; i < ts.size(); ++i)
-          if (ts[i].type() != dtype::f32)
-            return ring_error("remote_ring: tensor " + std::to_string(i) + " is " +
-                              dtype_name(ts[i].type()) + ", only float32 is reduced");
-        if (st.n == 1) {  // op over one rank = identity (mean: x / 1)
-          ++st.stats.collectives;
-          return std::move(ts);
-        }
-        auto rp = self->template make_response_promise<std::vector<tensor>>();
-        st.queue.push_back({op, std::move(ts), rp});
-        start_next(self);
-        return rp;
+      [=](ring_offer_atom, int32_t from) { return on_offer_asked(self, from); },
+      [=](allreduce_atom, reduce_op op, std::vector<tensor>& ts) {
+        return on_allreduce(self, op, ts);
       },
       [=](stats_atom) { return self->state.stats; },
   };
