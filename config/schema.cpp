@@ -910,10 +910,98 @@ job_config parse_job_config(const nlohmann::json& j) {
   return c;
 }
 
+namespace {
+
+json optimizer_to_json(const optimizer_config& o) {
+  const auto& s = o.schedule;
+  return {{"kind", o.kind},
+          {"learning_rate", o.learning_rate},
+          {"momentum", o.momentum},
+          {"nesterov", o.nesterov},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2},
+          {"epsilon", o.epsilon},
+          {"rho", o.rho},
+          {"weight_decay", o.weight_decay},
+          {"decoupled_weight_decay", o.decoupled_weight_decay},
+          {"schedule",
+           {{"kind", s.kind},
+            {"warmup_steps", s.warmup_steps},
+            {"step_size", s.step_size},
+            {"gamma", s.gamma},
+            {"decay_steps", s.decay_steps},
+            {"min_lr", s.min_lr}}}};
+}
+
+json rl_to_json(const rl_config& rl) {
+  const auto& rp = rl.replay;
+  return {
+      {"algorithm", rl.algorithm},
+      {"replay",
+       {{"shards", rp.shards},
+        {"capacity", rp.capacity},
+        {"alpha", rp.alpha},
+        {"beta", rp.beta},
+        {"n_step", rp.n_step},
+        {"min_size", rp.min_size},
+        {"batch_size", rp.batch_size},
+        {"target_every", rp.target_every},
+        {"samples_per_insert", rp.samples_per_insert},
+        {"epsilon", rp.epsilon},
+        {"epsilon_alpha", rp.epsilon_alpha}}},
+      {"env", env_to_json(rl)},
+      {"actors", rl.actors},
+      {"envs_per_actor", rl.envs_per_actor},
+      {"unroll_length", rl.unroll_length},
+      {"batch_unrolls", rl.batch_unrolls},
+      {"discount", rl.discount},
+      {"reward_scale", rl.reward_scale},
+      {"rho_bar", rl.rho_bar},
+      {"c_bar", rl.c_bar},
+      {"baseline_cost", rl.baseline_cost},
+      {"entropy_cost", rl.entropy_cost},
+      {"policy_head", rl.policy_head},
+      {"initial_log_std", rl.initial_log_std},
+      {"normalize_advantages", rl.normalize_advantages},
+      {"grad_clip", rl.grad_clip},
+      {"learners", rl.learners},
+      {"weights_every", rl.weights_every},
+      {"max_policy_lag", rl.max_policy_lag},
+      {"queue_capacity", rl.queue_capacity},
+      {"inference", rl.inference},
+      {"central", {{"max_batch", rl.central.max_batch}, {"max_wait_us", rl.central.max_wait_us}}}};
+}
+
+json cluster_to_json(const cluster_spec& k) {
+  json hosts = json::object();
+  for (const auto& [name, h] : k.hosts) {
+    json e = {{"replicas", h.replicas}, {"shards", h.shards}};
+    if (!h.devices.empty()) e["devices"] = h.devices;
+    hosts[name] = std::move(e);
+  }
+  json out = {{"hosts", std::move(hosts)},
+              {"join_timeout_seconds", k.join_timeout_seconds},
+              {"heartbeat_seconds", k.heartbeat_seconds},
+              {"grace_seconds", k.grace_seconds},
+              {"secret_env", k.secret_env},
+              {"secret_file", k.secret_file}};
+  if (!k.tls.ca.empty()) out["tls"] = {{"ca", k.tls.ca}, {"cert", k.tls.cert}, {"key", k.tls.key}};
+  if (k.insecure) out["insecure"] = true;
+  if (k.max_message_mb > 0) out["max_message_mb"] = k.max_message_mb;
+  if (!k.tasks.empty()) {
+    out["tasks"] = k.tasks;
+  } else {
+    out["roles"] = {{"ps", k.ps_ranks}};
+    if (k.port != 0) out["port"] = k.port;
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const job_config& c) {
   const auto& m = c.model;
   const auto& o = c.optimizer;
-  const auto& s = o.schedule;
   json j = json::object();
   j["name"] = c.name;
   j["seed"] = c.seed;
@@ -921,23 +1009,7 @@ nlohmann::json to_json(const job_config& c) {
       {"kind", m.kind}, {"hidden", m.hidden}, {"activation", m.activation}, {"init", m.init}};
   if (!m.layers.is_null()) j["model"]["layers"] = m.layers;
   if (m.loss != "softmax_cross_entropy") j["model"]["loss"] = m.loss;
-  j["optimizer"] = {{"kind", o.kind},
-                    {"learning_rate", o.learning_rate},
-                    {"momentum", o.momentum},
-                    {"nesterov", o.nesterov},
-                    {"beta1", o.beta1},
-                    {"beta2", o.beta2},
-                    {"epsilon", o.epsilon},
-                    {"rho", o.rho},
-                    {"weight_decay", o.weight_decay},
-                    {"decoupled_weight_decay", o.decoupled_weight_decay},
-                    {"schedule",
-                     {{"kind", s.kind},
-                      {"warmup_steps", s.warmup_steps},
-                      {"step_size", s.step_size},
-                      {"gamma", s.gamma},
-                      {"decay_steps", s.decay_steps},
-                      {"min_lr", s.min_lr}}}};
+  j["optimizer"] = optimizer_to_json(o);
   j["data"] = data_to_json(c.data);
   j["strategy"] = strategy_to_json(c.strategy);
   j["devices"] = c.devices;
@@ -952,45 +1024,7 @@ nlohmann::json to_json(const job_config& c) {
       {"eval_every_epochs", c.training.eval_every_epochs},
       {"max_env_steps", c.training.max_env_steps}};
   if (c.training.target_return) j["training"]["target_return"] = *c.training.target_return;
-  if (c.rl_given || trains_from_envs(c.strategy.kind)) {
-    const auto& rl = c.rl;
-    const auto& rp = rl.replay;
-    j["rl"] = {{"algorithm", rl.algorithm},
-               {"replay",
-                {{"shards", rp.shards},
-                 {"capacity", rp.capacity},
-                 {"alpha", rp.alpha},
-                 {"beta", rp.beta},
-                 {"n_step", rp.n_step},
-                 {"min_size", rp.min_size},
-                 {"batch_size", rp.batch_size},
-                 {"target_every", rp.target_every},
-                 {"samples_per_insert", rp.samples_per_insert},
-                 {"epsilon", rp.epsilon},
-                 {"epsilon_alpha", rp.epsilon_alpha}}},
-               {"env", env_to_json(rl)},
-               {"actors", rl.actors},
-               {"envs_per_actor", rl.envs_per_actor},
-               {"unroll_length", rl.unroll_length},
-               {"batch_unrolls", rl.batch_unrolls},
-               {"discount", rl.discount},
-               {"reward_scale", rl.reward_scale},
-               {"rho_bar", rl.rho_bar},
-               {"c_bar", rl.c_bar},
-               {"baseline_cost", rl.baseline_cost},
-               {"entropy_cost", rl.entropy_cost},
-               {"policy_head", rl.policy_head},
-               {"initial_log_std", rl.initial_log_std},
-               {"normalize_advantages", rl.normalize_advantages},
-               {"grad_clip", rl.grad_clip},
-               {"learners", rl.learners},
-               {"weights_every", rl.weights_every},
-               {"max_policy_lag", rl.max_policy_lag},
-               {"queue_capacity", rl.queue_capacity},
-               {"inference", rl.inference},
-               {"central",
-                {{"max_batch", rl.central.max_batch}, {"max_wait_us", rl.central.max_wait_us}}}};
-  }
+  if (c.rl_given || trains_from_envs(c.strategy.kind)) j["rl"] = rl_to_json(c.rl);
   j["checkpoint"] = {{"dir", c.checkpoint.dir},
                      {"every_steps", c.checkpoint.every_steps},
                      {"keep", c.checkpoint.keep},
@@ -1006,31 +1040,7 @@ nlohmann::json to_json(const job_config& c) {
       {"metrics_port",
        l.metrics_port == logging_config::kMetricsPortAuto ? json("auto") : json(l.metrics_port)},
       {"metrics_address", l.metrics_address}};
-  if (c.cluster) {
-    const auto& k = *c.cluster;
-    json hosts = json::object();
-    for (const auto& [name, h] : k.hosts) {
-      json e = {{"replicas", h.replicas}, {"shards", h.shards}};
-      if (!h.devices.empty()) e["devices"] = h.devices;
-      hosts[name] = std::move(e);
-    }
-    j["cluster"] = {{"hosts", std::move(hosts)},
-                    {"join_timeout_seconds", k.join_timeout_seconds},
-                    {"heartbeat_seconds", k.heartbeat_seconds},
-                    {"grace_seconds", k.grace_seconds},
-                    {"secret_env", k.secret_env},
-                    {"secret_file", k.secret_file}};
-    if (!k.tls.ca.empty())
-      j["cluster"]["tls"] = {{"ca", k.tls.ca}, {"cert", k.tls.cert}, {"key", k.tls.key}};
-    if (k.insecure) j["cluster"]["insecure"] = true;
-    if (k.max_message_mb > 0) j["cluster"]["max_message_mb"] = k.max_message_mb;
-    if (!k.tasks.empty()) {
-      j["cluster"]["tasks"] = k.tasks;
-    } else {
-      j["cluster"]["roles"] = {{"ps", k.ps_ranks}};
-      if (k.port != 0) j["cluster"]["port"] = k.port;
-    }
-  }
+  if (c.cluster) j["cluster"] = cluster_to_json(*c.cluster);
   return j;
 }
 
