@@ -13,6 +13,8 @@ std::vector<std::pair<std::string, caf::actor>> worker_parts::named() const {
   return out;
 }
 
+// A task's parts are its own process's actors: the exits may go without a
+// sender (another process's guard would drop them).
 void worker_parts::stop() const {
   for (auto& r : replicas) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
   for (auto& p : pipelines) caf::anon_send_exit(p, caf::exit_reason::user_shutdown);

@@ -25,6 +25,23 @@ enum : uint8_t {
   heartbeat = 6,
 };
 
+// Where a header keeps what the guard reads (caf/io/basp/header.hpp:
+// operation, two padding bytes, flags, payload_len, operation_data,
+// source_actor, dest_actor; integers big-endian).
+constexpr std::size_t kPayloadLenAt = 4;
+constexpr std::size_t kOperationDataAt = 8;
+constexpr std::size_t kSourceActorAt = 16;
+// operation_data of a message is its message id; this bit marks a response
+// (caf/message_id.hpp: response_flag_mask).
+constexpr uint64_t kResponseFlag = uint64_t{1} << 63;
+
+uint64_t big_endian(const char* at, std::size_t bytes) {
+  const auto* b = reinterpret_cast<const unsigned char*>(at);
+  uint64_t x = 0;
+  for (std::size_t i = 0; i < bytes; ++i) x = (x << 8) | b[i];
+  return x;
+}
+
 const char* type_name(uint8_t op) {
   static const char* names[] = {"server_handshake", "client_handshake", "direct_message",
                                 "routed_message",   "monitor_message",  "down_message",
@@ -183,9 +200,7 @@ std::string basp_guard::feed(const char* data, std::size_t n, std::vector<char>&
 std::string basp_guard::on_header() {
   header_got_ = 0;
   operation_ = static_cast<uint8_t>(header_[0]);
-  const auto* len = reinterpret_cast<const unsigned char*>(header_ + 4);
-  payload_len_ = (uint32_t{len[0]} << 24) | (uint32_t{len[1]} << 16) | (uint32_t{len[2]} << 8) |
-                 uint32_t{len[3]};
+  payload_len_ = static_cast<uint32_t>(big_endian(header_ + kPayloadLenAt, 4));
   if (operation_ > heartbeat)
     return fmt::format("sent a frame of unknown type {} (not BASP)", operation_);
   if (payload_len_ > cap_)
@@ -215,8 +230,24 @@ std::string basp_guard::on_header() {
   return {};
 }
 
-std::string basp_guard::decide(std::vector<char>& out) {
-  bool pass = true;
+// A message without a sender (source actor 0) is what anon_send and
+// anon_send_exit put on the wire; from another process it is a stranger's
+// (troupe sends across processes from an actor: runtime/local_send.hpp), and
+// an exit_msg among them would stop its receiver. Responses pass: CAF
+// answers a request whose receiver is gone without a sender (its request
+// bouncer), and a response reaches an actor only as the answer to a request
+// it awaits, never its behavior or an exit (scheduled_actor::consume), which
+// a sender of any id could forge as well.
+bool basp_guard::anonymous_message() const {
+  if (operation_ != direct_message && operation_ != routed_message) return false;
+  const bool response = (big_endian(header_ + kOperationDataAt, 8) & kResponseFlag) != 0;
+  return big_endian(header_ + kSourceActorAt, 8) == 0 && !response;
+}
+
+// The node ids a frame's payload names: a handshake's becomes the
+// connection's identity; a routed, monitor or down message's must be the
+// connection's and this node's. Sets `pass`; returns why to close, if so.
+std::string basp_guard::check_payload(bool& pass) {
   switch (operation_) {
     case server_handshake:
     case client_handshake: {
@@ -258,6 +289,17 @@ std::string basp_guard::decide(std::vector<char>& out) {
     }
     default:
       break;
+  }
+  return {};
+}
+
+std::string basp_guard::decide(std::vector<char>& out) {
+  bool pass = true;
+  if (anonymous_message()) {
+    pass = false;
+    drop(fmt::format("a {} without a sender (source actor 0)", type_name(operation_)));
+  } else if (auto problem = check_payload(pass); !problem.empty()) {
+    return problem;
   }
   left_ = payload_len_ - inspect_.size();
   if (pass) {

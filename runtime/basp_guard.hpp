@@ -30,7 +30,14 @@
 //     the connection's node as source and this node as destination (no
 //     spoofed senders, no forwarding through this node); others are dropped;
 //   - direct messages and heartbeats carry no node id: CAF attributes them
-//     to the connection's node already.
+//     to the connection's node already;
+//   - direct and routed messages without a sender (source actor 0 in the
+//     header: what anon_send and anon_send_exit write) are dropped, unless
+//     they are responses: an anonymous exit_msg would stop any actor whose
+//     id a holder of the secret names (a shard, a reducer, a learner), and
+//     troupe itself sends across processes only from an actor. A response
+//     passes (CAF bounces a request to a gone actor without a sender), as
+//     it reaches an actor only as the answer to a request it awaits.
 //
 // Whole frames: a frame that passes goes to BASP only once its last byte
 // arrived (CAF sizes and zero-fills its buffer from the header, so a header
@@ -85,6 +92,8 @@ class basp_guard {
   enum class phase { header, inspect, pass, skip };
   std::string on_header();
   std::string decide(std::vector<char>& out);
+  bool anonymous_message() const;
+  std::string check_payload(bool& pass);
   void hold(const char* data, std::size_t n);
   void release(std::vector<char>& out);
   void drop(std::string why);

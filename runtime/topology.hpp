@@ -83,7 +83,8 @@ struct job_actors {
   std::vector<variable_shard_actor> shards;
   std::shared_ptr<job_hub> hub;
   // Sends every actor here, and `also` (the coordinator, the node actor, the
-  // ring node), an exit.
+  // ring node), an exit. All are this process's (a ps task's shards stop on
+  // its own node's stop), so the exits may go without a sender.
   void stop(const std::vector<caf::actor>& also = {}) const;
   // Drops every handle here and waits for the actor system's last actor
   // (the caller drops its own handles first), then joins the devices.

@@ -278,6 +278,8 @@ class actor_learner final : public strategy {
       return make_actor_learner_driver(*plan_, learners_, std::move(actors), queue_, server_);
     }
 
+    // Everything here lives in the chief's process: exits without a sender
+    // never cross to another (whose guard would drop them).
     void stop() override {
       for (auto& l : learners_) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
       for (auto& r : reducers_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);

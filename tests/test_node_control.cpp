@@ -1,10 +1,10 @@
 // Who may send each control message of troupe node (issue 40, "each task is
 // who it says it is"): every atom of the node actor (runtime/node_actor.cpp)
 // is sent, over real gated links, anonymously (a BASP message with source
-// actor 0, what a holder of the secret sends without the node handshake),
-// from a connection that skipped the handshake, from the wrong role and from
-// the right one: refused and logged at warning naming the sender, or
-// accepted. The processes of a cluster are actor systems of this process.
+// actor 0, what a holder of the secret sends without the node handshake:
+// dropped by the receiver's guard), from a connection that skipped the handshake, from the wrong
+// role and from the right one: refused and logged at warning naming the sender, or accepted. The
+// processes of a cluster are actor systems of this process.
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>
@@ -22,6 +22,7 @@
 #include "runtime/gate.hpp"
 #include "runtime/local_send.hpp"
 #include "runtime/node_process.hpp"
+#include "runtime/secure_link.hpp"
 #include "runtime/stall_watch.hpp"
 #include "runtime/topology.hpp"
 #include "tests/attack.hpp"
@@ -100,10 +101,15 @@ struct host {
   void tell(const node_actor& to, Ts&&... xs) {
     send_from_here(sys, to, std::forward<Ts>(xs)...);
   }
-  // The same without a sender: over BASP, a message with source actor 0.
+  // The same without a sender: over BASP, a message with source actor 0,
+  // which the receiver's guard drops (runtime/basp_guard.hpp) before its
+  // node actor sees it. Whether it was dropped and logged so.
   template <class... Ts>
-  void tell_anonymously(const node_actor& to, Ts&&... xs) {
+  bool tell_anonymously(const node_actor& to, Ts&&... xs) {
+    const auto dropped = link_totals().frames_dropped;
     caf::anon_send(caf::actor_cast<caf::actor>(to), std::forward<Ts>(xs)...);
+    return eventually([&] { return link_totals().frames_dropped > dropped; }, kWait) &&
+           logged("a direct_message without a sender (source actor 0)");
   }
   // Asks `to` for a `Reply` to `xs`: "ok", or the error.
   template <class Reply, class... Ts>
@@ -171,8 +177,7 @@ caf::actor spawn_coordinator_stub(caf::actor_system& sys, coordinator_stub* stub
 
 TEST_CASE("control 'build': to a task from its chief only") {
   cluster c;
-  c.stranger.tell_anonymously(c.worker_at_stranger, build_atom::value, node_build{});
-  CHECK(logged("worker:0: refused 'build' from an anonymous sender"));
+  CHECK(c.stranger.tell_anonymously(c.worker_at_stranger, build_atom::value, node_build{}));
   CHECK(c.stranger.ask<node_parts>(c.worker_at_stranger, build_atom::value, node_build{})
             .find("'build' refused: not authenticated") != std::string::npos);
   CHECK(logged("worker:0: refused 'build' from a connection as worker:2"));
@@ -216,8 +221,7 @@ TEST_CASE("control 'built': from this process only") {
   });
   REQUIRE(c.worker.next_event());
   // A forged "built" would answer the chief's build with the sender's parts.
-  c.stranger.tell_anonymously(c.worker_at_stranger, built_atom::value, node_parts{});
-  CHECK(logged("worker:0: refused 'built' from an anonymous sender"));
+  CHECK(c.stranger.tell_anonymously(c.worker_at_stranger, built_atom::value, node_parts{}));
   c.other.tell(c.worker_at_other, built_atom::value, std::string("forged failure"));
   CHECK(logged("worker:0: refused 'built' from worker:1"));
   c.chief.tell(c.worker_at_chief, built_atom::value, node_parts{});
@@ -229,9 +233,8 @@ TEST_CASE("control 'built': from this process only") {
 
 TEST_CASE("control 'stop': to a task from its chief only") {
   cluster c;
-  c.stranger.tell_anonymously(c.worker_at_stranger, stop_atom::value, std::string("x"),
-                              std::string());
-  CHECK(logged("worker:0: refused 'stop' from an anonymous sender"));
+  CHECK(c.stranger.tell_anonymously(c.worker_at_stranger, stop_atom::value, std::string("x"),
+                                    std::string()));
   CHECK(c.other.ask<int32_t>(c.worker_at_other, stop_atom::value, std::string("x"), std::string())
             .find("'stop' refused: not from the chief") != std::string::npos);
   CHECK(logged("worker:0: refused 'stop' from worker:1"));
@@ -246,9 +249,8 @@ TEST_CASE("control 'stop': to a task from its chief only") {
 
 TEST_CASE("control 'stop': to the chief from its own process only") {
   cluster c;
-  c.stranger.tell_anonymously(c.chief_at_stranger, stop_atom::value, std::string("x"),
-                              std::string());
-  CHECK(logged("chief:0: refused 'stop' from an anonymous sender"));
+  CHECK(c.stranger.tell_anonymously(c.chief_at_stranger, stop_atom::value, std::string("x"),
+                                    std::string()));
   CHECK(c.worker.ask<int32_t>(c.chief_at_worker, stop_atom::value, std::string("x"), std::string())
             .find("'stop' refused: not from this process") != std::string::npos);
   CHECK(logged("chief:0: refused 'stop' from worker:0"));
@@ -267,12 +269,10 @@ TEST_CASE("control 'preempt': to a task from its own process only, to the chief 
   coordinator_stub stub;
   auto coordinator = spawn_coordinator_stub(c.chief.sys, &stub);
   c.chief.tell(c.chief.node, running_atom::value, coordinator, node_build{});
-  c.stranger.tell_anonymously(c.worker_at_stranger, preempt_atom::value,
-                              std::string("chosen by the attacker"));
-  CHECK(logged("worker:0: refused 'preempt' from an anonymous sender"));
-  c.stranger.tell_anonymously(c.chief_at_stranger, preempt_atom::value,
-                              std::string("chosen by the attacker"));
-  CHECK(logged("chief:0: refused 'preempt' from an anonymous sender"));
+  CHECK(c.stranger.tell_anonymously(c.worker_at_stranger, preempt_atom::value,
+                                    std::string("chosen by the attacker")));
+  CHECK(c.stranger.tell_anonymously(c.chief_at_stranger, preempt_atom::value,
+                                    std::string("chosen by the attacker")));
   c.stranger.tell(c.chief_at_stranger, preempt_atom::value, std::string("chosen by the attacker"));
   CHECK(logged("chief:0: refused 'preempt' from a connection as worker:2"));
   c.chief.tell(c.worker_at_chief, preempt_atom::value, std::string("from the chief"));
@@ -293,8 +293,8 @@ TEST_CASE("control 'running': from the chief's own process only") {
   auto impostor = spawn_coordinator_stub(c.stranger.sys, &rogue);
   // A coordinator of the sender's choosing would get the job's preemptions
   // and its rejoining workers.
-  c.stranger.tell_anonymously(c.chief_at_stranger, running_atom::value, impostor, node_build{});
-  CHECK(logged("chief:0: refused 'running' from an anonymous sender"));
+  CHECK(c.stranger.tell_anonymously(c.chief_at_stranger, running_atom::value, impostor,
+                                    node_build{}));
   c.worker.tell(c.chief_at_worker, running_atom::value, caf::actor{}, node_build{});
   CHECK(logged("chief:0: refused 'running' from worker:0"));
   c.worker.tell(c.worker.node, preempt_atom::value, std::string("SIGTERM"));
@@ -311,10 +311,9 @@ TEST_CASE("control 'running': from the chief's own process only") {
 TEST_CASE("control 'watch': from this process only") {
   cluster c;
   // A forged watch would make worker:0 trust the sender as its chief.
-  c.stranger.tell_anonymously(c.worker_at_stranger, watch_atom::value,
-                              caf::actor_cast<caf::actor>(c.stranger.node), std::string("chief:0"),
-                              true);
-  CHECK(logged("worker:0: refused 'watch' from an anonymous sender"));
+  CHECK(c.stranger.tell_anonymously(c.worker_at_stranger, watch_atom::value,
+                                    caf::actor_cast<caf::actor>(c.stranger.node),
+                                    std::string("chief:0"), true));
   c.other.tell(c.worker_at_other, watch_atom::value, caf::actor_cast<caf::actor>(c.other.node),
                std::string("chief:0"), true);
   CHECK(logged("worker:0: refused 'watch' from worker:1"));
@@ -327,9 +326,8 @@ TEST_CASE("control 'watch': from this process only") {
 
 TEST_CASE("control 'joined': to the chief from a task that made the handshake only") {
   cluster c;
-  c.stranger.tell_anonymously(c.chief_at_stranger, joined_atom::value,
-                              caf::actor_cast<caf::actor>(c.stranger.node), node_parts{});
-  CHECK(logged("chief:0: refused 'joined' from an anonymous sender"));
+  CHECK(c.stranger.tell_anonymously(c.chief_at_stranger, joined_atom::value,
+                                    caf::actor_cast<caf::actor>(c.stranger.node), node_parts{}));
   c.stranger.tell(c.chief_at_stranger, joined_atom::value,
                   caf::actor_cast<caf::actor>(c.stranger.node), node_parts{});
   CHECK(logged("chief:0: refused 'joined' from a connection as worker:2"));
@@ -356,8 +354,8 @@ TEST_CASE("control 'hello': only as the task the connection authenticated as") {
   CHECK(failure.find("chief:0 refused worker:0: it came over its connection as worker:2") !=
         std::string::npos);
   CHECK(logged("chief:0: refused a peer claiming to be worker:0"));
-  c.stranger.tell_anonymously(c.chief_at_stranger, challenge_atom::value, std::string("worker:0"));
-  CHECK(logged("chief:0: refused 'challenge' from an anonymous sender"));
+  CHECK(c.stranger.tell_anonymously(c.chief_at_stranger, challenge_atom::value,
+                                    std::string("worker:0")));
   // As itself it may.
   CHECK(node_handshake(c.stranger.sys, c.stranger.node, c.chief_at_stranger, "worker:2", "chief:0",
                        c.stranger.shared->handshake_key, true)
@@ -386,6 +384,19 @@ TEST_CASE("a running job that makes no update is said at warning, naming its tas
   const auto said = watch.warnings();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   CHECK(watch.warnings() == said);
+}
+
+// Behind the guard, the node actor itself refuses a message without a
+// sender: what an anon_send from a thread of its own process delivers.
+TEST_CASE("control messages without a sender from this process are refused by the node actor") {
+  host worker("worker:0");
+  caf::anon_send(caf::actor_cast<caf::actor>(worker.node), stop_atom::value, std::string("x"),
+                 std::string());
+  CHECK(logged("worker:0: refused 'stop' from an anonymous sender"));
+  caf::anon_send(caf::actor_cast<caf::actor>(worker.node), preempt_atom::value,
+                 std::string("chosen by the attacker"));
+  CHECK(logged("worker:0: refused 'preempt' from an anonymous sender"));
+  CHECK_FALSE(worker.next_event(std::chrono::milliseconds(300)));
 }
 
 // The coordinator's lifecycle messages: an anonymous one (a BASP message with

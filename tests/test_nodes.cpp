@@ -57,11 +57,16 @@ node_procs start_all(const cluster_job& job, const std::string& dir,
   return procs;
 }
 
-// Every process must exit 0 within `limit`.
+// Every process must exit 0 within `limit`. None may have sent another a
+// message without a sender: the guard drops those (runtime/basp_guard.hpp),
+// so a shutdown or a rendezvous that relied on one would wait.
 void wait_all(node_procs& procs, double limit) {
   for (auto& [task, p] : procs) {
     int rc = p->wait(std::chrono::duration<double>(limit));
     CHECK_MESSAGE(rc == 0, task << " exited with " << rc << "; its log:\n" << p->output());
+    CHECK_MESSAGE(p->output().find("without a sender") == std::string::npos,
+                  task << " dropped a message without a sender; its log:\n"
+                       << p->output());
   }
 }
 

@@ -66,14 +66,17 @@ caf::error rendezvous_ring(caf::actor_system& sys, const ring_node_actor& node, 
                            caf::timespan wire_timeout) {
   std::vector<ring_peer_actor> peers(static_cast<std::size_t>(size));
   peers[static_cast<std::size_t>(rank)] = node;
+  // The hellos go from an actor: a lower rank's ring node lives in another
+  // process, whose guard drops a message without a sender
+  // (runtime/basp_guard.hpp).
+  caf::scoped_actor self{sys};
   for (int32_t p = 0; p < rank; ++p) {
     auto h = find_lower(p);
     if (!h) return std::move(h.error());
     peers[static_cast<std::size_t>(p)] = std::move(*h);
-    caf::anon_send(caf::actor_cast<ring_node_actor>(peers[static_cast<std::size_t>(p)]),
-                   ring_hello_atom::value, rank, ring_peer_actor{node});
+    self->send(caf::actor_cast<ring_node_actor>(peers[static_cast<std::size_t>(p)]),
+               ring_hello_atom::value, rank, ring_peer_actor{node});
   }
-  caf::scoped_actor self{sys};
   for (int32_t p = rank + 1; p < size; ++p) {
     auto h = await_introduction(self, node, p, deadline);
     if (!h) return ring_error("remote_ring: " + rank_name(p) + " did not join the ring in time");
