@@ -176,8 +176,12 @@ std::vector<uint8_t> inflate_header(member_inflater& in, uint64_t usize, const s
   std::size_t have = in.fill(head.data(), head.size());
   head.resize(have);
   const auto pre = read_preamble(head.data(), have, name);
-  head.resize(static_cast<std::size_t>(pre.end()));
-  have += in.fill(head.data() + have, head.size() - have);
+  // A header declared shorter than the bytes already inflated is corrupt;
+  // parse_header names it from these bytes, as it does for a stored member.
+  const auto end = static_cast<std::size_t>(pre.end());
+  if (end <= have) return head;
+  head.resize(end);
+  have += in.fill(head.data() + have, end - have);
   head.resize(have);
   return head;
 }

@@ -981,6 +981,15 @@ TEST_CASE("npz: refusals name the file and the problem") {
           ": member x.npy: corrupt zip: the member inflates to " + std::to_string(x.size() - 4) +
               " bytes, its directory entry says " + std::to_string(x.size()));
   }
+  SUBCASE("a deflated member whose .npy header is declared shorter than its preamble") {
+    // Version 1.0, header length 0: the 12 bytes inflated first run past
+    // the header it declares (once a write past the buffer; found by fuzz_npz).
+    const std::string stream = std::string("\x93NUMPY\x01\x00\x00\x00", 10) + "ab";
+    const std::string msg = refused(zip_bytes({{"x.npy", stream}, {"y.npy", y}}, true));
+    CAPTURE(msg);
+    CHECK(contains(msg, ": member x.npy: "));
+    CHECK(msg == refused(zip_bytes({{"x.npy", stream}, {"y.npy", y}}, false)));
+  }
   SUBCASE("corrupt deflate data") {
     std::string z = zip_bytes({{"x.npy", x}, {"y.npy", y}}, true);
     for (std::size_t i = 36; i < 60; ++i) z[i] = '\xff';
