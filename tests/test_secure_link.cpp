@@ -725,9 +725,13 @@ TEST_CASE("an anonymous exit to a remote variable shard is dropped; a real sende
   shard_cfg.optimizer.kind = "sgd";
   shard_cfg.total_steps = 1;
   auto shard = spawn_variable_shard(l.sys, shard_cfg);
-  auto directory = l.sys.spawn([shard](caf::event_based_actor*) -> caf::behavior {
-    return {[shard](caf::get_atom) { return caf::actor_cast<caf::actor>(shard); }};
-  });
+  // (Spawned with an argument: CAF 0.17 dereferences a null argument tuple
+  // for a functor without arguments, which UBSan reports.)
+  auto directory = l.sys.spawn(
+      [shard](caf::event_based_actor*, int) -> caf::behavior {
+        return {[shard](caf::get_atom) { return caf::actor_cast<caf::actor>(shard); }};
+      },
+      0);
   auto o = opts("chief:0");
   auto door = open_gate(l.sys, directory, "127.0.0.1", 0, std::move(o));
   connector c;
