@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config/job_config.hpp"
+#include "env_fixtures.hpp"
 #include "envs/plugin_env.hpp"
 #include "envs/python_env.hpp"
 #include "fixtures.hpp"
@@ -30,25 +31,6 @@ plugin_env_config plugin(const std::string& library, const std::string& id,
                          const std::string& kwargs = "{}") {
   return {library, id, kwargs};
 }
-
-// The output arrays of a batch of M.
-struct batch_output {
-  std::vector<float> obs, final_obs, reward;
-  std::vector<uint8_t> terminated, truncated;
-  std::vector<double> episode_return;
-  std::vector<int64_t> episode_length;
-  envs::step_output out;
-  batch_output(int64_t M, int64_t O)
-      : obs(static_cast<std::size_t>(M * O)),
-        final_obs(obs.size()),
-        reward(static_cast<std::size_t>(M)),
-        terminated(reward.size()),
-        truncated(reward.size()),
-        episode_return(reward.size()),
-        episode_length(reward.size()),
-        out{obs.data(),       reward.data(),         terminated.data(),    truncated.data(),
-            final_obs.data(), episode_return.data(), episode_length.data()} {}
-};
 
 // The message of the env_start_error making `p` throws, and its key.
 std::string start_error(const plugin_env_config& p, std::string& key) {
@@ -79,7 +61,7 @@ TEST_CASE("env plugin: CartPole-v1 steps bit for bit as the built-in CartPole-v1
   REQUIRE(native->spec().actions == 2);
   REQUIRE(native->spec().max_episode_steps == 500);
   REQUIRE(native->state_size() == 4);
-  batch_output a(M, O), b(M, O);
+  envs::testing::buffers a(*native), b(*builtin);
   native->reset(7, a.obs.data());
   builtin->reset(7, b.obs.data());
   REQUIRE(a.obs == b.obs);
@@ -93,15 +75,15 @@ TEST_CASE("env plugin: CartPole-v1 steps bit for bit as the built-in CartPole-v1
       actions[static_cast<std::size_t>(i)] =
           i < 2 ? (balance ? 1 : 0) : static_cast<int32_t>(rng.uniform() * 2);
     }
-    native->step(actions.data(), a.out);
-    builtin->step(actions.data(), b.out);
+    native->step(actions.data(), a.out());
+    builtin->step(actions.data(), b.out());
     CAPTURE(step);
     REQUIRE(a.obs == b.obs);
     REQUIRE(a.reward == b.reward);
     REQUIRE(a.terminated == b.terminated);
     REQUIRE(a.truncated == b.truncated);
-    REQUIRE(a.episode_return == b.episode_return);
-    REQUIRE(a.episode_length == b.episode_length);
+    REQUIRE(a.ret == b.ret);
+    REQUIRE(a.len == b.len);
     for (int64_t i = 0; i < M; ++i) {
       const auto k = static_cast<std::size_t>(i);
       if (!a.terminated[k] && !a.truncated[k]) continue;
@@ -120,7 +102,7 @@ TEST_CASE("env plugin: CartPole-v1 steps bit for bit as the built-in CartPole-v1
   CHECK(std::equal(s, s + 4, t));
   // Bad actions are refused before the plugin sees them, as for a built-in.
   actions[2] = 2;
-  CHECK_THROWS_WITH_AS(native->step(actions.data(), a.out),
+  CHECK_THROWS_WITH_AS(native->step(actions.data(), a.out()),
                        "CartPole-v1: instance 2: action 2 is out of range [0, 2)",
                        std::invalid_argument);
 }
@@ -184,12 +166,12 @@ TEST_CASE("env plugin: spaces no model or policy head takes are refused naming t
 
 TEST_CASE("env plugin: a failing step names the environment and the plugin's message") {
   auto env = envs::make_plugin_env(plugin(kBroken, "FailingStep-v0"), 2);
-  batch_output out(2, 3);
+  envs::testing::buffers out(*env);
   env->reset(1, out.obs.data());
   std::vector<int32_t> actions{1, 0};
-  env->step(actions.data(), out.out);
-  env->step(actions.data(), out.out);
-  CHECK_THROWS_WITH_AS(env->step(actions.data(), out.out),
+  env->step(actions.data(), out.out());
+  env->step(actions.data(), out.out());
+  CHECK_THROWS_WITH_AS(env->step(actions.data(), out.out()),
                        "FailingStep-v0 (plugin 'libtroupe_test_plugin_misbehaving.so'): step "
                        "failed: the pole snapped at step 3",
                        std::runtime_error);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/job_config.hpp"
+#include "env_fixtures.hpp"
 #include "envs/python_env.hpp"
 #include "fixtures.hpp"
 #include "models/random.hpp"
@@ -94,25 +95,6 @@ gymnasium_env_config user_env(const std::string& python, const std::string& cls)
   return g;
 }
 
-// Steps of the output arrays of a batch of M.
-struct batch_output {
-  std::vector<float> obs, final_obs, reward;
-  std::vector<uint8_t> terminated, truncated;
-  std::vector<double> episode_return;
-  std::vector<int64_t> episode_length;
-  envs::step_output out;
-  batch_output(int64_t M, int64_t O)
-      : obs(static_cast<std::size_t>(M * O)),
-        final_obs(obs.size()),
-        reward(static_cast<std::size_t>(M)),
-        terminated(reward.size()),
-        truncated(reward.size()),
-        episode_return(reward.size()),
-        episode_length(reward.size()),
-        out{obs.data(),       reward.data(),         terminated.data(),    truncated.data(),
-            final_obs.data(), episode_return.data(), episode_length.data()} {}
-};
-
 std::string start_error(const gymnasium_env_config& g, std::string& key) {
   try {
     envs::make_gymnasium_env(g, 2);
@@ -182,7 +164,7 @@ TEST_CASE("gymnasium: CartPole-v1 steps as the built-in CartPole-v1 from the sam
   REQUIRE(gym->spec().actions == 2);
   REQUIRE(gym->spec().max_episode_steps == 500);
   REQUIRE(gym->state_size() == builtin->state_size());
-  batch_output a(M, O), b(M, O);
+  envs::testing::buffers a(*gym), b(*builtin);
   gym->reset(7, a.obs.data());
   builtin->reset(7, b.obs.data());
   auto copy_state = [&](int64_t i) {
@@ -201,8 +183,8 @@ TEST_CASE("gymnasium: CartPole-v1 steps as the built-in CartPole-v1 from the sam
       actions[static_cast<std::size_t>(i)] =
           i < 2 ? (balance ? 1 : 0) : static_cast<int32_t>(rng.uniform() * 2);
     }
-    gym->step(actions.data(), a.out);
-    builtin->step(actions.data(), b.out);
+    gym->step(actions.data(), a.out());
+    builtin->step(actions.data(), b.out());
     for (int64_t i = 0; i < M; ++i) {
       const auto k = static_cast<std::size_t>(i);
       CAPTURE(step);
@@ -216,8 +198,8 @@ TEST_CASE("gymnasium: CartPole-v1 steps as the built-in CartPole-v1 from the sam
         REQUIRE((ended ? a.final_obs[at] == b.final_obs[at] : a.obs[at] == b.obs[at]));
       }
       if (!ended) continue;
-      REQUIRE(a.episode_return[k] == b.episode_return[k]);
-      REQUIRE(a.episode_length[k] == b.episode_length[k]);
+      REQUIRE(a.ret[k] == b.ret[k]);
+      REQUIRE(a.len[k] == b.len[k]);
       terminations += a.terminated[k];
       truncations += a.truncated[k];
       copy_state(i);
@@ -286,10 +268,10 @@ TEST_CASE("gymnasium: an exception in step names the env and its last traceback 
   if (python.empty()) return test::skip_case("no Python with Gymnasium (scripts/install-deps.sh)");
   user_module module;
   auto env = envs::make_gymnasium_env(user_env(python, "Raises"), 2);
-  batch_output out(2, 5);
+  envs::testing::buffers out(*env);
   env->reset(1, out.obs.data());
   std::vector<int32_t> actions{1, 0};
-  CHECK_THROWS_WITH_AS(env->step(actions.data(), out.out),
+  CHECK_THROWS_WITH_AS(env->step(actions.data(), out.out()),
                        "Raises-v0 (Gymnasium): step raised ValueError: the corridor caved in",
                        std::runtime_error);
 }
