@@ -116,6 +116,19 @@ class announce_reader {
   announce_reader& operator=(const announce_reader&) = delete;
 
   bool complete() const { return static_cast<int64_t>(ranks_.size()) == world_size_; }
+
+  // Complete, and every held connection still open. A claimant's announce
+  // and its close can arrive in one turn with the last rank's announce: the
+  // close is seen only by polling its connection once more, and a cluster
+  // formed without that look would hold a dead rank and shut its restart out.
+  bool complete_and_live() {
+    if (!complete()) return false;
+    std::vector<pollfd> fds;
+    const auto held = watch_held(fds);
+    poll_all(fds, 0);
+    drop_left(fds, 0, held);
+    return complete();
+  }
   std::map<int64_t, announced>& ranks() { return ranks_; }
 
   void add(admitted a) {
@@ -131,16 +144,9 @@ class announce_reader {
       fds.push_back({p.who.fd, POLLIN, 0});
       until = std::min(until, p.deadline);
     }
-    std::vector<int64_t> held;
-    for (const auto& [r, a] : ranks_)
-      if (a.fd >= 0) {
-        fds.push_back({a.fd, POLLIN, 0});
-        held.push_back(r);
-      }
+    const auto held = watch_held(fds);
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - clock_type::now());
-    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait.count(), 0))) < 0 &&
-        errno != EINTR)
-      throw job_error(std::string("chief:0: rendezvous: poll failed: ") + std::strerror(errno));
+    poll_all(fds, static_cast<int>(std::max<int64_t>(wait.count(), 0)));
     const std::size_t first_held = 1 + pending_.size();
     read_pending(fds);
     drop_left(fds, first_held, held);
@@ -148,6 +154,22 @@ class announce_reader {
   }
 
  private:
+  // Appends the held connections to `fds`; returns their ranks, in order.
+  std::vector<int64_t> watch_held(std::vector<pollfd>& fds) const {
+    std::vector<int64_t> held;
+    for (const auto& [r, a] : ranks_)
+      if (a.fd >= 0) {
+        fds.push_back({a.fd, POLLIN, 0});
+        held.push_back(r);
+      }
+    return held;
+  }
+
+  static void poll_all(std::vector<pollfd>& fds, int timeout_ms) {
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR)
+      throw job_error(std::string("chief:0: rendezvous: poll failed: ") + std::strerror(errno));
+  }
+
   struct pending {
     admitted who;
     std::string frame;
@@ -290,7 +312,7 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
   spdlog::info("chief:0: rendezvous at {}: waiting for the {} other rank{}", me.chief,
                me.world_size - 1, me.world_size == 2 ? "" : "s");
   announce_reader reader(me);
-  while (!reader.complete() && clock_type::now() < deadline) {
+  while (!reader.complete_and_live() && clock_type::now() < deadline) {
     for (auto& a : arrivals.take_all()) reader.add(std::move(a));
     reader.turn(arrivals.wake_fd(), deadline);
   }
