@@ -7,12 +7,13 @@
 // actors and learners, the ssp driver, the coordinator's shard check,
 // troupe node's gate and shutdown).
 //
-// troupe node takes its faults from the environment as well
-// (faults_from_environment, runtime/node.cpp; docs/testing.md, "Test
-// hooks"), since its tests run it as a separate process: every hook it
-// reads sets a field here.
+// troupe run and troupe node take their faults from the environment as
+// well (faults_from_environment, runtime/test_hooks.hpp; docs/testing.md,
+// "Test hooks"), since their tests run them as separate processes: every
+// hook they read sets a field here.
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace troupe {
 
@@ -44,6 +45,14 @@ struct fault_injection {
   // troupe node: its gate's thread fails this many seconds after it starts
   // (>= 0 to enable), so that a gate that stops mid-job is exercised.
   double gate_fails_after_seconds = -1;
+  // troupe run, troupe node: the process holds `seconds` when it reaches
+  // `point` (a phase such as "loading" or "writing", or "checkpoint": every
+  // checkpoint write), logging it at warning, so that a signal test can
+  // signal it there (empty point: no hold).
+  struct hold_point {
+    std::string point;
+    double seconds = 0;
+  } hold;
 
   // Setters for a test's one-liner:
   // `inject_faults(fault_injection{}.fail_replica_at(0, 27))`.

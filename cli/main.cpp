@@ -23,6 +23,7 @@
 #include "runtime/preemption.hpp"
 #include "runtime/rendezvous.hpp"
 #include "runtime/stop_policy.hpp"
+#include "runtime/test_hooks.hpp"
 #include "runtime/topology.hpp"
 
 namespace {
@@ -247,6 +248,9 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
     return bad_usage(
         "node needs --task NAME (chief, worker:N, ps:N), or a config without cluster.tasks to "
         "take the cluster from the environment");
+  // Tests run troupe as a process and name its faults in the environment.
+  opts.faults = troupe::faults_from_environment(opts.faults);
+  troupe::install_process_faults(troupe::faults_or_none(opts.faults));
   // SIGINT, SIGTERM, SIGUSR1 from here on: runtime/stop_policy.hpp's table.
   namespace stops = troupe::stop_policy;
   stops::install_signal_handlers();

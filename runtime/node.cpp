@@ -71,42 +71,6 @@ void end_node_system(std::unique_ptr<node_system> ns, const std::string& task,
       task, limit.count());
 }
 
-// Test interface of troupe node, whose tests run it as a process: the
-// faults of `o` and those the environment names (docs/testing.md, "Test
-// hooks"; each is logged at warning when set, so that a stray one in a
-// user's environment shows):
-//   TROUPE_TEST_FAIL_REPLICA="K:S": replica K, when this process hosts it,
-//     throws in its compute at step S (fault_injection::fail_replica);
-//   TROUPE_TEST_HOLD_SHARD_AT_EXIT (any value): a shard handle outlives the
-//     job (fault_injection::hold_shard_at_exit);
-//   TROUPE_TEST_GATE_FAILS_AFTER_S=S: the gate's thread fails S seconds
-//     after it starts (fault_injection::gate_fails_after_seconds).
-std::shared_ptr<const fault_injection> faults_from_environment(
-    const std::shared_ptr<const fault_injection>& given) {
-  const char* fail_replica = std::getenv("TROUPE_TEST_FAIL_REPLICA");
-  const bool hold_shard = std::getenv("TROUPE_TEST_HOLD_SHARD_AT_EXIT") != nullptr;
-  const char* gate_fails_after = std::getenv("TROUPE_TEST_GATE_FAILS_AFTER_S");
-  if (!fail_replica && !hold_shard && !gate_fails_after) return given;
-  auto faults = faults_or_none(given);
-  long long k = -1, step = -1;
-  if (fail_replica && std::sscanf(fail_replica, "%lld:%lld", &k, &step) == 2) {
-    faults.fail_replica = {k, step};
-    spdlog::warn("test hook TROUPE_TEST_FAIL_REPLICA={}: replica {} fails at step {}", fail_replica,
-                 k, step);
-  } else if (fail_replica) {
-    spdlog::warn("test hook TROUPE_TEST_FAIL_REPLICA={}: not \"K:S\", ignored", fail_replica);
-  }
-  if (hold_shard)
-    spdlog::warn("test hook TROUPE_TEST_HOLD_SHARD_AT_EXIT: a shard handle outlives the job");
-  faults.hold_shard_at_exit = faults.hold_shard_at_exit || hold_shard;
-  if (gate_fails_after) {
-    faults.gate_fails_after_seconds = std::max(0.0, std::atof(gate_fails_after));
-    spdlog::warn("test hook TROUPE_TEST_GATE_FAILS_AFTER_S={}: this gate fails after {} s",
-                 gate_fails_after, faults.gate_fails_after_seconds);
-  }
-  return inject_faults(faults);
-}
-
 namespace {
 
 // The cluster secret; with certificates (cluster.tls) it may be absent: they
@@ -451,13 +415,11 @@ nlohmann::json run_node(const job_config& c, const task_id& task, const job_opti
   spdlog::info("kernels: {}", kernels::describe_cpu_kernels(true));
   auto ns = std::make_unique<node_system>(std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(c.cluster->heartbeat_seconds)));
-  job_options options = o;
-  options.faults = faults_from_environment(o.faults);
   std::vector<variable_shard_actor> held_past_shutdown;
   nlohmann::json summary;
   std::exception_ptr failure;
   try {
-    summary = node_run(ns->sys, c, task, options, held_past_shutdown).run();
+    summary = node_run(ns->sys, c, task, o, held_past_shutdown).run();
   } catch (...) {
     failure = std::current_exception();
   }

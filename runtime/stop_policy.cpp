@@ -30,7 +30,7 @@ using clock_type = std::chrono::steady_clock;
 constexpr const char* kPhaseNames[] = {
     "loading data",         "the rendezvous",  "joining the cluster",    "training",
     "the final evaluation", "writing results", "leaving a preempted job"};
-// TROUPE_TEST_HOLD's names of the phases.
+// The phases' names for fault_injection::hold (TROUPE_TEST_HOLD).
 constexpr const char* kPhasePoints[] = {"loading",    "rendezvous", "joining", "training",
                                         "evaluating", "writing",    "leaving"};
 
@@ -129,17 +129,30 @@ int64_t published_step() {
   return job_step.load(std::memory_order_relaxed);
 }
 
+namespace {
+
+// Set once, before the job's threads start (install_process_faults).
+struct test_hold {
+  std::string point;
+  double seconds = 0;
+};
+test_hold& installed_hold() {
+  static test_hold hold;
+  return hold;
+}
+
+}  // namespace
+
+void hold_for_test_at(std::string point, double seconds) {
+  installed_hold() = {std::move(point), seconds};
+}
+
 void hold_for_test(std::string_view point) {
-  static const auto hold = []() -> std::pair<std::string, double> {
-    const char* v = std::getenv("TROUPE_TEST_HOLD");
-    const char* colon = v ? std::strchr(v, ':') : nullptr;
-    if (!colon) return {};
-    return {std::string(v, colon), std::atof(colon + 1)};
-  }();
-  if (hold.first.empty() || hold.first != point) return;
-  spdlog::warn("holding at {} for {:g} s (TROUPE_TEST_HOLD)", point, hold.second);
+  const auto& hold = installed_hold();
+  if (hold.point.empty() || hold.point != point) return;
+  spdlog::warn("holding at {} for {:g} s (TROUPE_TEST_HOLD)", point, hold.seconds);
   spdlog::default_logger()->flush();
-  std::this_thread::sleep_for(std::chrono::duration<double>(hold.second));
+  std::this_thread::sleep_for(std::chrono::duration<double>(hold.seconds));
 }
 
 struct guard::impl {

@@ -64,10 +64,13 @@ void publish_step(int64_t step);
 // The step publish_step last gave (-1 before the first).
 int64_t published_step();
 
-// Test interface (the signal tests run troupe as a process): with
-// TROUPE_TEST_HOLD="POINT:SECONDS" the process logs "holding at POINT" and
-// sleeps SECONDS when it reaches POINT: a phase ("loading", "evaluating",
-// "writing", ...) or "checkpoint" (every checkpoint write).
+// Test interface (the signal tests run troupe as a process): once
+// hold_for_test_at(POINT, SECONDS) was called (fault_injection::hold, from
+// TROUPE_TEST_HOLD="POINT:SECONDS"; runtime/test_hooks.hpp), the process
+// logs "holding at POINT" and sleeps SECONDS when it reaches POINT: a phase
+// ("loading", "evaluating", "writing", ...) or "checkpoint" (every
+// checkpoint write). Set before the job's threads start.
+void hold_for_test_at(std::string point, double seconds);
 void hold_for_test(std::string_view point);
 
 // The CLI's side of the table: from construction to destruction, reacts to

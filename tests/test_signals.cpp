@@ -14,6 +14,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "runtime/preemption.hpp"
+#include "runtime/test_hooks.hpp"
 #include "tests/free_port.hpp"
 #include "tests/processes.hpp"
 #include "tests/strategy_fixtures.hpp"
@@ -117,6 +118,31 @@ void check_resumable_stop(const stopped& s, const temp_dir& dir, const std::stri
 }
 
 }  // namespace
+
+TEST_CASE("the environment's test hooks are read into fault_injection, each one checked") {
+  const char* names[] = {"TROUPE_TEST_FAIL_REPLICA", "TROUPE_TEST_HOLD_SHARD_AT_EXIT",
+                         "TROUPE_TEST_GATE_FAILS_AFTER_S", "TROUPE_TEST_HOLD"};
+  for (const char* n : names) ::unsetenv(n);
+  CHECK(faults_from_environment(nullptr) == nullptr);  // none named: none made
+  ::setenv("TROUPE_TEST_FAIL_REPLICA", "1:27", 1);
+  ::setenv("TROUPE_TEST_HOLD", "checkpoint:2.5", 1);
+  auto given = inject_faults(fault_injection{}.fail_shard_at(0, 3));
+  auto f = faults_from_environment(given);
+  REQUIRE(f != nullptr);
+  CHECK(f->fail_replica.at_for(1) == 27);
+  CHECK(f->fail_shard.at_for(0) == 3);  // what the caller gave is kept
+  CHECK(f->hold.point == "checkpoint");
+  CHECK(f->hold.seconds == 2.5);
+  CHECK_FALSE(f->hold_shard_at_exit);
+  // Malformed values are ignored (and logged), never half-applied.
+  ::setenv("TROUPE_TEST_FAIL_REPLICA", "one", 1);
+  ::setenv("TROUPE_TEST_HOLD", "checkpoint", 1);
+  f = faults_from_environment(nullptr);
+  REQUIRE(f != nullptr);
+  CHECK(f->fail_replica.at_for(0) == -1);
+  CHECK(f->hold.point.empty());
+  for (const char* n : names) ::unsetenv(n);
+}
 
 TEST_CASE(
     "troupe run, SIGTERM during training: a checkpoint at the next update, exit 75, the "
