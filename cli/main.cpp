@@ -174,6 +174,42 @@ int say_preempted(const nlohmann::json& s) {
   return troupe::preemption::kResumeExitStatus;
 }
 
+// The job's last lines on stdout and its exit status, from the summary `s`
+// of this process's run (a task other than the chief only says it ended).
+int say_finished(const nlohmann::json& s, bool node, const troupe::task_id& task) {
+  if (node && task.job != "chief") {
+    std::printf("task %s finished: the chief ended the job\n", task.str().c_str());
+    // Every task of a preempted job asks to be started again.
+    return troupe::preemption::requested() || s.contains("preempted")
+               ? troupe::preemption::kResumeExitStatus
+               : 0;
+  }
+  if (s.contains("preempted")) return say_preempted(s);
+  if (s.contains("env_steps")) {
+    std::printf(
+        "job %s finished: strategy %s on %s, %lld updates, %lld env steps, %lld episodes, mean "
+        "return (last 100) %.1f, %s, %.0f env steps/s, %.1f s\nsummary: %s/summary.json\n",
+        s.value("job", "").c_str(), s.value("strategy", "").c_str(), s.value("env", "").c_str(),
+        static_cast<long long>(s.value("updates", 0)),
+        static_cast<long long>(s.value("env_steps", 0)),
+        static_cast<long long>(s.value("episodes", 0)), s.value("mean_return_100", 0.0),
+        s.value("solved", false)
+            ? ("solved in " + std::to_string(s.value("time_to_solve_seconds", 0.0)) + " s").c_str()
+            : "not solved",
+        s.value("env_steps_per_second", 0.0), s.value("wall_seconds", 0.0),
+        s.value("output_dir", "").c_str());
+    return 0;
+  }
+  std::printf(
+      "job %s finished: strategy %s, %lld steps (%.2f epochs), test accuracy %.4f, "
+      "test loss %.4f, %.0f samples/s, %.1f s\nsummary: %s/summary.json\n",
+      s.value("job", "").c_str(), s.value("strategy", "").c_str(),
+      static_cast<long long>(s.value("steps", 0)), s.value("epochs", 0.0),
+      s.value("test_accuracy", 0.0), s.value("test_loss", 0.0), s.value("samples_per_second", 0.0),
+      s.value("wall_seconds", 0.0), s.value("output_dir", "").c_str());
+  return 0;
+}
+
 // troupe node without --task: the rank from the environment and the cluster
 // from the rendezvous at the chief (runtime/rendezvous.hpp). 0, or the exit
 // code of the failure it reported.
@@ -268,39 +304,7 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
   try {
     auto s = node ? troupe::run_node(cfg, task, opts) : troupe::run_job(cfg, opts);
     pp.clear();
-    if (node && task.job != "chief") {
-      std::printf("task %s finished: the chief ended the job\n", task.str().c_str());
-      // Every task of a preempted job asks to be started again.
-      return troupe::preemption::requested() || s.contains("preempted")
-                 ? troupe::preemption::kResumeExitStatus
-                 : 0;
-    }
-    if (s.contains("preempted")) return say_preempted(s);
-    if (s.contains("env_steps")) {
-      std::printf(
-          "job %s finished: strategy %s on %s, %lld updates, %lld env steps, %lld episodes, mean "
-          "return (last 100) %.1f, %s, %.0f env steps/s, %.1f s\nsummary: %s/summary.json\n",
-          s.value("job", "").c_str(), s.value("strategy", "").c_str(), s.value("env", "").c_str(),
-          static_cast<long long>(s.value("updates", 0)),
-          static_cast<long long>(s.value("env_steps", 0)),
-          static_cast<long long>(s.value("episodes", 0)), s.value("mean_return_100", 0.0),
-          s.value("solved", false)
-              ? ("solved in " + std::to_string(s.value("time_to_solve_seconds", 0.0)) + " s")
-                    .c_str()
-              : "not solved",
-          s.value("env_steps_per_second", 0.0), s.value("wall_seconds", 0.0),
-          s.value("output_dir", "").c_str());
-      return 0;
-    }
-    std::printf(
-        "job %s finished: strategy %s, %lld steps (%.2f epochs), test accuracy %.4f, "
-        "test loss %.4f, %.0f samples/s, %.1f s\nsummary: %s/summary.json\n",
-        s.value("job", "").c_str(), s.value("strategy", "").c_str(),
-        static_cast<long long>(s.value("steps", 0)), s.value("epochs", 0.0),
-        s.value("test_accuracy", 0.0), s.value("test_loss", 0.0),
-        s.value("samples_per_second", 0.0), s.value("wall_seconds", 0.0),
-        s.value("output_dir", "").c_str());
-    return 0;
+    return say_finished(s, node, task);
   } catch (const troupe::config_error& e) {
     pp.clear();
     std::cerr << "troupe: " << file << ": " << e.what() << "\n";
