@@ -35,6 +35,30 @@ constexpr std::size_t kSourceActorAt = 16;
 // (caf/message_id.hpp: response_flag_mask).
 constexpr uint64_t kResponseFlag = uint64_t{1} << 63;
 
+// A message's content leads with an empty forwarding stack (one varbyte 0),
+// the object number 0 (two bytes) and its type name as a string (a varbyte
+// length, then the bytes: "@<>+" and each element's portable name; caf/
+// message.cpp, save). The names the guard refuses are all shorter than this.
+constexpr std::size_t kLongestRefusedName = 32;
+constexpr std::size_t kContentLeadBytes = 1 + 2 + 1 + kLongestRefusedName;
+
+// Contents no peer sends troupe across processes, and what they would do:
+// a system message an actor acts on whatever its behavior, or CAF's link
+// request (a proxy's link_atom), which would make the receiver die with any
+// actor the peer names as its own. Exits come only from the chief: its
+// driver stops the rl_actors it placed on other tasks.
+struct refused_content {
+  std::string_view name;
+  std::string_view what;
+};
+constexpr refused_content kRefusedContents[] = {
+    {"@<>+@exit", "an exit_msg"},
+    {"@<>+@down", "a down_msg"},
+    {"@<>+@group_down", "a group_down_msg"},
+    {"@<>+@timeout", "a timeout_msg"},
+    {"@<>+@atom+@strong_actor_ptr", "a link or unlink request"},
+};
+
 uint64_t big_endian(const char* at, std::size_t bytes) {
   const auto* b = reinterpret_cast<const unsigned char*>(at);
   uint64_t x = 0;
@@ -217,12 +241,19 @@ std::string basp_guard::on_header() {
         return fmt::format("sent a {} of {}", type_name(operation_), mib(payload_len_));
       need_ = payload_len_;
       break;
+    case direct_message:
+      need_ = is_response() ? 0 : std::min<std::size_t>(payload_len_, kContentLeadBytes);
+      break;
     case routed_message:
     case monitor_message:
-    case down_message:
-      // Source and destination node ids lead the payload.
-      need_ = std::min<std::size_t>(payload_len_, peer_node_.size() + local_node_.size());
+    case down_message: {
+      // Source and destination node ids lead the payload (then a routed
+      // message's content).
+      const auto lead = peer_node_.size() + local_node_.size() +
+                        (operation_ == routed_message && !is_response() ? kContentLeadBytes : 0);
+      need_ = std::min<std::size_t>(payload_len_, lead);
       break;
+    }
     default:
       need_ = 0;
   }
@@ -240,8 +271,31 @@ std::string basp_guard::on_header() {
 // a sender of any id could forge as well.
 bool basp_guard::anonymous_message() const {
   if (operation_ != direct_message && operation_ != routed_message) return false;
-  const bool response = (big_endian(header_ + kOperationDataAt, 8) & kResponseFlag) != 0;
-  return big_endian(header_ + kSourceActorAt, 8) == 0 && !response;
+  return big_endian(header_ + kSourceActorAt, 8) == 0 && !is_response();
+}
+
+bool basp_guard::is_response() const {
+  return (big_endian(header_ + kOperationDataAt, 8) & kResponseFlag) != 0;
+}
+
+// What a message's content is when troupe refuses it from this peer
+// (kRefusedContents), else empty. A response is never refused (it reaches
+// only a request's handler); nor is a content too short to name a type
+// (CAF fails to read it and drops it).
+std::string basp_guard::refused_content_of() const {
+  if ((operation_ != direct_message && operation_ != routed_message) || is_response()) return {};
+  const std::size_t at = operation_ == routed_message ? peer_node_.size() + local_node_.size() : 0;
+  if (inspect_.size() < at + 4) return {};
+  const auto* lead = reinterpret_cast<const unsigned char*>(inspect_.data() + at);
+  if (lead[0] != 0)  // troupe forwards nothing across processes
+    return "a message with a forwarding stack from " + peer_task_;
+  const std::size_t length = lead[3];  // one varbyte: a long name has the high bit set
+  if (length > kLongestRefusedName || inspect_.size() < at + 4 + length) return {};
+  const std::string_view name(inspect_.data() + at + 4, length);
+  for (const auto& r : kRefusedContents)
+    if (name == r.name && !(r.name == "@<>+@exit" && peer_task_ == "chief:0"))
+      return std::string(r.what) + " from " + peer_task_;
+  return {};
 }
 
 // The node ids a frame's payload names: a handshake's becomes the
@@ -273,7 +327,7 @@ std::string basp_guard::check_payload(bool& pass) {
     case monitor_message:
     case down_message: {
       const auto k = peer_node_.size();
-      const bool from_peer = inspect_.size() == k + local_node_.size() &&
+      const bool from_peer = inspect_.size() >= k + local_node_.size() &&
                              std::equal(peer_node_.begin(), peer_node_.end(), inspect_.begin());
       const bool to_me = from_peer && std::equal(local_node_.begin(), local_node_.end(),
                                                  inspect_.begin() + static_cast<std::ptrdiff_t>(k));
@@ -300,6 +354,9 @@ std::string basp_guard::decide(std::vector<char>& out) {
     drop(fmt::format("a {} without a sender (source actor 0)", type_name(operation_)));
   } else if (auto problem = check_payload(pass); !problem.empty()) {
     return problem;
+  } else if (auto refused = refused_content_of(); pass && !refused.empty()) {
+    pass = false;
+    drop(fmt::format("a {} carrying {}", type_name(operation_), refused));
   }
   left_ = payload_len_ - inspect_.size();
   if (pass) {

@@ -37,7 +37,17 @@
 //     id a holder of the secret names (a shard, a reducer, a learner), and
 //     troupe itself sends across processes only from an actor. A response
 //     passes (CAF bounces a request to a gone actor without a sender), as
-//     it reaches an actor only as the answer to a request it awaits.
+//     it reaches an actor only as the answer to a request it awaits;
+//   - a message whose content is a system message (exit_msg, down_msg,
+//     group_down_msg, timeout_msg) or CAF's link request is dropped, and so
+//     is one with a forwarding stack: with any sender id it likes, a holder
+//     of the secret could otherwise stop an actor (an exit, or a link to an
+//     actor of its own that it then reports down) or fake a death the
+//     coordinator acts on. troupe sends none of these across processes,
+//     links nothing across them and forwards nothing; the one exception is
+//     an exit_msg from the chief (its driver stops the rl_actors it placed
+//     on other tasks). The guard reads the content's type name, the first
+//     bytes after the stack (runtime/basp_guard.cpp, kRefusedContents).
 //
 // Whole frames: a frame that passes goes to BASP only once its last byte
 // arrived (CAF sizes and zero-fills its buffer from the header, so a header
@@ -93,6 +103,8 @@ class basp_guard {
   std::string on_header();
   std::string decide(std::vector<char>& out);
   bool anonymous_message() const;
+  bool is_response() const;
+  std::string refused_content_of() const;
   std::string check_payload(bool& pass);
   void hold(const char* data, std::size_t n);
   void release(std::vector<char>& out);
