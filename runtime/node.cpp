@@ -136,6 +136,8 @@ link_security node_link_security(const cluster_spec& spec, const std::string& se
     throw job_error(me + ": " + e.what());
   }
   const char* kind = s.kind == link_security::trust::psk ? "TLS 1.3, keyed from the cluster secret"
+                     : s.identity
+                         ? "TLS 1.3 with the certificates the job CA issued at the rendezvous"
                      : s.kind == link_security::trust::certificates
                          ? "TLS 1.3 with the certificates of cluster.tls"
                          : "PLAINTEXT (cluster.insecure)";
