@@ -273,8 +273,9 @@ TEST_CASE("mirrored over 3 processes from SLURM's variables, one rank 10 s late"
 TEST_CASE("a job from the environment: the secret alone speaks as no task; refused, logged, done") {
   strategy_env env(480);
   auto c = env.job("mirrored", "adam", 2, 48);
-  c.training.epochs = 200;  // the attack comes while it trains
+  c.training.epochs = 4000;  // the attack comes while it trains
   c.checkpoint.every_steps = 0;
+  c.logging.level = "info";  // the links' kind is said at info
   auto one = run_job(c);
   temp_dir dir;
   c.logging.output_dir = dir / "out";
