@@ -637,7 +637,7 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
   object_reader r(
       j, path,
       {"tasks", "hosts", "join_timeout_seconds", "heartbeat_seconds", "grace_seconds", "secret_env",
-       "secret_file", "roles", "port", "tls", "insecure", "max_message_mb"});
+       "secret_file", "roles", "port", "tls", "insecure", "max_message_mb", "identity"});
   // Without "tasks", troupe node takes the cluster from the environment
   // (config/cluster_env.hpp); "roles" and "port" are for that case only.
   r.with("roles", [&](const json& v, const std::string& p) {
@@ -742,6 +742,14 @@ void read_cluster(const json& j, const std::string& path, cluster_spec& c) {
          "true turns TLS off, but cluster.tls names certificates; remove one of them");
   r.with("max_message_mb", [&](const json& v, const std::string& p) {
     c.max_message_mb = read_number(v, p, positive);
+  });
+  r.with("identity", [&](const json& v, const std::string& p) {
+    if (v == "job_ca")
+      c.identity = cluster_spec::identity_mode::job_ca;
+    else if (v == "shared_secret")
+      c.identity = cluster_spec::identity_mode::shared_secret;
+    else
+      expected(p, "\"job_ca\" or \"shared_secret\"", v);
   });
 }
 
@@ -987,6 +995,7 @@ json cluster_to_json(const cluster_spec& k) {
               {"secret_file", k.secret_file}};
   if (!k.tls.ca.empty()) out["tls"] = {{"ca", k.tls.ca}, {"cert", k.tls.cert}, {"key", k.tls.key}};
   if (k.insecure) out["insecure"] = true;
+  if (k.identity == cluster_spec::identity_mode::shared_secret) out["identity"] = "shared_secret";
   if (k.max_message_mb > 0) out["max_message_mb"] = k.max_message_mb;
   if (!k.tasks.empty()) {
     out["tasks"] = k.tasks;

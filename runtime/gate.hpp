@@ -33,7 +33,9 @@
 // name L is not T. A BASP listener also closes, without a verdict, a
 // proof from a task that has a live connection to this process already
 // (runtime/basp_guard.hpp): with the pre-shared key any holder of the
-// secret can prove any task's name, but not take a live one; the connector
+// secret can prove any task's name, but not take a live one (with
+// certificates, from cluster.tls or the job CA of runtime/job_ca.hpp, the TLS
+// link after the gate checks the name as well); the connector
 // retries it like a listener that went away. Refusals are MAC'd too: a connector treats only a
 // refusal that proves K as final; garbage, a bad MAC or an unproven refusal is `unreachable`
 // (retried until the caller's deadline), since anyone may sit on a port. Only after an 'A' is the

@@ -100,6 +100,8 @@ link_security node_link_security(const cluster_spec& spec, const std::string& se
     throw job_error(me + ": " + e.what());
   }
   const char* kind = s.kind == link_security::trust::psk ? "TLS 1.3, keyed from the cluster secret"
+                     : s.identity
+                         ? "TLS 1.3 with the certificates the job CA issued at the rendezvous"
                      : s.kind == link_security::trust::certificates
                          ? "TLS 1.3 with the certificates of cluster.tls"
                          : "PLAINTEXT (cluster.insecure)";
@@ -110,6 +112,12 @@ link_security node_link_security(const cluster_spec& spec, const std::string& se
         me);
   spdlog::info("{}: connections between tasks: {}; frames up to {} MiB", me, kind,
                s.max_frame_bytes / mib);
+  if (s.kind == link_security::trust::psk && spec.identity == cluster_spec::identity_mode::job_ca)
+    spdlog::info(
+        "{}: no job CA here (a cluster written out in cluster.tasks has no rendezvous to issue "
+        "certificates): any holder of the secret can prove any task's name; cluster.tls gives "
+        "each task its own",
+        me);
   return s;
 }
 

@@ -89,6 +89,7 @@ struct announced {
   int fd;
   std::string address;
   std::string peer;
+  std::string certificate;  // issued by the job CA for its task
 };
 
 void answer_and_close(int fd, const nlohmann::json& payload) {
@@ -106,8 +107,9 @@ void answer_and_close(int fd, const nlohmann::json& payload) {
 // cluster forms is free again.
 class announce_reader {
  public:
-  explicit announce_reader(const cluster_env& me) : world_size_(me.world_size), chief_(me.chief) {
-    ranks_[0] = {-1, me.chief, "this process"};
+  announce_reader(const cluster_env& me, int64_t ps_ranks, const job_authority& ca)
+      : world_size_(me.world_size), ps_ranks_(ps_ranks), chief_(me.chief), ca_(ca) {
+    ranks_[0] = {-1, me.chief, "this process", ""};
   }
   ~announce_reader() {
     for (auto& p : pending_) ::close(p.who.fd);
@@ -235,7 +237,9 @@ class announce_reader {
       return "it proved the name " + a.name + " at the gate but announces rank " +
              std::to_string(check.rank);
     if (auto taken = ranks_.find(check.rank); taken != ranks_.end())
-      return "rank " + std::to_string(check.rank) + " already joined from " + taken->second.peer;
+      return "rank " + std::to_string(check.rank) + " already joined from " + taken->second.peer +
+             "; the certificate for " + role_of_rank(check.rank, ps_ranks_).str() +
+             " is not issued again while that connection is open";
     for (const auto& [r, other] : ranks_)
       if (other.address == check.address)
         return "its address " + check.address + " is already rank " + std::to_string(r) + "'s" +
@@ -245,18 +249,30 @@ class announce_reader {
 
   void settle(const admitted& a, const std::string& frame) {
     const auto check = rendezvous_wire::check_announce(frame, world_size_);
-    if (const auto why = refusal(a, check); !why.empty()) {
+    auto why = refusal(a, check);
+    std::string certificate;
+    const auto task = why.empty() ? role_of_rank(check.rank, ps_ranks_).str() : "";
+    try {
+      if (why.empty())
+        certificate = ca_.issue(task, check.public_key, check.request, check.signature);
+    } catch (const job_ca_error& e) {
+      why = e.what();
+    }
+    if (!why.empty()) {
       spdlog::warn("chief:0: rendezvous: refused {} ({}): {}", a.name, a.peer, why);
       answer_and_close(a.fd, {{"error", why}});
       return;
     }
-    spdlog::info("chief:0: rendezvous: rank {} of {} joined, listening at {}", check.rank,
-                 world_size_, check.address);
-    ranks_[check.rank] = {a.fd, check.address, a.peer};
+    spdlog::info(
+        "chief:0: rendezvous: rank {} of {} joined, listening at {}; issued {} its certificate",
+        check.rank, world_size_, check.address, task);
+    ranks_[check.rank] = {a.fd, check.address, a.peer, std::move(certificate)};
   }
 
   int64_t world_size_;
+  int64_t ps_ranks_;
   std::string chief_;
+  const job_authority& ca_;
   std::vector<pending> pending_;
   std::map<int64_t, announced> ranks_;
 };
@@ -296,7 +312,7 @@ std::string machine_host_name() {
 }  // namespace
 
 cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me, int64_t ps_ranks,
-                               seconds_d timeout) {
+                               seconds_d timeout, task_identity* issued) {
   const auto deadline =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
   const auto hp = parse_host_port(me.chief);
@@ -311,7 +327,9 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
                              });
   spdlog::info("chief:0: rendezvous at {}: waiting for the {} other rank{}", me.chief,
                me.world_size - 1, me.world_size == 2 ? "" : "s");
-  announce_reader reader(me);
+  // The job CA: made now, in memory; its key is gone when this returns.
+  const job_authority ca;
+  announce_reader reader(me, ps_ranks, ca);
   while (!reader.complete_and_live() && clock_type::now() < deadline) {
     for (auto& a : arrivals.take_all()) reader.add(std::move(a));
     reader.turn(arrivals.wake_fd(), deadline);
@@ -336,25 +354,29 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
   for (const auto& [r, a] : ranks) addresses.push_back(a.address);
   auto tasks = tasks_of_ranks(addresses, ps_ranks);
   for (auto& [r, a] : ranks)
-    if (a.fd >= 0) answer_and_close(a.fd, {{"tasks", tasks}});
+    if (a.fd >= 0)
+      answer_and_close(a.fd,
+                       {{"tasks", tasks}, {"certificate", a.certificate}, {"ca", ca.ca_pem()}});
+  if (issued) *issued = ca.issue_self(me.task.str());
   return tasks;
 }
 
-cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
-                              const std::string& address, seconds_d timeout) {
-  const auto limit = std::chrono::duration_cast<clock_type::duration>(timeout);
-  const auto deadline = clock_type::now() + limit;
+namespace {
+
+// The chief's rendezvous, past its gate as `name`: retried with backoff while
+// nobody listens there yet, until `deadline`; throws job_error.
+gate_socket reach_rendezvous(const std::string& secret, const cluster_env& me,
+                             const std::string& name, clock_type::time_point deadline,
+                             seconds_d timeout) {
   const auto chief = parse_host_port(me.chief);
-  const std::string name = rank_name(me.rank);
   gate_options opts;
   opts.secret = secret;
   opts.name = name;
   auto backoff = std::chrono::milliseconds(100);
-  gate_socket s;
   std::string refusal;
   for (;;) {
     const auto left = std::chrono::duration_cast<caf::timespan>(deadline - clock_type::now());
-    s = gate_secure_handshake(
+    auto s = gate_secure_handshake(
         chief.host, chief.port, opts,
         std::clamp<caf::timespan>(left, std::chrono::milliseconds(100), std::chrono::seconds(10)));
     if (s.fd >= 0 && s.peer != kRendezvousGate) {
@@ -362,7 +384,7 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
       throw job_error(name + ": " + me.chief + " is " + s.peer +
                       ", not the chief's rendezvous: its job has formed its cluster already");
     }
-    if (s.fd >= 0) break;
+    if (s.fd >= 0) return s;
     if (!s.unreachable)
       throw job_error(name + ": joining the chief at " + me.chief + " failed: " + s.error);
     // A refusal that is not authenticated (a wrong secret on either side, or
@@ -379,32 +401,70 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
     std::this_thread::sleep_for(backoff);
     backoff = std::min<std::chrono::milliseconds>(2 * backoff, std::chrono::seconds(2));
   }
-  spdlog::info("{}: joined the chief at {}; announced {}, waiting for the other ranks", name,
-               me.chief, address);
-  // Once announced, the chief answers when every rank is there, or with an
-  // error when it gives up (its own join timeout).
-  const auto answer_by = clock_type::now() + limit + std::chrono::seconds(5);
+}
+
+// Sends `announce` on `fd` and reads the chief's reply payload by
+// `answer_by`; closes `fd`; throws job_error.
+std::string announce_and_read(int fd, const std::string& announce, const std::string& name,
+                              const cluster_env& me, clock_type::time_point answer_by) {
   std::string why;
   std::string header(rendezvous_wire::kReplyHeaderBytes, '\0');
-  const bool sent = socket_io::send_all(
-      s.fd, rendezvous_wire::make_announce(me.rank, me.world_size, address), answer_by);
-  if (!sent || !socket_io::recv_exact(s.fd, header, answer_by, &why)) {
-    ::close(s.fd);
+  const bool sent = socket_io::send_all(fd, announce, answer_by);
+  if (!sent || !socket_io::recv_exact(fd, header, answer_by, &why)) {
+    ::close(fd);
     throw job_error(name + ": the chief at " + me.chief +
                     " did not send the cluster: " + (sent ? why : "it closed the connection"));
   }
   const auto length = rendezvous_wire::reply_length(header);
   std::string payload(static_cast<std::size_t>(std::max<int64_t>(length, 0)), '\0');
-  const bool complete = length >= 0 && socket_io::recv_exact(s.fd, payload, answer_by, &why);
-  ::close(s.fd);
+  const bool complete = length >= 0 && socket_io::recv_exact(fd, payload, answer_by, &why);
+  ::close(fd);
   if (!complete)
     throw job_error(name + ": the chief at " + me.chief + " sent a malformed answer" +
                     (length < 0 ? "" : ": " + why));
+  return payload;
+}
+
+// The identity the chief's reply issued this rank, checked; throws job_error.
+task_identity identity_of_reply(const std::string& payload, const task_key& key,
+                                const std::string& name, const cluster_env& me) {
+  const auto issued = rendezvous_wire::certificate_of_reply(payload);
+  task_identity id{me.task.str(), issued.ca, issued.certificate, key.private_pem()};
+  const auto problem = issued.certificate.empty() ? "it sent none" : check_task_identity(id);
+  if (!problem.empty())
+    throw job_error(name + ": the chief at " + me.chief + " issued no usable certificate for " +
+                    id.task + ": " + problem);
+  return id;
+}
+
+}  // namespace
+
+cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
+                              const std::string& address, seconds_d timeout,
+                              task_identity* issued) {
+  const auto limit = std::chrono::duration_cast<clock_type::duration>(timeout);
+  const std::string name = rank_name(me.rank);
+  auto s = reach_rendezvous(secret, me, name, clock_type::now() + limit, timeout);
+  spdlog::info("{}: joined the chief at {}; announced {}, waiting for the other ranks", name,
+               me.chief, address);
+  // The certificate request: a key made here, whose private half stays here.
+  const task_key key;
+  const auto request =
+      rendezvous_wire::make_request(me.rank, me.world_size, address, key.public_raw());
+  const auto announce = rendezvous_wire::make_announce(me.rank, me.world_size, address,
+                                                       key.public_raw(), key.sign_request(request));
+  // Once announced, the chief answers when every rank is there, or with an
+  // error when it gives up (its own join timeout).
+  const auto payload = announce_and_read(s.fd, announce, name, me,
+                                         clock_type::now() + limit + std::chrono::seconds(5));
+  cluster_tasks tasks;
   try {
-    return rendezvous_wire::tasks_of_reply(payload);
+    tasks = rendezvous_wire::tasks_of_reply(payload);
   } catch (const std::invalid_argument& e) {
     throw job_error(name + ": " + e.what());
   }
+  if (issued) *issued = identity_of_reply(payload, key, name, me);
+  return tasks;
 }
 
 task_id join_cluster_from_environment(job_config& c, const environment_map& env) {
@@ -416,15 +476,20 @@ task_id join_cluster_from_environment(job_config& c, const environment_map& env)
   spdlog::info("rank {} of {} (from {}): task {}, chief at {}", me.rank, me.world_size, me.source,
                me.task.str(), me.chief);
   cluster_tasks tasks;
+  task_identity issued;
   if (me.rank == 0) {
     tasks = me.world_size == 1 ? cluster_tasks{{"chief", {me.chief}}}
-                               : serve_rendezvous(secret, me, spec.ps_ranks, timeout);
+                               : serve_rendezvous(secret, me, spec.ps_ranks, timeout, &issued);
   } else {
     const uint16_t port = hold_listen_port(me);
-    tasks = join_rendezvous(secret, me, format_host_port(me.advertise_host, port), timeout);
+    tasks =
+        join_rendezvous(secret, me, format_host_port(me.advertise_host, port), timeout, &issued);
   }
   spec.tasks = std::move(tasks);
   check_cluster(c);
+  // The links use it unless cluster.identity or cluster.tls says otherwise
+  // (runtime/secure_link.hpp, link_security_for).
+  if (!issued.cert_pem.empty()) issued_identity::keep(std::move(issued));
   return me.task;
 }
 

@@ -30,12 +30,24 @@
 // whose connection closes before the cluster forms is free again (a
 // restarted process may claim it).
 //
+// The announce is also the rank's certificate request to the job CA the
+// chief makes at start (runtime/job_ca.hpp): the public half of a key pair
+// the rank made, signed with its private half. The chief issues a
+// certificate naming the rank's task (role_of_rank) when it accepts the
+// announce, i.e. at most once while the rank's connection stays open; a
+// claim of a rank held by a live connection is refused (naming the rank and
+// its task) and logged; a restarted rank, the first connection gone, is
+// issued a new one. The reply carries it with the CA's certificate.
+//
 // Frames (only after the gate's exchange, so only between holders of the
 // secret; each of a size known before reading, the reply bounded):
-//   rank -> chief   announce: magic "troupeR1", rank and world size (8 bytes
-//                   each, big-endian), host:port NUL-padded to 262 bytes
+//   rank -> chief   announce: magic "troupeR2", rank and world size (8 bytes
+//                   each, big-endian), host:port NUL-padded to 262 bytes,
+//                   Ed25519 public key (32 bytes), its signature over all
+//                   of that (64 bytes; runtime/job_ca.hpp)
 //   chief -> rank   reply: magic, payload length (4 bytes, big-endian, at most
-//                   kMaxReplyBytes), payload: {"tasks": {...}} or {"error": "why"}
+//                   kMaxReplyBytes), payload: {"tasks": {...}, "certificate":
+//                   PEM, "ca": PEM} or {"error": "why"}
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -47,6 +59,7 @@
 
 #include "config/cluster_env.hpp"
 #include "config/job_config.hpp"
+#include "runtime/job_ca.hpp"
 
 namespace troupe {
 
@@ -59,28 +72,45 @@ using cluster_tasks = std::map<std::string, std::vector<std::string>>;
 // job_error (the rendezvous failed or timed out).
 task_id join_cluster_from_environment(job_config& c, const environment_map& env);
 
-// The chief's side: `me` is rank 0. Returns the tasks map.
+// The chief's side: `me` is rank 0. Returns the tasks map; `issued`, when
+// given, gets the chief's own identity from the job CA.
 cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me, int64_t ps_ranks,
-                               std::chrono::duration<double> timeout);
+                               std::chrono::duration<double> timeout,
+                               task_identity* issued = nullptr);
 
 // Another rank's side: announces `address` (where it listens) to the chief
-// at me.chief. Returns the tasks map.
+// at me.chief, with a certificate request for me.task. Returns the tasks
+// map; `issued`, when given, gets the certificate the chief issued, checked
+// (job_error if there is none, or it is not for this rank's key and task).
 cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
-                              const std::string& address, std::chrono::duration<double> timeout);
+                              const std::string& address, std::chrono::duration<double> timeout,
+                              task_identity* issued = nullptr);
 
 // The frames, without sockets (for the tests and the fuzz target).
 namespace rendezvous_wire {
 inline constexpr std::size_t kMagicBytes = 8;
 inline constexpr std::size_t kAddressBytes = 262;  // "[" 253 "]:" 5 digits, with room
-inline constexpr std::size_t kAnnounceBytes = kMagicBytes + 8 + 8 + kAddressBytes;
+inline constexpr std::size_t kPublicKeyBytes = task_key::kPublicBytes;
+inline constexpr std::size_t kSignatureBytes = task_key::kSignatureBytes;
+// The part the signature covers.
+inline constexpr std::size_t kRequestBytes = kMagicBytes + 8 + 8 + kAddressBytes + kPublicKeyBytes;
+inline constexpr std::size_t kAnnounceBytes = kRequestBytes + kSignatureBytes;
 inline constexpr std::size_t kReplyHeaderBytes = kMagicBytes + 4;
 inline constexpr std::size_t kMaxReplyBytes = 1 << 22;
-inline constexpr char kMagic[kMagicBytes + 1] = "troupeR1";
+inline constexpr char kMagic[kMagicBytes + 1] = "troupeR2";
 
-std::string make_announce(int64_t rank, int64_t world_size, const std::string& address);
+// The signed part of an announce (what task_key::sign_request signs).
+std::string make_request(int64_t rank, int64_t world_size, const std::string& address,
+                         const std::string& public_key);
+// The whole announce; a key or signature left out is zeros (refused by the
+// chief's job CA).
+std::string make_announce(int64_t rank, int64_t world_size, const std::string& address,
+                          const std::string& public_key = {}, const std::string& signature = {});
 struct announce_check {
   int64_t rank = -1;
   std::string address;
+  // Once well formed: the certificate request, for job_authority::issue.
+  std::string request, public_key, signature;
   std::string problem;  // empty: well formed and fits the chief's world
 };
 // `world_size`: the chief's.
@@ -93,6 +123,12 @@ int64_t reply_length(std::string_view header);
 // The payload's tasks map; throws std::invalid_argument with the chief's
 // error, or naming what is malformed.
 cluster_tasks tasks_of_reply(std::string_view payload);
+// The payload's certificate and CA (PEM, unchecked); both empty when either
+// is missing or the payload is malformed.
+struct issued_certificate {
+  std::string certificate, ca;
+};
+issued_certificate certificate_of_reply(std::string_view payload);
 }  // namespace rendezvous_wire
 
 }  // namespace troupe

@@ -25,13 +25,23 @@ bool has_magic(std::string_view frame) {
 
 }  // namespace
 
-std::string make_announce(int64_t rank, int64_t world_size, const std::string& address) {
+std::string make_request(int64_t rank, int64_t world_size, const std::string& address,
+                         const std::string& public_key) {
   std::string out(kMagic, kMagicBytes);
   put_u64(out, static_cast<uint64_t>(rank));
   put_u64(out, static_cast<uint64_t>(world_size));
   std::string field(kAddressBytes, '\0');
   std::memcpy(field.data(), address.data(), std::min(address.size(), kAddressBytes - 1));
-  return out + field;
+  std::string key(kPublicKeyBytes, '\0');
+  std::memcpy(key.data(), public_key.data(), std::min(public_key.size(), kPublicKeyBytes));
+  return out + field + key;
+}
+
+std::string make_announce(int64_t rank, int64_t world_size, const std::string& address,
+                          const std::string& public_key, const std::string& signature) {
+  std::string sig(kSignatureBytes, '\0');
+  std::memcpy(sig.data(), signature.data(), std::min(signature.size(), kSignatureBytes));
+  return make_request(rank, world_size, address, public_key) + sig;
 }
 
 announce_check check_announce(std::string_view frame, int64_t world_size) {
@@ -42,7 +52,7 @@ announce_check check_announce(std::string_view frame, int64_t world_size) {
   }
   const uint64_t rank = get_u64(frame.substr(kMagicBytes));
   const uint64_t world = get_u64(frame.substr(kMagicBytes + 8));
-  auto field = frame.substr(kMagicBytes + 16);
+  auto field = frame.substr(kMagicBytes + 16, kAddressBytes);
   auto end = field.find('\0');
   if (end == std::string_view::npos || end == 0 ||
       field.find_first_not_of('\0', end) != std::string_view::npos) {
@@ -67,6 +77,9 @@ announce_check check_announce(std::string_view frame, int64_t world_size) {
   }
   out.rank = static_cast<int64_t>(rank);
   out.address = std::string(field.substr(0, end));
+  out.request = std::string(frame.substr(0, kRequestBytes));
+  out.public_key = std::string(frame.substr(kRequestBytes - kPublicKeyBytes, kPublicKeyBytes));
+  out.signature = std::string(frame.substr(kRequestBytes, kSignatureBytes));
   return out;
 }
 
@@ -105,6 +118,24 @@ cluster_tasks tasks_of_reply(std::string_view payload) {
     }
   }
   return tasks;
+}
+
+}  // namespace troupe::rendezvous_wire
+
+namespace troupe::rendezvous_wire {
+
+issued_certificate certificate_of_reply(std::string_view payload) {
+  auto j = nlohmann::json::parse(payload, nullptr, false);
+  issued_certificate out;
+  if (j.is_discarded() || !j.is_object()) return out;
+  auto text = [&j](const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  out.certificate = text("certificate");
+  out.ca = text("ca");
+  if (out.certificate.empty() || out.ca.empty()) out = {};
+  return out;
 }
 
 }  // namespace troupe::rendezvous_wire

@@ -35,6 +35,7 @@
 #include "runtime/frame_budget.hpp"
 #include "runtime/tls_records.hpp"
 
+#include "runtime/job_ca.hpp"
 #include "runtime/secure_link_detail.hpp"
 
 namespace troupe {
@@ -385,6 +386,10 @@ link_security link_security_for(const cluster_spec& spec, const std::string& sec
     s.ca_file = spec.tls.ca;
     s.cert_file = spec.tls.cert;
     s.key_file = spec.tls.key;
+  } else if (auto issued = issued_identity::held();
+             issued && spec.identity == cluster_spec::identity_mode::job_ca) {
+    s.kind = link_security::trust::certificates;
+    s.identity = std::move(issued);
   } else {
     if (secret.empty())
       throw link_error("cluster: TLS needs the cluster secret, or certificates in cluster.tls");

@@ -32,12 +32,16 @@
 //   - certificates: mutual X.509 from a cluster CA; each side's certificate
 //     must name its task (subject CN, or a DNS/URI subject alternative name,
 //     e.g. "worker:1"); expired, other-CA or other-task certificates fail.
+//     The CA and certificates come from cluster.tls's files, or, by default
+//     in a cluster from the environment, from the job CA the chief's
+//     rendezvous ran (runtime/job_ca.hpp: `identity`, in memory).
 //   - insecure: plain TCP (cluster.insecure); the guard still runs.
 // Either way the link checks the peer is the task the gate named, and BASP
 // sees nothing before the TLS handshake completed.
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -47,6 +51,7 @@
 namespace troupe {
 
 struct cluster_spec;
+struct task_identity;
 
 // With certificates and no cluster secret, the gate's exchange and the node
 // handshake run with this public stand-in: they then prove nothing, and the
@@ -58,6 +63,9 @@ struct link_security {
   trust kind = trust::psk;
   std::string psk_key;  // derive_key(secret, key_purpose::tls_psk)
   std::string ca_file, cert_file, key_file;
+  // certificates: the job CA's issue (runtime/job_ca.hpp) in place of the
+  // files, when set.
+  std::shared_ptr<const task_identity> identity;
   uint64_t max_frame_bytes = uint64_t{256} << 20;  // the guard's cap
   // The process's budget for bytes of frames not yet whole, across links
   // (runtime/frame_budget.hpp); 0: unfinished_budget(max_frame_bytes).
@@ -80,8 +88,10 @@ inline uint64_t unfinished_budget(uint64_t max_frame_bytes) {
   return max_frame_bytes + (uint64_t{32} << 20);
 }
 
-// The security a cluster spec asks for (cluster.tls, cluster.insecure);
-// `max_frame_bytes` from cluster.max_message_mb or the caller's derivation.
+// The security a cluster spec asks for (cluster.tls, cluster.insecure,
+// cluster.identity with the identity this process was issued, if any:
+// runtime/job_ca.hpp); `max_frame_bytes` from cluster.max_message_mb or the
+// caller's derivation.
 link_security link_security_for(const cluster_spec& spec, const std::string& secret,
                                 uint64_t max_frame_bytes);
 // Loads the certificates now, so a bad file is an error at start-up naming

@@ -3,12 +3,14 @@
 // that hands a link its traffic secrets.
 #include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
 #include <string>
 #include <string_view>
 
+#include "runtime/job_ca.hpp"
 #include "runtime/secure_link_detail.hpp"
 
 namespace troupe::secure_link_detail {
@@ -123,6 +125,39 @@ void keep_traffic_secret(const SSL* ssl, const char* line) {
   OPENSSL_clear_free(bytes, static_cast<std::size_t>(len));
 }
 
+namespace {
+
+// The job CA's issue (runtime/job_ca.hpp), from memory: no file holds the key.
+void use_identity(SSL_CTX* c, const task_identity& id) {
+  const auto bad = [&id](const std::string& what) {
+    return link_error(id.task + ": the job CA's " + what + ": " + ssl_errors());
+  };
+  auto read_bio = [](const std::string& pem) {
+    return BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  };
+  BIO* ca_bio = read_bio(id.ca_pem);
+  X509* ca = ca_bio ? PEM_read_bio_X509(ca_bio, nullptr, nullptr, nullptr) : nullptr;
+  BIO_free(ca_bio);
+  const bool ca_ok = ca && X509_STORE_add_cert(SSL_CTX_get_cert_store(c), ca) == 1;
+  X509_free(ca);
+  if (!ca_ok) throw bad("certificate");
+  BIO* cert_bio = read_bio(id.cert_pem);
+  X509* cert = cert_bio ? PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr) : nullptr;
+  BIO_free(cert_bio);
+  const bool cert_ok = cert && SSL_CTX_use_certificate(c, cert) == 1;
+  X509_free(cert);
+  if (!cert_ok) throw bad("certificate for this task");
+  BIO* key_bio = read_bio(id.key_pem);
+  EVP_PKEY* key = key_bio ? PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr) : nullptr;
+  BIO_free(key_bio);
+  const bool key_ok = key && SSL_CTX_use_PrivateKey(c, key) == 1;
+  EVP_PKEY_free(key);
+  if (!key_ok || SSL_CTX_check_private_key(c) != 1) throw bad("key of this task");
+  SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+}
+
+}  // namespace
+
 ctx_ptr make_context(const link_security& sec) {
   ERR_clear_error();
   ctx_ptr ctx(SSL_CTX_new(TLS_method()));
@@ -149,6 +184,10 @@ ctx_ptr make_context(const link_security& sec) {
     SSL_CTX_set_verify(c, SSL_VERIFY_NONE, nullptr);
     return ctx;
   }
+  if (sec.identity) {
+    use_identity(c, *sec.identity);
+    return ctx;
+  }
   auto bad = [](const char* key, const std::string& file) {
     return link_error("cluster.tls." + std::string(key) + " \"" + file + "\": " + ssl_errors());
   };
@@ -167,6 +206,7 @@ ctx_ptr make_context(const link_security& sec) {
 
 std::string context_key(const link_security& sec) {
   if (sec.kind == link_security::trust::psk) return "psk";
+  if (sec.identity) return "job CA" + std::string(1, '\0') + sec.identity->cert_pem;
   return sec.ca_file + '\0' + sec.cert_file + '\0' + sec.key_file;
 }
 

@@ -15,6 +15,7 @@
 #include "config/secret.hpp"
 #include "crypto/crypto.hpp"
 #include "fixtures.hpp"
+#include "runtime/job_ca.hpp"
 #include "runtime/secure_link.hpp"
 
 using namespace troupe;
@@ -196,6 +197,39 @@ TEST_CASE("cluster: bad entries are named by their JSON path") {
   j = mirrored_job();
   j["cluster"]["secret"] = "hunter2";
   CHECK(error_of(j).starts_with("cluster.secret: unknown key"));
+}
+
+TEST_CASE("cluster: identity, and the links it picks with an identity issued by the job CA") {
+  auto j = ps_job();
+  CHECK(parse_job_config(j).cluster->identity == cluster_spec::identity_mode::job_ca);
+  j["cluster"]["identity"] = "shared_secret";
+  auto shared = parse_job_config(j);
+  CHECK(shared.cluster->identity == cluster_spec::identity_mode::shared_secret);
+  auto out = to_json(shared);
+  CHECK(to_json(parse_job_config(out)) == out);
+  j["cluster"]["identity"] = "per_task";
+  CHECK(error_of(j) ==
+        "cluster.identity: expected \"job_ca\" or \"shared_secret\", got \"per_task\"");
+
+  // A process issued an identity at the rendezvous: its links use it under
+  // job_ca; shared_secret keys them from the secret; cluster.tls wins.
+  const job_authority ca;
+  issued_identity::keep(ca.issue_self("worker:0"));
+  const std::string secret = "a-secret-of-enough-length";
+  auto by_ca = link_security_for(*parse_job_config(ps_job()).cluster, secret, 1 << 20);
+  CHECK(by_ca.kind == link_security::trust::certificates);
+  REQUIRE(by_ca.identity);
+  CHECK(by_ca.identity->task == "worker:0");
+  CHECK_NOTHROW(check_link_security(by_ca));
+  CHECK(link_security_for(*shared.cluster, secret, 1 << 20).kind == link_security::trust::psk);
+  auto files = ps_job();
+  files["cluster"]["tls"] = {{"ca", "ca.pem"}, {"cert", "w.pem"}, {"key", "w.key"}};
+  auto with_files = link_security_for(*parse_job_config(files).cluster, secret, 1 << 20);
+  CHECK(with_files.ca_file == "ca.pem");
+  CHECK_FALSE(with_files.identity);
+  issued_identity::forget();
+  CHECK(link_security_for(*parse_job_config(ps_job()).cluster, secret, 1 << 20).kind ==
+        link_security::trust::psk);
 }
 
 TEST_CASE("cluster: tls, insecure and max_message_mb") {

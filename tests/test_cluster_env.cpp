@@ -149,6 +149,15 @@ std::string answer_to_announce(int fd, int64_t rank, int64_t world, const std::s
   }
 }
 
+// An announce of `rank` with a certificate request signed by `key`, as
+// join_rendezvous sends it.
+std::string signed_announce(int64_t rank, int64_t world, const std::string& at,
+                            const task_key& key) {
+  const auto request = rendezvous_wire::make_request(rank, world, at, key.public_raw());
+  return rendezvous_wire::make_announce(rank, world, at, key.public_raw(),
+                                        key.sign_request(request));
+}
+
 // Whether something listens at 127.0.0.1:port (binding it fails).
 bool port_held(uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -356,6 +365,16 @@ TEST_CASE("rendezvous frames: an announce round-trips; bad ones are refused, not
   CHECK(ok.problem == "");
   CHECK(ok.rank == 2);
   CHECK(ok.address == "127.0.0.1:7001");
+  // The certificate request: the signed part, the key and its signature.
+  task_key key;
+  const auto signed_frame = signed_announce(2, 3, "127.0.0.1:7001", key);
+  REQUIRE(signed_frame.size() == kAnnounceBytes);
+  auto request = check_announce(signed_frame, 3);
+  CHECK(request.problem == "");
+  CHECK(request.public_key == key.public_raw());
+  CHECK(request.request == make_request(2, 3, "127.0.0.1:7001", key.public_raw()));
+  CHECK(request.signature.size() == kSignatureBytes);
+  CHECK(request.request + request.signature == signed_frame);
 
   CHECK(check_announce(frame, 4).problem == "it announces a world size of 3, the chief's is 4");
   CHECK(check_announce(make_announce(3, 3, "h:1"), 3).problem ==
@@ -368,7 +387,7 @@ TEST_CASE("rendezvous frames: an announce round-trips; bad ones are refused, not
         "its address: expected \"host:port\", got \"no-port\"");
   CHECK(check_announce(frame.substr(1), 3).problem == "not a rendezvous announce");
   auto junk_after = frame;
-  junk_after.back() = 'x';
+  junk_after[kMagicBytes + 16 + kAddressBytes - 1] = 'x';
   CHECK(check_announce(junk_after, 3).problem == "a malformed address field");
   auto bad_magic = frame;
   bad_magic[0] = 'X';
@@ -388,14 +407,25 @@ TEST_CASE("rendezvous frames: an announce round-trips; bad ones are refused, not
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(tasks_of_reply(R"({"tasks": {"worker": [1]}})"),
                        "the chief's tasks.worker holds a non-string", std::invalid_argument);
+  // The certificate in a reply: both parts, or nothing.
+  auto issued = certificate_of_reply(R"({"tasks": {}, "certificate": "C", "ca": "A"})");
+  CHECK(issued.certificate == "C");
+  CHECK(issued.ca == "A");
+  CHECK(certificate_of_reply(R"({"tasks": {}, "certificate": "C"})").certificate == "");
+  CHECK(certificate_of_reply(R"({"certificate": 1, "ca": "A"})").ca == "");
+  CHECK(certificate_of_reply("[").certificate == "");
 }
 
 TEST_CASE("mutated rendezvous frames: refused or read, never trusted past their checks") {
   using namespace rendezvous_wire;
-  const auto announce = make_announce(2, 3, "127.0.0.1:7001");
-  const auto reply = make_reply({{"tasks", {{"chief", {"a:1"}}, {"worker", {"b:2", "c:3"}}}}});
+  task_key key;
+  const job_authority ca;
+  const auto announce = signed_announce(2, 3, "127.0.0.1:7001", key);
+  const auto reply = make_reply({{"tasks", {{"chief", {"a:1"}}, {"worker", {"b:2", "c:3"}}}},
+                                 {"certificate", "C"},
+                                 {"ca", "A"}});
   fuzz::mutator mutate(25);
-  int accepted = 0;
+  int accepted = 0, issued = 0;
   for (int i = 0; i < 3000; ++i) {
     auto a = mutate(announce);
     a.resize(kAnnounceBytes, '\0');
@@ -404,33 +434,64 @@ TEST_CASE("mutated rendezvous frames: refused or read, never trusted past their 
       ++accepted;
       CHECK((check.rank == 1 || check.rank == 2));
       CHECK_NOTHROW(parse_host_port(check.address));
+      // The job CA issues a certificate for the requester's key only for
+      // the request that key signed: a mutant that changed a signed byte or
+      // the signature is refused. (One that replaced the key as well gets,
+      // at most, a certificate for a key that is not the requester's.)
+      try {
+        ca.issue("worker:1", check.public_key, check.request, check.signature);
+        if (check.public_key == key.public_raw()) {
+          ++issued;
+          CHECK(a == announce);
+        }
+      } catch (const job_ca_error&) {
+      }
     }
     auto r = mutate(reply);
     CHECK(reply_length(r.substr(0, kReplyHeaderBytes)) <= static_cast<int64_t>(kMaxReplyBytes));
+    const auto payload = r.size() > kReplyHeaderBytes ? r.substr(kReplyHeaderBytes) : r;
+    const auto cert = certificate_of_reply(payload);
+    CHECK(cert.certificate.empty() == cert.ca.empty());
     try {
-      tasks_of_reply(r.size() > kReplyHeaderBytes ? r.substr(kReplyHeaderBytes) : r);
+      tasks_of_reply(payload);
     } catch (const std::invalid_argument&) {
     }
   }
   CHECK(accepted > 0);  // some mutants only touch padding or keep a valid frame
+  CHECK(issued > 0);    // ... and those that kept it whole are still issued
 }
 
 TEST_CASE("the rendezvous between threads: ranks in any order get the same cluster") {
   const auto chief_addr = address(free_port());
   const auto a1 = address(free_port()), a2 = address(free_port());
   // The other ranks first: they retry until the chief listens.
+  task_identity id0, id1, id2;
   auto r2 = std::async(std::launch::async, [&] {
-    return join_rendezvous(kSecret, rank_env(2, 3, chief_addr), a2, std::chrono::seconds(20));
+    return join_rendezvous(kSecret, rank_env(2, 3, chief_addr), a2, std::chrono::seconds(20), &id2);
   });
   auto r1 = std::async(std::launch::async, [&] {
-    return join_rendezvous(kSecret, rank_env(1, 3, chief_addr), a1, std::chrono::seconds(20));
+    return join_rendezvous(kSecret, rank_env(1, 3, chief_addr), a1, std::chrono::seconds(20), &id1);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  auto tasks = serve_rendezvous(kSecret, rank_env(0, 3, chief_addr), 0, std::chrono::seconds(20));
+  auto tasks =
+      serve_rendezvous(kSecret, rank_env(0, 3, chief_addr), 0, std::chrono::seconds(20), &id0);
   const cluster_tasks want{{"chief", {chief_addr}}, {"worker", {a1, a2}}};
   CHECK(tasks == want);
   CHECK(r1.get() == want);
   CHECK(r2.get() == want);
+  // Each got a certificate naming its task, for its own key, from one job CA.
+  CHECK(id0.task == "chief:0");
+  CHECK(id1.task == "worker:0");
+  CHECK(id2.task == "worker:1");
+  for (const auto* id : {&id0, &id1, &id2}) CHECK(check_task_identity(*id) == "");
+  CHECK(id1.ca_pem == id0.ca_pem);
+  CHECK(id2.ca_pem == id0.ca_pem);
+  CHECK(id1.cert_pem != id2.cert_pem);
+  // worker:1's certificate is not worker:0's, nor for worker:0's key.
+  CHECK(check_task_identity({"worker:0", id2.ca_pem, id2.cert_pem, id1.key_pem}) ==
+        "the certificate is not for this task's key");
+  CHECK(check_task_identity({"worker:0", id2.ca_pem, id2.cert_pem, id2.key_pem}) ==
+        "the certificate does not name worker:0");
 }
 
 TEST_CASE("the rendezvous refuses a duplicate rank, naming it, and still forms the cluster") {
@@ -461,6 +522,10 @@ TEST_CASE("the rendezvous refuses a duplicate rank, naming it, and still forms t
   CHECK(
       refused.starts_with("rank:1: the chief refused this rank: rank 1 already joined from "
                           "127.0.0.1:"));
+  // No second certificate for the live rank's task.
+  CHECK_MESSAGE(refused.ends_with("; the certificate for ps:0 is not issued again while that "
+                                  "connection is open"),
+                refused);
   auto last = std::async(std::launch::async, [&] {
     return join_rendezvous(kSecret, rank_env(2, 3, chief_addr), a2, std::chrono::seconds(20));
   });
@@ -478,6 +543,7 @@ TEST_CASE("the rendezvous refuses a duplicate rank, naming it, and still forms t
   CHECK_MESSAGE(text.find("chief:0: rendezvous: refused rank:1 (127.0.0.1:") != std::string::npos,
                 text);
   CHECK_MESSAGE(text.find("): rank 1 already joined from 127.0.0.1:") != std::string::npos, text);
+  CHECK(text.find("the certificate for ps:0 is not issued again") != std::string::npos);
 }
 
 TEST_CASE("the rendezvous reads announces at once: silent connections delay no rank") {
@@ -531,20 +597,30 @@ TEST_CASE("the rendezvous frees the rank of a claimant that left before the clus
   auto chief = std::async(std::launch::async, [&] {
     return serve_rendezvous(kSecret, rank_env(0, 3, chief_addr), 0, std::chrono::seconds(30));
   });
-  // Rank 1 announces, then its process dies before rank 2 comes.
+  // Rank 1 announces (a certificate request for its key), then its process
+  // dies before rank 2 comes.
   const int gone = admitted_as(chief_addr, "rank:1");
-  REQUIRE(socket_io::send_all(gone, rendezvous_wire::make_announce(1, 3, address(free_port())),
+  const task_key gone_key;
+  const auto gone_at = address(free_port());
+  REQUIRE(socket_io::send_all(gone, signed_announce(1, 3, gone_at, gone_key),
                               std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  const auto issued_to_gone = "rank 1 of 3 joined, listening at " + gone_at;
+  const auto first_until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!logs.contains(issued_to_gone) && std::chrono::steady_clock::now() < first_until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(logs.contains(issued_to_gone));
   ::close(gone);
   // Its restart claims rank 1 again: refused ("already joined") only until
   // the chief has seen the first connection close, which travels through
   // two TLS links' threads first.
   const auto a1 = address(free_port()), a2 = address(free_port());
+  task_identity fresh;
   auto restarted = std::async(std::launch::async, [&] {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
       try {
-        return join_rendezvous(kSecret, rank_env(1, 3, chief_addr), a1, std::chrono::seconds(30));
+        return join_rendezvous(kSecret, rank_env(1, 3, chief_addr), a1, std::chrono::seconds(30),
+                               &fresh);
       } catch (const job_error& e) {
         if (std::string(e.what()).find("already joined") == std::string::npos ||
             std::chrono::steady_clock::now() > until)
@@ -566,6 +642,12 @@ TEST_CASE("the rendezvous frees the rank of a claimant that left before the clus
   CHECK(chief.get() == want);
   CHECK(restarted.get() == want);
   CHECK(r2 == want);
+  // The restart holds a fresh certificate for worker:0: for its own key, not
+  // the dead process's.
+  CHECK(fresh.task == "worker:0");
+  CHECK(check_task_identity(fresh) == "");
+  CHECK(check_task_identity({"worker:0", fresh.ca_pem, fresh.cert_pem, gone_key.private_pem()}) ==
+        "the certificate is not for this task's key");
 }
 
 TEST_CASE("the rendezvous hands out no port it no longer holds: the node's gate takes it over") {

@@ -26,6 +26,7 @@
 #include "actors/net_system_config.hpp"
 #include "config/secret.hpp"
 #include "runtime/gate.hpp"
+#include "runtime/job_ca.hpp"
 #include "runtime/rendezvous.hpp"
 #include "tests/attack.hpp"
 #include "tests/captured_log.hpp"
@@ -310,7 +311,11 @@ TEST_CASE("every corrupted byte of every gate frame is refused") {
 
 TEST_CASE("every corrupted byte of a rendezvous frame is refused or read as another frame") {
   const std::string address = "10.0.0.7:7001";
-  auto announce = rendezvous_wire::make_announce(3, 8, address);
+  const task_key key;
+  const job_authority ca;
+  const auto request = rendezvous_wire::make_request(3, 8, address, key.public_raw());
+  auto announce =
+      rendezvous_wire::make_announce(3, 8, address, key.public_raw(), key.sign_request(request));
   REQUIRE(announce.size() == rendezvous_wire::kAnnounceBytes);
   auto ok = rendezvous_wire::check_announce(announce, 8);
   REQUIRE(ok.problem.empty());
@@ -322,10 +327,20 @@ TEST_CASE("every corrupted byte of a rendezvous frame is refused or read as anot
     return frame;
   };
   // A changed byte is refused, or (a digit of the address for another) read
-  // as another announce: never the same one, never a crash.
+  // as another announce, or (the key or its signature) refused by the job
+  // CA: never the same one issued, never a crash.
+  auto issued = [&ca](const rendezvous_wire::announce_check& r) {
+    try {
+      ca.issue("worker:2", r.public_key, r.request, r.signature);
+      return true;
+    } catch (const job_ca_error&) {
+      return false;
+    }
+  };
+  CHECK(issued(ok));
   for (std::size_t i = 0; i < announce.size(); ++i) {
     auto r = rendezvous_wire::check_announce(flip(announce, i), 8);
-    CHECK_MESSAGE((!r.problem.empty() || r.rank != 3 || r.address != address),
+    CHECK_MESSAGE((!r.problem.empty() || r.rank != 3 || r.address != address || !issued(r)),
                   "announce byte " << i << " changed and read the same");
     if (i < rendezvous_wire::kMagicBytes + 16) CHECK(!r.problem.empty());
   }

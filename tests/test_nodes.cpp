@@ -30,6 +30,7 @@
 #include "runtime/basp_guard.hpp"
 #include "runtime/gate.hpp"
 #include "runtime/job.hpp"
+#include "runtime/job_ca.hpp"
 #include "runtime/preemption.hpp"
 #include "tests/attack.hpp"
 #include "tests/free_port.hpp"
@@ -261,6 +262,75 @@ TEST_CASE("mirrored over 3 processes from SLURM's variables, one rank 10 s late"
                                                   {"TROUPE_CHIEF_PORT", port}};
       },
       {0, 1, 2}, 1, std::chrono::seconds(10));
+}
+
+// Issue 40, row 1 under the job CA (cluster.identity "job_ca", the default
+// for a cluster from the environment): a holder of the secret passes the
+// gate as chief:0 (never live at the chief itself), but its TLS link is
+// refused and logged, whether keyed from the secret or presenting a chief:0
+// certificate of a CA of its own; worker:0, live, is refused at the gate.
+// The real job finishes with one process's result.
+TEST_CASE("a job from the environment: the secret alone speaks as no task; refused, logged, done") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 2, 48);
+  c.training.epochs = 4000;  // the attack comes while it trains
+  c.checkpoint.every_steps = 0;
+  c.logging.level = "info";  // the links' kind is said at info
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  const auto file = environment_job_file(c, dir.str());
+  const auto port = free_port();
+  auto env_of = [&](int rank) {
+    return std::map<std::string, std::string>{
+        {"TROUPE_RANK", std::to_string(rank)},
+        {"TROUPE_WORLD_SIZE", "2"},
+        {"TROUPE_CHIEF", "127.0.0.1:" + std::to_string(port)}};
+  };
+  auto chief = start_rank(file, dir.str(), 0, env_of(0));
+  auto worker = start_rank(file, dir.str(), 1, env_of(1));
+  REQUIRE_MESSAGE(file_shows(dir / "out/metrics.jsonl", "\"step\""), chief->output());
+  const job_authority rogue;
+  const auto forged = rogue.issue_self("chief:0");
+  int tls_up = 0;
+  for (const auto& [as, id] : std::vector<std::pair<std::string, const task_identity*>>{
+           {"worker:0", nullptr}, {"chief:0", nullptr}, {"chief:0", &forged}}) {
+    gate_options o;
+    o.secret = kSecret;
+    o.name = as;
+    o.expect_peer = "chief:0";
+    if (id) {
+      o.link.kind = link_security::trust::certificates;
+      o.link.identity = std::make_shared<const task_identity>(*id);
+    }
+    auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(5));
+    if (s.fd < 0) continue;
+    // A TLS 1.3 client finishes before the server checked it: the chief
+    // closes the link once it has.
+    ++tls_up;
+    CHECK(attack::closed_within(s.fd, std::chrono::seconds(3)));
+    ::close(s.fd);
+  }
+  MESSAGE("links whose client side finished TLS before the chief refused them: " << tls_up);
+  CHECK_MESSAGE(!fs::exists(dir / "out/summary.json"),
+                "the attack came after the job had ended: make it longer");
+  node_procs procs;
+  procs["0"] = std::move(chief);
+  procs["1"] = std::move(worker);
+  wait_all(procs, 120);
+  const auto log = procs["0"]->output();
+  CHECK_MESSAGE(
+      log.find("the certificates the job CA issued at the rendezvous") != std::string::npos, log);
+  CHECK(log.find("refused a peer claiming to be worker:0") != std::string::npos);
+  // The link keyed from the secret: no certificate; the forged one: the
+  // forger does not trust the chief's (another CA), the chief is told so.
+  CHECK(log.find("peer did not return a certificate") != std::string::npos);
+  CHECK(log.find("alert unknown ca") != std::string::npos);
+  auto many = summary_in(dir / "out");
+  CHECK(many["steps"] == one["steps"]);
+  double d = max_abs_diff(variables_of(one), variables_of(many));
+  MESSAGE("attacked job from the environment vs one process: max |diff| " << d);
+  CHECK(d < 1e-4);
 }
 
 TEST_CASE(

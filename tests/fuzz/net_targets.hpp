@@ -54,6 +54,9 @@ inline bool gate_frames(std::string_view bytes) {
     any |= !rendezvous_wire::tasks_of_reply(bytes).empty();
   } catch (const std::invalid_argument&) {
   }
+  // The job CA's certificate in the reply (runtime/job_ca.hpp): read, never
+  // trusted here (the rank checks it against its key and the CA).
+  any |= !rendezvous_wire::certificate_of_reply(bytes).certificate.empty();
   return any;
 }
 
