@@ -249,6 +249,25 @@ void maybe_compute(self_ptr self) {
       [self, fig] { reduce(self, fig); });
 }
 
+// rl.population: an exploit waits for the update in flight to end.
+caf::result<int64_t> take_exploit(self_ptr self, model_state& ms, member_hyperparameters hp) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise<int64_t>();
+  if (st.exploit) st.exploit->done.deliver(caf::make_error(caf::sec::runtime_error, "superseded"));
+  st.exploit = pending_exploit{std::move(ms), hp, rp};
+  if (st.phase != learner_phase::updating) adopt(self, [self] { maybe_compute(self); });
+  return rp;
+}
+
+// The entropy cost from the next batch's gradients on, the learning rate
+// from the next optimizer update (a device task after those queued).
+void set_hyperparameters(self_ptr self, member_hyperparameters hp) {
+  auto& st = self->state;
+  st.cfg.impala.entropy_cost = hp.entropy_cost;
+  st.tasks->submit(
+      self, [lr = hp.learning_rate](learner_compute& lc) { lc.opt->set_learning_rate(lr); }, [] {});
+}
+
 }  // namespace
 
 learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
@@ -324,23 +343,10 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
             });
         return rp;
       },
-      [self](exploit_atom, model_state& ms,
-             member_hyperparameters hp) -> caf::result<int64_t> {
-        auto& st = self->state;
-        auto rp = self->make_response_promise<int64_t>();
-        if (st.exploit) st.exploit->done.deliver(caf::make_error(caf::sec::runtime_error, "superseded"));
-        st.exploit = pending_exploit{std::move(ms), hp, rp};
-        // While an update is in flight, the exploit waits for its end.
-        if (st.phase != learner_phase::updating) adopt(self, [self] { maybe_compute(self); });
-        return rp;
+      [self](exploit_atom, model_state& ms, member_hyperparameters hp) {
+        return take_exploit(self, ms, hp);
       },
-      [self](hyperparameters_atom, member_hyperparameters hp) {
-        auto& st = self->state;
-        st.cfg.impala.entropy_cost = hp.entropy_cost;
-        st.tasks->submit(
-            self, [lr = hp.learning_rate](learner_compute& lc) { lc.opt->set_learning_rate(lr); },
-            [] {});
-      },
+      [self](hyperparameters_atom, member_hyperparameters hp) { set_hyperparameters(self, hp); },
       [self](halt_atom) -> caf::result<int64_t> {
         auto& st = self->state;
         if (st.phase == learner_phase::stopped) return st.version;

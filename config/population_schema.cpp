@@ -84,22 +84,19 @@ json hyperparameter_to_json(const population_hyperparameter& h) {
 }  // namespace
 
 void read_population(const json& j, const std::string& path, population_config& c) {
-  object_reader r(j, path,
-                  {"size", "interval_env_steps", "learning_rate", "entropy_cost", "exploit",
-                   "explore"});
+  object_reader r(
+      j, path,
+      {"size", "interval_env_steps", "learning_rate", "entropy_cost", "exploit", "explore"});
   if (!r.get("size"))
     throw config_error(r.path("size"), "missing: expected the number of members (at least 2)");
   c.size = read_int(*r.get("size"), r.path("size"), 2);
   if (c.size > 1024) expected(r.path("size"), "an integer >= 2 (at most 1024)", *r.get("size"));
-  r.with("interval_env_steps", [&](const json& v, const std::string& p) {
-    c.interval_env_steps = read_int(v, p, 1);
-  });
-  r.with("learning_rate", [&](const json& v, const std::string& p) {
-    read_hyperparameter(v, p, c.learning_rate);
-  });
-  r.with("entropy_cost", [&](const json& v, const std::string& p) {
-    read_hyperparameter(v, p, c.entropy_cost);
-  });
+  r.with("interval_env_steps",
+         [&](const json& v, const std::string& p) { c.interval_env_steps = read_int(v, p, 1); });
+  r.with("learning_rate",
+         [&](const json& v, const std::string& p) { read_hyperparameter(v, p, c.learning_rate); });
+  r.with("entropy_cost",
+         [&](const json& v, const std::string& p) { read_hyperparameter(v, p, c.entropy_cost); });
   r.with("exploit", [&](const json& v, const std::string& p) { read_exploit(v, p, c); });
   r.with("explore", [&](const json& v, const std::string& p) { read_explore(v, p, c); });
   check_values(c.learning_rate, r.path("learning_rate"), c.size);
@@ -107,10 +104,11 @@ void read_population(const json& j, const std::string& path, population_config& 
 }
 
 json population_to_json(const population_config& c) {
-  json j = {{"size", c.size},
-            {"interval_env_steps", c.interval_env_steps},
-            {"exploit", {{"quantile", c.quantile}}},
-            {"explore", {{"factors", c.factors}, {"resample_probability", c.resample_probability}}}};
+  json j = {
+      {"size", c.size},
+      {"interval_env_steps", c.interval_env_steps},
+      {"exploit", {{"quantile", c.quantile}}},
+      {"explore", {{"factors", c.factors}, {"resample_probability", c.resample_probability}}}};
   if (c.learning_rate.sampling != "job")
     j["learning_rate"] = hyperparameter_to_json(c.learning_rate);
   if (c.entropy_cost.sampling != "job") j["entropy_cost"] = hyperparameter_to_json(c.entropy_cost);

@@ -107,8 +107,8 @@ typename Inspector::result_type inspect(Inspector& f, episode_report& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
-  return f(caf::meta::type_name("learner_report"), x.learner, x.member, x.version, x.samples, x.loss,
-           x.policy_loss, x.baseline_loss, x.entropy, x.grad_norm, x.lag_mean, x.lag_max);
+  return f(caf::meta::type_name("learner_report"), x.learner, x.member, x.version, x.samples,
+           x.loss, x.policy_loss, x.baseline_loss, x.entropy, x.grad_norm, x.lag_mean, x.lag_max);
 }
 
 template <class Inspector>

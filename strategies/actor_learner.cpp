@@ -154,14 +154,20 @@ class actor_learner final : public strategy {
   // exploit lands between two updates of one learner), each with actors.
   static void validate_population(const rl_config& rl) {
     if (rl.algorithm != "impala")
-      throw config_error("rl.population", "population-based training supports rl.algorithm "
-                                          "\"impala\" only, got \"" + rl.algorithm + "\"");
+      throw config_error("rl.population",
+                         "population-based training supports rl.algorithm "
+                         "\"impala\" only, got \"" +
+                             rl.algorithm + "\"");
     if (rl.inference != "local")
-      throw config_error("rl.population", "population-based training supports rl.inference "
-                                          "\"local\" only, got \"" + rl.inference + "\"");
+      throw config_error("rl.population",
+                         "population-based training supports rl.inference "
+                         "\"local\" only, got \"" +
+                             rl.inference + "\"");
     if (rl.learners != 1)
-      throw config_error("rl.learners", "rl.population trains one learner per member: expected "
-                                        "1, got " + std::to_string(rl.learners));
+      throw config_error("rl.learners",
+                         "rl.population trains one learner per member: expected "
+                         "1, got " +
+                             std::to_string(rl.learners));
     if (rl.actors < rl.population.size)
       throw config_error("rl.actors", "expected at least one per member of rl.population (size " +
                                           std::to_string(rl.population.size) + "), got " +
@@ -278,7 +284,8 @@ class actor_learner final : public strategy {
         for (std::size_t l = 0; l < parts_.members[m].size(); ++l)
           out.emplace_back(member + "learner " + std::to_string(l),
                            caf::actor_cast<caf::actor>(parts_.members[m][l]));
-        out.emplace_back(member + "trajectory queue", caf::actor_cast<caf::actor>(parts_.queues[m]));
+        out.emplace_back(member + "trajectory queue",
+                         caf::actor_cast<caf::actor>(parts_.queues[m]));
       }
       for (std::size_t i = 0; i < shards_.size(); ++i)
         out.emplace_back("replay shard " + std::to_string(i),
@@ -323,8 +330,8 @@ class actor_learner final : public strategy {
       lc.index = l;
       lc.learners = rl.learners;
       lc.member = population ? m : -1;
-      lc.device = devices_.get(
-          c.devices[static_cast<std::size_t>(m * rl.learners + l) % c.devices.size()]);
+      lc.device =
+          devices_.get(c.devices[static_cast<std::size_t>(m * rl.learners + l) % c.devices.size()]);
       lc.model = c.model;
       lc.observation_size = spec.observation_size;
       lc.actions = spec.actions;
@@ -335,9 +342,8 @@ class actor_learner final : public strategy {
       // coordinator stops the job, not each learner.
       lc.max_updates = population ? 0 : c.training.max_steps;
       lc.seed = population ? derive_seed(c.seed, static_cast<uint64_t>(m)) : c.seed;
-      lc.impala = {
-          rl.discount,     rl.reward_scale,        rl.rho_bar, rl.c_bar, rl.baseline_cost,
-          rl.entropy_cost, rl.normalize_advantages};
+      lc.impala = {rl.discount,     rl.reward_scale,        rl.rho_bar, rl.c_bar, rl.baseline_cost,
+                   rl.entropy_cost, rl.normalize_advantages};
       if (population) {
         const auto& hp = parts_.hyperparameters[static_cast<std::size_t>(m)];
         lc.optimizer.learning_rate = hp.learning_rate;
@@ -395,7 +401,7 @@ class actor_learner final : public strategy {
     std::shared_ptr<const job_plan> plan_;
     coordinator_actor coordinator_;
     device_pool devices_;
-    actor_learner_parts parts_;  // the queues, learners, server, controller
+    actor_learner_parts parts_;               // the queues, learners, server, controller
     std::vector<replay_shard_actor> shards_;  // Ape-X only
     std::vector<reducer_actor> reducers_;
   };

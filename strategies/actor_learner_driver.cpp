@@ -4,8 +4,8 @@
 
 #include <cmath>
 #include <deque>
-#include <numeric>
 #include <limits>
+#include <numeric>
 #include <optional>
 
 #include "actors/fan_in.hpp"
@@ -456,9 +456,10 @@ class actor_learner_driver final : public job_driver {
     auto& g = members_.at(static_cast<std::size_t>(member));
     if (g.diverged) return;
     g.diverged = true;
-    spdlog::warn("population member {} diverged (learning rate {:.3g}); ranked last until it "
-                 "exploits",
-                 member, g.hyperparameters.learning_rate);
+    spdlog::warn(
+        "population member {} diverged (learning rate {:.3g}); ranked last until it "
+        "exploits",
+        member, g.hyperparameters.learning_rate);
     h.write_metrics({{"type", "population_diverged"},
                      {"member", member},
                      {"env_steps", env_steps_},
@@ -516,8 +517,8 @@ class actor_learner_driver final : public job_driver {
   }
 
   std::vector<member_group> members_;
-  std::vector<rl_actor_actor> actors_;  // by index; null while lost
-  inference_server_actor server_;       // central inference only
+  std::vector<rl_actor_actor> actors_;      // by index; null while lost
+  inference_server_actor server_;           // central inference only
   population_controller_actor controller_;  // rl.population only
   std::string env_;
   bool running_ = false, halting_ = false, solved_ = false;

@@ -28,9 +28,9 @@ namespace troupe {
 struct actor_learner_parts {
   // Each member's learners (one member outside a population).
   std::vector<std::vector<learner_actor>> members;
-  std::vector<trajectory_queue_actor> queues;  // one per member
-  inference_server_actor server;               // central inference only
-  population_controller_actor controller;      // rl.population only
+  std::vector<trajectory_queue_actor> queues;           // one per member
+  inference_server_actor server;                        // central inference only
+  population_controller_actor controller;               // rl.population only
   std::vector<member_hyperparameters> hyperparameters;  // rl.population: each member's start
 };
 

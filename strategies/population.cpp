@@ -8,7 +8,8 @@
 //
 //   driver --round(scores)--> controller --state--> learner of a top member
 //                                        <--(variables, optimizer slots)--
-//                                        --exploit(state, hyperparameters)--> learner of a bottom member
+//                                        --exploit(state, hyperparameters)--> learner of a bottom
+//                                        member
 //          <--(events, hyperparameters)-- (once every exploit is in)
 //
 // Exploit is truncation selection: the bottom quantile by mean return takes
@@ -121,14 +122,15 @@ caf::result<population_round> run_round(controller_ptr self, std::vector<member_
       [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
   for (std::size_t i = 0; i < events.size(); ++i) {
     auto reply = done.reply(i);
-    exploit(self, events[i], [reply](population_event& e) { reply(e); },
-            [err = done.error()](caf::error& e) { err(e); });
+    exploit(
+        self, events[i], [reply](population_event& e) { reply(e); },
+        [err = done.error()](caf::error& e) { err(e); });
   }
   return rp;
 }
 
 population_controller_actor::behavior_type population_controller(controller_ptr self,
-                                                                  population_controller_config cfg) {
+                                                                 population_controller_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.rng = splitmix64(derive_seed(st.cfg.seed, 0x9b7c0de));
@@ -176,8 +178,8 @@ std::vector<std::pair<int64_t, int64_t>> truncation_pairs(std::vector<member_sco
   std::stable_sort(scores.begin(), scores.end(), [](const member_score& a, const member_score& b) {
     return a.mean_return != b.mean_return ? a.mean_return > b.mean_return : a.member < b.member;
   });
-  const int64_t k = std::clamp<int64_t>(static_cast<int64_t>(quantile * static_cast<double>(n)),
-                                        1, n / 2);
+  const int64_t k =
+      std::clamp<int64_t>(static_cast<int64_t>(quantile * static_cast<double>(n)), 1, n / 2);
   std::vector<std::pair<int64_t, int64_t>> out;
   for (int64_t i = n - k; i < n; ++i) {
     const auto top = static_cast<std::size_t>(rng.next() % static_cast<uint64_t>(k));
@@ -213,8 +215,8 @@ nlohmann::json population_line(const population_event& e, int64_t env_steps) {
 
 population_controller_actor spawn_population_controller(caf::actor_system& sys,
                                                         population_controller_config cfg) {
-  return spawn_visible<population_controller_actor, controller_state,
-                       population_controller_config>(sys, population_controller, std::move(cfg));
+  return spawn_visible<population_controller_actor, controller_state, population_controller_config>(
+      sys, population_controller, std::move(cfg));
 }
 
 }  // namespace troupe

@@ -47,7 +47,7 @@ nlohmann::json population_line(const population_event& e, int64_t env_steps);
 struct population_controller_config {
   population_config population;
   uint64_t seed = 0;
-  std::vector<learner_actor> learners;  // one per member
+  std::vector<learner_actor> learners;                  // one per member
   std::vector<member_hyperparameters> hyperparameters;  // each member's, at the start
   caf::duration request_timeout = caf::infinite;
 };

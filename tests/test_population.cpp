@@ -64,11 +64,12 @@ TEST_CASE("population: bad config is refused naming the key") {
         "got 2");
   CHECK(config_error_of(R"({"rl": {"population": {"learning_rate": {"min": 0.1}}}})") ==
         "rl.population.learning_rate.max: missing: expected the range's max (a positive number)");
-  CHECK(config_error_of(
-            R"({"rl": {"population": {"learning_rate": {"min": 0.1, "max": 0.01}}}})") ==
-        "rl.population.learning_rate.max: expected at least min (0.1), got 0.01");
-  CHECK(config_error_of(R"({"rl": {"population": {"entropy_cost": {"sampling": "normal"}}}})") ==
-        R"(rl.population.entropy_cost.sampling: expected one of "uniform", "log_uniform", got "normal")");
+  CHECK(
+      config_error_of(R"({"rl": {"population": {"learning_rate": {"min": 0.1, "max": 0.01}}}})") ==
+      "rl.population.learning_rate.max: expected at least min (0.1), got 0.01");
+  CHECK(
+      config_error_of(R"({"rl": {"population": {"entropy_cost": {"sampling": "normal"}}}})") ==
+      R"(rl.population.entropy_cost.sampling: expected one of "uniform", "log_uniform", got "normal")");
   CHECK(config_error_of(R"({"rl": {"population": {"explore": {"factors": [0.8, 0]}}}})") ==
         "rl.population.explore.factors[1]: expected a number > 0, got 0");
   CHECK(config_error_of(R"({"rl": {"population": {"exploit": {"quantile": 0.75}}}})") ==
@@ -80,10 +81,12 @@ TEST_CASE("population: bad config is refused naming the key") {
         "rl.learners: rl.population trains one learner per member: expected 1, got 2");
   CHECK(config_error_of(R"({"rl": {"actors": 3}})") ==
         "rl.actors: expected at least one per member of rl.population (size 4), got 3");
-  CHECK(config_error_of(R"({"rl": {"inference": "central"}})") ==
-        R"(rl.population: population-based training supports rl.inference "local" only, got "central")");
-  CHECK(config_error_of(R"({"rl": {"algorithm": "apex_dqn"}})") ==
-        R"(rl.population: population-based training supports rl.algorithm "impala" only, got "apex_dqn")");
+  CHECK(
+      config_error_of(R"({"rl": {"inference": "central"}})") ==
+      R"(rl.population: population-based training supports rl.inference "local" only, got "central")");
+  CHECK(
+      config_error_of(R"({"rl": {"algorithm": "apex_dqn"}})") ==
+      R"(rl.population: population-based training supports rl.algorithm "impala" only, got "apex_dqn")");
 }
 
 TEST_CASE("population: the effective config reads back as itself") {
@@ -250,7 +253,8 @@ TEST_CASE("population: an exploit copies weights and optimizer state bit for bit
   REQUIRE(a.variables.size() == b.variables.size());
   REQUIRE(a.slots.size() == b.slots.size());
   REQUIRE(!a.slots.empty());
-  for (std::size_t i = 0; i < a.variables.size(); ++i) CHECK(a.variables[i].value == b.variables[i].value);
+  for (std::size_t i = 0; i < a.variables.size(); ++i)
+    CHECK(a.variables[i].value == b.variables[i].value);
   for (std::size_t i = 0; i < a.slots.size(); ++i) {
     CHECK(a.slots[i].name == b.slots[i].name);
     CHECK(a.slots[i].value == b.slots[i].value);
