@@ -36,6 +36,12 @@
 //
 //   rl_actor --infer(observations)--> inference_server <--weights-- learner 0
 //            <--(actions, logits)----
+//
+// rl.population (population-based training) runs N members of the IMPALA
+// setup in one job: a trajectory queue and a learner per member, rl_actor i
+// acting for member i mod N, and a population controller that copies the
+// best members into the worst and perturbs their hyperparameters
+// (strategies/population.cpp, where its protocol is).
 #include <spdlog/spdlog.h>
 
 #include "actors/inference_server.hpp"

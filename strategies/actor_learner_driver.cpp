@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "actors/fan_in.hpp"
 #include "envs/env.hpp"
@@ -210,6 +212,16 @@ class actor_learner_driver final : public job_driver {
   // gradients), then the actors stop.
   void halt(coordinator_host& h, std::function<void(int64_t)> k) override {
     halting_ = true;
+    // A population's round in flight ends first: its exploits are all in
+    // the metrics and the summary.
+    if (round_in_flight_) {
+      after_round_ = [this, &h, k] { halt_learners(h, k); };
+      return;
+    }
+    halt_learners(h, std::move(k));
+  }
+
+  void halt_learners(coordinator_host& h, std::function<void(int64_t)> k) {
     std::vector<learner_actor> all;
     for (const auto& g : members_) all.insert(all.end(), g.learners.begin(), g.learners.end());
     fan_in<int64_t> halted(
@@ -485,7 +497,9 @@ class actor_learner_driver final : public job_driver {
         ->request(controller_, h.request_timeout(), round_atom::value, std::move(scores))
         .then([this, &h](population_round& r) { on_round(h, r); },
               [this, &h](caf::error& e) {
-                if (!halting_) h.fail("population controller: " + describe(e));
+                round_in_flight_ = false;
+                h.fail("population controller: " + describe(e));
+                if (after_round_) std::exchange(after_round_, nullptr)();
               });
   }
 
@@ -501,6 +515,7 @@ class actor_learner_driver final : public job_driver {
     }
     for (std::size_t m = 0; m < members_.size() && m < r.members.size(); ++m)
       members_[m].hyperparameters = r.members[m];
+    if (after_round_) std::exchange(after_round_, nullptr)();
   }
 
   nlohmann::json population_json() const {
@@ -523,6 +538,7 @@ class actor_learner_driver final : public job_driver {
   std::string env_;
   bool running_ = false, halting_ = false, solved_ = false;
   bool round_in_flight_ = false, restored_hyperparameters_ = false;
+  std::function<void()> after_round_;  // a halt waiting for the round in flight
   int64_t env_steps_ = 0, episodes_ = 0, start_env_steps_ = 0;
   int64_t interval_env_steps_ = 0, next_round_ = 0, rounds_ = 0, exploits_ = 0;
   int64_t min_env_steps_to_solve_ = 0;
