@@ -191,7 +191,15 @@ class actor_learner_driver final : public job_driver {
                  {"env_steps_per_second", env_rate},
                  {"updates_per_second", static_cast<double>(iv.updates) / dt},
                  {"actors_live", live_actors()}});
-    if (controller_) line["population"] = population_json();
+    if (controller_) {
+      // The members in an array, and the best one's figures as numbers
+      // (what TensorBoard and Prometheus take).
+      const auto& best = members_[best_member()];
+      line["population"] = population_json();
+      line["best_member"] = best_member();
+      line["best_learning_rate"] = best.hyperparameters.learning_rate;
+      line["best_entropy_cost"] = best.hyperparameters.entropy_cost;
+    }
     progress_info_of(h, mean, env_rate, pi);
     iv = {};
     iv.t = now;

@@ -308,6 +308,10 @@ TEST_CASE("population: a CartPole population exploits, saves its best member and
     CHECK((std::abs(f - 0.8) < 1e-9 || std::abs(f - 1.2) < 1e-9 || clamped == 1e-5 ||
            clamped == 1e-2));
   }
+  auto train = lines_of(tmp / "run", "train");
+  REQUIRE(!train.empty());
+  CHECK(train.back()["population"]["members"].size() == 4);
+  CHECK(train.back()["best_learning_rate"].get<double>() > 0);
   // The job's checkpoint is its best member's, with every member's
   // hyperparameters.
   auto snap = checkpoint::load(s["checkpoint"].get<std::string>());
