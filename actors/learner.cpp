@@ -14,7 +14,9 @@ namespace {
 using self_ptr = learner_actor::stateful_pointer<learner_state>;
 
 void fail(self_ptr self, const std::string& why) {
-  const auto who = "learner " + std::to_string(self->state.cfg.index);
+  const auto& c = self->state.cfg;
+  const auto who = (c.member >= 0 ? "member " + std::to_string(c.member) + " " : std::string()) +
+                   "learner " + std::to_string(c.index);
   spdlog::error("{}: {}", who, why);
   self->quit(caf::make_error(caf::sec::runtime_error, who + ": " + why));
 }
@@ -34,6 +36,40 @@ void copy_values(const std::vector<named_tensor>& from, std::vector<named_tensor
 
 void maybe_compute(self_ptr self);
 void stop(self_ptr self);
+
+// After an update (or the exploit that followed it): stop when due, else on
+// to the next update.
+void next_update(self_ptr self, bool halting) {
+  auto& st = self->state;
+  st.phase = learner_phase::waiting;
+  st.track.set("wait_for_batch", trace::category::wait);
+  if (halting || (st.cfg.max_updates > 0 && st.version >= st.cfg.max_updates)) return stop(self);
+  maybe_compute(self);
+}
+
+// rl.population's exploit: another member's variables and optimizer slots
+// and new hyperparameters, between two updates (no update starts while it
+// runs). The version goes on counting: the weights published next are newer
+// than any the member's actors hold.
+void adopt(self_ptr self, std::function<void()> then) {
+  auto& st = self->state;
+  auto ex = std::make_shared<pending_exploit>(std::move(*st.exploit));
+  st.exploit.reset();
+  const auto before = std::exchange(st.phase, learner_phase::updating);
+  st.cfg.impala.entropy_cost = ex->hyperparameters.entropy_cost;
+  st.tasks->submit(
+      self, "exploit",
+      [ex](learner_compute& lc) {
+        restore_variables_and_slots(lc.net->variables(), *lc.opt, ex->state.variables,
+                                    ex->state.slots);
+        lc.opt->set_learning_rate(ex->hyperparameters.learning_rate);
+      },
+      [self, ex, before, then = std::move(then)] {
+        self->state.phase = before;
+        ex->done.deliver(self->state.version);
+        then();
+      });
+}
 void request_batch(self_ptr self);
 
 // Ape-X: the next batch from the next shard in turn. A shard that holds
@@ -85,6 +121,7 @@ void report(self_ptr self, const impala_figures& f, double norm) {
   auto& st = self->state;
   learner_report r;
   r.learner = st.cfg.index;
+  r.member = std::max<int64_t>(st.cfg.member, 0);
   r.version = st.version;
   r.samples = st.cfg.global_samples;
   const double n = static_cast<double>(std::max<int64_t>(1, f.samples));
@@ -122,16 +159,14 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
         if (st.cfg.index == 0) self->send(st.cfg.queue, version_atom::value, st.version);
         if (publish) {
           weights->version = st.version;
+          weights->member = std::max<int64_t>(st.cfg.member, 0);
           if (st.cfg.inference)
             self->send(st.cfg.inference, weights_atom::value, std::move(*weights));
           else
             self->send(st.cfg.coordinator, weights_atom::value, std::move(*weights));
         }
-        st.phase = learner_phase::waiting;
-        st.track.set("wait_for_batch", trace::category::wait);
-        if (halting || (st.cfg.max_updates > 0 && st.version >= st.cfg.max_updates))
-          return stop(self);
-        maybe_compute(self);
+        if (st.exploit) return adopt(self, [self, halting] { next_update(self, halting); });
+        next_update(self, halting);
       });
 }
 
@@ -214,6 +249,25 @@ void maybe_compute(self_ptr self) {
       [self, fig] { reduce(self, fig); });
 }
 
+// rl.population: an exploit waits for the update in flight to end.
+caf::result<int64_t> take_exploit(self_ptr self, model_state& ms, member_hyperparameters hp) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise<int64_t>();
+  if (st.exploit) st.exploit->done.deliver(caf::make_error(caf::sec::runtime_error, "superseded"));
+  st.exploit = pending_exploit{std::move(ms), hp, rp};
+  if (st.phase != learner_phase::updating) adopt(self, [self] { maybe_compute(self); });
+  return rp;
+}
+
+// The entropy cost from the next batch's gradients on, the learning rate
+// from the next optimizer update (a device task after those queued).
+void set_hyperparameters(self_ptr self, member_hyperparameters hp) {
+  auto& st = self->state;
+  st.cfg.impala.entropy_cost = hp.entropy_cost;
+  st.tasks->submit(
+      self, [lr = hp.learning_rate](learner_compute& lc) { lc.opt->set_learning_rate(lr); }, [] {});
+}
+
 }  // namespace
 
 learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
@@ -289,6 +343,10 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
             });
         return rp;
       },
+      [self](exploit_atom, model_state& ms, member_hyperparameters hp) {
+        return take_exploit(self, ms, hp);
+      },
+      [self](hyperparameters_atom, member_hyperparameters hp) { set_hyperparameters(self, hp); },
       [self](halt_atom) -> caf::result<int64_t> {
         auto& st = self->state;
         if (st.phase == learner_phase::stopped) return st.version;

@@ -34,6 +34,9 @@ namespace troupe {
 struct learner_config {
   int64_t index = 0;
   int64_t learners = 1;
+  // rl.population: the member this learner trains (its reports and weights
+  // say so); -1 outside a population.
+  int64_t member = -1;
   std::shared_ptr<cpu_device> device;
   model_config model;
   int64_t observation_size = 0;
@@ -81,6 +84,13 @@ struct learner_compute {
   dqn_workspace dqn;
 };
 
+// rl.population's exploit, waiting for the update in flight to end.
+struct pending_exploit {
+  model_state state;
+  member_hyperparameters hyperparameters;
+  caf::typed_response_promise<int64_t> done;
+};
+
 // A sampled replay batch and the shard it came from (Ape-X).
 struct replay_batch {
   std::size_t shard = 0;
@@ -96,6 +106,7 @@ struct learner_state {
   learner_phase phase = learner_phase::built;
   std::optional<std::vector<unroll>> next_batch;  // arrived while updating
   std::optional<replay_batch> next_sample;        // Ape-X's, arrived while updating
+  std::optional<pending_exploit> exploit;         // rl.population's, arrived while updating
   int64_t samples_requested = 0;                  // shards are sampled in turn
   int64_t empty_samples = 0;                      // in a row (shards below min_size)
   bool batch_requested = false;

@@ -17,6 +17,10 @@
 //       env steps/s of rl_actors alone (no learner; a queue that takes every
 //       unroll at once) with local inference, then through an inference
 //       server.
+//   bench_rl pbt [config=examples/acrobot_pbt.json] [seeds=3] [fixed=1e-5]
+//       population-based training against fixed learning rates in the same
+//       env-step budget: per seed, whether each reached the target return,
+//       its env steps to it, its best mean return.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -355,6 +359,65 @@ int inference(const std::vector<std::string>& a) {
   return 0;
 }
 
+// One seed of `c` (a population or a fixed learning rate) to its target
+// return or its env-step budget: a figures line.
+nlohmann::json pbt_run(job_config c, uint64_t seed, const std::string& setup) {
+  c.seed = seed;
+  c.logging.level = "warn";
+  c.logging.output_dir = "runs/bench_rl_pbt";
+  c.checkpoint.save_at_end = false;
+  job_options o;
+  o.overwrite = true;
+  auto sum = run_job(c, o);
+  nlohmann::json line = {{"bench", "rl_pbt"},
+                         {"setup", setup},
+                         {"seed", seed},
+                         {"solved", sum.value("solved", false)},
+                         {"env_steps", sum["env_steps"]},
+                         {"env_steps_to_solve", sum["env_steps_to_solve"]},
+                         {"best_mean_return_100", sum["best_mean_return_100"]},
+                         {"mean_return_100", sum["mean_return_100"]},
+                         {"wall_seconds", sum["wall_seconds"]}};
+  if (sum.contains("population")) {
+    const auto& p = sum["population"];
+    const auto best = p["best_member"].get<std::size_t>();
+    line["best_member_learning_rate"] = p["members"][best]["learning_rate"];
+    line["exploits"] = p["exploits"];
+  }
+  return line;
+}
+
+// Population-based training against fixed learning rates (issue 41): `file`'s
+// population (learning rates spanning 1e-5 to 1e-1) and, in the same
+// env-step budget (training.max_env_steps) with the same actors, one member
+// alone at each fixed rate, alternated per seed. Solved: the mean return of
+// the last 100 episodes reached training.target_return.
+int pbt(const std::vector<std::string>& a) {
+  const std::string file = arg(a, 0, "examples/acrobot_pbt.json");
+  const auto seeds = positive_list(arg(a, 1, "3"), "seeds").at(0);
+  const std::string fixed = arg(a, 2, "1e-5");
+  std::vector<double> rates;
+  for (std::size_t at = 0; at <= fixed.size();) {
+    const auto end = std::min(fixed.find(',', at), fixed.size());
+    rates.push_back(std::stod(fixed.substr(at, end - at)));
+    at = end + 1;
+  }
+  const auto base = load_job_config(file);
+  if (base.rl.population.size == 0) throw std::invalid_argument(file + " has no rl.population");
+  for (int64_t s = 1; s <= seeds; ++s) {
+    print(pbt_run(base, static_cast<uint64_t>(s), "population"));
+    for (double lr : rates) {
+      auto c = base;
+      c.rl.population = {};
+      c.optimizer.learning_rate = lr;
+      char setup[48];
+      std::snprintf(setup, sizeof setup, "fixed lr %g", lr);
+      print(pbt_run(c, static_cast<uint64_t>(s), setup));
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -369,6 +432,7 @@ int main(int argc, char** argv) {
     if (what == "solve") return solve(rest);
     if (what == "inference") return inference(rest);
     if (what == "actors") return acting_central(rest);
+    if (what == "pbt") return pbt(rest);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "bench_rl: %s\n", e.what());
     return 2;
@@ -376,8 +440,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_rl: %s\n", e.what());
     return 1;
   }
-  std::fprintf(
-      stderr,
-      "usage: bench_rl acting|learning|beside|solve|inference|actors [args] (see bench/rl.cpp)\n");
+  std::fprintf(stderr,
+               "usage: bench_rl acting|learning|beside|solve|inference|actors|pbt [args] (see "
+               "bench/rl.cpp)\n");
   return 2;
 }

@@ -277,6 +277,32 @@ struct central_inference_config {
   int64_t max_wait_us = 2000;
 };
 
+// rl.population: population-based training (Jaderberg et al. 2017,
+// strategies/population.cpp). One hyperparameter's start in each member: the
+// job's own value ("job"), member i's from `values`, or drawn from the job's
+// seed, uniformly or log-uniformly in [min, max]. A resample draws from the
+// same distribution; explore keeps a perturbed value inside [min, max] (the
+// values' range for "values"; no bound for "job").
+struct population_hyperparameter {
+  std::string sampling = "job";  // job | values | uniform | log_uniform
+  std::vector<double> values;    // "values": one per member
+  double min = 0, max = 0;       // "uniform", "log_uniform"; the values' range
+};
+
+struct population_config {
+  int64_t size = 0;  // members (learner groups); 0: no population
+  int64_t interval_env_steps = 100000;
+  // Exploit (truncation selection): every member in the bottom `quantile`
+  // by recent mean return takes the weights and optimizer state of one in
+  // the top `quantile`.
+  double quantile = 0.25;
+  // Explore: each copied hyperparameter is multiplied by one of `factors`
+  // (chosen evenly), or with `resample_probability` drawn afresh.
+  std::vector<double> factors{0.8, 1.2};
+  double resample_probability = 0;
+  population_hyperparameter learning_rate, entropy_cost;
+};
+
 struct rl_config {
   // "impala" (V-trace on unrolls through the trajectory queue) or
   // "apex_dqn" (double DQN on transitions through prioritized replay shards).
@@ -315,6 +341,7 @@ struct rl_config {
   // the learner, actors/inference_server.hpp).
   std::string inference = "local";
   central_inference_config central;
+  population_config population;  // size 0: no population
 };
 
 struct checkpoint_config {

@@ -19,6 +19,7 @@
 
 #include "config/job_config.hpp"
 #include "config/json_read.hpp"
+#include "config/population_schema.hpp"
 #include "config/registry.hpp"
 #include "config/strategy_rules.hpp"
 
@@ -486,7 +487,7 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
                             "entropy_cost",  "grad_clip",       "learners",
                             "weights_every", "max_policy_lag",  "queue_capacity",
                             "policy_head",   "initial_log_std", "normalize_advantages",
-                            "inference",     "central"});
+                            "inference",     "central",         "population"});
   r.with("algorithm", [&](const json& v, const std::string& p) {
     c.algorithm = read_enum(v, p, {"impala", "apex_dqn"});
   });
@@ -554,6 +555,8 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
     c.inference = read_enum(v, p, {"local", "central"});
   });
   r.with("central", [&](const json& v, const std::string& p) { read_central(v, p, c.central); });
+  r.with("population",
+         [&](const json& v, const std::string& p) { read_population(v, p, c.population); });
 }
 
 void read_checkpoint(const json& j, const std::string& path, checkpoint_config& c) {
@@ -943,7 +946,7 @@ json optimizer_to_json(const optimizer_config& o) {
 
 json rl_to_json(const rl_config& rl) {
   const auto& rp = rl.replay;
-  return {
+  json j = {
       {"algorithm", rl.algorithm},
       {"replay",
        {{"shards", rp.shards},
@@ -978,6 +981,8 @@ json rl_to_json(const rl_config& rl) {
       {"queue_capacity", rl.queue_capacity},
       {"inference", rl.inference},
       {"central", {{"max_batch", rl.central.max_batch}, {"max_wait_us", rl.central.max_wait_us}}}};
+  if (rl.population.size > 0) j["population"] = population_to_json(rl.population);
+  return j;
 }
 
 json cluster_to_json(const cluster_spec& k) {

@@ -88,6 +88,9 @@ class optimizer {
   std::vector<troupe::tensor> slot_tensors(std::size_t k) const { return slots_.at(k); }
 
   const troupe::optimizer_config& config() const { return cfg_; }
+  // A new base learning rate (the schedule's lr) from the next update on:
+  // population-based training's explore (strategies/population.cpp).
+  void set_learning_rate(double lr) { cfg_.learning_rate = lr; }
   // The slot suffixes this kind keeps per variable ("momentum", ...).
   const std::vector<std::string>& slot_names() const { return slot_suffixes_; }
 

@@ -105,6 +105,16 @@ void register_rl_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<learner_actor>("troupe::learner_actor");
   cfg.add_message_type<rl_reports_actor>("troupe::rl_reports_actor");
   cfg.add_message_type<coordinator_actor>("troupe::coordinator_actor");
+  cfg.add_message_type<member_hyperparameters>("troupe::member_hyperparameters");
+  cfg.add_message_type<std::vector<member_hyperparameters>>(
+      "std::vector<troupe::member_hyperparameters>");
+  cfg.add_message_type<member_score>("troupe::member_score");
+  cfg.add_message_type<std::vector<member_score>>("std::vector<troupe::member_score>");
+  cfg.add_message_type<population_event>("troupe::population_event");
+  cfg.add_message_type<population_round>("troupe::population_round");
+  cfg.add_message_type<population_controller_actor>("troupe::population_controller_actor");
+  cfg.add_message_type<std::vector<trajectory_queue_actor>>(
+      "std::vector<troupe::trajectory_queue_actor>");
 }
 
 }  // namespace troupe

@@ -4,6 +4,7 @@
 // (actors/trajectory_queue.hpp), in one place.
 #include <caf/all.hpp>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "messages/messages.hpp"
@@ -69,6 +70,7 @@ struct queue_stats {
 struct policy_weights {
   int64_t version = 0;
   std::vector<tensor> values;
+  int64_t member = 0;  // rl.population: the member whose learner made them (else 0)
 };
 
 // What an rl_actor reports after each unroll: the environment steps it took
@@ -83,6 +85,7 @@ struct episode_report {
 // What a learner reports after each update.
 struct learner_report {
   int64_t learner = 0;
+  int64_t member = 0;   // rl.population: the learner's member (else 0)
   int64_t version = 0;  // updates applied, this one included
   int64_t samples = 0;  // environment steps trained on, over all learners
   double loss = 0;      // per step: policy + baseline_cost * value - entropy_cost * entropy
@@ -96,7 +99,7 @@ struct learner_report {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, policy_weights& x) {
-  return f(caf::meta::type_name("policy_weights"), x.version, x.values);
+  return f(caf::meta::type_name("policy_weights"), x.version, x.values, x.member);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, episode_report& x) {
@@ -104,8 +107,8 @@ typename Inspector::result_type inspect(Inspector& f, episode_report& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, learner_report& x) {
-  return f(caf::meta::type_name("learner_report"), x.learner, x.version, x.samples, x.loss,
-           x.policy_loss, x.baseline_loss, x.entropy, x.grad_norm, x.lag_mean, x.lag_max);
+  return f(caf::meta::type_name("learner_report"), x.learner, x.member, x.version, x.samples,
+           x.loss, x.policy_loss, x.baseline_loss, x.entropy, x.grad_norm, x.lag_mean, x.lag_max);
 }
 
 template <class Inspector>
@@ -194,6 +197,63 @@ using inference_server_actor = caf::typed_actor<
     // Internal: the wait of batch n is over; a device task finished.
     caf::reacts_to<flush_atom, int64_t>, caf::reacts_to<computed_atom, uint64_t>>;
 
+// Population-based training (rl.population; the protocol is
+// strategies/population.cpp's): what a member's learner trains with, and
+// what the population controller is told and answers each round.
+using exploit_atom = caf::atom_constant<caf::atom("exploit")>;
+using hyperparameters_atom = caf::atom_constant<caf::atom("hyperparam")>;
+using round_atom = caf::atom_constant<caf::atom("pbt_round")>;
+
+struct member_hyperparameters {
+  double learning_rate = 0;  // the optimizer's (its schedule's base rate)
+  double entropy_cost = 0;
+};
+
+// A member's standing at a round: the mean return of its recent episodes
+// (those since it last exploited, at most 100) and how many there are.
+struct member_score {
+  int64_t member = 0;
+  double mean_return = 0;
+  int64_t episodes = 0;
+};
+
+// One exploit and explore: `member` took `source`'s weights and optimizer
+// state, then its hyperparameters became `after` (`source`'s were `before`).
+struct population_event {
+  int64_t round = 0;
+  int64_t member = 0;
+  int64_t source = 0;
+  double member_return = 0;
+  double source_return = 0;
+  member_hyperparameters before, after;
+  std::string learning_rate_by;  // "perturbed" or "resampled"
+  std::string entropy_cost_by;
+};
+
+// A round's answer: its events, and every member's hyperparameters after it.
+struct population_round {
+  std::vector<population_event> events;
+  std::vector<member_hyperparameters> members;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_hyperparameters& x) {
+  return f(caf::meta::type_name("member_hyperparameters"), x.learning_rate, x.entropy_cost);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_score& x) {
+  return f(caf::meta::type_name("member_score"), x.member, x.mean_return, x.episodes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, population_event& x) {
+  return f(caf::meta::type_name("population_event"), x.round, x.member, x.source, x.member_return,
+           x.source_return, x.before, x.after, x.learning_rate_by, x.entropy_cost_by);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, population_round& x) {
+  return f(caf::meta::type_name("population_round"), x.events, x.members);
+}
+
 // learner (actors/learner.hpp): the policy being trained, its optimizer and
 // gradients on a device thread; with several learners, each trains on its
 // share of every batch and they all-reduce gradients (data parallel).
@@ -206,6 +266,14 @@ using learner_actor = caf::typed_actor<
     caf::replies_to<restore_atom, model_state>::with<int64_t>,
     // The current weights (for an actor that joins).
     caf::replies_to<weights_atom>::with<policy_weights>,
+    // rl.population's exploit (strategies/population.cpp): takes another
+    // member's variables and optimizer slots and these hyperparameters
+    // between two updates (after the one in flight); answered with the
+    // learner's version, which goes on counting (its actors take the weights
+    // it publishes next).
+    caf::replies_to<exploit_atom, model_state, member_hyperparameters>::with<int64_t>,
+    // New hyperparameters from the next update on (a resumed population's).
+    caf::reacts_to<hyperparameters_atom, member_hyperparameters>,
     // Stop after the next update (the one in flight, if any). Learners vote
     // in the gradients' all-reduce, so they all stop after the same update;
     // answered with the version then.
@@ -223,6 +291,15 @@ using rl_reports_actor = caf::typed_actor<
     caf::reacts_to<learned_atom, learner_report>,
     // Learner 0 publishes weights: forwarded to every live actor.
     caf::reacts_to<weights_atom, policy_weights>>;
+
+// The population controller (rl.population, strategies/population.cpp).
+using population_controller_actor = caf::typed_actor<
+    // A round: the members' scores; answered once the bottom members took
+    // the top ones' state and new hyperparameters.
+    caf::replies_to<round_atom, std::vector<member_score>>::with<population_round>,
+    // A resumed job's hyperparameters, one per member: the controller's and
+    // every member's learner's from now on.
+    caf::replies_to<hyperparameters_atom, std::vector<member_hyperparameters>>::with<int64_t>>;
 
 // Ape-X's replay (actors/replay_shard.hpp): n-step transitions with
 // priorities, sampled in proportion to priority^alpha.

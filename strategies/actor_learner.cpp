@@ -36,6 +36,12 @@
 //
 //   rl_actor --infer(observations)--> inference_server <--weights-- learner 0
 //            <--(actions, logits)----
+//
+// rl.population (population-based training) runs N members of the IMPALA
+// setup in one job: a trajectory queue and a learner per member, rl_actor i
+// acting for member i mod N, and a population controller that copies the
+// best members into the worst and perturbs their hyperparameters
+// (strategies/population.cpp, where its protocol is).
 #include <spdlog/spdlog.h>
 
 #include "actors/inference_server.hpp"
@@ -48,6 +54,7 @@
 #include "envs/python_env.hpp"
 #include "models/dqn.hpp"
 #include "strategies/actor_learner_driver.hpp"
+#include "strategies/population.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe {
@@ -119,6 +126,7 @@ class actor_learner final : public strategy {
                          "(rl.batch_unrolls / rl.learners = " +
                              std::to_string(share) + "), got " + std::to_string(rl.queue_capacity));
     if (rl.algorithm == "apex_dqn") validate_apex(c);
+    if (rl.population.size > 0) validate_population(rl);
     if (rl.inference == "central" && rl.algorithm != "impala")
       throw config_error("rl.inference",
                          "\"central\" supports rl.algorithm \"impala\" only, got rl.algorithm \"" +
@@ -148,6 +156,30 @@ class actor_learner final : public strategy {
                                                    std::to_string(rl.replay.min_size));
   }
 
+  // A population is made of IMPALA learner groups, one learner each (an
+  // exploit lands between two updates of one learner), each with actors.
+  static void validate_population(const rl_config& rl) {
+    if (rl.algorithm != "impala")
+      throw config_error("rl.population",
+                         "population-based training supports rl.algorithm "
+                         "\"impala\" only, got \"" +
+                             rl.algorithm + "\"");
+    if (rl.inference != "local")
+      throw config_error("rl.population",
+                         "population-based training supports rl.inference "
+                         "\"local\" only, got \"" +
+                             rl.inference + "\"");
+    if (rl.learners != 1)
+      throw config_error("rl.learners",
+                         "rl.population trains one learner per member: expected "
+                         "1, got " +
+                             std::to_string(rl.learners));
+    if (rl.actors < rl.population.size)
+      throw config_error("rl.actors", "expected at least one per member of rl.population (size " +
+                                          std::to_string(rl.population.size) + "), got " +
+                                          std::to_string(rl.actors));
+  }
+
   void check_cluster_jobs(const job_config&, int64_t, int64_t ps, bool) const override {
     if (ps > 0)
       throw config_error("cluster.tasks.ps",
@@ -168,7 +200,7 @@ class actor_learner final : public strategy {
   // The rl_actors of one process, wired to the chief's queue and coordinator.
   worker_parts spawn_own_workers(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
                                  const worker_spec& spec, const caf::message& hub) const override {
-    if (!hub.match_elements<trajectory_queue_actor, rl_reports_actor,
+    if (!hub.match_elements<std::vector<trajectory_queue_actor>, rl_reports_actor,
                             std::vector<replay_shard_actor>, inference_server_actor>())
       throw job_error(
           "actor_learner: the build order carries no trajectory queue, coordinator, replay "
@@ -186,7 +218,10 @@ class actor_learner final : public strategy {
       ac.model = c.model;
       ac.head = head_of(c.rl);
       ac.seed = c.seed;
-      ac.queue = hub.get_as<trajectory_queue_actor>(0);
+      // With a population, actor i acts for member i mod N.
+      const auto& queues = hub.get_as<std::vector<trajectory_queue_actor>>(0);
+      if (queues.empty()) throw job_error("actor_learner: the build order carries no queue");
+      ac.queue = queues[static_cast<std::size_t>(ac.index) % queues.size()];
       ac.coordinator = hub.get_as<rl_reports_actor>(1);
       ac.request_timeout = spec.request_timeout;
       ac.fail_after_unrolls = faults_or_none(plan->options.faults).fail_replica.at_for(ac.index);
@@ -203,7 +238,8 @@ class actor_learner final : public strategy {
 
  private:
   // The chief's side: the trajectory queue and the learners (with their
-  // reducers), reporting to the job's coordinator.
+  // reducers), reporting to the job's coordinator; with rl.population, a
+  // queue and a learner per member and the population controller.
   class learner_hub final : public job_hub {
    public:
     learner_hub(caf::actor_system& sys, std::shared_ptr<const job_plan> plan,
@@ -212,61 +248,58 @@ class actor_learner final : public strategy {
       const auto& c = plan_->config;
       const auto& rl = c.rl;
       const auto spec = envs::job_env_spec(envs::env_choice_of(rl));
-      queue_ =
-          spawn_trajectory_queue(sys, {rl.queue_capacity,
-                                       rl.max_policy_lag,
-                                       {rl.unroll_length, rl.envs_per_actor, spec.observation_size,
-                                        spec.actions, spec.action_dims()}});
+      const int64_t members = std::max<int64_t>(rl.population.size, 1);
+      if (rl.population.size > 0)
+        parts_.hyperparameters = initial_hyperparameters(rl.population, c.optimizer.learning_rate,
+                                                         rl.entropy_cost, c.seed);
+      for (int64_t m = 0; m < members; ++m)
+        parts_.queues.push_back(spawn_trajectory_queue(
+            sys, {rl.queue_capacity,
+                  rl.max_policy_lag,
+                  {rl.unroll_length, rl.envs_per_actor, spec.observation_size, spec.actions,
+                   spec.action_dims()}}));
       if (rl.algorithm == "apex_dqn") spawn_shards(sys, spec.observation_size, spec.actions);
       if (rl.inference == "central") spawn_server(sys, spec.observation_size);
       if (rl.learners > 1)
         reducers_ = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));
-      for (int64_t l = 0; l < rl.learners; ++l) {
-        learner_config lc;
-        lc.index = l;
-        lc.learners = rl.learners;
-        lc.device = devices_.get(c.devices[static_cast<std::size_t>(l) % c.devices.size()]);
-        lc.model = c.model;
-        lc.observation_size = spec.observation_size;
-        lc.actions = spec.actions;
-        lc.head = head_of(rl);
-        lc.optimizer = c.optimizer;
-        lc.total_updates = c.training.max_steps;
-        lc.max_updates = c.training.max_steps;
-        lc.seed = c.seed;
-        lc.impala = {
-            rl.discount,     rl.reward_scale,        rl.rho_bar, rl.c_bar, rl.baseline_cost,
-            rl.entropy_cost, rl.normalize_advantages};
-        lc.grad_clip = rl.grad_clip;
-        lc.batch_unrolls = rl.batch_unrolls / rl.learners;
-        lc.global_samples = rl.batch_unrolls * rl.unroll_length * rl.envs_per_actor;
-        lc.weights_every = rl.weights_every;
-        lc.queue = queue_;
-        if (!reducers_.empty()) lc.reducer = reducers_[static_cast<std::size_t>(l)];
-        lc.coordinator = coordinator_;
-        if (l == 0) lc.inference = server_;
-        lc.fail_at_update = faults_or_none(plan_->options.faults).fail_learner.at_for(l);
-        lc.replay = shards_;
-        lc.replay_batch = rl.replay.batch_size;
-        lc.target_every = rl.replay.target_every;
-        if (!shards_.empty()) lc.global_samples = rl.replay.batch_size * rl.learners;
-        learners_.push_back(spawn_learner(sys, lc));
+      for (int64_t m = 0; m < members; ++m) {
+        parts_.members.emplace_back();
+        for (int64_t l = 0; l < rl.learners; ++l)
+          parts_.members.back().push_back(spawn_learner(sys, learner_config_of(m, l, spec)));
+      }
+      if (rl.population.size > 0) {
+        population_controller_config pc;
+        pc.population = rl.population;
+        pc.seed = c.seed;
+        for (const auto& group : parts_.members) pc.learners.push_back(group.front());
+        pc.hyperparameters = parts_.hyperparameters;
+        parts_.controller = spawn_population_controller(sys, std::move(pc));
       }
     }
 
     caf::message handles() const override {
-      return caf::make_message(queue_, rl_reports_actor{coordinator_}, shards_, server_);
+      return caf::make_message(parts_.queues, rl_reports_actor{coordinator_}, shards_,
+                               parts_.server);
     }
 
     std::vector<std::pair<std::string, caf::actor>> named() const override {
       std::vector<std::pair<std::string, caf::actor>> out;
-      for (std::size_t l = 0; l < learners_.size(); ++l)
-        out.emplace_back("learner " + std::to_string(l), caf::actor_cast<caf::actor>(learners_[l]));
-      out.emplace_back("trajectory queue", caf::actor_cast<caf::actor>(queue_));
+      const bool population = parts_.controller != nullptr;
+      for (std::size_t m = 0; m < parts_.members.size(); ++m) {
+        const auto member = population ? "member " + std::to_string(m) + " " : std::string();
+        for (std::size_t l = 0; l < parts_.members[m].size(); ++l)
+          out.emplace_back(member + "learner " + std::to_string(l),
+                           caf::actor_cast<caf::actor>(parts_.members[m][l]));
+        out.emplace_back(member + "trajectory queue",
+                         caf::actor_cast<caf::actor>(parts_.queues[m]));
+      }
       for (std::size_t i = 0; i < shards_.size(); ++i)
         out.emplace_back("replay shard " + std::to_string(i),
                          caf::actor_cast<caf::actor>(shards_[i]));
-      if (server_) out.emplace_back("inference server", caf::actor_cast<caf::actor>(server_));
+      if (parts_.server)
+        out.emplace_back("inference server", caf::actor_cast<caf::actor>(parts_.server));
+      if (population)
+        out.emplace_back("population controller", caf::actor_cast<caf::actor>(parts_.controller));
       return out;
     }
 
@@ -275,20 +308,69 @@ class actor_learner final : public strategy {
       std::vector<rl_actor_actor> actors(static_cast<std::size_t>(plan_->config.rl.actors));
       for (const auto& [index, a] : workers)
         actors.at(static_cast<std::size_t>(index)) = caf::actor_cast<rl_actor_actor>(a);
-      return make_actor_learner_driver(*plan_, learners_, std::move(actors), queue_, server_);
+      return make_actor_learner_driver(*plan_, parts_, std::move(actors));
     }
 
     // Everything here lives in the chief's process: exits without a sender
     // never cross to another (whose guard would drop them).
     void stop() override {
-      for (auto& l : learners_) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
+      for (auto& group : parts_.members)
+        for (auto& l : group) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
       for (auto& r : reducers_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
-      caf::anon_send_exit(queue_, caf::exit_reason::user_shutdown);
+      for (auto& q : parts_.queues) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
       for (auto& s : shards_) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
-      if (server_) caf::anon_send_exit(server_, caf::exit_reason::user_shutdown);
+      if (parts_.server) caf::anon_send_exit(parts_.server, caf::exit_reason::user_shutdown);
+      if (parts_.controller)
+        caf::anon_send_exit(parts_.controller, caf::exit_reason::user_shutdown);
     }
 
    private:
+    // Learner l of member m (member 0 outside a population); a member's
+    // learner starts from weights of its own (seeded by its index) and trains
+    // with the member's hyperparameters.
+    learner_config learner_config_of(int64_t m, int64_t l, const envs::env_spec& spec) {
+      const auto& c = plan_->config;
+      const auto& rl = c.rl;
+      const bool population = rl.population.size > 0;
+      learner_config lc;
+      lc.index = l;
+      lc.learners = rl.learners;
+      lc.member = population ? m : -1;
+      lc.device =
+          devices_.get(c.devices[static_cast<std::size_t>(m * rl.learners + l) % c.devices.size()]);
+      lc.model = c.model;
+      lc.observation_size = spec.observation_size;
+      lc.actions = spec.actions;
+      lc.head = head_of(rl);
+      lc.optimizer = c.optimizer;
+      lc.total_updates = c.training.max_steps;
+      // A population's updates are counted over its members: the
+      // coordinator stops the job, not each learner.
+      lc.max_updates = population ? 0 : c.training.max_steps;
+      lc.seed = population ? derive_seed(c.seed, static_cast<uint64_t>(m)) : c.seed;
+      lc.impala = {rl.discount,     rl.reward_scale,        rl.rho_bar, rl.c_bar, rl.baseline_cost,
+                   rl.entropy_cost, rl.normalize_advantages};
+      if (population) {
+        const auto& hp = parts_.hyperparameters[static_cast<std::size_t>(m)];
+        lc.optimizer.learning_rate = hp.learning_rate;
+        lc.impala.entropy_cost = hp.entropy_cost;
+      }
+      lc.grad_clip = rl.grad_clip;
+      lc.batch_unrolls = rl.batch_unrolls / rl.learners;
+      lc.global_samples = rl.batch_unrolls * rl.unroll_length * rl.envs_per_actor;
+      lc.weights_every = rl.weights_every;
+      lc.queue = parts_.queues[static_cast<std::size_t>(m)];
+      if (!reducers_.empty()) lc.reducer = reducers_[static_cast<std::size_t>(l)];
+      lc.coordinator = coordinator_;
+      if (l == 0) lc.inference = parts_.server;
+      lc.fail_at_update = faults_or_none(plan_->options.faults).fail_learner.at_for(l);
+      lc.replay = shards_;
+      lc.replay_batch = rl.replay.batch_size;
+      lc.target_every = rl.replay.target_every;
+      if (!shards_.empty()) lc.global_samples = rl.replay.batch_size * rl.learners;
+      return lc;
+    }
+
     // Central inference: the server on a device thread of its own, so that
     // its batches never queue behind a learner's update.
     void spawn_server(caf::actor_system& sys, int64_t observation_size) {
@@ -302,7 +384,7 @@ class actor_learner final : public strategy {
       ic.actors = c.rl.actors;
       ic.max_batch = c.rl.central.max_batch;
       ic.max_wait_us = c.rl.central.max_wait_us;
-      server_ = spawn_inference_server(sys, ic);
+      parts_.server = spawn_inference_server(sys, ic);
     }
 
     void spawn_shards(caf::actor_system& sys, int64_t observation_size, int64_t actions) {
@@ -325,11 +407,9 @@ class actor_learner final : public strategy {
     std::shared_ptr<const job_plan> plan_;
     coordinator_actor coordinator_;
     device_pool devices_;
-    trajectory_queue_actor queue_;
+    actor_learner_parts parts_;               // the queues, learners, server, controller
     std::vector<replay_shard_actor> shards_;  // Ape-X only
-    inference_server_actor server_;           // central inference only
     std::vector<reducer_actor> reducers_;
-    std::vector<learner_actor> learners_;
   };
 };
 

@@ -50,6 +50,7 @@ struct probe_site {
 std::vector<probe_site> probe_sites() {
   const json mirrored = {{"strategy", {{"kind", "mirrored"}}}};
   const json sharded = {{"strategy", {{"kind", "parameter_server"}}}};
+  const json population = {{"rl", {{"population", {{"size", 2}}}}}};
   return {
       {"", json::object(), {}},
       {"model", json::object(), {"model"}},
@@ -63,6 +64,12 @@ std::vector<probe_site> probe_sites() {
       {"rl.env", {{"rl", {{"env", {{"kind", "plugin"}}}}}}, {"rl", "env"}, true},
       {"rl.replay", json::object(), {"rl", "replay"}},
       {"rl.central", json::object(), {"rl", "central"}},
+      {"rl.population", json::object(), {"rl", "population"}},
+      {"rl.population.exploit", population, {"rl", "population", "exploit"}},
+      {"rl.population.explore", population, {"rl", "population", "explore"}},
+      // A number, an array or a range object: the object's keys.
+      {"rl.population.learning_rate", population, {"rl", "population", "learning_rate"}, true},
+      {"rl.population.entropy_cost", population, {"rl", "population", "entropy_cost"}, true},
       {"checkpoint", json::object(), {"checkpoint"}},
       {"logging", json::object(), {"logging"}},
       {"cluster", json::object(), {"cluster"}},

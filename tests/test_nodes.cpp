@@ -552,6 +552,23 @@ TEST_CASE("actor_learner with its rl_actors in another process solves CartPole")
   CHECK(s["actors_live"] == 2);
 }
 
+TEST_CASE("a population with its rl_actors in another process solves CartPole") {
+  // Each member's rl_actor sends its unrolls to its member's queue in the
+  // chief's process and gets its member's weights; the controller, the
+  // queues and the learners stay in the chief's.
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
+  c.logging.level = "warn";
+  c.rl.population.size = 2;
+  c.rl.population.interval_env_steps = 20000;
+  temp_dir dir;
+  auto s = run_in_processes(c, dir, 1, 0);
+  CHECK(s["solved"] == true);
+  CHECK(s["mean_return_100"].get<double>() >= 475);
+  CHECK(s["actors_live"] == 2);
+  REQUIRE(s.contains("population"));
+  CHECK(s["population"]["members"].size() == 2);
+}
+
 TEST_CASE("central inference with its rl_actors in another process solves CartPole") {
   // Observations and actions cross between the processes; weights stay in
   // the chief's, with the learner and the inference server.
