@@ -358,14 +358,18 @@ int inference(const std::vector<std::string>& a) {
 // One whole actor_learner job from `file` (an Atari or MuJoCo example) run
 // for `env_steps` env steps, no target return: env steps/s and frames/s
 // (env steps times `frame_skip`, 4 under atari_preprocessing), with the
-// learner running beside the actors, and the returns the run reached.
+// learner running beside the actors, and the returns the run reached; its
+// metrics every `log_every` updates (the return's course) in
+// runs/bench_rl_frames/metrics.jsonl.
 int frames(const std::vector<std::string>& a) {
   const std::string file = arg(a, 0, "examples/pong_impala.json");
   const auto env_steps = positive_list(arg(a, 1, "20000"), "env_steps").at(0);
   const auto frame_skip = positive_list(arg(a, 2, "1"), "frame_skip").at(0);
+  const auto log_every = positive_list(arg(a, 3, "100"), "log_every").at(0);
   auto c = load_job_config(file);
   c.training.target_return.reset();
   c.training.max_env_steps = env_steps;
+  c.logging.every_steps = log_every;
   c.logging.level = "warn";
   c.logging.output_dir = "runs/bench_rl_frames";
   c.checkpoint.save_at_end = false;
