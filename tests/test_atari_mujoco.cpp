@@ -112,6 +112,22 @@ TEST_CASE("torso: auto keeps the MLP for flat observations; nature_cnn refuses t
                        doctest::Contains("observation space Box[1,30,84] uint8"), config_error);
 }
 
+// A model.layers of one's own is kept under "auto", and checked against the
+// environment's observations at the start.
+TEST_CASE("torso: a policy_value_layers torso that does not fit is named with the observations") {
+  json j = {{"strategy", {{"kind", "actor_learner"}}},
+            {"model",
+             {{"kind", "policy_value_layers"},
+              {"layers", json::parse(R"([{"type": "reshape", "shape": [2, 3]},
+                                         {"type": "flatten"}, {"type": "dense", "units": 8}])")}}},
+            {"training", {{"max_steps", 1}}},
+            {"rl", {{"env", "CartPole-v1"}}}};
+  CHECK_THROWS_WITH_AS(parse_job_config(j),
+                       "model.layers[0].shape: reshape cannot turn [4] (4 values) into [2,3] "
+                       "(CartPole-v1's observations: 4 values)",
+                       config_error);
+}
+
 TEST_CASE("gymnasium wrappers: an unknown one is refused naming it and its place") {
   const auto python = envs::testing::python_with("gymnasium");
   if (python.empty()) return test::skip_case("no Python with Gymnasium (scripts/install-deps.sh)");
