@@ -6,10 +6,13 @@ C++ side sends one JSON line per command on the socket and waits for one
 JSON line back; observations, actions, rewards and the episode flags pass
 through the shared memory (a memfd) so that nothing per instance is encoded.
 
-Commands: {"cmd": "make", ...} answers the spaces; {"cmd": "map", "bytes": N}
-maps the memory; {"cmd": "reset", "seed": S} resets instance i with seed
-S + i; {"cmd": "step"} steps every instance with the actions in the memory,
-resetting an instance whose episode ended at once (its last observation goes
+Commands: {"cmd": "make", ...} makes the instances (gymnasium.make, then
+rl.env.wrappers from WRAPPERS, innermost first) and answers the spaces (with
+the observation's shape and dtype: uint8 pixels are written as floats / 255);
+{"cmd": "map", "bytes": N} maps the memory; {"cmd": "reset", "seed": S}
+resets instance i with seed S + i; {"cmd": "step"} steps every instance with
+the actions in the memory (a Box's clipped to its bounds), resetting an
+instance whose episode ended at once (its last observation goes
 to final_obs); {"cmd": "get_state"/"set_state", "instance": i} read or write
 `env.unwrapped.state` (classic control's simulator state). A Python exception
 answers {"ok": false, "error": ..., "last": traceback's last line}.
