@@ -51,13 +51,15 @@ int64_t parameters(policy_value_model& net) {
 }
 
 // A few updates of `example` with its environment shrunk to one actor of
-// two instances: the summary.
-json few_updates(const std::string& example, const std::string& python, const std::string& out) {
+// two instances, with rl.inference `inference`: the summary.
+json few_updates(const std::string& example, const std::string& python, const std::string& out,
+                 const std::string& inference = "local") {
   json j = json::parse(std::ifstream(std::string(TROUPE_SOURCE_DIR) + "/examples/" + example));
   j["rl"]["env"]["python"] = python;  // before the check, which starts it
   auto c = parse_job_config(j);
   c.logging.output_dir = out;
   c.logging.level = "warn";
+  c.rl.inference = inference;
   c.rl.actors = 1;
   c.rl.envs_per_actor = 2;
   c.rl.unroll_length = 8;
@@ -171,11 +173,15 @@ TEST_CASE("atari: Pong's preprocessed frames reach the job as [4,84,84] uint8 sc
   }
   CHECK(off_grid == 0);
   CHECK(lit > 4 * 84 * 84);  // the court is not black
-  // The conv torso (rl.torso "nature_cnn") consumes them in a job.
-  test::temp_dir tmp;
-  const auto s = few_updates("pong_impala.json", python, tmp / "run");
-  CHECK(s["updates"] == 3);
-  CHECK(s["env_steps"].get<int64_t>() >= 3 * 8 * 2);
+  // The conv torso (rl.torso "nature_cnn") consumes them in a job: in the
+  // actors and the learner, or in the inference server and the learner.
+  for (const char* inference : {"local", "central"}) {
+    CAPTURE(inference);
+    test::temp_dir tmp;
+    const auto s = few_updates("pong_impala.json", python, tmp / "run", inference);
+    CHECK(s["updates"] == 3);
+    CHECK(s["env_steps"].get<int64_t>() >= 3 * 8 * 2);
+  }
 }
 
 TEST_CASE("atari: a wrapper that refuses the environment is named with Gymnasium's reason") {
