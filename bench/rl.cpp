@@ -418,6 +418,44 @@ int pbt(const std::vector<std::string>& a) {
   return 0;
 }
 
+// One whole actor_learner job from `file` (an Atari or MuJoCo example) run
+// for `env_steps` env steps, no target return: env steps/s and frames/s
+// (env steps times `frame_skip`, 4 under atari_preprocessing), with the
+// learner running beside the actors, and the returns the run reached; its
+// metrics every `log_every` updates (the return's course) in
+// runs/bench_rl_frames/metrics.jsonl.
+int frames(const std::vector<std::string>& a) {
+  const std::string file = arg(a, 0, "examples/pong_impala.json");
+  const auto env_steps = positive_list(arg(a, 1, "20000"), "env_steps").at(0);
+  const auto frame_skip = positive_list(arg(a, 2, "1"), "frame_skip").at(0);
+  const auto log_every = positive_list(arg(a, 3, "100"), "log_every").at(0);
+  auto c = load_job_config(file);
+  c.training.target_return.reset();
+  c.training.max_env_steps = env_steps;
+  c.logging.every_steps = log_every;
+  c.logging.level = "warn";
+  c.logging.output_dir = "runs/bench_rl_frames";
+  c.checkpoint.save_at_end = false;
+  c.checkpoint.every_steps = 0;
+  job_options o;
+  o.overwrite = true;
+  auto sum = run_job(c, o);
+  const double rate = sum["env_steps_per_second"].get<double>();
+  print({{"bench", "rl_frames"},
+         {"config", file},
+         {"env", sum["env"]},
+         {"actors", c.rl.actors},
+         {"envs_per_actor", c.rl.envs_per_actor},
+         {"env_steps", sum["env_steps"]},
+         {"updates", sum["updates"]},
+         {"episodes", sum["episodes"]},
+         {"env_steps_per_second", rate},
+         {"frames_per_second", rate * static_cast<double>(frame_skip)},
+         {"mean_return_100", sum["mean_return_100"]},
+         {"best_mean_return_100", sum["best_mean_return_100"]}});
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -433,6 +471,7 @@ int main(int argc, char** argv) {
     if (what == "inference") return inference(rest);
     if (what == "actors") return acting_central(rest);
     if (what == "pbt") return pbt(rest);
+    if (what == "frames") return frames(rest);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "bench_rl: %s\n", e.what());
     return 2;
@@ -441,7 +480,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr,
-               "usage: bench_rl acting|learning|beside|solve|inference|actors|pbt [args] (see "
+               "usage: bench_rl acting|learning|beside|solve|inference|actors|pbt|frames [args] "
+               "(see "
                "bench/rl.cpp)\n");
   return 2;
 }

@@ -236,6 +236,11 @@ struct gymnasium_env_config {
   std::string kwargs = "{}";       // a JSON object: gymnasium.make(id, **kwargs)
   std::string entry_point;         // "package.module:Class", registered as id; "" = none
   std::string python = "python3";  // the interpreter (a venv's bin/python)
+  // A JSON array of Gymnasium wrappers applied in the worker, innermost
+  // first: "name", "name:arg" or {"name": ..., "kwargs": {...}}
+  // (envs/python/troupe_env_worker.py's WRAPPERS; an unknown name is refused
+  // at the job's start).
+  std::string wrappers = "[]";
 };
 
 // rl.env as {"kind": "plugin", ...}: an environment from a shared library
@@ -329,7 +334,12 @@ struct rl_config {
   // The policy head: "auto" (the one the environment's action space takes),
   // "softmax" (discrete actions) or "gaussian" (a Box).
   std::string policy_head = "auto";
-  double initial_log_std = 0.0;       // gaussian: the log-std's start
+  double initial_log_std = 0.0;  // gaussian: the log-std's start
+  // The policy/value network's torso: "auto" (the conv torso for image
+  // observations, [C,H,W] or [H,W], under the default model.kind; else
+  // model as given), "mlp" (model as given) or "nature_cnn" (conv 32x8x8/4,
+  // 64x4x4/2, 64x3x3/1, dense 512; envs/torso.hpp).
+  std::string torso = "auto";
   bool normalize_advantages = false;  // per learner batch, before the loss
   double grad_clip = 40.0;            // global-norm clip of the gradients; 0 = none
   int64_t learners = 1;               // data-parallel learners (B split between them)

@@ -357,10 +357,32 @@ void read_training(const json& j, const std::string& path, training_config& t) {
   });
 }
 
+// rl.env.wrappers: each "name", "name:arg" or {"name": ..., "kwargs": {...}};
+// whether the name is a wrapper the worker knows is found when it starts.
+std::string read_wrappers(const json& v, const std::string& p) {
+  if (!v.is_array()) expected(p, "an array of wrapper names (\"frame_stack:4\") or objects", v);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto& w = v[i];
+    const auto at = index(p, i);
+    if (w.is_string()) {
+      read_string(w, at, true);
+      continue;
+    }
+    if (!w.is_object()) expected(at, "a wrapper's name or {\"name\": ..., \"kwargs\": {...}}", w);
+    object_reader r(w, at, {"name", "kwargs"});
+    if (!r.get("name")) throw config_error(at + ".name", "missing: expected a wrapper's name");
+    r.with("name", [&](const json& n, const std::string& np) { read_string(n, np, true); });
+    r.with("kwargs", [&](const json& k, const std::string& kp) {
+      if (!k.is_object()) expected(kp, "an object (the wrapper's keyword arguments)", k);
+    });
+  }
+  return v.dump();
+}
+
 // Whether the id, the class and the spaces work is found by starting the
 // environment (the strategy's validation): here only the shape.
 gymnasium_env_config read_gymnasium_env(const json& j, const std::string& path) {
-  object_reader r(j, path, {"kind", "id", "kwargs", "entry_point", "python"});
+  object_reader r(j, path, {"kind", "id", "kwargs", "entry_point", "python", "wrappers"});
   gymnasium_env_config g;
   std::string kind;
   r.with("kind",
@@ -376,6 +398,8 @@ gymnasium_env_config read_gymnasium_env(const json& j, const std::string& path) 
   });
   r.with("python",
          [&](const json& v, const std::string& p) { g.python = read_string(v, p, true); });
+  r.with("wrappers",
+         [&](const json& v, const std::string& p) { g.wrappers = read_wrappers(v, p); });
   if (kind.empty()) throw config_error(path + ".kind", "missing: expected \"gymnasium\"");
   if (g.id.empty()) throw config_error(path + ".id", "missing: expected a Gymnasium id");
   return g;
@@ -385,6 +409,7 @@ json gymnasium_env_to_json(const gymnasium_env_config& g) {
   json j = {
       {"kind", "gymnasium"}, {"id", g.id}, {"kwargs", json::parse(g.kwargs)}, {"python", g.python}};
   if (!g.entry_point.empty()) j["entry_point"] = g.entry_point;
+  if (g.wrappers != "[]") j["wrappers"] = json::parse(g.wrappers);
   return j;
 }
 
@@ -487,7 +512,8 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
                             "entropy_cost",  "grad_clip",       "learners",
                             "weights_every", "max_policy_lag",  "queue_capacity",
                             "policy_head",   "initial_log_std", "normalize_advantages",
-                            "inference",     "central",         "population"});
+                            "inference",     "central",         "population",
+                            "torso"});
   r.with("algorithm", [&](const json& v, const std::string& p) {
     c.algorithm = read_enum(v, p, {"impala", "apex_dqn"});
   });
@@ -535,6 +561,9 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
   // Whether the head fits the environment is checked by the strategy.
   r.with("policy_head", [&](const json& v, const std::string& p) {
     c.policy_head = read_enum(v, p, {"auto", "softmax", "gaussian"});
+  });
+  r.with("torso", [&](const json& v, const std::string& p) {
+    c.torso = read_enum(v, p, {"auto", "mlp", "nature_cnn"});
   });
   r.with("initial_log_std", [&](const json& v, const std::string& p) {
     c.initial_log_std = read_number(v, p, range{-10, false, true, 2, false});
@@ -973,6 +1002,7 @@ json rl_to_json(const rl_config& rl) {
       {"entropy_cost", rl.entropy_cost},
       {"policy_head", rl.policy_head},
       {"initial_log_std", rl.initial_log_std},
+      {"torso", rl.torso},
       {"normalize_advantages", rl.normalize_advantages},
       {"grad_clip", rl.grad_clip},
       {"learners", rl.learners},

@@ -26,7 +26,7 @@ struct acrobot {
   static constexpr double max_vel_1 = 4 * M_PI;
   static constexpr double max_vel_2 = 9 * M_PI;
 
-  static env_spec spec() { return {"Acrobot-v1", 6, 3, 500, {}, {}}; }
+  static env_spec spec() { return {"Acrobot-v1", 6, 3, 500, {}, {}, {}, "float32"}; }
 
   static void reset(splitmix64& rng, double* s) {
     for (int c = 0; c < state_size; ++c) s[c] = uniform(rng, -0.1, 0.1);

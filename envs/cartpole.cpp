@@ -24,7 +24,7 @@ struct cartpole {
   static constexpr double x_threshold = 2.4;
   static double theta_threshold() { return 12 * 2 * M_PI / 360; }
 
-  static env_spec spec() { return {"CartPole-v1", 4, 2, 500, {}, {}}; }
+  static env_spec spec() { return {"CartPole-v1", 4, 2, 500, {}, {}, {}, "float32"}; }
 
   static void reset(splitmix64& rng, double* s) {
     for (int c = 0; c < state_size; ++c) s[c] = uniform(rng, -0.05, 0.05);

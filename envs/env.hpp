@@ -36,6 +36,12 @@ struct env_spec {
   // dimension, bounded to [action_low[d], action_high[d]]; empty for
   // discrete actions.
   std::vector<float> action_low, action_high;
+  // The observation's shape before it is flattened ([C, H, W] or [H, W] for
+  // images: channels first, as conv2d takes them); empty means
+  // [observation_size]. An env whose observations are bytes (uint8 pixels)
+  // still writes floats, scaled to [0, 1]; observation_dtype says "uint8".
+  std::vector<int64_t> observation_shape;
+  std::string observation_dtype = "float32";
   bool continuous() const { return !action_low.empty(); }
   int64_t action_dims() const { return static_cast<int64_t>(action_low.size()); }
   // "Discrete(3)" or "Box(1) in [-2, 2]", for messages.

@@ -42,7 +42,7 @@ struct mountain_car : mountain_car_base {
   static constexpr double gravity = 0.0025;
   static constexpr double goal_position = 0.5;
 
-  static env_spec spec() { return {"MountainCar-v0", 2, 3, 200, {}, {}}; }
+  static env_spec spec() { return {"MountainCar-v0", 2, 3, 200, {}, {}, {}, "float32"}; }
 
   static bool step(double* s, int32_t action, double& reward) {
     double position = s[0], velocity = s[1];
@@ -75,7 +75,7 @@ struct mountain_car_continuous : mountain_car_base {
   static constexpr double goal_position = 0.45;
 
   static env_spec spec() {
-    return {"MountainCarContinuous-v0", 2, 0, 999, {min_action}, {max_action}};
+    return {"MountainCarContinuous-v0", 2, 0, 999, {min_action}, {max_action}, {}, "float32"};
   }
 
   // The velocity's change: float32 for an action inside the bounds (an

@@ -25,7 +25,9 @@ struct pendulum {
   static constexpr double m = 1.0;
   static constexpr double l = 1.0;
 
-  static env_spec spec() { return {"Pendulum-v1", 3, 0, 200, {-max_torque}, {max_torque}}; }
+  static env_spec spec() {
+    return {"Pendulum-v1", 3, 0, 200, {-max_torque}, {max_torque}, {}, "float32"};
+  }
 
   static void reset(splitmix64& rng, double* s) {
     s[0] = uniform(rng, -M_PI, M_PI);

@@ -208,6 +208,8 @@ struct shared_layout {
                                                "): install it into that Python "
                                                "(scripts/install-deps.sh makes a venv with it) "
                                                "or name another in rl.env.python");
+  if (where == "wrappers")
+    throw env_start_error("rl.env.wrappers[" + std::to_string(r.value("index", 0)) + "]", last);
   if (where == "make")
     throw env_start_error(g.entry_point.empty() ? "rl.env.id" : "rl.env.entry_point",
                           "Gymnasium cannot make '" + g.id + "'" +
@@ -216,7 +218,7 @@ struct shared_layout {
   if (r.value("space", "") == "observation")
     throw env_start_error("rl.env", "'" + g.id + "' has the observation space " + where +
                                         ", which the policy/value model's input layer cannot "
-                                        "take: it takes a Box of floats (flattened)");
+                                        "take: it takes a Box of floats or of uint8 pixels");
   throw env_start_error("rl.env", "'" + g.id + "' has the action space " + where +
                                       ", which no policy head takes: the softmax head takes "
                                       "Discrete(n), the gaussian one a one-dimensional Box of "
@@ -229,6 +231,8 @@ env_spec spec_from(const std::string& id, const json& r) {
   s.observation_size = r.at("observation_size").get<int64_t>();
   s.actions = r.value("actions", int64_t{0});
   s.max_episode_steps = r.at("max_episode_steps").get<int64_t>();
+  s.observation_shape = r.value("observation_shape", std::vector<int64_t>{});
+  s.observation_dtype = r.value("observation_dtype", std::string("float32"));
   if (r.contains("action_low")) {
     s.action_low = r.at("action_low").get<std::vector<float>>();
     s.action_high = r.at("action_high").get<std::vector<float>>();
@@ -247,6 +251,7 @@ class python_vector_env final : public vector_env {
                                        {"id", g.id},
                                        {"kwargs", json::parse(g.kwargs)},
                                        {"entry_point", g.entry_point},
+                                       {"wrappers", json::parse(g.wrappers)},
                                        {"instances", instances}});
     if (!made.value("ok", false)) refuse_start(g, made);
     spec_ = spec_from(g.id, made);
@@ -340,7 +345,7 @@ class python_vector_env final : public vector_env {
 };
 
 std::string cache_key(const gymnasium_env_config& g) {
-  return g.python + '\n' + g.id + '\n' + g.kwargs + '\n' + g.entry_point;
+  return g.python + '\n' + g.id + '\n' + g.kwargs + '\n' + g.entry_point + '\n' + g.wrappers;
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 namespace troupe::envs {
 
 // A Gymnasium environment that cannot start, with the config key at fault
-// (rl.env.python, rl.env.id, rl.env.entry_point or rl.env; for a native
+// (rl.env.python, rl.env.id, rl.env.entry_point, rl.env.wrappers[i] or rl.env; for a native
 // plugin rl.env.library or rl.env).
 class env_start_error : public std::invalid_argument {
  public:

@@ -26,6 +26,7 @@ class gaussian_policy final : public policy_value_model {
 
   std::vector<named_tensor>& variables() override { return vars_; }
   action_distribution distribution() const override { return action_distribution::gaussian; }
+  int64_t input_size() override { return means_->input_size(); }
 
   void forward(const float* obs, int64_t b, float* outputs, float* values) override {
     share_variables();

@@ -32,8 +32,7 @@ batch_shape check_batch(policy_value_model& net, const std::vector<unroll>& batc
                 f.behaviour_logits.dim(2),          0};
   const bool gaussian = net.distribution() == action_distribution::gaussian;
   if (gaussian) b.D = b.P / 2;
-  const auto& vars = net.variables();
-  if (vars.empty() || vars.front().value.rank() != 2 || vars.front().value.dim(0) != b.O)
+  if (net.input_size() != b.O)
     throw std::invalid_argument(where(f, 0) + ": observations of size " + std::to_string(b.O) +
                                 " do not fit the network's input");
   const unroll_shape want =

@@ -40,6 +40,12 @@ class policy_value_model {
   virtual ~policy_value_model() = default;
   virtual std::vector<named_tensor>& variables() = 0;
   virtual action_distribution distribution() const { return action_distribution::softmax; }
+  // The observation size the network takes: by default the rows of its first
+  // kernel (a dense layer's [inputs, units]); a conv torso says its own.
+  virtual int64_t input_size() {
+    auto& v = variables();
+    return v.empty() || v.front().value.rank() != 2 ? -1 : v.front().value.dim(0);
+  }
   // logits [B, actions] (a Gaussian's outputs [B, 2 dims]: the means, then
   // the log-stds) and values [B] of observations obs [B, observation
   // size]. Keeps what backward() needs.

@@ -13,7 +13,7 @@ namespace {
 class policy_value_layers final : public policy_value_model {
  public:
   policy_value_layers(const model_config& c, int64_t obs_n, int64_t actions, uint64_t seed)
-      : ctx_(make_device_context(device_spec{})), actions_(actions) {
+      : ctx_(make_device_context(device_spec{})), obs_n_(obs_n), actions_(actions) {
     if (obs_n <= 0 || actions <= 0)
       throw std::invalid_argument("policy_value_layers: observation size and actions must be > 0");
     layers::build_context bc;
@@ -35,6 +35,7 @@ class policy_value_layers final : public policy_value_model {
   }
 
   std::vector<named_tensor>& variables() override { return vars_; }
+  int64_t input_size() override { return obs_n_; }
 
   void forward(const float* obs, int64_t b, float* logits, float* values) override {
     auto rc = context(b, nullptr, false);
@@ -81,6 +82,7 @@ class policy_value_layers final : public policy_value_model {
   }
 
   std::shared_ptr<device_context> ctx_;
+  int64_t obs_n_;
   int64_t actions_;
   int64_t h_ = 0;
   std::size_t heads_ = 0;

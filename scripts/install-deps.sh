@@ -4,8 +4,9 @@
 #   scripts/install-deps.sh               everything: build, tests, CI's tools
 #   scripts/install-deps.sh --build-only  what building the troupe binary needs
 #                                         (deploy/Dockerfile)
-# The full install also makes a Python venv with Gymnasium, for the
-# Gymnasium environments' tests (tests/test_gymnasium.cpp), and lizard, for
+# The full install also makes a Python venv with Gymnasium, ale-py and
+# mujoco, for the Gymnasium environments' tests (tests/test_gymnasium.cpp,
+# tests/test_atari_mujoco.cpp), and lizard, for
 # the function_sizes test (tests/function_sizes.cmake):
 # ${TROUPE_VENV:-$HOME/.cache/troupe-venv}, never the system's Python.
 set -euo pipefail
@@ -38,21 +39,28 @@ case "${1:-}" in
   *) echo "usage: scripts/install-deps.sh [--build-only]" >&2; exit 2 ;;
 esac
 
-# Gymnasium alone (NumPy comes with it; no extras), pinned to the version
-# tests/gymnasium/ recorded with; lizard, pinned to the version whose
-# measures the function size limits were set with (docs/development.md).
+# Gymnasium (NumPy comes with it), pinned to the version tests/gymnasium/
+# recorded with; Atari and MuJoCo for tests/test_atari_mujoco.cpp and the
+# Pong and HalfCheetah examples: ale-py (ships its ROMs), OpenCV for
+# Gymnasium's AtariPreprocessing (headless: no GUI libraries), mujoco with
+# what gymnasium[mujoco] adds (imageio, packaging); lizard, pinned to the
+# version whose measures the function size limits were set with
+# (docs/development.md).
 GYMNASIUM=gymnasium==1.4.0
+ATARI_MUJOCO=(ale-py==0.12.1 opencv-python-headless==5.0.0.93 mujoco==3.3.7
+  imageio==2.38.1 packaging==26.4)
 LIZARD=lizard==1.24.3
 VENV=${TROUPE_VENV:-$HOME/.cache/troupe-venv}
 python_venv() {
   [ "${1:-}" = --build-only ] && return 0
-  if "$VENV/bin/python" -c 'import gymnasium' 2>/dev/null &&
+  if "$VENV/bin/python" -c 'import gymnasium, ale_py, cv2, mujoco' 2>/dev/null &&
     [ "$("$VENV/bin/lizard" --version 2>/dev/null)" = "${LIZARD#lizard==}" ]; then
     return 0
   fi
-  echo "install-deps: making $VENV with $GYMNASIUM and $LIZARD"
+  echo "install-deps: making $VENV with $GYMNASIUM, ${ATARI_MUJOCO[*]} and $LIZARD"
   [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "$GYMNASIUM" "$LIZARD"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "$GYMNASIUM" "${ATARI_MUJOCO[@]}" \
+    "$LIZARD"
 }
 
 missing=()

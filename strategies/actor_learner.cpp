@@ -52,6 +52,7 @@
 #include "envs/env.hpp"
 #include "envs/policy_head.hpp"
 #include "envs/python_env.hpp"
+#include "envs/torso.hpp"
 #include "models/dqn.hpp"
 #include "strategies/actor_learner_driver.hpp"
 #include "strategies/population.hpp"
@@ -65,6 +66,12 @@ namespace {
 policy_head head_of(const rl_config& rl) {
   return envs::policy_head_for(envs::job_env_spec(envs::env_choice_of(rl)), rl.policy_head,
                                rl.initial_log_std);
+}
+
+// The network the actors, learners and inference server build: model with
+// the torso rl.torso picks for the environment's observations.
+model_config model_of(const job_config& c) {
+  return envs::rl_model_for(envs::job_env_spec(envs::env_choice_of(c.rl)), c.model, c.rl.torso);
 }
 
 // The spec of the job's environment: a built-in one by its registered name,
@@ -115,6 +122,7 @@ class actor_learner final : public strategy {
     } catch (const std::invalid_argument& e) {
       throw config_error("rl.policy_head", e.what());
     }
+    validate_torso(c, spec);
     if (rl.batch_unrolls % rl.learners != 0)
       throw config_error("rl.batch_unrolls", "expected a multiple of rl.learners (" +
                                                  std::to_string(rl.learners) + "), got " +
@@ -141,6 +149,22 @@ class actor_learner final : public strategy {
       throw config_error("optimizer.schedule.decay_steps",
                          "a cosine schedule needs the number of updates: set decay_steps or "
                          "training.max_steps (an actor_learner job has no epochs)");
+  }
+
+  // The torso rl.torso picks must take the observations: built once here,
+  // so that a model.layers of one's own that does not fit is named at the
+  // start (nature_cnn_layers names a shape that is no image itself).
+  static void validate_torso(const job_config& c, const envs::env_spec& spec) {
+    const auto model = envs::rl_model_for(spec, c.model, c.rl.torso);
+    if (model.kind != "policy_value_layers") return;
+    try {
+      create_policy_value_model(model, spec.observation_size,
+                                envs::policy_head_for(spec, c.rl.policy_head), c.seed);
+    } catch (const config_error& e) {
+      throw config_error(
+          e.path(), std::string(e.what()).substr(e.path().size() + 2) + " (" + spec.name +
+                        "'s observations: " + std::to_string(spec.observation_size) + " values)");
+    }
   }
 
   // Ape-X reads the policy's outputs as Q-values: discrete actions only.
@@ -215,7 +239,7 @@ class actor_learner final : public strategy {
       ac.env = envs::env_choice_of(c.rl);
       ac.envs = c.rl.envs_per_actor;
       ac.unroll_length = c.rl.unroll_length;
-      ac.model = c.model;
+      ac.model = model_of(c);
       ac.head = head_of(c.rl);
       ac.seed = c.seed;
       // With a population, actor i acts for member i mod N.
@@ -338,7 +362,7 @@ class actor_learner final : public strategy {
       lc.member = population ? m : -1;
       lc.device =
           devices_.get(c.devices[static_cast<std::size_t>(m * rl.learners + l) % c.devices.size()]);
-      lc.model = c.model;
+      lc.model = model_of(c);
       lc.observation_size = spec.observation_size;
       lc.actions = spec.actions;
       lc.head = head_of(rl);
@@ -377,7 +401,7 @@ class actor_learner final : public strategy {
       const auto& c = plan_->config;
       inference_server_config ic;
       ic.device = devices_.get("inference_server");
-      ic.model = c.model;
+      ic.model = model_of(c);
       ic.observation_size = observation_size;
       ic.head = head_of(c.rl);
       ic.seed = c.seed;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "envs/env.hpp"
@@ -32,6 +34,22 @@ struct buffers {
             final_obs.data(), ret.data(),    len.data()};
   }
 };
+
+// A Python that imports `modules` ("gymnasium" or "gymnasium, ale_py"):
+// $TROUPE_GYM_PYTHON, else $TROUPE_VENV's, else the venv
+// scripts/install-deps.sh makes; "" when this host has none (the case skips).
+inline std::string python_with(const std::string& modules) {
+  std::vector<std::string> candidates;
+  if (const char* p = std::getenv("TROUPE_GYM_PYTHON")) candidates.emplace_back(p);
+  if (const char* venv = std::getenv("TROUPE_VENV"))
+    candidates.push_back(std::string(venv) + "/bin/python");
+  if (const char* home = std::getenv("HOME"))
+    candidates.push_back(std::string(home) + "/.cache/troupe-venv/bin/python");
+  for (const auto& p : candidates)
+    if (std::system(("'" + p + "' -c 'import " + modules + "' >/dev/null 2>&1").c_str()) == 0)
+      return p;
+  return "";
+}
 
 inline std::vector<double> state_of(const vector_env& e, int64_t i) {
   std::vector<double> s(static_cast<std::size_t>(e.state_size()));

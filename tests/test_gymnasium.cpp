@@ -64,15 +64,7 @@ class Pairs(Corridor):
 
 // The Python with Gymnasium, or "" when this host has none.
 std::string gymnasium_python() {
-  std::vector<std::string> candidates;
-  if (const char* p = std::getenv("TROUPE_GYM_PYTHON")) candidates.emplace_back(p);
-  const char* venv = std::getenv("TROUPE_VENV");
-  const char* home = std::getenv("HOME");
-  if (venv) candidates.push_back(std::string(venv) + "/bin/python");
-  if (home) candidates.push_back(std::string(home) + "/.cache/troupe-venv/bin/python");
-  for (const auto& p : candidates)
-    if (std::system(("'" + p + "' -c 'import gymnasium' >/dev/null 2>&1").c_str()) == 0) return p;
-  return "";
+  return envs::testing::python_with("gymnasium");
 }
 
 // The user's module in a directory of its own, on PYTHONPATH (which the
@@ -230,7 +222,7 @@ TEST_CASE("gymnasium: bad input is refused naming the key and the cause") {
   frozen_lake.python = python;
   CHECK(start_error(frozen_lake, key) ==
         "'FrozenLake-v1' has the observation space Discrete(16), which the policy/value model's "
-        "input layer cannot take: it takes a Box of floats (flattened)");
+        "input layer cannot take: it takes a Box of floats or of uint8 pixels");
   CHECK(key == "rl.env");
   auto missing_class = user_env(python, "Missing");
   CHECK(start_error(missing_class, key) ==

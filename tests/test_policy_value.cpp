@@ -71,13 +71,46 @@ TEST_CASE("policy_value_mlp: variables, shapes, and backward against finite diff
   }
 }
 
+namespace {
+
+// A smooth network's gradients (backward) against central differences of
+// sum(dl . logits) + sum(dv . values), every third element of every variable.
+void check_against_differences(policy_value_model& net, int64_t obs_n, int64_t actions) {
+  const int64_t b = 5;
+  auto& vars = net.variables();
+  auto obs = random_floats(static_cast<std::size_t>(b * obs_n), 1, 1.0);
+  auto dl = random_floats(static_cast<std::size_t>(b * actions), 2, 1.0);
+  auto dv = random_floats(static_cast<std::size_t>(b), 3, 1.0);
+  std::vector<float> logits(static_cast<std::size_t>(b * actions)), values(b);
+  net.forward(obs.data(), b, logits.data(), values.data());
+  auto grads = net.make_gradients();
+  net.backward(obs.data(), b, dl.data(), dv.data(), grads);
+  for (std::size_t v = 0; v < vars.size(); ++v) {
+    float* w = vars[v].value.f32();
+    for (int64_t i = 0; i < vars[v].value.numel(); i += 3) {
+      CAPTURE(vars[v].name);
+      CAPTURE(i);
+      const float keep = w[i];
+      w[i] = keep + 1e-2f;
+      const double up = probe(net, obs, b, actions, dl, dv);
+      w[i] = keep - 1e-2f;
+      const double down = probe(net, obs, b, actions, dl, dv);
+      w[i] = keep;
+      CHECK(grads[v].value.f32()[i] ==
+            doctest::Approx((up - down) / 2e-2).epsilon(2e-2).scale(1e-2));
+    }
+  }
+}
+
+}  // namespace
+
 TEST_CASE("policy_value_layers: a layer torso, its heads, backward against finite differences") {
   model_config c;
   c.kind = "policy_value_layers";
   c.layers = nlohmann::json::parse(R"([{"type": "dense", "units": 8}, {"type": "layer_norm"},
                                        {"type": "gelu"}, {"type": "dense", "units": 6},
                                        {"type": "tanh"}])");
-  const int64_t obs_n = 4, actions = 3, b = 5;
+  const int64_t obs_n = 4, actions = 3;
   auto m = create_policy_value_model(c, obs_n, actions, 7);
   auto& vars = m->variables();
   REQUIRE(vars.size() == 10);
@@ -86,28 +119,7 @@ TEST_CASE("policy_value_layers: a layer torso, its heads, backward against finit
   CHECK(vars[6].name == "policy/kernel");
   CHECK(vars[6].value.shape() == shape_t{6, 3});
   CHECK(vars[8].value.shape() == shape_t{6, 1});
-  auto obs = random_floats(static_cast<std::size_t>(b * obs_n), 1, 1.0);
-  auto dl = random_floats(static_cast<std::size_t>(b * actions), 2, 1.0);
-  auto dv = random_floats(static_cast<std::size_t>(b), 3, 1.0);
-  std::vector<float> logits(static_cast<std::size_t>(b * actions)), values(b);
-  m->forward(obs.data(), b, logits.data(), values.data());
-  auto grads = m->make_gradients();
-  m->backward(obs.data(), b, dl.data(), dv.data(), grads);
-  for (std::size_t v = 0; v < vars.size(); ++v) {
-    float* w = vars[v].value.f32();
-    for (int64_t i = 0; i < vars[v].value.numel(); i += 3) {
-      CAPTURE(vars[v].name);
-      CAPTURE(i);
-      const float keep = w[i];
-      w[i] = keep + 1e-2f;
-      const double up = probe(*m, obs, b, actions, dl, dv);
-      w[i] = keep - 1e-2f;
-      const double down = probe(*m, obs, b, actions, dl, dv);
-      w[i] = keep;
-      CHECK(grads[v].value.f32()[i] ==
-            doctest::Approx((up - down) / 2e-2).epsilon(2e-2).scale(1e-2));
-    }
-  }
+  check_against_differences(*m, obs_n, actions);
   // A torso that does not end in a vector, or keeps statistics, is refused.
   c.layers = nlohmann::json::parse(R"([{"type": "reshape", "shape": [2, 2]}])");
   CHECK_THROWS_WITH(create_policy_value_model(c, obs_n, actions, 7),
@@ -115,6 +127,22 @@ TEST_CASE("policy_value_layers: a layer torso, its heads, backward against finit
   c.layers = nlohmann::json::parse(R"([{"type": "dense", "units": 4}, {"type": "batch_norm"}])");
   CHECK_THROWS_WITH(create_policy_value_model(c, obs_n, actions, 7),
                     doctest::Contains("batch_norm has no place in an actor/learner torso"));
+}
+
+// A conv after a reshape of the observation (the conv torso's start,
+// envs/torso.hpp): the stack skips the conv's gradient for the input, and
+// the parameters' gradients stay right.
+TEST_CASE("policy_value_layers: a conv torso over a reshaped observation, against differences") {
+  model_config c;
+  c.kind = "policy_value_layers";
+  c.layers = nlohmann::json::parse(R"([{"type": "reshape", "shape": [2, 5, 5]},
+      {"type": "conv2d", "filters": 3, "kernel": 3, "stride": 2}, {"type": "tanh"},
+      {"type": "flatten"}, {"type": "dense", "units": 4}, {"type": "tanh"}])");
+  const int64_t obs_n = 50, actions = 3;
+  auto m = create_policy_value_model(c, obs_n, actions, 11);
+  REQUIRE(m->variables()[0].value.shape() == shape_t{3, 2, 3, 3});
+  CHECK(m->input_size() == obs_n);
+  check_against_differences(*m, obs_n, actions);
 }
 
 TEST_CASE("IMPALA loss: terms by hand, gradients against finite differences") {

@@ -6,10 +6,13 @@ C++ side sends one JSON line per command on the socket and waits for one
 JSON line back; observations, actions, rewards and the episode flags pass
 through the shared memory (a memfd) so that nothing per instance is encoded.
 
-Commands: {"cmd": "make", ...} answers the spaces; {"cmd": "map", "bytes": N}
-maps the memory; {"cmd": "reset", "seed": S} resets instance i with seed
-S + i; {"cmd": "step"} steps every instance with the actions in the memory,
-resetting an instance whose episode ended at once (its last observation goes
+Commands: {"cmd": "make", ...} makes the instances (gymnasium.make, then
+rl.env.wrappers from WRAPPERS, innermost first) and answers the spaces (with
+the observation's shape and dtype: uint8 pixels are written as floats / 255);
+{"cmd": "map", "bytes": N} maps the memory; {"cmd": "reset", "seed": S}
+resets instance i with seed S + i; {"cmd": "step"} steps every instance with
+the actions in the memory (a Box's clipped to its bounds), resetting an
+instance whose episode ended at once (its last observation goes
 to final_obs); {"cmd": "get_state"/"set_state", "instance": i} read or write
 `env.unwrapped.state` (classic control's simulator state). A Python exception
 answers {"ok": false, "error": ..., "last": traceback's last line}.
@@ -40,23 +43,88 @@ def describe(space):
     return str(space)
 
 
+def with_arg(kwargs, arg, name, convert, default=None):
+    """The wrapper's kwargs with the argument after "name:" as `name`."""
+    out = dict(kwargs)
+    if arg is not None:
+        out[name] = convert(arg)
+    elif default is not None:
+        out.setdefault(name, default)
+    return out
+
+
+def clip_bounds(kwargs, arg):
+    bound = float(arg) if arg is not None else 1.0
+    return {"min_reward": -bound, "max_reward": bound, **kwargs}
+
+
+# rl.env.wrappers by name: each makes the wrapper around env from the
+# argument after "name:" (None without one) and the object form's kwargs.
+WRAPPERS = {
+    # Frame skip (max over the last two frames), no-op starts, grayscale,
+    # 84x84 and (terminal_on_life_loss) episodic life, as Machado et al. and
+    # Gymnasium define them; the env itself must not skip (ALE: frameskip=1).
+    "atari_preprocessing": lambda gym, env, arg, kw: gym.wrappers.AtariPreprocessing(env, **kw),
+    "frame_stack": lambda gym, env, arg, kw: gym.wrappers.FrameStackObservation(
+        env, **with_arg(kw, arg, "stack_size", int, 4)),
+    "grayscale": lambda gym, env, arg, kw: gym.wrappers.GrayscaleObservation(env, **kw),
+    "resize": lambda gym, env, arg, kw: gym.wrappers.ResizeObservation(
+        env, **with_arg(kw, arg, "shape", lambda a: (int(a), int(a)), (84, 84))),
+    "clip_reward": lambda gym, env, arg, kw: gym.wrappers.ClipReward(env, **clip_bounds(kw, arg)),
+    "normalize_observation": lambda gym, env, arg, kw: gym.wrappers.NormalizeObservation(env, **kw),
+    "time_limit": lambda gym, env, arg, kw: gym.wrappers.TimeLimit(
+        env, **with_arg(kw, arg, "max_episode_steps", int)),
+}
+
+
+class WrapperError(Exception):
+    """An unknown wrapper, or one that refused the env: the message names it."""
+
+
+def wrapped(gym, env, wrappers):
+    for i, w in enumerate(wrappers):
+        name, kwargs = (w, {}) if isinstance(w, str) else (w["name"], w.get("kwargs", {}))
+        name, _, arg = name.partition(":")
+        if name not in WRAPPERS:
+            raise WrapperError("unknown wrapper '%s', expected one of %s"
+                               % (name, ", ".join('"%s"' % k for k in WRAPPERS)), i)
+        try:
+            env = WRAPPERS[name](gym, env, arg or None, kwargs)
+        except Exception:
+            raise WrapperError("the wrapper '%s' refused the environment: %s"
+                               % (name, failure("")["last"]), i)
+    return env
+
+
 def make_envs(gym, cmd):
     if cmd.get("entry_point") and cmd["id"] not in gym.registry:
         gym.register(id=cmd["id"], entry_point=cmd["entry_point"])
-    return [gym.make(cmd["id"], **cmd["kwargs"]) for _ in range(cmd["instances"])]
+    if cmd["id"].startswith("ALE/"):  # Atari's ids are registered by ale-py
+        import ale_py
+        gym.register_envs(ale_py)
+    envs = [gym.make(cmd["id"], **cmd["kwargs"]) for _ in range(cmd["instances"])]
+    return [wrapped(gym, env, cmd.get("wrappers", [])) for env in envs]
 
 
 def float_box(np, gym, space):
     return isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating)
 
 
+def observation_box(np, gym, space):
+    """Floats, or bytes (pixels, scaled to [0, 1] on the way out)."""
+    return float_box(np, gym, space) or (
+        isinstance(space, gym.spaces.Box) and space.dtype == np.uint8)
+
+
 def spaces_of(np, gym, env):
     """The spaces as the C++ side takes them, or why it cannot."""
     obs, act = env.observation_space, env.action_space
     out = {"ok": True, "observation_space": describe(obs), "action_space": describe(act)}
-    if not float_box(np, gym, obs):
+    if not observation_box(np, gym, obs):
         return {"ok": False, "space": "observation", "error": describe(obs)}
     out["observation_size"] = int(np.prod(obs.shape))
+    out["observation_shape"] = [int(d) for d in obs.shape]
+    out["observation_dtype"] = str(obs.dtype)
     if isinstance(act, gym.spaces.Discrete):
         out["actions"] = int(act.n)
     elif float_box(np, gym, act) and len(act.shape) == 1:
@@ -79,6 +147,11 @@ class Batch:
         self.np, self.envs, self.n = np, envs, len(envs)
         self.obs_size = spaces["observation_size"]
         self.box = "action_low" in spaces
+        if self.box:  # actions outside the Box are clipped to it (Gymnasium's ClipAction)
+            self.low = np.asarray(spaces["action_low"], np.float32)
+            self.high = np.asarray(spaces["action_high"], np.float32)
+        # Bytes (pixels) become floats in [0, 1].
+        self.scale = 1.0 / 255 if spaces["observation_dtype"] == "uint8" else None
         self.dims = len(spaces.get("action_low", [])) or 1
         start = getattr(envs[0].action_space, "start", 0)
         self.action_start = int(start) if not self.box else 0
@@ -103,7 +176,7 @@ class Batch:
     def reset(self, seed):
         for i, env in enumerate(self.envs):
             obs, _ = env.reset(seed=seed + i)
-            self.obs[i] = self.np.asarray(obs, dtype=self.np.float32).ravel()
+            self.obs[i] = self.floats(obs).ravel()
         self.returns = [0.0] * self.n
         self.lengths = [0] * self.n
 
@@ -117,7 +190,8 @@ class Batch:
         self.episode_return[:] = 0
         self.episode_length[:] = 0
         for i, env in enumerate(self.envs):
-            action = np.asarray(actions[i], np.float32) if box else actions[i][0] + start
+            action = (np.clip(np.asarray(actions[i], np.float32), self.low, self.high) if box
+                      else actions[i][0] + start)
             obs, reward, terminated, truncated, _ = env.step(action)
             reward = float(reward)
             self.returns[i] += reward
@@ -129,15 +203,21 @@ class Batch:
                 self.end_episode(i, obs)
                 obs, _ = env.reset()  # the instance's own generator, seeded by the first reset
             observations.append(obs)
-        self.obs[:] = np.asarray(observations, dtype=np.float32).reshape(self.n, -1)
+        self.obs[:] = self.floats(observations).reshape(self.n, -1)
         self.reward[:] = rewards
         self.terminated[:] = terminations
         self.truncated[:] = truncations
 
     def end_episode(self, i, obs):
-        self.final_obs[i] = self.np.asarray(obs, dtype=self.np.float32).ravel()
+        self.final_obs[i] = self.floats(obs).ravel()
         self.episode_return[i], self.episode_length[i] = self.returns[i], self.lengths[i]
         self.returns[i], self.lengths[i] = 0, 0
+
+    def floats(self, obs):
+        out = self.np.asarray(obs, dtype=self.np.float32)
+        if self.scale is not None:
+            out *= self.scale
+        return out
 
     def get_state(self, i):
         return [float(x) for x in self.np.asarray(self.envs[i].unwrapped.state).ravel()]
@@ -157,6 +237,9 @@ def start(sock, cmd):
         return None
     try:
         envs = make_envs(gym, cmd)
+    except WrapperError as e:
+        reply(sock, ok=False, error="wrappers", last=e.args[0], index=e.args[1])
+        return None
     except Exception:
         reply(sock, **failure("make"))
         return None

@@ -65,11 +65,16 @@ const float* layer_stack::forward(run_context& rc, const float* x) {
 void layer_stack::backward(run_context& rc, const float* x, float* dy, float* dx,
                            const ready_fn& ready) {
   float* cur = dy;
+  // Only views (a reshape of the input) before layer `first`: its dx is the
+  // caller's, none when the caller wants none (a conv after a reshape then
+  // skips its backward-data pass).
+  std::size_t first = 0;
+  while (first + 1 < layers_.size() && layers_[first]->is_view()) ++first;
   for (std::size_t i = layers_.size(); i-- > 0;) {
     auto& l = *layers_[i];
     const float* in = i == 0 ? x : out_ptr_[i - 1];
     float* target = nullptr;
-    if (i == 0) {
+    if (i == 0 || (i == first && !dx)) {
       target = dx;
     } else if (!l.is_view()) {
       // The buffer cur is not in: the other of the two (or the first, when
