@@ -15,11 +15,12 @@ namespace troupe {
 
 void init_rl_actor_compute(rl_actor_compute& c, const envs::env_choice& env, int64_t envs,
                            const model_config& model, uint64_t seed, uint64_t model_seed,
-                           const std::optional<policy_head>& head) {
+                           const std::optional<policy_head>& head, bool with_policy) {
   c.env = envs::make_job_env(env, envs);
   const auto& spec = c.env->spec();
   c.head = head ? *head : envs::policy_head_for(spec, "auto");
-  c.net = create_policy_value_model(model, spec.observation_size, c.head, model_seed);
+  if (with_policy)
+    c.net = create_policy_value_model(model, spec.observation_size, c.head, model_seed);
   c.rng = splitmix64(derive_seed(seed, 1));
   const auto M = static_cast<std::size_t>(envs);
   c.obs.assign(M * static_cast<std::size_t>(spec.observation_size), 0.0f);
@@ -353,8 +354,9 @@ rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
   st.tasks->submit(
       self,
       [c = st.cfg](rl_actor_compute& rc) {
+        // With an inference server the actor only steps its environments.
         init_rl_actor_compute(rc, c.env, c.envs, c.model, derive_seed(c.seed, 5000 + c.index),
-                              c.seed, c.head);
+                              c.seed, c.head, /*with_policy=*/!c.inference);
         if (!c.replay.empty()) rc.epsilon = c.epsilon;
       },
       nullptr);

@@ -140,9 +140,11 @@ transition_batch prioritized_transitions(rl_actor_compute& c, const unroll& u, i
 
 // An rl_actor's device state: environments reset from `seed`, a policy
 // ending in `head` (none: the one the environment's actions take)
-// initialised from `model_seed`.
+// initialised from `model_seed`. Without `with_policy` (central inference:
+// the server acts) no network is built; c.net stays null.
 void init_rl_actor_compute(rl_actor_compute& c, const envs::env_choice& env, int64_t envs,
                            const model_config& model, uint64_t seed, uint64_t model_seed,
-                           const std::optional<policy_head>& head = std::nullopt);
+                           const std::optional<policy_head>& head = std::nullopt,
+                           bool with_policy = true);
 
 }  // namespace troupe
