@@ -795,92 +795,92 @@ TEST_CASE("a message naming another node as its sender is dropped; its own passe
   CHECK(logs.contains("claiming another source node"));
 }
 
+// A variable shard (w = [1, 2]) behind a gate as chief:0, handed out by the
+// actor behind it, and its handle in a connector's process as worker:3.
+struct remote_shard_fixture {
+  listener l;
+  variable_shard_actor shard;
+  caf::actor directory;
+  std::unique_ptr<gate> door;
+  connector c;
+  caf::actor remote;
+  remote_shard_fixture() {
+    variable_shard_config shard_cfg;
+    shard_cfg.pieces = {{"w", tensor::from<float>({2}, {1, 2})}};
+    shard_cfg.optimizer.kind = "sgd";
+    shard_cfg.total_steps = 1;
+    shard = spawn_variable_shard(l.sys, shard_cfg);
+    // (Spawned with an argument: CAF 0.17 dereferences a null argument tuple
+    // for a functor without arguments, which UBSan reports.)
+    directory = l.sys.spawn(
+        [s = shard](caf::event_based_actor*, int) -> caf::behavior {
+          return {[s](caf::get_atom) { return caf::actor_cast<caf::actor>(s); }};
+        },
+        0);
+    door = open_gate(l.sys, directory, "127.0.0.1", 0, opts("chief:0"));
+    auto dir = c.connect(door->port(), opts("worker:3"));
+    REQUIRE(dir);
+    caf::scoped_actor self{c.sys};
+    self->request(*dir, std::chrono::seconds(5), caf::get_atom::value)
+        .receive([&](caf::actor& a) { remote = a; }, [&](caf::error&) {});
+    REQUIRE(remote);
+    CHECK(remote->node() == l.sys.node());
+  }
+  ~remote_shard_fixture() {
+    door.reset();
+    caf::anon_send_exit(directory, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
+  }
+  // The shard's values as a pull from the connector's process gets them;
+  // empty with `error` set when it does not answer. (Checked outside the
+  // handlers: a failing check throws, which inside a blocking receive would
+  // hang the actor system's shutdown.)
+  std::vector<float> pull(std::string& error) {
+    std::vector<float> got;
+    caf::scoped_actor self{c.sys};
+    self->request(caf::actor_cast<variable_shard_actor>(remote), std::chrono::seconds(5),
+                  pull_atom::value, std::vector<std::string>{})
+        .receive(
+            [&](shard_values& v) {
+              for (const auto& piece : v.values)
+                got.insert(got.end(), piece.value.data<float>(),
+                           piece.value.data<float>() + piece.value.numel());
+            },
+            [&](caf::error& e) { error = c.sys.render(e); });
+    return got;
+  }
+};
+
 // Issue 40: anon_send_exit from another process to a data-plane actor (a
 // variable shard, handed out by the actor behind the gate) would stop it.
 // Dropped at the guard, named in the log; a pull from an actor still gets
 // its answer.
 TEST_CASE("an anonymous exit to a remote variable shard is dropped; a real sender's pull passes") {
-  listener l;
-  variable_shard_config shard_cfg;
-  shard_cfg.pieces = {{"w", tensor::from<float>({2}, {1, 2})}};
-  shard_cfg.optimizer.kind = "sgd";
-  shard_cfg.total_steps = 1;
-  auto shard = spawn_variable_shard(l.sys, shard_cfg);
-  // (Spawned with an argument: CAF 0.17 dereferences a null argument tuple
-  // for a functor without arguments, which UBSan reports.)
-  auto directory = l.sys.spawn(
-      [shard](caf::event_based_actor*, int) -> caf::behavior {
-        return {[shard](caf::get_atom) { return caf::actor_cast<caf::actor>(shard); }};
-      },
-      0);
-  auto o = opts("chief:0");
-  auto door = open_gate(l.sys, directory, "127.0.0.1", 0, std::move(o));
-  connector c;
-  auto dir = c.connect(door->port(), opts("worker:3"));
-  REQUIRE(dir);
-  caf::scoped_actor self{c.sys};
-  caf::actor remote_shard;
-  self->request(*dir, std::chrono::seconds(5), caf::get_atom::value)
-      .receive([&](caf::actor& a) { remote_shard = a; }, [&](caf::error&) {});
-  REQUIRE(remote_shard);
-  CHECK(remote_shard->node() == l.sys.node());
+  remote_shard_fixture f;
   const auto dropped = link_totals().frames_dropped;
-  caf::anon_send_exit(remote_shard, caf::exit_reason::kill);
-  caf::anon_send(caf::actor_cast<variable_shard_actor>(remote_shard), pull_atom::value,
+  caf::anon_send_exit(f.remote, caf::exit_reason::kill);
+  caf::anon_send(caf::actor_cast<variable_shard_actor>(f.remote), pull_atom::value,
                  std::vector<std::string>{});
   CHECK(eventually([&] { return link_totals().frames_dropped == dropped + 2; }));
   CHECK(logs.contains("a direct_message without a sender (source actor 0)"));
-  // (Checked outside the handlers: a failing check throws, which inside
-  // a blocking receive would hang the actor system's shutdown.)
-  std::vector<float> got;
   std::string error;
-  self->request(caf::actor_cast<variable_shard_actor>(remote_shard), std::chrono::seconds(5),
-                pull_atom::value, std::vector<std::string>{})
-      .receive(
-          [&](shard_values& v) {
-            for (const auto& piece : v.values)
-              got.insert(got.end(), piece.value.data<float>(),
-                         piece.value.data<float>() + piece.value.numel());
-          },
-          [&](caf::error& e) { error = c.sys.render(e); });
+  CHECK(f.pull(error) == std::vector<float>{1, 2});
   CHECK(error.empty());
-  CHECK(got == std::vector<float>{1, 2});
-  door.reset();
-  caf::anon_send_exit(directory, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
 }
 
 // What CAF sends for a real actor's send_exit (and for a link to a remote
 // actor): with any sender id a holder of the secret names, neither reaches
 // the shard.
 TEST_CASE("an exit or a link from a worker's actor to a remote variable shard is dropped") {
-  listener l;
-  variable_shard_config shard_cfg;
-  shard_cfg.pieces = {{"w", tensor::from<float>({2}, {1, 2})}};
-  shard_cfg.optimizer.kind = "sgd";
-  shard_cfg.total_steps = 1;
-  auto shard = spawn_variable_shard(l.sys, shard_cfg);
-  auto directory = l.sys.spawn(
-      [shard](caf::event_based_actor*, int) -> caf::behavior {
-        return {[shard](caf::get_atom) { return caf::actor_cast<caf::actor>(shard); }};
-      },
-      0);
-  auto door = open_gate(l.sys, directory, "127.0.0.1", 0, opts("chief:0"));
-  connector c;
-  auto dir = c.connect(door->port(), opts("worker:3"));
-  REQUIRE(dir);
-  caf::actor remote_shard;
+  remote_shard_fixture f;
   {
-    caf::scoped_actor self{c.sys};
-    self->request(*dir, std::chrono::seconds(5), caf::get_atom::value)
-        .receive([&](caf::actor& a) { remote_shard = a; }, [&](caf::error&) {});
-    REQUIRE(remote_shard);
+    caf::scoped_actor self{f.c.sys};
     const auto dropped = link_totals().frames_dropped;
-    self->send_exit(remote_shard, caf::exit_reason::kill);
+    self->send_exit(f.remote, caf::exit_reason::kill);
     // A link, then the linked actor dies with a reason: the shard would die too.
-    auto doomed = c.sys.spawn(
-        [remote_shard](caf::event_based_actor* linker, int) -> caf::behavior {
-          linker->link_to(remote_shard);
+    auto doomed = f.c.sys.spawn(
+        [remote = f.remote](caf::event_based_actor* linker, int) -> caf::behavior {
+          linker->link_to(remote);
           return {[](int x) { return x; }};
         },
         0);
@@ -891,23 +891,9 @@ TEST_CASE("an exit or a link from a worker's actor to a remote variable shard is
   // (CAF 0.17 sends the link request as a routed message whose source node
   // is not the connection's, dropped for that already; the unit case above
   // checks the content rule on a link request that names its own node.)
-  std::vector<float> got;
   std::string error;
-  caf::scoped_actor self{c.sys};
-  self->request(caf::actor_cast<variable_shard_actor>(remote_shard), std::chrono::seconds(5),
-                pull_atom::value, std::vector<std::string>{})
-      .receive(
-          [&](shard_values& v) {
-            for (const auto& piece : v.values)
-              got.insert(got.end(), piece.value.data<float>(),
-                         piece.value.data<float>() + piece.value.numel());
-          },
-          [&](caf::error& e) { error = c.sys.render(e); });
+  CHECK(f.pull(error) == std::vector<float>{1, 2});
   CHECK(error.empty());
-  CHECK(got == std::vector<float>{1, 2});
-  door.reset();
-  caf::anon_send_exit(directory, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
 }
 
 // Issue 40, row 1: a holder of the secret passes the gate as worker:0 (with a
