@@ -99,6 +99,7 @@ void run(self_ptr self) {
   auto batch =
       std::make_shared<std::vector<inference_server_state::waiting_request>>(take_batch(st));
   ++st.batch_number;
+  if (st.overdue) ++st.ran.overdue_batches;
   st.overdue = false;
   st.running = true;
   if (!st.waiting.empty()) start_wait(self);
@@ -107,7 +108,7 @@ void run(self_ptr self) {
   auto weights = st.weights ? std::make_shared<policy_weights>(std::move(*st.weights)) : nullptr;
   st.weights.reset();
   auto replies = std::make_shared<std::vector<inference_reply>>();
-  st.track.set("infer", trace::category::compute, st.batches);
+  st.track.set("infer", trace::category::compute, st.ran.batches);
   st.tasks->submit(
       self, "infer",
       [requests, weights, replies, head = st.cfg.head, seed = st.cfg.seed,
@@ -119,8 +120,8 @@ void run(self_ptr self) {
         auto& st = self->state;
         for (std::size_t i = 0; i < batch->size(); ++i)
           (*batch)[i].promise.deliver(std::move((*replies)[i]));
-        ++st.batches;
-        for (const auto& r : *requests) st.rows += r.observations.dim(0);
+        ++st.ran.batches;
+        for (const auto& r : *requests) st.ran.rows += r.observations.dim(0);
         st.running = false;
         st.track.set("wait_for_requests", trace::category::wait);
         maybe_run(self);
@@ -194,6 +195,7 @@ inference_server_actor::behavior_type inference_server(self_ptr self, inference_
         st.weights = std::move(w);
         maybe_run(self);
       },
+      [self](stats_atom) { return self->state.ran; },
       [self](flush_atom, int64_t n) {
         auto& st = self->state;
         if (n != st.batch_number) return;

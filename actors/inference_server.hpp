@@ -63,7 +63,7 @@ struct inference_server_state {
   int64_t version = -1;                           // the newest weights known
   std::map<caf::actor_addr, int64_t> requesters;  // live ones, monitored
   int64_t live = 1;
-  int64_t batches = 0, rows = 0;
+  inference_stats ran;  // batches and rows run so far
   trace::state_track track;
   static inline const char* name = "inference_server";
 };

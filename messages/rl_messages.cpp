@@ -94,6 +94,7 @@ void register_rl_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<unroll>("troupe::unroll");
   cfg.add_message_type<inference_request>("troupe::inference_request");
   cfg.add_message_type<inference_reply>("troupe::inference_reply");
+  cfg.add_message_type<inference_stats>("troupe::inference_stats");
   cfg.add_message_type<inference_server_actor>("troupe::inference_server_actor");
   cfg.add_message_type<std::vector<unroll>>("std::vector<troupe::unroll>");
   cfg.add_message_type<queue_stats>("troupe::queue_stats");

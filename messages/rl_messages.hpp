@@ -116,6 +116,20 @@ typename Inspector::result_type inspect(Inspector& f, unroll& x) {
   return f(caf::meta::type_name("unroll"), x.actor, x.policy_version, x.observations, x.actions,
            x.rewards, x.terminated, x.truncated, x.final_observations, x.behaviour_logits);
 }
+// What the inference server has run since it started: batches (and those
+// that had waited max_wait_us when they ran: a full batch, or one every live
+// actor asked in, runs at once) and their rows.
+struct inference_stats {
+  int64_t batches = 0;
+  int64_t overdue_batches = 0;
+  int64_t rows = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, inference_stats& x) {
+  return f(caf::meta::type_name("inference_stats"), x.batches, x.overdue_batches, x.rows);
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, queue_stats& x) {
   return f(caf::meta::type_name("queue_stats"), x.depth, x.capacity, x.enqueued, x.dequeued,
@@ -194,6 +208,8 @@ using inference_server_actor = caf::typed_actor<
     // Learner 0's weights after an update (older or equal versions are
     // ignored); requests wait until the first ones came.
     caf::reacts_to<weights_atom, policy_weights>,
+    // Its counters (the driver's metrics lines).
+    caf::replies_to<stats_atom>::with<inference_stats>,
     // Internal: the wait of batch n is over; a device task finished.
     caf::reacts_to<flush_atom, int64_t>, caf::reacts_to<computed_atom, uint64_t>>;
 

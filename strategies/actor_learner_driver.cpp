@@ -191,6 +191,7 @@ class actor_learner_driver final : public job_driver {
                  {"env_steps_per_second", env_rate},
                  {"updates_per_second", static_cast<double>(iv.updates) / dt},
                  {"actors_live", live_actors()}});
+    if (server_) line.update(inference_json());
     if (controller_) {
       // The members in an array, and the best one's figures as numbers
       // (what TensorBoard and Prometheus take).
@@ -207,6 +208,20 @@ class actor_learner_driver final : public job_driver {
       h.self()
           ->request(g.queue, h.request_timeout(), stats_atom::value)
           .then([&g](queue_stats& s) { g.last_queue = s; }, [](caf::error&) {});
+    if (server_)
+      h.self()
+          ->request(server_, h.request_timeout(), stats_atom::value)
+          .then([this](inference_stats& s) { last_inference_ = s; }, [](caf::error&) {});
+  }
+
+  // The inference server's counters as of the last metrics line (how full
+  // its batches run: the figure rl.central.max_batch and max_wait_us tune).
+  nlohmann::json inference_json() const {
+    const auto& s = last_inference_;
+    return {{"inference_batches", s.batches},
+            {"inference_overdue_batches", s.overdue_batches},
+            {"inference_rows_per_batch",
+             s.batches > 0 ? static_cast<double>(s.rows) / static_cast<double>(s.batches) : 0.0}};
   }
 
   std::string stop_reason(const coordinator_host& h) const override {
@@ -270,6 +285,7 @@ class actor_learner_driver final : public job_driver {
               {"updates_per_second",
                static_cast<double>(s.value("steps_this_run", int64_t{0})) / std::max(wall, 1e-9)}});
     if (target_return_) s["target_return"] = *target_return_;
+    if (server_) s.update(inference_json());
     if (controller_) {
       s["population"] = population_json();
       s["population"]["rounds"] = rounds_;
@@ -542,6 +558,7 @@ class actor_learner_driver final : public job_driver {
   std::vector<member_group> members_;
   std::vector<rl_actor_actor> actors_;      // by index; null while lost
   inference_server_actor server_;           // central inference only
+  inference_stats last_inference_;          // its counters, at the last metrics line
   population_controller_actor controller_;  // rl.population only
   std::string env_;
   bool running_ = false, halting_ = false, solved_ = false;

@@ -90,11 +90,18 @@ TEST_CASE("central inference: the server's actions and logits are a local actor'
 TEST_CASE("central inference: CartPole is solved through the inference server") {
   test::temp_dir tmp;
   auto c = central_cartpole(tmp / "run");
+  c.logging.every_steps = 10;  // the server's counters come with each train line
   auto s = run_job(c, {});
   CHECK(s["solved"] == true);
   CHECK(s["mean_return_100"].get<double>() >= 475);
   CHECK(s["env_steps"].get<int64_t>() <=
         c.training.max_env_steps + c.rl.actors * c.rl.envs_per_actor * c.rl.unroll_length);
+  // A batch holds one actor's request (its 16 envs) at least, both at most.
+  CHECK(s["inference_batches"].get<int64_t>() > 0);
+  CHECK(s["inference_overdue_batches"].get<int64_t>() <= s["inference_batches"].get<int64_t>());
+  const double rows = s["inference_rows_per_batch"];
+  CHECK(rows >= static_cast<double>(c.rl.envs_per_actor));
+  CHECK(rows <= static_cast<double>(c.rl.actors * c.rl.envs_per_actor));
 }
 
 TEST_CASE("central inference: a lost rl_actor is dropped and the job still solves") {

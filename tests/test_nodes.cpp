@@ -569,6 +569,20 @@ TEST_CASE("a population with its rl_actors in another process solves CartPole") 
   CHECK(s["population"]["members"].size() == 2);
 }
 
+TEST_CASE("a native plugin env with its rl_actors in another process solves CartPole") {
+  // The worker's process loads the library the chief's config names (an
+  // absolute path once the config is loaded) and steps its envs there.
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_plugin.json");
+  c.logging.level = "warn";
+  REQUIRE(c.rl.plugin);
+  CHECK(fs::path(c.rl.plugin->library).is_absolute());
+  temp_dir dir;
+  auto s = run_in_processes(c, dir, 1, 0);
+  CHECK(s["solved"] == true);
+  CHECK(s["mean_return_100"].get<double>() >= 475);
+  CHECK(s["actors_live"] == 2);
+}
+
 TEST_CASE("central inference with its rl_actors in another process solves CartPole") {
   // Observations and actions cross between the processes; weights stay in
   // the chief's, with the learner and the inference server.
