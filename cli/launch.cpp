@@ -37,6 +37,25 @@ bool uses_job_ca(const cluster_spec& spec) {
          spec.identity == cluster_spec::identity_mode::job_ca;
 }
 
+// Per-task identity (cluster.identity "job_ca", the default): a CA made
+// here, in memory only, issues each start of a task its certificate over
+// that start's own socket (runtime/launch_enrol.hpp). False (said on stderr)
+// when the CA cannot be made.
+bool issue_from_job_ca(std::optional<job_authority>& ca, supervise_options& so) {
+  try {
+    ca.emplace();
+  } catch (const job_ca_error& e) {
+    std::cerr << "troupe launch: cannot make the job CA: " << e.what() << "\n";
+    return false;
+  }
+  so.enrol = [&ca](const child& c, std::string_view request, std::string& refusal) {
+    return launch_enrol::answer(*ca, c.name, request, refusal);
+  };
+  std::cerr << "troupe launch: a job CA made for this launch issues each task its "
+               "certificate (cluster.identity \"job_ca\")\n";
+  return true;
+}
+
 }  // namespace
 
 void apply_failure_policy(std::vector<child>& children, const job_config& job) {
@@ -184,23 +203,8 @@ int cmd_launch(const std::vector<std::string>& args,
   // leave with its checkpoint; SIGKILL only after that.
   so.signal_grace_seconds = spec.grace_seconds + 5;
   so.log_starts = true;
-  // Per-task identity (cluster.identity "job_ca", the default): a CA made
-  // here, in memory only, issues each start of a task its certificate over
-  // that start's own socket (runtime/launch_enrol.hpp).
   std::optional<job_authority> ca;
-  if (uses_job_ca(spec)) {
-    try {
-      ca.emplace();
-    } catch (const job_ca_error& e) {
-      std::cerr << "troupe launch: cannot make the job CA: " << e.what() << "\n";
-      return 1;
-    }
-    so.enrol = [&ca](const child& c, std::string_view request, std::string& refusal) {
-      return launch_enrol::answer(*ca, c.name, request, refusal);
-    };
-    std::cerr << "troupe launch: a job CA made for this launch issues each task its "
-                 "certificate (cluster.identity \"job_ca\")\n";
-  }
+  if (uses_job_ca(spec) && !issue_from_job_ca(ca, so)) return 1;
   return supervise(children, so);
 }
 
