@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
 #include "config/strategy_rules.hpp"
+#include "runtime/launch_enrol.hpp"
 
 namespace troupe::launch {
 namespace {
@@ -26,6 +28,32 @@ std::string self_exe() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) return "/proc/self/exe";
   return std::string(buf, static_cast<std::size_t>(n));
+}
+
+// Whether the tasks' links take their certificates from the job CA, as
+// runtime/secure_link.cpp's link_security_for decides for a node.
+bool uses_job_ca(const cluster_spec& spec) {
+  return !spec.insecure && spec.tls.ca.empty() &&
+         spec.identity == cluster_spec::identity_mode::job_ca;
+}
+
+// Per-task identity (cluster.identity "job_ca", the default): a CA made
+// here, in memory only, issues each start of a task its certificate over
+// that start's own socket (runtime/launch_enrol.hpp). False (said on stderr)
+// when the CA cannot be made.
+bool issue_from_job_ca(std::optional<job_authority>& ca, supervise_options& so) {
+  try {
+    ca.emplace();
+  } catch (const job_ca_error& e) {
+    std::cerr << "troupe launch: cannot make the job CA: " << e.what() << "\n";
+    return false;
+  }
+  so.enrol = [&ca](const child& c, std::string_view request, std::string& refusal) {
+    return launch_enrol::answer(*ca, c.name, request, refusal);
+  };
+  std::cerr << "troupe launch: a job CA made for this launch issues each task its "
+               "certificate (cluster.identity \"job_ca\")\n";
+  return true;
 }
 
 }  // namespace
@@ -175,6 +203,8 @@ int cmd_launch(const std::vector<std::string>& args,
   // leave with its checkpoint; SIGKILL only after that.
   so.signal_grace_seconds = spec.grace_seconds + 5;
   so.log_starts = true;
+  std::optional<job_authority> ca;
+  if (uses_job_ca(spec) && !issue_from_job_ca(ca, so)) return 1;
   return supervise(children, so);
 }
 

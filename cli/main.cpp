@@ -19,6 +19,7 @@
 #include "config/secret.hpp"
 #include "kernels/cpu_isa.hpp"
 #include "runtime/job.hpp"
+#include "runtime/launch_enrol.hpp"
 #include "runtime/node.hpp"
 #include "runtime/preemption.hpp"
 #include "runtime/rendezvous.hpp"
@@ -234,6 +235,27 @@ int join_cluster_from_environment(troupe::job_config& cfg, const std::string& fi
   }
 }
 
+// troupe node --task NAME started by troupe launch with a job CA: its
+// certificate over the socket in TROUPE_ENROL_FD (runtime/launch_enrol.hpp),
+// kept for its links as the rendezvous keeps a rank's. 0 without the
+// variable or once enrolled; 2 when the variable or the enrolment is bad.
+int enrol_with_launcher(const troupe::task_id& task) {
+  namespace enrol = troupe::launch_enrol;
+  const char* fd_text = std::getenv(enrol::kFdVariable);
+  if (!fd_text) return 0;
+  try {
+    const int fd = enrol::fd_of_variable(fd_text);
+    ::unsetenv(enrol::kFdVariable);  // the socket is used up; nothing below inherits it
+    auto id = enrol::enrol(fd, task.str(), std::chrono::seconds(30));
+    spdlog::info("{}: enrolled with troupe launch: the job CA issued its certificate", task.str());
+    troupe::issued_identity::keep(std::move(id));
+    return 0;
+  } catch (const troupe::job_ca_error& e) {
+    std::cerr << "troupe: " << e.what() << "\n";
+    return 2;
+  }
+}
+
 // `run` and `node` share their options, progress output and exit codes.
 int cmd_run(const std::vector<std::string>& args, bool node) {
   const char* cmd = node ? "node" : "run";
@@ -295,6 +317,8 @@ int cmd_run(const std::vector<std::string>& args, bool node) {
   if (from_environment) {
     stops::enter(stops::phase::rendezvous);
     if (int rc = join_cluster_from_environment(cfg, file, task); rc != 0) return rc;
+  } else if (node) {
+    if (int rc = enrol_with_launcher(task); rc != 0) return rc;
   }
   stops::enter(stops::phase::loading);
   progress_printer pp;

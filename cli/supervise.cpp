@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/launch_enrol.hpp"
 #include "runtime/stop_policy.hpp"
 
 namespace troupe::launch {
@@ -76,6 +78,7 @@ struct running {
   bool alive = false;
   int status = 0;
   stream out, err;
+  int enrol_fd = -1;  // the launcher's end of this start's enrolment socket
 };
 
 void emit_lines(stream& s, const std::string& prefix, bool flush_all) {
@@ -149,23 +152,75 @@ struct signal_scope {
   signal_scope& operator=(const signal_scope&) = delete;
 };
 
+// The launcher's environment with the child's additions; an inherited
+// TROUPE_ENROL_FD never passes on, this start's (enrol_fd >= 0) does.
+std::vector<std::string> child_environment(const child& c, int enrol_fd) {
+  std::vector<std::string> adds = c.env;
+  const std::string enrol_key = std::string(launch_enrol::kFdVariable) + "=";
+  adds.push_back(enrol_key);  // only filters the inherited one
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    bool overridden = false;
+    for (const auto& x : adds) {
+      auto eq = x.find('=');
+      if (kv.compare(0, eq + 1, x, 0, eq + 1) == 0) overridden = true;
+    }
+    if (!overridden) out.push_back(std::move(kv));
+  }
+  for (const auto& x : c.env) out.push_back(x);
+  if (enrol_fd >= 0) out.push_back(enrol_key + std::to_string(enrol_fd));
+  return out;
+}
+
+// The socket pair for one start's enrolment: [0] the launcher's
+// (non-blocking), [1] the child's, above stderr so the child's dup2 of its
+// standard streams cannot replace it; both close-on-exec until the child
+// clears it on its own end. False (with `why`) when it cannot be made.
+bool enrol_sockets(int (&fds)[2], std::string& why) {
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) {
+    why = std::string("socketpair: ") + std::strerror(errno);
+    fds[0] = fds[1] = -1;
+    return false;
+  }
+  if (fds[1] <= 2) {
+    int high = ::fcntl(fds[1], F_DUPFD_CLOEXEC, 3);
+    ::close(fds[1]);
+    fds[1] = high;
+  }
+  ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  if (fds[1] < 0) {
+    why = std::string("fcntl: ") + std::strerror(errno);
+    ::close(fds[0]);
+    fds[0] = -1;
+    return false;
+  }
+  return true;
+}
+
 // fork + exec of one child, its stdout/stderr on fresh pipes. Returns false
 // (with `why`) when it could not be started at all.
-bool start(running& r, int out_to, int err_to, std::string& why) {
+bool start(running& r, int out_to, int err_to, bool with_enrol, std::string& why) {
   const child& c = *r.spec;
   if (c.argv.empty()) {
     why = "no command for task " + c.name;
     return false;
   }
+  if (r.enrol_fd >= 0) ::close(r.enrol_fd);
+  r.enrol_fd = -1;
+  int enrol[2] = {-1, -1};
+  if (with_enrol && !enrol_sockets(enrol, why)) return false;
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) {
     why = std::string("pipe: ") + std::strerror(errno);
+    for (int fd : enrol)
+      if (fd >= 0) ::close(fd);
     return false;
   }
   if (::pipe2(err, O_CLOEXEC) != 0) {
     why = std::string("pipe: ") + std::strerror(errno);
-    ::close(out[0]);
-    ::close(out[1]);
+    for (int fd : {out[0], out[1], enrol[0], enrol[1]})
+      if (fd >= 0) ::close(fd);
     return false;
   }
   // Everything the child needs is built before fork: after it, only
@@ -173,19 +228,9 @@ bool start(running& r, int out_to, int err_to, std::string& why) {
   std::vector<char*> argv;
   for (const auto& a : c.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  std::vector<std::string> env_store;
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv = *e;
-    bool overridden = false;
-    for (const auto& x : c.env) {
-      auto eq = x.find('=');
-      if (kv.compare(0, eq + 1, x, 0, eq + 1) == 0) overridden = true;
-    }
-    if (!overridden) env_store.push_back(std::move(kv));
-  }
-  for (const auto& x : c.env) env_store.push_back(x);
+  const auto env_store = child_environment(c, enrol[1]);
   std::vector<char*> envp;
-  for (auto& e : env_store) envp.push_back(e.data());
+  for (const auto& e : env_store) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   const std::string exec_failed = "troupe launch: cannot run " + c.argv[0] + ": ";
   const pid_t parent = ::getpid();
@@ -193,7 +238,8 @@ bool start(running& r, int out_to, int err_to, std::string& why) {
   pid_t pid = ::fork();
   if (pid < 0) {
     why = std::string("fork: ") + std::strerror(errno);
-    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    for (int fd : {out[0], out[1], err[0], err[1], enrol[0], enrol[1]})
+      if (fd >= 0) ::close(fd);
     return false;
   }
   if (pid == 0) {
@@ -214,6 +260,7 @@ bool start(running& r, int out_to, int err_to, std::string& why) {
     }
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
+    if (enrol[1] >= 0) ::fcntl(enrol[1], F_SETFD, 0);  // this one end passes the exec
     ::execve(argv[0], argv.data(), envp.data());
     int e = errno;
     [[maybe_unused]] auto n1 = ::write(2, exec_failed.data(), exec_failed.size());
@@ -225,6 +272,8 @@ bool start(running& r, int out_to, int err_to, std::string& why) {
   ::setpgid(pid, pid);  // also here, so a signal to the group cannot race the child's own call
   ::close(out[1]);
   ::close(err[1]);
+  if (enrol[1] >= 0) ::close(enrol[1]);
+  r.enrol_fd = enrol[0];
   ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
   ::fcntl(err[0], F_SETFL, ::fcntl(err[0], F_GETFL) | O_NONBLOCK);
   r.pid = pid;
@@ -247,6 +296,8 @@ bool reap(running& r) {
   }
   r.status = status;
   r.alive = false;
+  if (r.enrol_fd >= 0) ::close(r.enrol_fd);  // it never asked: nobody will
+  r.enrol_fd = -1;
   return true;
 }
 
@@ -369,7 +420,7 @@ class supervisor {
 
   bool start_one(running& r) {
     std::string why;
-    if (!start(r, opts_.out_fd, opts_.err_fd, why)) {
+    if (!start(r, opts_.out_fd, opts_.err_fd, static_cast<bool>(opts_.enrol), why)) {
       say("cannot start task " + r.spec->name + ": " + why);
       return false;
     }
@@ -400,14 +451,43 @@ class supervisor {
           fds.push_back({s->fd, POLLIN, 0});
           owners.push_back({s, &r});
         }
+    for (auto& r : rs_)
+      if (r.enrol_fd >= 0) {
+        fds.push_back({r.enrol_fd, POLLIN, 0});
+        owners.push_back({nullptr, &r});
+      }
     if (drain_until_ && (fds.size() == 1 || clock::now() >= *drain_until_)) return false;
     int n = ::poll(fds.data(), fds.size(), poll_timeout_ms());
     if (n < 0 && errno != EINTR) on_poll_error();
     if (n <= 0) return true;
     for (std::size_t i = 1; i < fds.size(); ++i)
-      if (fds[i].revents) drain(*owners[i].s, owners[i].task->prefix);
+      if (fds[i].revents && owners[i].s)
+        drain(*owners[i].s, owners[i].task->prefix);
+      else if (fds[i].revents)
+        answer_enrolment(*owners[i].task);
     if (fds[0].revents & POLLIN) read_signals();
     return true;
+  }
+
+  // The first message on a start's enrolment socket, answered by
+  // opts_.enrol; then the socket is closed (one answer per start).
+  void answer_enrolment(running& r) {
+    std::string message(launch_enrol::kFrameBytes + 1, '\0');
+    ssize_t n = ::recv(r.enrol_fd, message.data(), message.size(), MSG_TRUNC);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (n > 0) {
+      message.resize(std::min(message.size(), static_cast<std::size_t>(n)));
+      std::string refusal;
+      const auto reply = opts_.enrol(*r.spec, message, refusal);
+      [[maybe_unused]] auto sent =
+          ::send(r.enrol_fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (refusal.empty())
+        say(who(r) + " enrolled: the job CA issued its certificate as " + r.spec->name);
+      else
+        say(who(r) + ": certificate request refused: " + refusal);
+    }
+    ::close(r.enrol_fd);
+    r.enrol_fd = -1;
   }
 
   // Until the next deadline of the current phase; -1: none.

@@ -21,7 +21,9 @@
 // - No orphans: each child leads its own process group, which is SIGKILLed
 //   once the child is gone (so its own children go too), and a child gets
 //   SIGKILL when the launcher dies (PR_SET_PDEATHSIG).
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace troupe::launch {
@@ -58,6 +60,13 @@ struct supervise_options {
   double after_chief_seconds = 15;
   // Log `task NAME started (pid N)` for every start (troupe launch does).
   bool log_starts = false;
+  // When set, every start of a child (restarts included) gets a socket of
+  // its own for its enrolment with the job CA (runtime/launch_enrol.hpp):
+  // its number in TROUPE_ENROL_FD, no other child inherits it. The first
+  // message the child sends there is answered with enrol(child, message,
+  // refusal), then the socket is closed: one answer per start. A non-empty
+  // refusal is logged.
+  std::function<std::string(const child&, std::string_view request, std::string& refusal)> enrol;
 };
 
 // Starts the children, relays their output and waits for all of them.

@@ -15,7 +15,7 @@
 //     "secret_env": "TROUPE_SECRET", "secret_file": "",
 //     "tls": {"ca": "ca.pem", "cert": "worker0.pem", "key": "worker0.key"},  // optional
 //     "insecure": false, "max_message_mb": 512,                               // optional
-//     "identity": "job_ca"}  // or "shared_secret"; the cluster from the environment only
+//     "identity": "job_ca"}  // or "shared_secret"; the environment's cluster or troupe launch
 //
 // Default placement (no "hosts"); the chief always runs the coordinator, and
 // the strategy's rules (config/strategy_rules.hpp) say whether there are
@@ -92,13 +92,14 @@ struct cluster_spec {
   };
   tls_files tls;
   bool insecure = false;
-  // Who can speak as a task in a cluster from the environment, without
-  // cluster.tls: "job_ca" (the default) has the chief's rendezvous issue each
-  // task a certificate naming it from a CA made for this job
-  // (runtime/job_ca.hpp), and the links check them, so the secret only
-  // admits a task to ask for its certificate; "shared_secret" keys the links
-  // from the secret as a written-out cluster.tasks does (any holder of the
-  // secret can then prove any task's name).
+  // Who can speak as a task in a cluster from the environment or of troupe
+  // launch, without cluster.tls: "job_ca" (the default) has the chief's
+  // rendezvous (or the launcher, runtime/launch_enrol.hpp) issue each task a
+  // certificate naming it from a CA made for this job (runtime/job_ca.hpp),
+  // and the links check them, so the secret only admits a task to ask for
+  // its certificate; "shared_secret" keys the links from the secret as a
+  // cluster.tasks started by hand does (any holder of the secret can then
+  // prove any task's name).
   enum class identity_mode { job_ca, shared_secret };
   identity_mode identity = identity_mode::job_ca;
   // The largest BASP frame a task accepts from an authenticated peer, in MiB;

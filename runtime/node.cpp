@@ -100,8 +100,7 @@ link_security node_link_security(const cluster_spec& spec, const std::string& se
     throw job_error(me + ": " + e.what());
   }
   const char* kind = s.kind == link_security::trust::psk ? "TLS 1.3, keyed from the cluster secret"
-                     : s.identity
-                         ? "TLS 1.3 with the certificates the job CA issued at the rendezvous"
+                     : s.identity ? "TLS 1.3 with the certificates the job CA issued, one per task"
                      : s.kind == link_security::trust::certificates
                          ? "TLS 1.3 with the certificates of cluster.tls"
                          : "PLAINTEXT (cluster.insecure)";
@@ -114,9 +113,9 @@ link_security node_link_security(const cluster_spec& spec, const std::string& se
                s.max_frame_bytes / mib);
   if (s.kind == link_security::trust::psk && spec.identity == cluster_spec::identity_mode::job_ca)
     spdlog::info(
-        "{}: no job CA here (a cluster written out in cluster.tasks has no rendezvous to issue "
-        "certificates): any holder of the secret can prove any task's name; cluster.tls gives "
-        "each task its own",
+        "{}: no job CA here (a task of a cluster written out in cluster.tasks gets a "
+        "certificate only when troupe launch starts it): any holder of the secret can prove any "
+        "task's name; cluster.tls gives each task its own",
         me);
   return s;
 }

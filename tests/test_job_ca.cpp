@@ -5,16 +5,19 @@
 // holder of the secret, in test_nodes.cpp.
 #include <doctest/doctest.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/gate.hpp"
 #include "runtime/job_ca.hpp"
+#include "runtime/launch_enrol.hpp"
 #include "tests/captured_log.hpp"
 
 using namespace troupe;
@@ -184,4 +187,109 @@ TEST_CASE("links with the job CA's certificates: its tasks pass; the secret alon
   // with another CA's chief:0 certificate is refused.
   cert_listener impostor(rogue.issue_self("chief:0"));
   CHECK(connect_as(impostor.door->port(), "worker:0", &w0) != "");
+}
+
+// troupe launch's enrolment (runtime/launch_enrol.hpp): the launcher's side
+// answering over a socket pair as cli/supervise.cpp does.
+namespace {
+
+struct enrol_pair {
+  int launcher = -1, task = -1;
+  enrol_pair() {
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) == 0);
+    launcher = fds[0];
+    task = fds[1];
+  }
+  ~enrol_pair() { ::close(launcher); }  // the task's end: launch_enrol::enrol closes it
+  // The launcher answers the first request as the start of `started_as`.
+  std::thread answer_as(const job_authority& ca, std::string started_as, std::string& refusal) {
+    return std::thread([this, &ca, started_as, &refusal] {
+      std::string request(launch_enrol::kFrameBytes + 1, '\0');
+      auto n = ::recv(launcher, request.data(), request.size(), 0);
+      request.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+      const auto reply = launch_enrol::answer(ca, started_as, request, refusal);
+      (void)::send(launcher, reply.data(), reply.size(), MSG_NOSIGNAL);
+    });
+  }
+};
+
+std::string enrol_error(int fd, const std::string& task) {
+  try {
+    launch_enrol::enrol(fd, task, std::chrono::seconds(30));
+  } catch (const job_ca_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("troupe launch's enrolment issues the started task its certificate for its own key") {
+  const job_authority ca;
+  enrol_pair pair;
+  std::string refusal;
+  auto launcher = pair.answer_as(ca, "worker:1", refusal);
+  const auto id = launch_enrol::enrol(pair.task, "worker:1", std::chrono::seconds(30));
+  launcher.join();
+  CHECK(refusal.empty());
+  CHECK(id.task == "worker:1");
+  CHECK(id.ca_pem == ca.ca_pem());
+  CHECK(check_task_identity(id).empty());
+}
+
+TEST_CASE("troupe launch's enrolment refuses a request naming another task than the one started") {
+  const job_authority ca;
+  enrol_pair pair;
+  std::string refusal;
+  auto launcher = pair.answer_as(ca, "worker:1", refusal);
+  const auto why = enrol_error(pair.task, "chief:0");
+  launcher.join();
+  CHECK(refusal == "it asks for a certificate as 'chief:0', but was started as worker:1");
+  CHECK(why ==
+        "TROUPE_ENROL_FD: the launcher refused the certificate request: it asks for a "
+        "certificate as 'chief:0', but was started as worker:1");
+}
+
+TEST_CASE("troupe launch's enrolment refuses a request not signed by the key it carries") {
+  const job_authority ca;
+  const task_key key, other;
+  const auto request = launch_enrol::make_request("worker:0", key.public_raw());
+  std::string refusal;
+  const auto reply =
+      launch_enrol::answer(ca, "worker:0", request + other.sign_request(request), refusal);
+  CHECK(refusal == "its certificate request is not signed by the key it carries");
+  CHECK(reply.find("\"error\"") != std::string::npos);
+  CHECK(reply.find("CERTIFICATE") == std::string::npos);
+  launch_enrol::answer(ca, "worker:0", "troupeL1 and too short", refusal);
+  CHECK(refusal == "not an enrolment request (22 bytes)");
+}
+
+TEST_CASE("TROUPE_ENROL_FD that is no launcher's socket is refused, naming the variable") {
+  auto fd_error = [](const char* text) {
+    try {
+      launch_enrol::fd_of_variable(text);
+    } catch (const job_ca_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(fd_error("x7") ==
+        "TROUPE_ENROL_FD: expected the number of the socket troupe launch passed, got 'x7' (not "
+        "a file descriptor number)");
+  CHECK(fd_error("") ==
+        "TROUPE_ENROL_FD: expected the number of the socket troupe launch passed, got '' (not a "
+        "file descriptor number)");
+  CHECK(fd_error("987654") ==
+        "TROUPE_ENROL_FD: expected the number of the socket troupe launch passed, got '987654' "
+        "(Bad file descriptor)");
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  CHECK(fd_error(std::to_string(pipe_fds[0]).c_str()) ==
+        "TROUPE_ENROL_FD: expected the number of the socket troupe launch passed, got '" +
+            std::to_string(pipe_fds[0]) + "' (not the launcher's socket)");
+  for (int fd : pipe_fds) ::close(fd);
+  enrol_pair pair;
+  CHECK(launch_enrol::fd_of_variable(std::to_string(pair.task).c_str()) == pair.task);
+  ::close(pair.task);
 }

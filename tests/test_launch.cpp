@@ -52,7 +52,8 @@ struct run_result {
   double seconds = 0;
 };
 
-run_result run(const std::vector<child>& children, double grace = 3) {
+run_result run(const std::vector<child>& children, double grace = 3,
+               decltype(supervise_options::enrol) enrol = {}) {
   test::temp_dir dir;
   int out = ::open((dir / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   int err = ::open((dir / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -62,6 +63,7 @@ run_result run(const std::vector<child>& children, double grace = 3) {
   o.grace_seconds = grace;
   o.out_fd = out;
   o.err_fd = err;
+  o.enrol = std::move(enrol);
   run_result r;
   auto t0 = std::chrono::steady_clock::now();
   r.rc = supervise(children, o);
@@ -556,4 +558,31 @@ TEST_CASE("launch: bad --restart-workers values exit 2 naming the option") {
   used.clear();
   CHECK(cmd_launch({"x.json", "--restart-workers"}, bad) == 2);
   CHECK(used == "--restart-workers needs the number of restarts (0 to 1000000)");
+}
+
+TEST_CASE("launch: with enrolment each start inherits one socket of its own in TROUPE_ENROL_FD") {
+  // What a task sees: the variable, and how many sockets it holds (only its own).
+  const std::string script =
+      "echo \"fd=${TROUPE_ENROL_FD:-none} sockets=$(ls -l /proc/$$/fd | grep -c socket)\"";
+  ::setenv("TROUPE_ENROL_FD", "99", 1);  // an inherited one never passes on
+  auto plain = run({sh("a", script)});
+  std::vector<std::string> asked;
+  auto enrolled = run({sh("a", script), sh("b", script)}, 3,
+                      [&asked](const child& c, std::string_view, std::string&) {
+                        asked.push_back(c.name);
+                        return std::string();
+                      });
+  ::unsetenv("TROUPE_ENROL_FD");
+  CHECK(plain.rc == 0);
+  CHECK(plain.out == "[a] fd=none sockets=0\n");
+  CHECK(enrolled.rc == 0);
+  for (const std::string name : {"a", "b"}) {
+    auto at = enrolled.out.find("[" + name + "] fd=");
+    REQUIRE_MESSAGE(at != std::string::npos, enrolled.out);
+    CHECK_MESSAGE(enrolled.out.find(" sockets=1\n", at) ==
+                      enrolled.out.find('\n', at) - std::string(" sockets=1").size(),
+                  enrolled.out);
+    CHECK(enrolled.out.find("[" + name + "] fd=none") == std::string::npos);
+  }
+  CHECK(asked.empty());  // the scripts never asked: nothing was issued
 }

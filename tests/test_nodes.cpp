@@ -319,8 +319,7 @@ TEST_CASE("a job from the environment: the secret alone speaks as no task; refus
   procs["1"] = std::move(worker);
   wait_all(procs, 120);
   const auto log = procs["0"]->output();
-  CHECK_MESSAGE(
-      log.find("the certificates the job CA issued at the rendezvous") != std::string::npos, log);
+  CHECK_MESSAGE(log.find("the certificates the job CA issued") != std::string::npos, log);
   CHECK(log.find("refused a peer claiming to be worker:0") != std::string::npos);
   // The link keyed from the secret: no certificate; the forged one: the
   // forger does not trust the chief's (another CA), the chief is told so.
@@ -1227,6 +1226,7 @@ TEST_CASE("troupe launch runs every task of the cluster with troupe node") {
   auto c = env.job("mirrored", "sgd", 3, 48);
   temp_dir dir;
   c.logging.output_dir = dir / "out";
+  c.logging.level = "info";  // the links' kind is said at info
   cluster_job job(c, dir.str(), 2, 0);
   // No secret given: the launcher makes one up for its tasks.
   node_proc launch("launch", dir / "launch.log", "", {TROUPE_BIN, "launch", job.file});
@@ -1238,6 +1238,54 @@ TEST_CASE("troupe launch runs every task of the cluster with troupe node") {
   CHECK(out.find("[chief:0] job tiny finished: strategy mirrored") != std::string::npos);
   CHECK(out.find("[worker:1] task worker:1 finished") != std::string::npos);
   CHECK(fs::exists(dir / "out/summary.json"));
+  // Per-task identity by default: the launcher's job CA issued each task its
+  // certificate over that task's own socket, and the links check them.
+  CHECK(out.find("troupe launch: a job CA made for this launch issues each task its "
+                 "certificate") != std::string::npos);
+  for (const std::string task : {"chief:0", "worker:0", "worker:1"}) {
+    CHECK_MESSAGE(
+        out.find(") enrolled: the job CA issued its certificate as " + task) != std::string::npos,
+        task);
+    CHECK_MESSAGE(out.find(task + ": connections between tasks: TLS 1.3 with the certificates "
+                                  "the job CA issued") != std::string::npos,
+                  task);
+  }
+  CHECK(out.find("keyed from the cluster secret") == std::string::npos);
+  CHECK(out.find("certificate request refused") == std::string::npos);
+}
+
+TEST_CASE("troupe launch with cluster.identity shared_secret keys the links from the secret") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "sgd", 3, 48);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  c.logging.level = "info";
+  cluster_job job(c, dir.str(), 1, 0);
+  job.json["cluster"]["identity"] = "shared_secret";
+  std::ofstream(job.file) << job.json.dump(2);
+  node_proc launch("launch", dir / "launch.log", kSecret, {TROUPE_BIN, "launch", job.file});
+  int rc = launch.wait(std::chrono::seconds(120));
+  auto out = launch.output();
+  CHECK_MESSAGE(rc == 0, out);
+  CHECK(out.find("enrolled") == std::string::npos);
+  CHECK(out.find("worker:0: connections between tasks: TLS 1.3, keyed from the cluster secret") !=
+        std::string::npos);
+}
+
+TEST_CASE("troupe node --task with a TROUPE_ENROL_FD that is no launcher's socket exits 2") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "sgd", 3, 48);
+  temp_dir dir;
+  cluster_job job(c, dir.str(), 1, 0);
+  for (const std::string value : {"seven", "987654"}) {
+    node_proc node(job.file, "worker:0", dir / "node.log", kSecret, {},
+                   {{"TROUPE_ENROL_FD", value}});
+    CHECK(node.wait(std::chrono::seconds(30)) == 2);
+    CHECK_MESSAGE(node.output().find("troupe: TROUPE_ENROL_FD: expected the number of the socket "
+                                     "troupe launch passed, got '" +
+                                     value + "'") != std::string::npos,
+                  node.output());
+  }
 }
 
 namespace {
@@ -1314,6 +1362,12 @@ TEST_CASE("troupe launch --restart-workers 1: a SIGKILLed worker process is star
   int rc = launch_ps_and_kill_worker(dir, {"--restart-workers", "1"}, out);
   CHECK_MESSAGE(rc == 0, out);
   CHECK(out.find("troupe launch: restarting task worker:2 (restart 1 of 1)") != std::string::npos);
+  // The restarted process got a certificate of its own, and its links took it.
+  std::size_t enrolled = 0;
+  const std::string issued = ") enrolled: the job CA issued its certificate as worker:2";
+  for (auto at = out.find(issued); at != std::string::npos; at = out.find(issued, at + 1))
+    ++enrolled;
+  CHECK_MESSAGE(enrolled == 2, out);
   auto s = summary_in(dir / "out");
   CHECK(s["steps"] == 80 * 42 * 3);
   auto lost = metrics_of(s, "worker_lost");
