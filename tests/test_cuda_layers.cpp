@@ -1,5 +1,5 @@
 // The layer operations of kernels/backend.hpp on cuda:0 (cuDNN convolutions,
-// kernels/cuda_layers.cu) against the CPU backend, on the same random inputs
+// kernels/cuda_*_layers.cu) against the CPU backend, on the same random inputs
 // and odd shapes (asymmetric padding, dilation, groups, sizes that are no
 // multiple of a warp). Without a GPU it prints why and exits 77, which ctest
 // counts as skipped (label gpu).
