@@ -183,23 +183,7 @@ __global__ void softmax_ce_kernel(const float* logits, const int32_t* labels, in
     }
     __syncwarp();
   }
-  __shared__ double warp_loss[ce_warps];
-  __shared__ unsigned long long warp_hits[ce_warps];
-  if (lane == 0) {
-    warp_loss[warp] = loss;
-    warp_hits[warp] = hits;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double l = 0.0;
-    unsigned long long h = 0;
-    for (unsigned w = 0; w < ce_warps; ++w) {
-      l += warp_loss[w];
-      h += warp_hits[w];
-    }
-    if (loss_sum) atomicAdd(loss_sum, l);
-    if (correct && h) atomicAdd(reinterpret_cast<unsigned long long*>(correct), h);
-  }
+  add_block_stats<ce_warps>(loss, hits, loss_sum, correct);
 }
 
 __global__ void add_kernel(float* acc, const float* x, std::size_t n) {

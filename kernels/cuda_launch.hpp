@@ -1,8 +1,9 @@
 #pragma once
 // What the .cu files share (kernels/cuda_kernels.cu, cuda_row_layers.cu,
 // cuda_conv_layers.cu): the grid sizes, the grid-stride loop, the check
-// after a launch and the dimension checks before one. Device code: included
-// by nvcc-compiled files only, not for use outside kernels/.
+// after a launch and the dimension checks before one, the block sums of the
+// one-warp-per-row losses. Device code: included by nvcc-compiled files
+// only, not for use outside kernels/.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -44,6 +45,32 @@ inline void check_dims(const char* op, std::initializer_list<int64_t> dims) {
 
 inline std::size_t prod(int64_t a, int64_t b) {
   return static_cast<std::size_t>(a) * static_cast<std::size_t>(b);
+}
+
+// The one-warp-per-row losses' end: adds the block's per-warp loss and
+// count (lane 0 of each of its Warps warps holds its own) in a fixed order,
+// with one atomic each.
+template <unsigned Warps>
+__device__ inline void add_block_stats(double loss, unsigned long long hits, double* loss_sum,
+                                       int64_t* correct) {
+  __shared__ double warp_loss[Warps];
+  __shared__ unsigned long long warp_hits[Warps];
+  const unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u;
+  if (lane == 0) {
+    warp_loss[warp] = loss;
+    warp_hits[warp] = hits;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double l = 0.0;
+    unsigned long long h = 0;
+    for (unsigned w = 0; w < Warps; ++w) {
+      l += warp_loss[w];
+      h += warp_hits[w];
+    }
+    if (loss_sum) atomicAdd(loss_sum, l);
+    if (correct && h) atomicAdd(reinterpret_cast<unsigned long long*>(correct), h);
+  }
 }
 
 }  // namespace troupe::kernels::cuda::launch_detail

@@ -257,29 +257,6 @@ __global__ void embedding_backward_kernel(const float* ids, const float* dy, flo
 
 // ---- losses: one warp per example ------------------------------------------
 
-// Adds the block's per-warp loss and count with one atomic each.
-__device__ inline void add_block_stats(double loss, unsigned long long hits, double* loss_sum,
-                                       int64_t* correct) {
-  __shared__ double warp_loss[row_warps];
-  __shared__ unsigned long long warp_hits[row_warps];
-  const unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u;
-  if (lane == 0) {
-    warp_loss[warp] = loss;
-    warp_hits[warp] = hits;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double l = 0.0;
-    unsigned long long h = 0;
-    for (unsigned w = 0; w < row_warps; ++w) {
-      l += warp_loss[w];
-      h += warp_hits[w];
-    }
-    if (loss_sum) atomicAdd(loss_sum, l);
-    if (correct && h) atomicAdd(reinterpret_cast<unsigned long long*>(correct), h);
-  }
-}
-
 __global__ void sigmoid_ce_kernel(const float* logits, const float* targets, int64_t batch,
                                   int64_t outputs, float grad_scale, float* dlogits,
                                   double* loss_sum, int64_t* correct) {
@@ -305,7 +282,7 @@ __global__ void sigmoid_ce_kernel(const float* logits, const float* targets, int
       if (all_right) ++hits;
     }
   }
-  add_block_stats(loss, hits, loss_sum, correct);
+  add_block_stats<row_warps>(loss, hits, loss_sum, correct);
 }
 
 __global__ void mse_kernel(const float* pred, const float* targets, int64_t batch, int64_t outputs,
@@ -325,7 +302,7 @@ __global__ void mse_kernel(const float* pred, const float* targets, int64_t batc
     l = warp_sum(l);
     if (lane == 0) loss += l / static_cast<double>(outputs);
   }
-  add_block_stats(loss, 0, loss_sum, nullptr);
+  add_block_stats<row_warps>(loss, 0, loss_sum, nullptr);
 }
 
 }  // namespace
