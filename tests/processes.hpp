@@ -1,7 +1,8 @@
 #pragma once
-// troupe as a child process in tests (test_nodes, test_signals): started
-// with its output in a log file, waited for with a limit, killed if a test
-// leaves it running; a cluster config of free ports on 127.0.0.1.
+// troupe as a child process in tests (test_nodes, test_signals,
+// test_monitoring): started with its output in a log file, waited for with a
+// limit, killed if a test leaves it running; a cluster config of free ports
+// on 127.0.0.1.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
