@@ -205,4 +205,15 @@ std::unique_ptr<process_group> make_reducer_group(caf::actor_system& sys, caf::a
   return std::make_unique<reducer_process_group>(sys, std::move(reducer), opts);
 }
 
+std::unique_ptr<process_group> make_ring_node_group(const ring_node_actor& node, int rank, int size,
+                                                    caf::duration timeout) {
+  reducer_group_options o{rank, size, timeout, nullptr};
+  o.tell_abort = [rank](const caf::actor& n, const std::string& why) {
+    caf::anon_send(n, ring_abort_atom::value, uint64_t{0}, static_cast<int32_t>(rank), why);
+  };
+  auto a = caf::actor_cast<caf::actor>(node);
+  if (!a) throw device_error("ring node group: rank " + std::to_string(rank) + " has no ring node");
+  return make_reducer_group(a->home_system(), a, std::move(o));
+}
+
 }  // namespace troupe

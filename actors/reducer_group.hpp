@@ -34,6 +34,7 @@
 
 #include "collectives/process_group.hpp"
 #include "messages/protocols.hpp"
+#include "messages/remote_ring_messages.hpp"
 
 namespace troupe {
 
@@ -53,5 +54,11 @@ struct reducer_group_options {
 // the tensors (a ring node) serves all-reduce only.
 std::unique_ptr<process_group> make_reducer_group(caf::actor_system& sys, caf::actor reducer,
                                                   reducer_group_options opts);
+
+// A process's ring node (actors/reducers/remote_ring.hpp) as the group of
+// the processes (all-reduce only): rank `rank` of `size` processes. Its
+// abort fails the node's pending work and tells the other nodes.
+std::unique_ptr<process_group> make_ring_node_group(const ring_node_actor& node, int rank, int size,
+                                                    caf::duration timeout);
 
 }  // namespace troupe

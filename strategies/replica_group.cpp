@@ -7,7 +7,6 @@
 #include "actors/reducers/hierarchical.hpp"
 #include "collectives/hierarchical_group.hpp"
 #include "collectives/nccl_id.hpp"
-#include "messages/remote_ring_messages.hpp"
 
 namespace troupe {
 
@@ -63,15 +62,8 @@ std::unique_ptr<process_group> actor_group(const caf::actor& a, int rank, int si
 // The group across processes of the process's first replica.
 std::shared_ptr<process_group> group_across(const replica_wiring& w) {
   if (w.process_links) return w.process_links;
-  reducer_group_options o{static_cast<int>(w.process_rank), static_cast<int>(w.processes),
-                          w.request_timeout, nullptr};
-  // A ring node fails its pending work on an abort; its peers fail theirs
-  // when this process's links close.
-  o.tell_abort = [rank = o.rank](const caf::actor& node, const std::string& why) {
-    caf::anon_send(node, ring_abort_atom::value, uint64_t{0}, static_cast<int32_t>(rank), why);
-  };
-  auto node = caf::actor_cast<caf::actor>(w.ring);
-  return make_reducer_group(node->home_system(), node, std::move(o));
+  return make_ring_node_group(w.ring, static_cast<int>(w.process_rank),
+                              static_cast<int>(w.processes), w.request_timeout);
 }
 
 }  // namespace

@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
   } else {
     auto r = ring_allreduce(sys, node, reduce_op::sum, ring_test::inputs(1, 0, 1000));
     std::cout << (r ? "READY" : "ERROR " + describe(r.error())) << std::endl;
+    // "second": then waits in a second collective and says how it ended.
+    if (r && mode == "second") {
+      auto again = ring_allreduce(sys, node, reduce_op::sum, ring_test::inputs(1, 1, 1000));
+      std::cout << (again ? "HASH" : "ERROR " + describe(again.error())) << std::endl;
+    }
   }
   std::string line;
   while (std::getline(std::cin, line) && line != "QUIT") {

@@ -26,6 +26,7 @@
 #include <caf/scoped_execution_unit.hpp>
 
 #include "actors/net_system_config.hpp"
+#include "actors/reducer_group.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "tests/remote_ring_data.hpp"
 
@@ -562,4 +563,36 @@ TEST_CASE("remote_ring: peer process killed mid-collective -> error naming it wi
   CHECK_MESSAGE(err.find("lost peer rank 1") != std::string::npos, err);
   MESSAGE("peer loss reported after "
           << std::chrono::duration_cast<std::chrono::milliseconds>(dt).count() << " ms: " << err);
+}
+
+TEST_CASE("remote_ring: a group aborted mid-collective frees the other process; a new ring forms") {
+  // The collective layer's contract (collectives/process_group.hpp) on the
+  // ring nodes between processes, through their process_group: the child
+  // waits in a collective this rank never joins; this rank's group aborts
+  // (the rank leaves), the child's collective fails at once naming the
+  // abort, and this process forms a new ring over itself, the survivor.
+  two_process_ring ring("second");
+  auto first = ring_allreduce(ring.sys, ring.node, reduce_op::sum, rt::inputs(0, 0, 1000), 10s);
+  REQUIRE_MESSAGE(first, why(first));
+  REQUIRE(ring.child->line(10s) == std::optional<std::string>{"READY"});
+  auto group = make_ring_node_group(ring.node, 0, 2, caf::duration{30s});
+  std::this_thread::sleep_for(200ms);  // the child is in its second collective
+  group->abort("rank 0 leaves");
+  auto said = ring.child->line(10s);
+  REQUIRE(said);
+  CHECK_MESSAGE(said->rfind("ERROR ", 0) == 0, *said);
+  CHECK_MESSAGE(said->find("rank 0 leaves") != std::string::npos, *said);
+  std::vector<float> x(100, 1.0f);
+  CHECK_THROWS_AS(group->all_reduce(x.data(), x.size(), reduce_op::sum), device_error);
+
+  auto alone = spawn_ring_node(ring.sys, ring_options{});
+  auto port = publish_ring_node(ring.sys, alone, 0);
+  REQUIRE(port);
+  REQUIRE_FALSE(join_ring(ring.sys, alone, 0, {{"127.0.0.1", *port}}));
+  auto survivors = make_ring_node_group(alone, 0, 1, caf::duration{30s});
+  survivors->all_reduce(x.data(), x.size(), reduce_op::sum);
+  CHECK(x == std::vector<float>(100, 1.0f));
+  survivors.reset();
+  caf::anon_send_exit(alone, caf::exit_reason::user_shutdown);
+  ring.child->say("QUIT");
 }

@@ -540,11 +540,14 @@ ring_node_actor::behavior_type ring_node_impl(Self self, ring_options opt) {
   return {
       [=](ring_chunk_atom, ring_chunk& ch) { on_chunk(self, ch); },
       [=](ring_credit_atom, int32_t k) { on_credit(self, k); },
+      // From a peer; or from this node's owner with this node's own rank
+      // (actors/reducer_group.hpp: the rank leaves), which the peers are
+      // then told, so that none stays waiting in the collective.
       [=](ring_abort_atom, uint64_t seq, int32_t from, std::string& reason) {
         fail_all(self,
                  where(self->state) + ": collective " + std::to_string(seq) + " aborted by rank " +
                      std::to_string(from) + ": " + reason,
-                 false);
+                 from == self->state.rank);
       },
       [=](ring_timeout_atom, uint64_t seq) { on_timeout(self, seq); },
       [=](ring_wire_atom, int32_t rank, std::vector<ring_peer_actor>& peers) {
