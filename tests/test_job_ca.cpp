@@ -1,4 +1,4 @@
-// The job CA (runtime/job_ca.hpp): what it issues and refuses, and links
+// The job CA (net/job_ca.hpp): what it issues and refuses, and links
 // that authenticate with its certificates on 127.0.0.1. The rendezvous that
 // issues them (one per live rank, a fresh one for a restart) is tested in
 // test_cluster_env.cpp; a job from the environment under them, attacked by a
@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/gate.hpp"
-#include "runtime/job_ca.hpp"
-#include "runtime/launch_enrol.hpp"
+#include "net/gate.hpp"
+#include "net/job_ca.hpp"
+#include "net/launch_enrol.hpp"
 #include "tests/captured_log.hpp"
 
 using namespace troupe;
@@ -189,7 +189,7 @@ TEST_CASE("links with the job CA's certificates: its tasks pass; the secret alon
   CHECK(connect_as(impostor.door->port(), "worker:0", &w0) != "");
 }
 
-// troupe launch's enrolment (runtime/launch_enrol.hpp): the launcher's side
+// troupe launch's enrolment (net/launch_enrol.hpp): the launcher's side
 // answering over a socket pair as cli/supervise.cpp does.
 namespace {
 

@@ -27,10 +27,10 @@
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "messages/node_messages.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/gate.hpp"
+#include "net/basp_guard.hpp"
+#include "net/gate.hpp"
+#include "net/job_ca.hpp"
 #include "runtime/job.hpp"
-#include "runtime/job_ca.hpp"
 #include "runtime/preemption.hpp"
 #include "tests/attack.hpp"
 #include "tests/free_port.hpp"
@@ -59,7 +59,7 @@ node_procs start_all(const cluster_job& job, const std::string& dir,
 }
 
 // Every process must exit 0 within `limit`. None may have sent another a
-// message without a sender: the guard drops those (runtime/basp_guard.hpp),
+// message without a sender: the guard drops those (net/basp_guard.hpp),
 // so a shutdown or a rendezvous that relied on one would wait.
 void wait_all(node_procs& procs, double limit) {
   for (auto& [task, p] : procs) {
@@ -144,7 +144,7 @@ TEST_CASE("mirrored over 3 processes equals the same job in one process") {
 
 // The cluster from the environment (config/cluster_env.hpp): no --task, no
 // cluster.tasks; each process has only its launcher's variables, and the
-// ranks meet at the chief (runtime/rendezvous.hpp).
+// ranks meet at the chief (net/rendezvous.hpp).
 namespace {
 
 // `c` without cluster.tasks; the job's file.
@@ -767,7 +767,7 @@ TEST_CASE("a node with a wrong or missing secret is refused") {
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 1, 0, /*join_timeout=*/3);
   node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
-  {  // A plain CAF client never reaches BASP (the gate, runtime/gate.hpp).
+  {  // A plain CAF client never reaches BASP (the gate, net/gate.hpp).
     net_system_config cfg;
     caf::actor_system sys{cfg};
     auto hp = parse_host_port(job.address.at("chief:0"));

@@ -1,5 +1,5 @@
-// After the gate: TLS 1.3 on the wire (runtime/secure_link.hpp) and the
-// guard on every BASP frame (runtime/basp_guard.hpp). What an on-path
+// After the gate: TLS 1.3 on the wire (net/secure_link.hpp) and the
+// guard on every BASP frame (net/basp_guard.hpp). What an on-path
 // attacker sees and changes, what a holder of the secret can make a node do,
 // and the certificates' checks.
 #include <doctest/doctest.h>
@@ -24,10 +24,10 @@
 
 #include "actors/net_system_config.hpp"
 #include "actors/variable_shard.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/frame_budget.hpp"
-#include "runtime/gate.hpp"
-#include "runtime/secure_link.hpp"
+#include "net/basp_guard.hpp"
+#include "net/frame_budget.hpp"
+#include "net/gate.hpp"
+#include "net/secure_link.hpp"
 #include "tests/attack.hpp"
 #include "tests/captured_log.hpp"
 #include "tests/fixtures.hpp"

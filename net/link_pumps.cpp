@@ -1,4 +1,4 @@
-// The two threads of an open TLS link (runtime/secure_link_detail.hpp): one
+// The two threads of an open TLS link (net/secure_link_detail.hpp): one
 // per direction, each with its half of the record layer, the inbound one
 // with the BASP guard's check of every frame.
 #include <poll.h>
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <optional>
 
-#include "runtime/frame_budget.hpp"
-#include "runtime/secure_link_detail.hpp"
+#include "net/frame_budget.hpp"
+#include "net/secure_link_detail.hpp"
 
 namespace troupe::secure_link_detail {
 

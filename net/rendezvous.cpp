@@ -1,5 +1,5 @@
 // The rendezvous at the chief (see rendezvous.hpp).
-#include "runtime/rendezvous.hpp"
+#include "net/rendezvous.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -17,9 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "actors/job_options.hpp"
 #include "config/secret.hpp"
-#include "runtime/gate.hpp"
+#include "net/gate.hpp"
 
 namespace troupe {
 
@@ -53,7 +52,7 @@ class admitted_queue {
  public:
   admitted_queue() {
     if (::pipe2(wake_, O_NONBLOCK | O_CLOEXEC) != 0)
-      throw job_error(std::string("chief:0: rendezvous: pipe: ") + std::strerror(errno));
+      throw rendezvous_error(std::string("chief:0: rendezvous: pipe: ") + std::strerror(errno));
   }
   ~admitted_queue() {  // closes what arrived after the rendezvous was over
     for (auto& a : q_) ::close(a.fd);
@@ -169,7 +168,8 @@ class announce_reader {
 
   static void poll_all(std::vector<pollfd>& fds, int timeout_ms) {
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR)
-      throw job_error(std::string("chief:0: rendezvous: poll failed: ") + std::strerror(errno));
+      throw rendezvous_error(std::string("chief:0: rendezvous: poll failed: ") +
+                             std::strerror(errno));
   }
 
   struct pending {
@@ -292,14 +292,14 @@ std::string missing_ranks(const std::map<int64_t, announced>& ranks, int64_t wor
 }
 
 // The port this rank announces, listening already and held for its node's
-// gate (runtime/gate.hpp, held_listeners): TROUPE_PORT's, else one the OS
+// gate (net/gate.hpp, held_listeners): TROUPE_PORT's, else one the OS
 // picks. Never given back to the OS in between, so no one else can take it.
 uint16_t hold_listen_port(const cluster_env& me) {
   try {
     return held_listeners::hold(me.advertise_host, me.listen_port);
   } catch (const gate_error& e) {
-    throw job_error(rank_name(me.rank) + ": " + e.what() +
-                    " (TROUPE_ADVERTISE_ADDR or the host name, TROUPE_PORT)");
+    throw rendezvous_error(rank_name(me.rank) + ": " + e.what() +
+                           " (TROUPE_ADVERTISE_ADDR or the host name, TROUPE_PORT)");
   }
 }
 
@@ -344,7 +344,7 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
                             " s (cluster.join_timeout_seconds)";
     for (auto& [r, a] : ranks)
       if (a.fd >= 0) answer_and_close(a.fd, {{"error", why}});
-    throw job_error("chief:0: " + why);
+    throw rendezvous_error("chief:0: " + why);
   }
   // No one else joins; the port stays this process's, listening, until
   // troupe node's gate takes it (the address the tasks map gives out).
@@ -364,7 +364,7 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
 namespace {
 
 // The chief's rendezvous, past its gate as `name`: retried with backoff while
-// nobody listens there yet, until `deadline`; throws job_error.
+// nobody listens there yet, until `deadline`; throws rendezvous_error.
 gate_socket reach_rendezvous(const std::string& secret, const cluster_env& me,
                              const std::string& name, clock_type::time_point deadline,
                              seconds_d timeout) {
@@ -381,21 +381,22 @@ gate_socket reach_rendezvous(const std::string& secret, const cluster_env& me,
         std::clamp<caf::timespan>(left, std::chrono::milliseconds(100), std::chrono::seconds(10)));
     if (s.fd >= 0 && s.peer != kRendezvousGate) {
       ::close(s.fd);
-      throw job_error(name + ": " + me.chief + " is " + s.peer +
-                      ", not the chief's rendezvous: its job has formed its cluster already");
+      throw rendezvous_error(
+          name + ": " + me.chief + " is " + s.peer +
+          ", not the chief's rendezvous: its job has formed its cluster already");
     }
     if (s.fd >= 0) return s;
     if (!s.unreachable)
-      throw job_error(name + ": joining the chief at " + me.chief + " failed: " + s.error);
+      throw rendezvous_error(name + ": joining the chief at " + me.chief + " failed: " + s.error);
     // A refusal that is not authenticated (a wrong secret on either side, or
     // someone else on the port) is retried; it is the likelier cause if the
     // deadline passes, so it is named then.
     if (gate_wire::names_refusal(s.error)) refusal = s.error;
     if (clock_type::now() + backoff >= deadline)
-      throw job_error(name + ": cannot join the chief at " + me.chief + " within " +
-                      fmt::format("{:g}", timeout.count()) +
-                      " s (cluster.join_timeout_seconds): " + s.error +
-                      (refusal.empty() || refusal == s.error ? "" : "; before that: " + refusal));
+      throw rendezvous_error(
+          name + ": cannot join the chief at " + me.chief + " within " +
+          fmt::format("{:g}", timeout.count()) + " s (cluster.join_timeout_seconds): " + s.error +
+          (refusal.empty() || refusal == s.error ? "" : "; before that: " + refusal));
     spdlog::debug("{}: the chief at {} is not there yet ({}); again in {} ms", name, me.chief,
                   s.error, backoff.count());
     std::this_thread::sleep_for(backoff);
@@ -404,7 +405,7 @@ gate_socket reach_rendezvous(const std::string& secret, const cluster_env& me,
 }
 
 // Sends `announce` on `fd` and reads the chief's reply payload by
-// `answer_by`; closes `fd`; throws job_error.
+// `answer_by`; closes `fd`; throws rendezvous_error.
 std::string announce_and_read(int fd, const std::string& announce, const std::string& name,
                               const cluster_env& me, clock_type::time_point answer_by) {
   std::string why;
@@ -412,28 +413,28 @@ std::string announce_and_read(int fd, const std::string& announce, const std::st
   const bool sent = socket_io::send_all(fd, announce, answer_by);
   if (!sent || !socket_io::recv_exact(fd, header, answer_by, &why)) {
     ::close(fd);
-    throw job_error(name + ": the chief at " + me.chief +
-                    " did not send the cluster: " + (sent ? why : "it closed the connection"));
+    throw rendezvous_error(name + ": the chief at " + me.chief + " did not send the cluster: " +
+                           (sent ? why : "it closed the connection"));
   }
   const auto length = rendezvous_wire::reply_length(header);
   std::string payload(static_cast<std::size_t>(std::max<int64_t>(length, 0)), '\0');
   const bool complete = length >= 0 && socket_io::recv_exact(fd, payload, answer_by, &why);
   ::close(fd);
   if (!complete)
-    throw job_error(name + ": the chief at " + me.chief + " sent a malformed answer" +
-                    (length < 0 ? "" : ": " + why));
+    throw rendezvous_error(name + ": the chief at " + me.chief + " sent a malformed answer" +
+                           (length < 0 ? "" : ": " + why));
   return payload;
 }
 
-// The identity the chief's reply issued this rank, checked; throws job_error.
+// The identity the chief's reply issued this rank, checked; throws rendezvous_error.
 task_identity identity_of_reply(const std::string& payload, const task_key& key,
                                 const std::string& name, const cluster_env& me) {
   const auto issued = rendezvous_wire::certificate_of_reply(payload);
   task_identity id{me.task.str(), issued.ca, issued.certificate, key.private_pem()};
   const auto problem = issued.certificate.empty() ? "it sent none" : check_task_identity(id);
   if (!problem.empty())
-    throw job_error(name + ": the chief at " + me.chief + " issued no usable certificate for " +
-                    id.task + ": " + problem);
+    throw rendezvous_error(name + ": the chief at " + me.chief +
+                           " issued no usable certificate for " + id.task + ": " + problem);
   return id;
 }
 
@@ -461,7 +462,7 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
   try {
     tasks = rendezvous_wire::tasks_of_reply(payload);
   } catch (const std::invalid_argument& e) {
-    throw job_error(name + ": " + e.what());
+    throw rendezvous_error(name + ": " + e.what());
   }
   if (issued) *issued = identity_of_reply(payload, key, name, me);
   return tasks;
@@ -488,7 +489,7 @@ task_id join_cluster_from_environment(job_config& c, const environment_map& env)
   spec.tasks = std::move(tasks);
   check_cluster(c);
   // The links use it unless cluster.identity or cluster.tls says otherwise
-  // (runtime/secure_link.hpp, link_security_for).
+  // (net/secure_link.hpp, link_security_for).
   if (!issued.cert_pem.empty()) issued_identity::keep(std::move(issued));
   return me.task;
 }

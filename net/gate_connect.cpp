@@ -1,4 +1,4 @@
-// The connecting side of the gate (runtime/gate.hpp): the exchange, TLS on
+// The connecting side of the gate (net/gate.hpp): the exchange, TLS on
 // the socket after it, and BASP over the plain end for an actor handle.
 #include <netdb.h>
 #include <poll.h>
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "config/secret.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/gate.hpp"
-#include "runtime/secure_link.hpp"
+#include "net/basp_guard.hpp"
+#include "net/gate.hpp"
+#include "net/secure_link.hpp"
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-// Blocking I/O with a deadline on a non-blocking socket (runtime/gate.hpp's
+// Blocking I/O with a deadline on a non-blocking socket (net/gate.hpp's
 // socket_io): the gate's exchange and the rendezvous after it.
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/gate.hpp"
+#include "net/gate.hpp"
 
 namespace troupe {
 

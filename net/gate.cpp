@@ -1,8 +1,8 @@
-// The listening side of the gate (runtime/gate.hpp): the listener thread,
+// The listening side of the gate (net/gate.hpp): the listener thread,
 // the exchange with each connection, TLS and the hand-over to BASP; the
 // listening sockets held between the rendezvous and the gate. The connecting
-// side: runtime/gate_connect.cpp.
-#include "runtime/gate.hpp"
+// side: net/gate_connect.cpp.
+#include "net/gate.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "config/secret.hpp"
-#include "runtime/basp_guard.hpp"
+#include "net/basp_guard.hpp"
 
 namespace troupe {
 

@@ -1,4 +1,4 @@
-#include "runtime/secure_link.hpp"
+#include "net/secure_link.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -30,13 +30,13 @@
 #include "config/cluster.hpp"
 #include "config/secret.hpp"
 #include "crypto/crypto.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/fork_join_pool.hpp"
-#include "runtime/frame_budget.hpp"
-#include "runtime/tls_records.hpp"
+#include "net/basp_guard.hpp"
+#include "net/fork_join_pool.hpp"
+#include "net/frame_budget.hpp"
+#include "net/tls_records.hpp"
 
-#include "runtime/job_ca.hpp"
-#include "runtime/secure_link_detail.hpp"
+#include "net/job_ca.hpp"
+#include "net/secure_link_detail.hpp"
 
 namespace troupe {
 

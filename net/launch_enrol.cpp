@@ -1,6 +1,6 @@
 // Enrolment of a launched task with the launcher's job CA
-// (runtime/launch_enrol.hpp).
-#include "runtime/launch_enrol.hpp"
+// (net/launch_enrol.hpp).
+#include "net/launch_enrol.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/rendezvous.hpp"
+#include "net/rendezvous.hpp"
 
 namespace troupe::launch_enrol {
 
