@@ -215,17 +215,6 @@ caf::expected<Handle> gate_remote_actor(caf::actor_system& sys, const std::strin
   return caf::actor_cast<Handle>(std::move(c.actor));
 }
 
-// Blocking I/O with a deadline on a non-blocking socket: the gate's exchange
-// and the rendezvous after it.
-namespace socket_io {
-// Sends all of `data` within `deadline`.
-bool send_all(int fd, std::string_view data, std::chrono::steady_clock::time_point deadline);
-// Reads exactly `out.size()` bytes within `deadline`; false on EOF, error or
-// timeout (`why` says which).
-bool recv_exact(int fd, std::string& out, std::chrono::steady_clock::time_point deadline,
-                std::string* why);
-}  // namespace socket_io
-
 // The exchange's frames (net/gate_wire.cpp: no sockets, no CAF), for
 // both sides, the tests and the fuzz target.
 namespace gate_wire {

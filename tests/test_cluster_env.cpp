@@ -18,6 +18,7 @@
 #include "config/job_config.hpp"
 #include "net/gate.hpp"
 #include "net/rendezvous.hpp"
+#include "net/socket.hpp"
 #include "tests/captured_log.hpp"
 #include "tests/free_port.hpp"
 #include "tests/fuzz/mutate.hpp"
@@ -135,13 +136,12 @@ int admitted_as(const std::string& chief_addr, const std::string& name) {
 // as join_rendezvous reads it: the tasks, or the error.
 std::string answer_to_announce(int fd, int64_t rank, int64_t world, const std::string& at) {
   const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  if (!socket_io::send_all(fd, rendezvous_wire::make_announce(rank, world, at), by))
-    return "(not sent)";
+  if (!net::send_all(fd, rendezvous_wire::make_announce(rank, world, at), by)) return "(not sent)";
   std::string header(rendezvous_wire::kReplyHeaderBytes, '\0'), why;
-  if (!socket_io::recv_exact(fd, header, by, &why)) return "(no answer: " + why + ")";
+  if (!net::recv_exact(fd, header, by, &why)) return "(no answer: " + why + ")";
   const auto n = rendezvous_wire::reply_length(header);
   std::string payload(static_cast<std::size_t>(std::max<int64_t>(n, 0)), '\0');
-  if (n < 0 || !socket_io::recv_exact(fd, payload, by, &why)) return "(a malformed answer)";
+  if (n < 0 || !net::recv_exact(fd, payload, by, &why)) return "(a malformed answer)";
   try {
     return nlohmann::json(rendezvous_wire::tasks_of_reply(payload)).dump();
   } catch (const std::invalid_argument& e) {
@@ -602,8 +602,8 @@ TEST_CASE("the rendezvous frees the rank of a claimant that left before the clus
   const int gone = admitted_as(chief_addr, "rank:1");
   const task_key gone_key;
   const auto gone_at = address(free_port());
-  REQUIRE(socket_io::send_all(gone, signed_announce(1, 3, gone_at, gone_key),
-                              std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  REQUIRE(net::send_all(gone, signed_announce(1, 3, gone_at, gone_key),
+                        std::chrono::steady_clock::now() + std::chrono::seconds(10)));
   const auto issued_to_gone = "rank 1 of 3 joined, listening at " + gone_at;
   const auto first_until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   while (!logs.contains(issued_to_gone) && std::chrono::steady_clock::now() < first_until)

@@ -18,6 +18,7 @@
 #include "net/gate.hpp"
 #include "net/job_ca.hpp"
 #include "net/launch_enrol.hpp"
+#include "net/socket.hpp"
 #include "tests/captured_log.hpp"
 
 using namespace troupe;
@@ -109,8 +110,7 @@ std::string connect_as(uint16_t port, const std::string& as, const task_identity
   }
   auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(5));
   if (s.fd < 0) return s.error.empty() ? "(failed)" : s.error;
-  (void)socket_io::send_all(s.fd, "hello",
-                            std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  (void)net::send_all(s.fd, "hello", std::chrono::steady_clock::now() + std::chrono::seconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ::close(s.fd);
   return "";

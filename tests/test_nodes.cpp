@@ -30,6 +30,7 @@
 #include "net/basp_guard.hpp"
 #include "net/gate.hpp"
 #include "net/job_ca.hpp"
+#include "net/socket.hpp"
 #include "runtime/job.hpp"
 #include "runtime/preemption.hpp"
 #include "tests/attack.hpp"
@@ -906,7 +907,7 @@ struct continuous_attack {
         auto frames = attack::basp_header(1, 0, static_cast<uint32_t>(node.size())) +
                       std::string(node.begin(), node.end()) +
                       attack::basp_header(2, 0, 0xfffffff0u);
-        (void)socket_io::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
+        (void)net::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
         // The chief, not this end, closes the connection.
         if (attack::closed_within(s.fd, std::chrono::seconds(3))) ++cut_off;
         ::close(s.fd);
@@ -985,12 +986,12 @@ caf::node_id announced_node_id(uint16_t port) {
   REQUIRE_MESSAGE(s.fd >= 0, s.error);
   const auto deadline = clock_type::now() + std::chrono::seconds(5);
   std::string why, header(32, '\0');
-  REQUIRE_MESSAGE(socket_io::recv_exact(s.fd, header, deadline, &why), why);
+  REQUIRE_MESSAGE(net::recv_exact(s.fd, header, deadline, &why), why);
   uint32_t len = 0;
   for (int i = 4; i < 8; ++i) len = (len << 8) | static_cast<uint8_t>(header[i]);
   REQUIRE(len < (1u << 20));
   std::string payload(len, '\0');
-  REQUIRE_MESSAGE(socket_io::recv_exact(s.fd, payload, deadline, &why), why);
+  REQUIRE_MESSAGE(net::recv_exact(s.fd, payload, deadline, &why), why);
   ::close(s.fd);
   caf::binary_deserializer source{static_cast<caf::execution_unit*>(nullptr), payload.data(),
                                   payload.size()};
@@ -1033,7 +1034,7 @@ TEST_CASE("a holder of the secret cannot take a live worker's routes; refused, l
     ++admitted;
     const auto forged = attack::basp_header(1, 0x02, static_cast<uint32_t>(victim.size())) +
                         std::string(victim.begin(), victim.end());
-    CHECK(socket_io::send_all(s.fd, forged, clock_type::now() + std::chrono::seconds(2)));
+    CHECK(net::send_all(s.fd, forged, clock_type::now() + std::chrono::seconds(2)));
     CHECK(attack::closed_within(s.fd, std::chrono::seconds(3)));  // the chief closed it
     ::close(s.fd);
   }
@@ -1088,7 +1089,7 @@ struct unfinished_flood {
     message[31] = 1;  // to actor 1: BASP closes a direct_message to no actor
     auto frames = attack::basp_header(1, 0, static_cast<uint32_t>(node.size())) +
                   std::string(node.begin(), node.end()) + message;
-    (void)socket_io::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
+    (void)net::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
     return s.fd;
   }
   // 4 KiB more of each frame on every link still open; a closed one is

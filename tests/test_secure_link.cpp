@@ -28,6 +28,7 @@
 #include "net/frame_budget.hpp"
 #include "net/gate.hpp"
 #include "net/secure_link.hpp"
+#include "net/socket.hpp"
 #include "tests/attack.hpp"
 #include "tests/captured_log.hpp"
 #include "tests/fixtures.hpp"
@@ -274,7 +275,7 @@ std::vector<char> routed_payload(caf::actor_system& sys, const caf::node_id& fro
 }
 
 bool send_all(int fd, const std::string& bytes) {
-  return socket_io::send_all(fd, bytes, clock_type::now() + std::chrono::seconds(5));
+  return net::send_all(fd, bytes, clock_type::now() + std::chrono::seconds(5));
 }
 
 // A holder of the secret talking BASP by hand over an authenticated TLS
