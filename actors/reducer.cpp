@@ -109,6 +109,7 @@ struct reducer_state {
   std::vector<caf::actor_addr> peers;  // weak: the group's owner holds the handles
   std::vector<char> dead;
   std::string dead_reason;
+  bool left = false;  // the owner took this rank out of the group (on_owner_abort)
   uint64_t next_seq = 0;
   std::deque<request> queue;
   std::unique_ptr<collective> cur;
@@ -532,6 +533,28 @@ void on_peer_down(self_ptr self, const caf::down_msg& dm) {
   }
 }
 
+// The owner's abort: this rank leaves the group. A collective under way
+// fails on every rank; else the peers are told that the next one fails (they
+// may be in it already, waiting for this rank). Later ones fail at begin().
+void on_owner_abort(self_ptr self, const std::string& reason) {
+  auto& st = self->state;
+  if (st.left) return;
+  st.left = true;
+  if (st.dead_reason.empty())
+    st.dead_reason = "rank " + std::to_string(st.rank) + " left: " + reason;
+  if (st.cur) {
+    abort_current(self, st.dead_reason);
+    maybe_finish(self);
+    return;
+  }
+  wire(self);
+  for (int p = 0; p < st.n; ++p)
+    if (p != st.rank)
+      if (auto h = caf::actor_cast<reducer_actor>(st.peers[static_cast<std::size_t>(p)]))
+        self->send(h, reduce_abort_atom::value, st.next_seq, static_cast<int32_t>(st.rank),
+                   st.dead_reason);
+}
+
 reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_config cfg,
                                         std::shared_ptr<group_shared> group) {
   keep_exception_cause(self, "reducer rank " + std::to_string(rank));
@@ -573,6 +596,7 @@ reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_
       [self](reduce_abort_atom, uint64_t seq, int32_t from, const std::string& reason) {
         on_abort(self, seq, from, reason);
       },
+      [self](reduce_abort_atom, const std::string& reason) { on_owner_abort(self, reason); },
   };
 }
 

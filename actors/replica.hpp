@@ -8,9 +8,9 @@
 
 #include "actors/device_tasks.hpp"
 #include "actors/strategy_api.hpp"
+#include "collectives/process_group.hpp"
 #include "config/job_config.hpp"
 #include "devices/device.hpp"
-#include "devices/device_communicator.hpp"
 #include "kernels/backend.hpp"
 #include "messages/protocols.hpp"
 #include "models/model.hpp"
@@ -37,7 +37,7 @@ struct replica_config {
   // replicas of a lockstep strategy: the group and this replica's rank in it
   // (null: each replica normalises with its own batch). Aborted when this
   // replica goes, so that no other waits for it forever.
-  std::shared_ptr<device_collective_group> statistics_group;
+  std::shared_ptr<group_rendezvous> statistics_group;
   int statistics_rank = 0;
   // Every request the replica makes (input, reducer, shards) fails after
   // this long (troupe node: peers may be in other processes).

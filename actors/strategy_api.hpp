@@ -17,7 +17,7 @@
 #include "actors/reducer.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "actors/variable_shard.hpp"
-#include "devices/device_communicator.hpp"
+#include "collectives/process_group.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/optimizer.hpp"
 #include "messages/coordinator_messages.hpp"
@@ -43,12 +43,12 @@ struct compute_state {
   std::shared_ptr<device_context> dev;  // the device's context
   // Discrete devices: device_slots[k][i] is slot k of variable i.
   std::vector<std::vector<device_buffer>> device_slots;
-  // This replica's device collectives (mirrored, reducer "device"); declared
+  // This replica's collective group (mirrored; collectives/process_group.hpp); declared
   // after dev, so it goes first: a communicator uses the context's stream.
-  std::unique_ptr<device_communicator> collectives;
+  std::shared_ptr<process_group> collectives;
   // The group that synchronised batch norm all-reduces its statistics over
   // (replica_config::statistics_group), or null.
-  std::unique_ptr<device_communicator> statistics;
+  std::unique_ptr<process_group> statistics;
   // The training set on the device and the steps that run on it
   // (data.placement), or null; declared last, so it goes first.
   std::unique_ptr<resident_steps> resident;
@@ -332,8 +332,8 @@ struct replica_wiring {
   placement place;
   bool across_processes = false;  // the reducer spans a ring of processes
   // strategy.reducer.algorithm "device": the collectives run on the devices
-  // (devices/device_communicator.hpp) instead of through a reducer actor.
-  std::shared_ptr<device_collective_group> device_group;
+  // (collectives/process_group.hpp) instead of through a reducer actor.
+  std::shared_ptr<group_rendezvous> device_group;
   // With device collectives across processes: the process's ring node, given
   // to its first replica only (it takes the process's sum around the ring).
   ring_node_actor ring;
@@ -344,7 +344,12 @@ struct replica_wiring {
   // the other processes' first replicas (given with `ring`, to the first
   // replica only); when set, the process's sum goes over them, on the device
   // thread, instead of through the ring node.
-  std::shared_ptr<device_communicator> process_links;
+  std::shared_ptr<process_group> process_links;
+  int64_t local_replicas = 1;  // this process's replicas
+  int64_t processes = 1;       // processes with replicas (the ring's length)
+  int64_t process_rank = 0;    // this process's place in that ring
+  // A collective through the actors whose reply has not come by then fails.
+  caf::duration request_timeout = caf::infinite;
 };
 
 // What make_reducers builds on.
@@ -358,10 +363,10 @@ struct reducer_wiring {
 };
 
 struct reducer_parts {
-  std::vector<reducer_actor> per_replica;                 // one per local replica, or empty
-  std::vector<reducer_actor> underneath;                  // further actors to stop with them
-  std::shared_ptr<device_collective_group> device_group;  // or this, shared by the replicas
-  bool device_group_global = false;                       // see replica_wiring
+  std::vector<reducer_actor> per_replica;          // one per local replica, or empty
+  std::vector<reducer_actor> underneath;           // further actors to stop with them
+  std::shared_ptr<group_rendezvous> device_group;  // or this, shared by the replicas
+  bool device_group_global = false;                // see replica_wiring
 };
 
 // Where a replica's input pipeline starts and what it reads.

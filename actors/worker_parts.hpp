@@ -12,8 +12,8 @@
 
 #include "actors/partitioner.hpp"
 #include "actors/reducers/remote_ring.hpp"
+#include "collectives/process_group.hpp"
 #include "devices/device.hpp"
-#include "devices/device_communicator.hpp"
 #include "messages/protocols.hpp"
 
 namespace troupe {
@@ -30,10 +30,11 @@ struct worker_spec {
   caf::duration request_timeout = caf::infinite;  // see replica_config
   ring_node_actor ring;                           // this process's ring node, or null
   std::vector<std::string> ring_tasks;            // the ring of processes, or empty
+  int64_t ring_rank = 0;                          // this process's place in ring_tasks
   std::string device_group_id;                    // see node_build
   // The process's direct links to the other processes (runtime/
   // process_ring.hpp, strategy::uses_process_links), or null.
-  std::shared_ptr<device_communicator> process_links;
+  std::shared_ptr<process_group> process_links;
 };
 
 // The actors of a process's replicas: devices, input pipelines, replicas,

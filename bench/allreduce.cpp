@@ -14,7 +14,7 @@
 //   bench_allreduce --algorithm nccl [--devices cuda:0,cuda:1,...] [--sizes ...]
 //                   [--iterations K] [--op sum|mean] [--json]
 //
-// --algorithm nccl times the device collectives (devices/device_communicator.hpp)
+// --algorithm nccl times the device collectives (collectives/process_group.hpp)
 // instead of the reducer actors: one rank per device, each on a thread of its
 // own, all_reduce on device memory; per call, the time from a common start
 // to the result on the device (after a synchronize of the compute stream),
@@ -63,9 +63,9 @@ int main(int argc, char** argv) {
 
 #include "actors/system_config.hpp"
 #include "bench/bench_sizes.hpp"
-#include "devices/device_communicator.hpp"
+#include "collectives/nccl_id.hpp"
+#include "collectives/process_group.hpp"
 #include "devices/device_context.hpp"
-#include "devices/nccl_id.hpp"
 
 namespace troupe {
 
@@ -382,9 +382,9 @@ int run_device_bench(const bench_options& o, std::vector<measurement>& results, 
   const bool cuda = o.devices[0].kind == device_spec::kind_t::cuda;
   const std::string algo = cuda ? "nccl" : "host";
   const std::string devices = device_list(o.devices);
-  std::shared_ptr<device_collective_group> group;
+  std::shared_ptr<group_rendezvous> group;
   try {
-    group = make_device_collective_group(n, o.devices[0]);
+    group = make_device_rendezvous(n, o.devices[0]);
   } catch (const device_error& e) {
     err << "troupe bench allreduce --algorithm nccl: " << e.what() << "\n";
     return 1;

@@ -1,5 +1,5 @@
 // What a step's per-layer collectives cost on the host device group
-// (devices/host_communicator.cpp) when the ranks' compute jitters, as it does
+// (collectives/host_group.cpp) when the ranks' compute jitters, as it does
 // on a shared machine: plain calls (each a rendezvous of the ranks) against
 // issued ones (issue_*, one complete() before the update and one after the
 // gather). The step is the mirrored ZeRO-1 step's shape on the examples'
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "bench/bench_common.hpp"
-#include "devices/device_communicator.hpp"
+#include "collectives/process_group.hpp"
 #include "devices/device_context.hpp"
 
 using namespace troupe;
@@ -45,7 +45,7 @@ struct run_figures {
 };
 
 run_figures run(int ranks, int steps, double step_us, double jitter, bool issued) {
-  auto group = make_device_collective_group(ranks, device_spec{device_spec::kind_t::cpu, 0});
+  auto group = make_device_rendezvous(ranks, device_spec{device_spec::kind_t::cpu, 0});
   std::vector<double> work_us(static_cast<std::size_t>(ranks), 0.0);
   std::vector<std::vector<double>> slice_us(static_cast<std::size_t>(ranks));
   // Drawn beforehand, so every mode sees the same work.

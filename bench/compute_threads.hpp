@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bench/bench_common.hpp"
-#include "devices/device_communicator.hpp"
+#include "collectives/process_group.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/cpu_isa.hpp"
 #include "kernels/optimizer.hpp"
@@ -27,7 +27,7 @@ struct bench_replica {
   compute_state cs;
   tensor x, y;
   bench_replica(const job_config& c, int64_t batch, int steps, int rank,
-                const std::shared_ptr<device_collective_group>& group)
+                const std::shared_ptr<group_rendezvous>& group)
       : ctx(make_device_context(device_spec{device_spec::kind_t::cpu, rank})),
         x({batch, 784}),
         y({batch}, dtype::i32) {
@@ -76,11 +76,11 @@ inline double us_since(clock_type::time_point t0) {
 inline double run_threads(int threads, int64_t batch, int steps, bool update, bool zero1 = false) {
   auto c = training_only_job("contention", batch, 1);
   std::vector<double> ms(threads);
-  auto group = zero1 ? make_device_collective_group(threads, device_spec{}) : nullptr;
+  auto group = zero1 ? make_device_rendezvous(threads, device_spec{}) : nullptr;
   on_threads(threads, [&](int t, auto start_together) {
     bench_replica r(c, batch, steps, t, group);
     auto& cs = r.cs;
-    // mirrored's ZeRO-1 on cpu:N (strategies/mirrored_device.cpp): this
+    // mirrored's ZeRO-1 on cpu:N (strategies/mirrored_step.cpp): this
     // rank's chunks, as its device step updates them.
     const auto mine = group ? device_shard_ranges(cs, *cs.collectives) : element_ranges{};
     start_together();
@@ -114,7 +114,7 @@ struct update_phases {
 inline update_phases zero1_update_phases(int threads, int64_t batch, int steps) {
   auto c = training_only_job("contention", batch, 1);
   std::vector<double> rs(threads), up(threads), ag(threads);
-  auto group = make_device_collective_group(threads, device_spec{});
+  auto group = make_device_rendezvous(threads, device_spec{});
   on_threads(threads, [&](int t, auto start_together) {
     bench_replica r(c, batch, steps, t, group);
     auto& cs = r.cs;

@@ -114,7 +114,7 @@ struct data_config {
 // How mirrored (and actor_learner's learners) sum gradients: the reducer
 // actors' ring, tree or reduce_to_one (actors/reducer.hpp), or `device`:
 // the devices' own collectives (NCCL on cuda, shared memory between the
-// replicas of a process on cpu and sim; devices/device_communicator.hpp).
+// replicas of a process on cpu and sim; collectives/process_group.hpp).
 enum class reducer_algorithm { ring, tree, reduce_to_one, device };
 
 // "ring", "tree", "reduce_to_one", "device".

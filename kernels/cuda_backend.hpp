@@ -7,7 +7,7 @@
 // the bias and applies ReLU (FP32 compute) where cuBLASLt has an algorithm; convolutions are
 // cuDNN's (FMA math, again no TF32; descriptors and algorithms cached per shape, workspace and
 // padded copies in buffers the backend grows on demand); the rest are the kernels of
-// kernels/cuda_kernels.cu and kernels/cuda_layers.cu. Calls return once the work is enqueued; a
+// kernels/cuda_kernels.cu and kernels/cuda_*_layers.cu. Calls return once the work is enqueued; a
 // CUDA, cuBLAS or cuDNN error at enqueue time throws std::runtime_error naming the operation ("cuda
 // dense_forward: cublasSgemm: ..."), while an error of the work itself surfaces at the next
 // synchronizing call (the device context's synchronize or copy_to_host).

@@ -6,39 +6,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda_launch.hpp"
 #include "kernels/elementwise.hpp"
 
 namespace troupe::kernels::cuda {
 
+using namespace launch_detail;
+
 namespace {
-
-constexpr unsigned threads_per_block = 256;
-constexpr std::size_t max_blocks = 4096;  // grid-stride loops cover the rest
-
-unsigned blocks_for(std::size_t n) {
-  std::size_t b = (n + threads_per_block - 1) / threads_per_block;
-  if (b > max_blocks) b = max_blocks;
-  return static_cast<unsigned>(b);
-}
-
-// cudaGetLastError also returns a sticky fault of earlier asynchronous work
-// (an illegal address in some kernel before), which this launch did not
-// cause; unlike a launch error it is not cleared by reading it, and the
-// message says so.
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return;
-  const bool earlier = cudaPeekAtLastError() == e;
-  throw std::runtime_error(std::string("cuda ") + what + ": " + cudaGetErrorString(e) +
-                           (earlier ? " (an earlier asynchronous fault on this device, not "
-                                      "necessarily this kernel)"
-                                    : ""));
-}
-
-// Grid-stride loop: each thread handles i, i + stride, ...
-#define TROUPE_GRID_LOOP(i, n)                                                                   \
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<std::size_t>(blockDim.x) * gridDim.x)
 
 __global__ void relu_forward_kernel(const float* x, float* y, std::size_t n) {
   TROUPE_GRID_LOOP(i, n) y[i] = ew::relu(x[i]);
@@ -133,7 +108,6 @@ __global__ void column_sums_kernel(const float* y, const float* dy, float* dx, f
 // ---- softmax cross-entropy: one warp per row --------------------------------
 
 constexpr unsigned ce_warps = 8;  // rows per block (256 threads)
-constexpr unsigned full_warp = 0xffffffffu;
 
 __device__ inline bool is_nan(float v) {
   return v != v;
@@ -209,23 +183,7 @@ __global__ void softmax_ce_kernel(const float* logits, const int32_t* labels, in
     }
     __syncwarp();
   }
-  __shared__ double warp_loss[ce_warps];
-  __shared__ unsigned long long warp_hits[ce_warps];
-  if (lane == 0) {
-    warp_loss[warp] = loss;
-    warp_hits[warp] = hits;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double l = 0.0;
-    unsigned long long h = 0;
-    for (unsigned w = 0; w < ce_warps; ++w) {
-      l += warp_loss[w];
-      h += warp_hits[w];
-    }
-    if (loss_sum) atomicAdd(loss_sum, l);
-    if (correct && h) atomicAdd(reinterpret_cast<unsigned long long*>(correct), h);
-  }
+  add_block_stats<ce_warps>(loss, hits, loss_sum, correct);
 }
 
 __global__ void add_kernel(float* acc, const float* x, std::size_t n) {
@@ -313,8 +271,6 @@ __global__ void rmsprop_kernel(float* w, float* ms, const float* g, std::size_t 
 __global__ void decay_kernel(float* w, std::size_t n, float lr, float wd) {
   TROUPE_GRID_LOOP(i, n) ew::decoupled_decay(w[i], lr, wd);
 }
-
-#undef TROUPE_GRID_LOOP
 
 }  // namespace
 

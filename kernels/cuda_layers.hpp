@@ -2,8 +2,11 @@
 // CUDA path of the layer operations (built only when TROUPE_HAVE_CUDA): host
 // launch wrappers taking DEVICE pointers and a stream, with the semantics of
 // kernels/backend.hpp's "layers" section. The convolutions are cuDNN's
-// (kernels/cuda_backend.cu); these are the rest, plus the zero padding that
-// lets cuDNN's symmetric-padding convolution take asymmetric padding.
+// (kernels/cuda_backend_conv.cu); these are the rest, plus the zero padding
+// that lets cuDNN's symmetric-padding convolution take asymmetric padding:
+// kernels/cuda_row_layers.cu (over rows: activations, layer norm, dropout,
+// embeddings, losses) and kernels/cuda_conv_layers.cu (over NCHW planes:
+// padding, pooling, the convolution's bias, batch norm).
 // Launches are asynchronous on `stream`; a launch error throws
 // std::runtime_error naming the operation.
 #include <cstddef>

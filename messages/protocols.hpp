@@ -56,7 +56,11 @@ using reducer_actor = caf::typed_actor<
     caf::reacts_to<reduce_peer_atom, reduce_peer_msg>,
     // Reducer to reducer: collective `seq` fails (sender rank, reason); every
     // rank answers with its own abort before it replies with the error.
-    caf::reacts_to<reduce_abort_atom, uint64_t, int32_t, std::string>>;
+    caf::reacts_to<reduce_abort_atom, uint64_t, int32_t, std::string>,
+    // From the rank's owner (actors/reducer_group.hpp): this rank leaves the
+    // group for `reason`. Its collective under way and the next one its peers
+    // are in fail on every rank; every later one on this rank fails at once.
+    caf::reacts_to<reduce_abort_atom, std::string>>;
 
 }  // namespace troupe
 

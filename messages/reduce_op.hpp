@@ -1,7 +1,7 @@
 #pragma once
 // The one reduction enum: what a collective computes, whether the reducer
 // actors run it (messages/protocols.hpp), a device communicator
-// (devices/device_communicator.hpp) or a custom loop (<troupe/troupe.hpp>).
+// (collectives/process_group.hpp) or a custom loop (<troupe/troupe.hpp>).
 // Part of the public API, so it needs no CAF.
 #include <cstdint>
 #include <string>

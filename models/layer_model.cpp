@@ -95,7 +95,7 @@ class layer_model final : public model {
   bool device_resident() const override { return resident_; }
   device_context* device() override { return ctx_.get(); }
   bool synced_statistics() const override { return net_.synced; }
-  void set_statistics_group(device_communicator* group) override { group_ = group; }
+  void set_statistics_group(process_group* group) override { group_ = group; }
   void set_step(int64_t step, const tensor* ids) override {
     step_ = step;
     ids_ = ids ? *ids : tensor{};
@@ -432,7 +432,7 @@ class layer_model final : public model {
   int64_t features_;
   int64_t step_ = 0;
   tensor ids_, host_ids_;
-  device_communicator* group_ = nullptr;
+  process_group* group_ = nullptr;
   device_buffer dout_;                               // the gradient of the last layer's output
   std::vector<named_tensor>* host_grads_ = nullptr;  // cpu:N: the caller's, in place
   double host_loss_ = 0;

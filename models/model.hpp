@@ -19,7 +19,7 @@ class optimizer;
 namespace troupe {
 
 class device_context;
-class device_communicator;
+class process_group;
 
 struct batch_stats {
   double loss_sum = 0;  // sum of per-example losses
@@ -61,7 +61,7 @@ class model {
   // of the group must then run train_batch for each micro-batch, empty ones
   // too.
   virtual bool synced_statistics() const { return false; }
-  virtual void set_statistics_group(device_communicator* /*group*/) {}
+  virtual void set_statistics_group(process_group* /*group*/) {}
 
   // Device residency. A model built on a discrete device (sim:N, cuda:N:
   // create_model_on) keeps its variables and gradients in that device's

@@ -108,7 +108,7 @@ void node_process::join_process_ring(const std::vector<std::string>& ring_tasks)
   spdlog::info("{}: ring rank {} of {}", name(), rank, ring_tasks.size());
 }
 
-std::shared_ptr<device_communicator> node_process::join_links(
+std::shared_ptr<process_group> node_process::join_links(
     const std::vector<std::string>& ring_tasks) {
   const auto rank = static_cast<int32_t>(std::find(ring_tasks.begin(), ring_tasks.end(), name()) -
                                          ring_tasks.begin());
@@ -139,6 +139,8 @@ worker_parts node_process::build_workers(const node_build& order) {
     join_process_ring(order.ring_tasks);
     ws.ring = ring;
     ws.ring_tasks = order.ring_tasks;
+    ws.ring_rank = std::find(order.ring_tasks.begin(), order.ring_tasks.end(), name()) -
+                   order.ring_tasks.begin();
     if (plan->strat->uses_process_links(c)) ws.process_links = join_links(order.ring_tasks);
   }
   ws.device_group_id = order.device_group_id;

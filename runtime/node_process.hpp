@@ -142,7 +142,7 @@ struct node_process {
   void join_process_ring(const std::vector<std::string>& ring_tasks);
   // Then, where the strategy uses them: this process's direct links to its
   // ring neighbours (runtime/process_links.hpp).
-  std::shared_ptr<device_communicator> join_links(const std::vector<std::string>& ring_tasks);
+  std::shared_ptr<process_group> join_links(const std::vector<std::string>& ring_tasks);
 
   // Builds this task's replicas (with their pipelines, devices, reducers),
   // or a strategy's own workers.

@@ -2,9 +2,9 @@
 // process_ring: collectives between processes on sockets of their own, run
 // on the calling thread (gloo's way): no actor, no BASP frame, no thread
 // hand-over between a replica's gradients and the wire. Mirrored across
-// processes uses it for the process's sum (strategies/mirrored_device_ring.cpp);
-// the ring nodes (actors/reducers/remote_ring.hpp) stay the control plane
-// that introduces the links.
+// processes uses it for the process's sum (strategies/mirrored_step.cpp, through
+// collectives/hierarchical_group.hpp); the ring nodes (actors/reducers/remote_ring.hpp) stay the
+// control plane that introduces the links.
 //
 // Links: rank r sends on a TCP connection it opened to rank r+1 (mod P) and
 // receives on the one rank r-1 opened to it. Each step sends and receives
@@ -67,7 +67,7 @@
 #include <string>
 #include <vector>
 
-#include "devices/device_communicator.hpp"
+#include "collectives/process_group.hpp"
 
 namespace troupe {
 
@@ -89,7 +89,7 @@ struct ring_socket {
 // to bfloat16 on the rank that finished it too, so all ranks stay equal).
 enum class ring_wire { fp32, bf16 };
 
-class process_ring final : public device_communicator {
+class process_ring final : public process_group {
  public:
   // Takes both sockets over (also when it throws).
   process_ring(int rank, int size, ring_socket to_next, ring_socket from_prev,

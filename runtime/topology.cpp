@@ -13,7 +13,7 @@
 #include "actors/partitioner.hpp"
 #include "actors/replica.hpp"
 #include "actors/variable_shard.hpp"
-#include "devices/device_communicator.hpp"
+#include "collectives/process_group.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/layer_model.hpp"
 #include "models/model.hpp"
@@ -231,9 +231,8 @@ namespace {
 // Synchronised batch norm: the process's replicas of a lockstep strategy
 // all-reduce their statistics in one group on their devices. Across
 // processes each process's replicas form their own group.
-std::shared_ptr<device_collective_group> statistics_group(const job_config& c,
-                                                          const strategy& strat,
-                                                          const std::vector<std::string>& devices) {
+std::shared_ptr<group_rendezvous> statistics_group(const job_config& c, const strategy& strat,
+                                                   const std::vector<std::string>& devices) {
   if (!strat.lockstep() || devices.size() < 2 || !uses_synced_statistics(c.model)) return nullptr;
   // Each rank blocks its device's thread in the collective: two replicas on
   // one device would wait for each other forever.
@@ -245,12 +244,22 @@ std::shared_ptr<device_collective_group> statistics_group(const job_config& c,
         return nullptr;
       }
   try {
-    return make_device_collective_group(static_cast<int>(devices.size()),
-                                        parse_device(devices.front()));
+    return make_device_rendezvous(static_cast<int>(devices.size()), parse_device(devices.front()));
   } catch (const std::exception& e) {
     spdlog::warn("batch_norm sync: {}; each replica normalises with its own batch", e.what());
     return nullptr;
   }
+}
+
+// The device thread of the process's k-th replica: one per device, or, where
+// the strategy's replicas wait on their device threads for each other, one
+// per replica (a second replica on "cpu:0" runs on "cpu:0#1").
+std::string device_thread_name(const strategy& strat, const std::vector<std::string>& devices,
+                               std::size_t k) {
+  if (!strat.replicas_wait_on_device()) return devices[k];
+  const auto before =
+      std::count(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(k), devices[k]);
+  return before == 0 ? devices[k] : devices[k] + "#" + std::to_string(before);
 }
 
 }  // namespace
@@ -290,7 +299,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     const int64_t r = spec.indices[k];
     const auto& dev = spec.devices[k];
     // The process's devices share their background work (the gathers).
-    auto device = out.devices.get(dev);
+    auto device = out.devices.get(device_thread_name(strat, spec.devices, k));
     input_pipeline_config ic;
     ic.data = plan.train;
     ic.global_batch = input.global_batch;
@@ -319,6 +328,10 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     w.shards = spec.shards;
     w.place = spec.place;
     w.across_processes = spec.ring_tasks.size() > 1;
+    w.local_replicas = static_cast<int64_t>(spec.indices.size());
+    w.processes = std::max<int64_t>(1, static_cast<int64_t>(spec.ring_tasks.size()));
+    w.process_rank = spec.ring_rank;
+    w.request_timeout = spec.request_timeout;
     replica_config rc;
     rc.index = r;
     rc.device = device;

@@ -5,27 +5,23 @@
 // over the global batch). Replicas stay bit-identical
 // (strategy.check_replicas_every verifies it).
 //
-// This file holds the strategy: its rules, the reducers it spawns, and which
-// replica step runs (one class per protocol, strategies/mirrored_steps.hpp):
+// This file holds the strategy: its rules, the reducers or device group it
+// makes, and its one replica step (strategies/mirrored_step.cpp), which
+// issues its collectives through a process_group whatever runs them: the
+// device group (NCCL; the host group on cpu:N and sim:N), the reducer actors
+// (ring, tree, reduce_to_one), or, across processes, the hierarchical
+// composite (in the process, between the processes, back).
 //
-//   strategy.reducer.algorithm   strategy.shard_optimizer   step
-//   a reducer actor's            no                         mirrored_allreduce.cpp
-//                                yes, one process, cpu      mirrored_zero.cpp
-//   "device", one process or     either (ZeRO-1 on cpu)     mirrored_device.cpp
-//     one NCCL group over the job
-//   "device", across processes   no                         mirrored_device_ring.cpp
-//
-// Across processes the reducer actors are hierarchical (in the process, a
-// ring of processes, back; actors/reducers/hierarchical.hpp), and the
-// sharded update is not used: reduce-scatter and all-gather are in-process
-// collectives, so every replica applies the whole update there (logged when
-// it applies).
+// With strategy.shard_optimizer (ZeRO stage 1, cpu devices, one process) the
+// gradients are reduce-scattered and each replica updates its own chunks;
+// across processes every replica applies the whole update (logged when it
+// applies).
 #include <spdlog/spdlog.h>
 
-#include "actors/reducers/hierarchical.hpp"
-#include "devices/nccl_id.hpp"
+#include "collectives/nccl_id.hpp"
 #include "strategies/lockstep_driver.hpp"
 #include "strategies/mirrored_steps.hpp"
+#include "strategies/replica_group.hpp"
 #include "strategies/strategy.hpp"
 
 namespace troupe {
@@ -77,43 +73,12 @@ class mirrored final : public strategy {
 
   reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
                               const reducer_wiring& w) const override {
-    reducer_parts out;
-    if (c.strategy.reducer.algorithm == reducer_algorithm::device && !w.device_group_id.empty()) {
-      nccl_unique_id id{};
-      if (w.device_group_id.size() != id.size())
-        throw job_error("the build order's NCCL group id has " +
-                        std::to_string(w.device_group_id.size()) + " bytes, expected " +
-                        std::to_string(id.size()));
-      std::copy(w.device_group_id.begin(), w.device_group_id.end(), id.begin());
-      out.device_group = make_nccl_group(static_cast<int>(c.strategy.replicas), id);
-      out.device_group_global = true;
-      return out;
-    }
-    if (c.strategy.reducer.algorithm == reducer_algorithm::device) {
-      out.device_group =
-          make_device_collective_group(w.local_replicas, parse_device(c.devices.front()));
-      return out;
-    }
-    auto local = spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c));
-    if (w.ring_tasks.size() < 2) {
-      out.per_replica = std::move(local);
-      return out;
-    }
-    if (c.strategy.shard_optimizer)
+    if (c.strategy.shard_optimizer && w.ring_tasks.size() > 1 &&
+        c.strategy.reducer.algorithm != reducer_algorithm::device)
       spdlog::info(
           "mirrored across processes: every replica applies the whole update "
           "(strategy.shard_optimizer shards the update within one process only)");
-    for (int k = 0; k < w.local_replicas; ++k) {
-      hierarchical_config hc;
-      hc.local = local[static_cast<std::size_t>(k)];
-      hc.local_rank = k;
-      if (k == 0) hc.ring = w.ring;
-      hc.global_replicas = c.strategy.replicas;
-      hc.ring_names = w.ring_tasks;
-      out.per_replica.push_back(spawn_hierarchical_reducer(sys, hc));
-    }
-    out.underneath = std::move(local);
-    return out;
+    return make_collective_parts(sys, c, w);
   }
 
   // NCCL across processes: one communicator over every replica, its id made
@@ -125,7 +90,7 @@ class mirrored final : public strategy {
         c.strategy.reducer.hierarchical ||
         parse_device(c.devices.front()).kind != device_spec::kind_t::cuda)
       return {};
-    auto id = nccl_group_id(*make_nccl_group(static_cast<int>(c.strategy.replicas)));
+    auto id = nccl_group_id(*make_nccl_rendezvous(static_cast<int>(c.strategy.replicas)));
     return {id.begin(), id.end()};
   }
 
@@ -138,13 +103,7 @@ class mirrored final : public strategy {
           "mirrored on {}: every replica applies the whole update (strategy.shard_optimizer "
           "shards it on cpu devices only)",
           c.devices.front());
-    if (!w.device_group)
-      return sharded ? make_mirrored_zero_step(w, reducer_config_of(c))
-                     : make_mirrored_allreduce_step(w);
-    // A global group (NCCL over every replica of the job) needs no ring.
-    if (w.across_processes && !w.device_group_global)
-      return make_mirrored_device_ring_step(w, reducer_config_of(c));
-    return make_mirrored_device_step(w, reducer_config_of(c), sharded);
+    return make_mirrored_step(w, reducer_config_of(c), sharded);
   }
   // Device collectives with the ring of processes between them (every
   // device kind but cuda's one communicator over the job).
@@ -155,6 +114,7 @@ class mirrored final : public strategy {
            c.strategy.reducer.transport == "direct";
   }
   bool steps_together() const override { return true; }
+  bool replicas_wait_on_device() const override { return true; }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
     return std::make_unique<lockstep_driver>();
   }

@@ -28,8 +28,8 @@
 #include "actors/job_plan.hpp"
 #include "actors/strategy_api.hpp"
 #include "actors/worker_parts.hpp"
+#include "collectives/process_group.hpp"
 #include "config/strategy_rules.hpp"
-#include "devices/device_communicator.hpp"
 
 namespace troupe {
 
@@ -78,6 +78,11 @@ class strategy : public strategy_rules {
   // processes' (runtime/process_ring.hpp), set up by troupe node after the
   // ring of processes is wired.
   virtual bool uses_process_links(const job_config&) const { return false; }
+  // Whether a replica's step waits on its device thread for its peers (a
+  // collective issued from the device task): then replicas placed on one
+  // device each get a thread of their own, or the first to wait would hold
+  // the thread its peer needs to arrive.
+  virtual bool replicas_wait_on_device() const { return false; }
   virtual reducer_parts make_reducers(caf::actor_system&, const job_config&,
                                       const reducer_wiring&) const {
     return {};

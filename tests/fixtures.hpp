@@ -1,11 +1,14 @@
 #pragma once
-// Test fixtures: temporary directories, a tiny, learnable IDX dataset, and
-// reproducible random inputs.
+// Test fixtures: temporary directories, a tiny, learnable IDX dataset,
+// reproducible random inputs, and reading back what a job wrote.
 #include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -93,6 +96,27 @@ inline std::vector<float> random_floats(std::size_t n, unsigned seed, float lo =
   std::vector<float> v(n);
   for (auto& x : v) x = u(rng);
   return v;
+}
+
+// The bytes of the file at `path`; "" where there is none (yet).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The lines of a job's <output_dir>/metrics.jsonl whose "type" is `type`,
+// in the order written.
+inline std::vector<nlohmann::json> metrics_lines(const std::filesystem::path& output_dir,
+                                                 const std::string& type) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(output_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.value("type", "") == type) out.push_back(std::move(j));
+  }
+  return out;
 }
 
 }  // namespace troupe::test

@@ -1,7 +1,8 @@
 #pragma once
-// troupe as a child process in tests (test_nodes, test_signals): started
-// with its output in a log file, waited for with a limit, killed if a test
-// leaves it running; a cluster config of free ports on 127.0.0.1.
+// troupe as a child process in tests (test_nodes, test_signals,
+// test_monitoring): started with its output in a log file, waited for with a
+// limit, killed if a test leaves it running; a cluster config of free ports
+// on 127.0.0.1.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -14,12 +15,12 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "config/job_config.hpp"
+#include "tests/fixtures.hpp"
 #include "tests/free_port.hpp"
 
 namespace troupe::test {
@@ -30,13 +31,6 @@ using clock_type = std::chrono::steady_clock;
 // (config/secret.hpp).
 inline constexpr const char* kSecret =
     "7834a8fdce0a3a0077c828817deb43cd1a958f30a0a43568bf0d69e58e998062";
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // One `troupe node` child; killed (SIGKILL) if still running when destroyed.
 struct node_proc {

@@ -66,17 +66,11 @@ inline double max_abs_diff(const std::vector<named_tensor>& a, const std::vector
   return worst;
 }
 
-// The lines of <output>/metrics.jsonl with this "type".
+// The lines of the job's <output_dir>/metrics.jsonl with this "type" (the
+// job given by its summary).
 inline std::vector<nlohmann::json> metrics_of(const nlohmann::json& summary,
                                               const std::string& type) {
-  std::ifstream in(std::filesystem::path(summary["output_dir"].get<std::string>()) /
-                   "metrics.jsonl");
-  std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["type"] == type) out.push_back(j);
-  }
-  return out;
+  return metrics_lines(summary["output_dir"].get<std::string>(), type);
 }
 
 // The examples' 4-worker Fashion-MNIST job (MLP 256-256, Adam with a cosine

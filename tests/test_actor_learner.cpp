@@ -8,7 +8,6 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -28,6 +27,7 @@
 #include "runtime/job.hpp"
 
 using namespace troupe;
+using troupe::test::metrics_lines;
 using troupe::test::random_unroll;
 using troupe::test::tiny_model;
 
@@ -335,17 +335,6 @@ job_config cartpole_job(const std::string& out) {
   c.logging.output_dir = out;
   c.logging.level = "warn";
   return c;
-}
-
-std::vector<nlohmann::json> metrics_lines(const std::string& dir, const std::string& type) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.value("type", "") == type) out.push_back(j);
-  }
-  return out;
 }
 
 }  // namespace

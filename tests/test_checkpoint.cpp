@@ -22,6 +22,7 @@ namespace ck = troupe::checkpoint;
 
 namespace {
 
+using test::read_file;
 using test::temp_dir;
 
 ck::snapshot make_snapshot(int64_t step, float scale = 1.0f) {
@@ -57,11 +58,6 @@ std::string error_of(F&& f) {
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 void spit(const fs::path& p, const std::string& s) {
@@ -151,7 +147,7 @@ TEST_CASE("checkpoint corruption is detected with clear messages") {
   SUBCASE("a flipped byte names the variable") {
     ck::manifest m = ck::read_manifest(dir);
     REQUIRE(m.entries[1].name == "dense_0/bias");
-    std::string bytes = slurp(bin);
+    std::string bytes = read_file(bin);
     bytes[m.entries[1].offset + 5] ^= 0x01;
     spit(bin, bytes);
     std::string msg = error_of([&] { ck::load(dir); });
@@ -188,13 +184,13 @@ TEST_CASE("checkpoint corruption is detected with clear messages") {
     CHECK(contains(error_of([&] { ck::load(dir); }), "expected a JSON object"));
   }
   SUBCASE("unknown format_version") {
-    auto j = nlohmann::json::parse(slurp(man));
+    auto j = nlohmann::json::parse(read_file(man));
     j["format_version"] = 99;
     spit(man, j.dump());
     CHECK(contains(error_of([&] { ck::load(dir); }), "unsupported format_version 99"));
   }
   SUBCASE("bad fields and ranges") {
-    auto j = nlohmann::json::parse(slurp(man));
+    auto j = nlohmann::json::parse(read_file(man));
     auto k = j;
     k.erase("step");
     spit_sealed(man, k);
@@ -288,7 +284,7 @@ TEST_CASE("show prints the header and every tensor") {
   CHECK(contains(text, "verified: 5 checksums match"));
 
   // Corrupt: the table still shows, the verification fails.
-  std::string bytes = slurp(fs::path(dir) / "tensors.bin");
+  std::string bytes = read_file(fs::path(dir) / "tensors.bin");
   bytes[0] ^= 0x40;
   spit(fs::path(dir) / "tensors.bin", bytes);
   std::ostringstream out2, err2;
@@ -356,7 +352,7 @@ TEST_CASE("manifest checksums: the same digests as the checkpoints written befor
         "2447eebfd0b948a7f4c6ef84c9d87e839f3932146389f1f8045c5b75b0e4ffa4");
   // A whole manifest an earlier build wrote (the fuzz seed) still verifies.
   const auto written = nlohmann::json::parse(
-      slurp(fs::path(TROUPE_SOURCE_DIR) / "tests/fuzz/corpus/manifest/cli_small_step40.json"));
+      read_file(fs::path(TROUPE_SOURCE_DIR) / "tests/fuzz/corpus/manifest/cli_small_step40.json"));
   CHECK(written.at("manifest_sha256") ==
         "d5f7146f5e6fd3cc8f90c40d016d9e5b85ef54004d1e2395accad2466b7aa0d6");
   CHECK(ck::manifest_checksum(written) == written.at("manifest_sha256"));
@@ -368,12 +364,12 @@ TEST_CASE("a manifest cannot lie: its checksum and cross-checks") {
   snap.slots.push_back({"optimizer/step", tensor::from<int64_t>({1}, {100})});
   const std::string dir = ck::save(root.str(), snap, 0);
   const fs::path man = fs::path(dir) / "manifest.json";
-  const auto good = nlohmann::json::parse(slurp(man));
+  const auto good = nlohmann::json::parse(read_file(man));
   CHECK(good.at("format_version") == 2);
   CHECK(good.at("manifest_sha256") == ck::manifest_checksum(good));
 
   SUBCASE("one changed digit of step breaks the manifest checksum") {
-    std::string text = slurp(man);
+    std::string text = read_file(man);
     auto at = text.find("\"step\": 100");
     REQUIRE(at != std::string::npos);
     text[at + 10] = '2';  // 100 -> 102
@@ -484,18 +480,16 @@ TEST_CASE("the saver says whose steps the optimizer slots count; the format name
   };
   SUBCASE("said by the saver: at most the step") {
     const std::string dir = ck::save(root.str(), share(true, "any_strategy"), 0);
-    CHECK(
-        nlohmann::json::parse(slurp(fs::path(dir) / "manifest.json")).at("slots_count_own_steps") ==
-        true);
+    CHECK(nlohmann::json::parse(read_file(fs::path(dir) / "manifest.json"))
+              .at("slots_count_own_steps") == true);
     auto back = ck::load(dir);
     CHECK(back.meta.slots_count_own_steps == std::optional<bool>(true));
     CHECK(back.meta.step == 100);
   }
   SUBCASE("not said: every step, whatever the strategy's name") {
     const std::string dir = ck::save(root.str(), share(std::nullopt, "elastic_average"), 0);
-    CHECK(
-        nlohmann::json::parse(slurp(fs::path(dir) / "manifest.json")).at("slots_count_own_steps") ==
-        false);
+    CHECK(nlohmann::json::parse(read_file(fs::path(dir) / "manifest.json"))
+              .at("slots_count_own_steps") == false);
     CHECK(contains(error_of([&] { ck::load(dir); }),
                    "manifest field \"step\" is 100 but the slot 'optimizer/step' is 60"));
   }
@@ -508,7 +502,7 @@ TEST_CASE("the saver says whose steps the optimizer slots count; the format name
   SUBCASE("a manifest from before the field (an older troupe's elastic_average) still loads") {
     const std::string dir = ck::save(root.str(), share(true, "elastic_average"), 0);
     const fs::path man = fs::path(dir) / "manifest.json";
-    auto j = nlohmann::json::parse(slurp(man));
+    auto j = nlohmann::json::parse(read_file(man));
     j.erase("slots_count_own_steps");
     spit_sealed(man, j);
     auto back = ck::load(dir);
@@ -556,7 +550,7 @@ TEST_CASE("mutated manifests: accepted or a checkpoint_error, nothing else") {
   ck::snapshot snap = make_snapshot(100);
   snap.slots.push_back({"optimizer/step", tensor::from<int64_t>({1}, {100})});
   const std::string dir = ck::save(root.str(), snap, 0);
-  const std::string valid = slurp(fs::path(dir) / "manifest.json");
+  const std::string valid = read_file(fs::path(dir) / "manifest.json");
   REQUIRE(fuzz::manifest_text(valid));
   // Unsealed mutants mostly stop at the checksum; resealed ones reach every
   // check behind it.

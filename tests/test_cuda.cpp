@@ -23,6 +23,7 @@
 #include "devices/cuda_context.hpp"
 #include "devices/device_context.hpp"
 #include "kernels/backend.hpp"
+#include "tests/cuda_fixtures.hpp"
 #include "tests/device_fixtures.hpp"
 #include "tests/fixtures.hpp"
 
@@ -37,59 +38,7 @@ device_spec cuda0() {
   return device_spec{device_spec::kind_t::cuda, 0};
 }
 
-// A context on cuda:0, made on this thread (the test's thread is the device's).
-struct gpu_fixture {
-  std::shared_ptr<device_context> ctx = make_cuda_context(cuda0());
-  kernels::backend& gpu = ctx->ops();
-  kernels::backend& cpu = kernels::cpu_backend();
-
-  template <class T>
-  device_buffer upload(const std::vector<T>& v) {
-    auto b = ctx->allocate(v.size() * sizeof(T));
-    ctx->copy_to_device(b.data(), v.data(), v.size() * sizeof(T));
-    return b;
-  }
-  template <class T>
-  std::vector<T> download(const device_buffer& b, std::size_t n) {
-    std::vector<T> v(n);
-    ctx->copy_to_host(v.data(), b.data(), n * sizeof(T));
-    return v;
-  }
-  std::vector<float> download(const device_buffer& b, std::size_t n) {
-    return download<float>(b, n);
-  }
-};
-
-// "" when every |got - want| <= rel * (1 + |want|) (NaN only where want is
-// NaN), else the worst element.
-std::string mismatch(const std::vector<float>& got, const std::vector<float>& want, double rel) {
-  if (got.size() != want.size())
-    return "sizes " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
-  double worst = 0.0;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (std::isnan(w) || std::isnan(g)) {
-      if (std::isnan(w) != std::isnan(g)) return "NaN mismatch at " + std::to_string(i);
-      continue;
-    }
-    const double err = std::fabs(g - w) / (1.0 + std::fabs(w));
-    if (err > worst) {
-      worst = err;
-      at = i;
-    }
-  }
-  if (worst <= rel) return "";
-  return "element " + std::to_string(at) + ": gpu " + std::to_string(got[at]) + ", cpu " +
-         std::to_string(want[at]) + " (relative error " + std::to_string(worst) + ")";
-}
-
-#define CHECK_CLOSE(got, want, rel)                  \
-  do {                                               \
-    const std::string m_ = mismatch(got, want, rel); \
-    INFO(m_);                                        \
-    CHECK(m_.empty());                               \
-  } while (0)
+using troupe::test::gpu_fixture;
 
 constexpr double ew_tol = 1e-5;    // element-wise
 constexpr double gemm_tol = 1e-4;  // sums of products

@@ -1,5 +1,5 @@
 // The layer operations of kernels/backend.hpp on cuda:0 (cuDNN convolutions,
-// kernels/cuda_layers.cu) against the CPU backend, on the same random inputs
+// kernels/cuda_*_layers.cu) against the CPU backend, on the same random inputs
 // and odd shapes (asymmetric padding, dilation, groups, sizes that are no
 // multiple of a warp). Without a GPU it prints why and exits 77, which ctest
 // counts as skipped (label gpu).
@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "devices/device_context.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/layer_ops.hpp"
+#include "tests/cuda_fixtures.hpp"
 #include "tests/device_fixtures.hpp"
 #include "tests/fixtures.hpp"
 
@@ -33,7 +33,6 @@ namespace {
 
 using floats = std::vector<float>;
 
-constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
 // Outputs that must be overwritten start as NaN on the GPU and as this on
 // the CPU: an element either side leaves unwritten mismatches.
 constexpr float cpu_garbage = -7.0f;
@@ -41,62 +40,7 @@ constexpr float cpu_garbage = -7.0f;
 constexpr double ew_tol = 1e-5;   // element-wise
 constexpr double sum_tol = 1e-4;  // sums of products, normalisation
 
-// A context on cuda:0, made on this thread (the test's thread is the device's).
-struct gpu_fixture {
-  std::shared_ptr<device_context> ctx =
-      make_cuda_context(device_spec{device_spec::kind_t::cuda, 0});
-  kernels::backend& gpu = ctx->ops();
-  kernels::backend& cpu = kernels::cpu_backend();
-
-  template <class T>
-  device_buffer upload(const std::vector<T>& v) {
-    auto b = ctx->allocate(std::max<std::size_t>(v.size() * sizeof(T), 1));
-    if (!v.empty()) ctx->copy_to_device(b.data(), v.data(), v.size() * sizeof(T));
-    return b;
-  }
-  // A device output of n floats, NaN until written.
-  device_buffer output(std::size_t n) { return upload(floats(n, nan_f)); }
-  template <class T>
-  std::vector<T> download(const device_buffer& b, std::size_t n) {
-    std::vector<T> v(n);
-    if (n) ctx->copy_to_host(v.data(), b.data(), n * sizeof(T));
-    return v;
-  }
-  floats download(const device_buffer& b, std::size_t n) { return download<float>(b, n); }
-};
-
-// "" when every |got - want| <= rel * (1 + |want|) (NaN only where want is
-// NaN), else the worst element.
-std::string mismatch(const floats& got, const floats& want, double rel) {
-  if (got.size() != want.size())
-    return "sizes " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
-  double worst = 0.0;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (std::isnan(w) || std::isnan(g)) {
-      if (std::isnan(w) != std::isnan(g))
-        return "NaN mismatch at " + std::to_string(i) + ": gpu " + std::to_string(got[i]) +
-               ", cpu " + std::to_string(want[i]);
-      continue;
-    }
-    const double err = std::fabs(g - w) / (1.0 + std::fabs(w));
-    if (err > worst) {
-      worst = err;
-      at = i;
-    }
-  }
-  if (worst <= rel) return "";
-  return "element " + std::to_string(at) + ": gpu " + std::to_string(got[at]) + ", cpu " +
-         std::to_string(want[at]) + " (relative error " + std::to_string(worst) + ")";
-}
-
-#define CHECK_CLOSE(got, want, rel)                  \
-  do {                                               \
-    const std::string m_ = mismatch(got, want, rel); \
-    INFO(#got " vs " #want ": " << m_);              \
-    CHECK(m_.empty());                               \
-  } while (0)
+using troupe::test::gpu_fixture;
 
 std::size_t sz(int64_t a) {
   return static_cast<std::size_t>(a);

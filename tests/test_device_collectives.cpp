@@ -1,5 +1,5 @@
-// Device collectives in host memory (devices/host_communicator.cpp): the
-// contract of devices/device_communicator.hpp on sim:N and cpu:N devices,
+// Device collectives in host memory (collectives/host_group.cpp): the
+// contract of collectives/process_group.hpp on sim:N and cpu:N devices,
 // each rank on a thread of its own, data in and out through its context.
 #include <doctest/doctest.h>
 
@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "devices/device_communicator.hpp"
+#include "collectives/nccl_id.hpp"
+#include "collectives/process_group.hpp"
 #include "devices/device_context.hpp"
-#include "devices/nccl_id.hpp"
 #include "tests/device_fixtures.hpp"
 
 using namespace troupe;
@@ -85,7 +85,7 @@ TEST_CASE("all_reduce: sum and mean, bit-identical to rank-order summation on ev
         CAPTURE(n);
         CAPTURE(count);
         CAPTURE(static_cast<int>(op));
-        auto group = make_device_collective_group(n, sim(0));
+        auto group = make_device_rendezvous(n, sim(0));
         CHECK(group->size() == n);
         auto want = expected_reduce(n, count, op);
         std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
@@ -109,7 +109,7 @@ TEST_CASE("all_reduce: sum and mean, bit-identical to rank-order summation on ev
 
 TEST_CASE("all_reduce on cpu:N devices, and a 1-rank group") {
   for (int n : {1, 3}) {
-    auto group = make_device_collective_group(n, cpu(0));
+    auto group = make_device_rendezvous(n, cpu(0));
     const std::size_t count = 5000;
     auto want = expected_reduce(n, count, reduce_op::mean);
     std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
@@ -133,7 +133,7 @@ TEST_CASE("reduce_scatter: rank r ends with the reduction of chunk r") {
         CAPTURE(n);
         CAPTURE(chunk);
         const std::size_t count = chunk * static_cast<std::size_t>(n);
-        auto group = make_device_collective_group(n, sim(0));
+        auto group = make_device_rendezvous(n, sim(0));
         std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
         auto errors = on_ranks(n, [&](int r) {
           rank_buffer b(sim(r), values(r, count));
@@ -156,7 +156,7 @@ TEST_CASE("all_gather: every rank ends with every rank's own chunk") {
       CAPTURE(n);
       CAPTURE(chunk);
       const std::size_t count = chunk * static_cast<std::size_t>(n);
-      auto group = make_device_collective_group(n, sim(0));
+      auto group = make_device_rendezvous(n, sim(0));
       std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
       auto errors = on_ranks(n, [&](int r) {
         // Only chunk r is this rank's; the rest is NaN, to be overwritten.
@@ -186,7 +186,7 @@ TEST_CASE("all_gather: every rank ends with every rank's own chunk") {
 TEST_CASE("a rank with a different size fails the collective on every rank, naming both") {
   for (int n : {2, 3}) {
     CAPTURE(n);
-    auto group = make_device_collective_group(n, sim(0));
+    auto group = make_device_rendezvous(n, sim(0));
     std::vector<std::string> second(static_cast<std::size_t>(n));
     auto errors = on_ranks(n, [&](int r) {
       const std::size_t count = r == 1 ? 101 : 100;
@@ -213,7 +213,7 @@ TEST_CASE("a rank with a different size fails the collective on every rank, nami
     }
   }
   // A different collective or op is named too.
-  auto group = make_device_collective_group(2, sim(0));
+  auto group = make_device_rendezvous(2, sim(0));
   auto errors = on_ranks(2, [&](int r) {
     rank_buffer b(sim(r), values(r, 8));
     auto comm = group->join(r, *b.ctx);
@@ -231,7 +231,7 @@ TEST_CASE("a rank with a different size fails the collective on every rank, nami
 TEST_CASE("abort from another thread releases ranks blocked in all_reduce, and ends the group") {
   for (int n : {2, 3}) {
     CAPTURE(n);
-    auto group = make_device_collective_group(n, sim(0));
+    auto group = make_device_rendezvous(n, sim(0));
     std::atomic<int> waiting{0};
     // Every rank but the last calls all_reduce; the last never comes.
     auto errors = on_ranks(n, [&](int r) {
@@ -254,7 +254,7 @@ TEST_CASE("abort from another thread releases ranks blocked in all_reduce, and e
 
   // Later collectives, check() and join() throw too; a communicator's
   // abort() aborts its group; the first reason stays.
-  auto group = make_device_collective_group(2, sim(0));
+  auto group = make_device_rendezvous(2, sim(0));
   auto ctx = make_device_context(sim(0));
   auto comm = group->join(0, *ctx);
   CHECK_NOTHROW(comm->check());
@@ -277,7 +277,7 @@ TEST_CASE("abort from another thread releases ranks blocked in all_reduce, and e
 TEST_CASE("many consecutive collectives stay correct") {
   const int n = 3;
   const int rounds = 200;
-  auto group = make_device_collective_group(n, sim(0));
+  auto group = make_device_rendezvous(n, sim(0));
   std::atomic<int> wrong{0};
   auto errors = on_ranks(n, [&](int r) {
     auto ctx = make_device_context(sim(r));
@@ -326,7 +326,7 @@ TEST_CASE("many consecutive collectives stay correct") {
 TEST_CASE("issued collectives: after complete() the results of the plain calls, at any pace") {
   for (int n : {2, 3}) {
     CAPTURE(n);
-    auto group = make_device_collective_group(n, cpu(0));
+    auto group = make_device_rendezvous(n, cpu(0));
     const std::size_t ar = 1000, rs = 333, ag = 50, small = 17;
     std::atomic<int> wrong{0};
     auto errors = on_ranks(n, [&](int r) {
@@ -380,7 +380,7 @@ TEST_CASE("issued collectives: more than a window's worth before complete()") {
   // waits for its peers there, and every result is still right.
   const int n = 2;
   const std::size_t count = 3000;
-  auto group = make_device_collective_group(n, sim(0));
+  auto group = make_device_rendezvous(n, sim(0));
   std::vector<std::vector<float>> got(n);
   auto errors = on_ranks(n, [&](int r) {
     rank_buffer b(sim(r), values(r, count * 4));
@@ -400,7 +400,7 @@ TEST_CASE("issued collectives: more than a window's worth before complete()") {
 
 TEST_CASE("issued collectives: a mismatch throws at complete() on every rank, in step after") {
   const int n = 2;
-  auto group = make_device_collective_group(n, sim(0));
+  auto group = make_device_rendezvous(n, sim(0));
   std::vector<std::string> second(n);
   std::atomic<int> wrong{0};
   auto errors = on_ranks(n, [&](int r) {
@@ -440,7 +440,7 @@ TEST_CASE("issued collectives: a mismatch throws at complete() on every rank, in
 TEST_CASE("issued collectives: a rank that fails after issuing leaves no peer waiting") {
   for (int n : {2, 3}) {
     CAPTURE(n);
-    auto group = make_device_collective_group(n, sim(0));
+    auto group = make_device_rendezvous(n, sim(0));
     std::atomic<int> issued{0};
     auto errors = on_ranks(n, [&](int r) {
       rank_buffer b(sim(r), values(r, 4096 * static_cast<std::size_t>(n)));
@@ -472,7 +472,7 @@ TEST_CASE("issued collectives: a rank that fails after issuing leaves no peer wa
 }
 
 TEST_CASE("join: ranks outside the group, a second join, a device of another kind") {
-  auto group = make_device_collective_group(2, sim(0));
+  auto group = make_device_rendezvous(2, sim(0));
   auto ctx = make_device_context(sim(0));
   CHECK_THROWS_WITH_AS(group->join(2, *ctx),
                        "device collectives: rank 2 is outside the group of 2 ranks", device_error);
@@ -485,24 +485,24 @@ TEST_CASE("join: ranks outside the group, a second join, a device of another kin
       group->join(1, *cpu_ctx),
       doctest::Contains("rank 1 joined with cpu:1, but this group's devices are sim:N"),
       device_error);
-  CHECK_THROWS_AS(make_device_collective_group(0, sim(0)), device_error);
+  CHECK_THROWS_AS(make_device_rendezvous(0, sim(0)), device_error);
 }
 
 TEST_CASE("cuda groups need NCCL") {
   if (built_with_nccl()) {
-    CHECK_THROWS_AS(nccl_group_id(*make_device_collective_group(2, sim(0))), device_error);
+    CHECK_THROWS_AS(nccl_group_id(*make_device_rendezvous(2, sim(0))), device_error);
     return;
   }
-  CHECK_THROWS_WITH_AS(make_device_collective_group(2, device_spec{device_spec::kind_t::cuda, 0}),
+  CHECK_THROWS_WITH_AS(make_device_rendezvous(2, device_spec{device_spec::kind_t::cuda, 0}),
                        "device collectives on cuda:0: cuda devices need NCCL: this build has none",
                        device_error);
-  CHECK_THROWS_WITH_AS(make_nccl_group(2), "cuda devices need NCCL: this build has none",
+  CHECK_THROWS_WITH_AS(make_nccl_rendezvous(2), "cuda devices need NCCL: this build has none",
                        device_error);
 }
 
 TEST_CASE("min and max are refused by name: device collectives reduce by sum or mean") {
   // A 1-rank group: the refusal comes before any barrier, so nothing waits.
-  auto group = make_device_collective_group(1, sim(0));
+  auto group = make_device_rendezvous(1, sim(0));
   auto ctx = make_device_context(sim(0));
   auto comm = group->join(0, *ctx);
   auto b = ctx->allocate(64);

@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "actors/fault_injection.hpp"
+#include "collectives/nccl_id.hpp"
 #include "config/job_config.hpp"
 #include "devices/caching_allocator.hpp"
 #include "devices/device_context.hpp"
-#include "devices/nccl_id.hpp"
 #include "kernels/optimizer.hpp"
 #include "models/model.hpp"
 #include "models/random.hpp"
@@ -378,7 +378,7 @@ TEST_CASE(
   // What a worker makes of the bytes it receives is the same group.
   nccl_unique_id raw{};
   std::copy(id.begin(), id.end(), raw.begin());
-  CHECK(nccl_group_id(*make_nccl_group(4, raw)) == raw);
+  CHECK(nccl_group_id(*make_nccl_rendezvous(4, raw)) == raw);
   c.strategy.reducer.hierarchical = true;
   CHECK(mirrored->device_group_id(c, 2).empty());
   c.strategy.reducer.hierarchical = false;

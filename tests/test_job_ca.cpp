@@ -20,6 +20,7 @@
 #include "net/launch_enrol.hpp"
 #include "net/socket.hpp"
 #include "tests/captured_log.hpp"
+#include "tests/gate_fixtures.hpp"
 
 using namespace troupe;
 
@@ -100,15 +101,7 @@ struct cert_listener {
 // Connects to `port` as `as`, its link presenting `id` (null: the link keyed
 // from the secret alone), and says hello; the connector's error, or "".
 std::string connect_as(uint16_t port, const std::string& as, const task_identity* id) {
-  gate_options o;
-  o.secret = kSecret;
-  o.name = as;
-  o.expect_peer = "chief:0";
-  if (id) {
-    o.link.kind = link_security::trust::certificates;
-    o.link.identity = std::make_shared<const task_identity>(*id);
-  }
-  auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(5));
+  auto s = troupe::test::handshake_with_chief(port, kSecret, as, id);
   if (s.fd < 0) return s.error.empty() ? "(failed)" : s.error;
   (void)net::send_all(s.fd, "hello", std::chrono::steady_clock::now() + std::chrono::seconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -38,12 +38,7 @@ child sh(const std::string& name, const std::string& script) {
   return command(name, {"/bin/sh", "-c", script}, {"TROUPE_TASK=" + name});
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using troupe::test::read_file;
 
 // Runs supervise() with the children's output going to files.
 struct run_result {
@@ -70,8 +65,8 @@ run_result run(const std::vector<child>& children, double grace = 3,
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ::close(out);
   ::close(err);
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
+  r.out = read_file(dir / "out");
+  r.err = read_file(dir / "err");
   return r;
 }
 
@@ -388,8 +383,8 @@ run_result run_with(const std::vector<child>& children, supervise_options o) {
   r.rc = supervise(children, o);
   ::close(out);
   ::close(err);
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
+  r.out = read_file(dir / "out");
+  r.err = read_file(dir / "err");
   return r;
 }
 
@@ -444,7 +439,7 @@ TEST_CASE("launch: --restart-workers starts a dead survivable task again, up to 
   CHECK(r.out.find("[worker:0] run 0\n") != std::string::npos);
   CHECK(r.out.find("[worker:0] run 1\n") != std::string::npos);
   CHECK(r.out.find("run 2") == std::string::npos);
-  CHECK(slurp(count) == "2\n");
+  CHECK(read_file(count) == "2\n");
   const auto first = std::to_string(read_pid(dir / "pid.0"));
   const auto again = std::to_string(read_pid(second));
   CHECK_MESSAGE(has(r.err, "task worker:0 \\(pid " + first +

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "collectives/process_group.hpp"
 #include "config/job_config.hpp"
-#include "devices/device_communicator.hpp"
 #include "devices/device_context.hpp"
 #include "models/layer_model.hpp"
 #include "models/model.hpp"
@@ -358,7 +358,7 @@ TEST_CASE("layers: two replicas with half a batch each and synced batch norm = o
 
   // Unequal slices (5 + 3): the count travels with the sums.
   const int64_t first[2] = {0, 5}, count[2] = {5, 3};
-  auto group = make_device_collective_group(2, parse_device("cpu:0"));
+  auto group = make_device_rendezvous(2, parse_device("cpu:0"));
   std::vector<std::unique_ptr<model>> reps;
   std::vector<std::vector<named_tensor>> grads(2);
   std::vector<batch_stats> st(2);
@@ -397,7 +397,7 @@ TEST_CASE("layers: two replicas with half a batch each and synced batch norm = o
 TEST_CASE("layers: a replica with no rows still joins the synced statistics") {
   model_shape s(5 * 7 * 9, 3, {5, 7, 9});
   auto cfg = layers_config(every_layer());
-  auto group = make_device_collective_group(2, parse_device("cpu:0"));
+  auto group = make_device_rendezvous(2, parse_device("cpu:0"));
   auto b = random_batch(3, s.features, 3, 4);
   std::vector<std::unique_ptr<model>> reps;
   for (int r = 0; r < 2; ++r) reps.push_back(create_model(cfg, s, 8));

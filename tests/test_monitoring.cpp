@@ -3,11 +3,9 @@
 // Prometheus registry's text, the /metrics endpoint against hostile peers,
 // and both during real jobs, against the job's metrics.jsonl.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <doctest/doctest.h>
@@ -39,6 +37,7 @@
 #include "runtime/process_monitoring.hpp"
 #include "runtime/topology.hpp"
 #include "tests/free_port.hpp"
+#include "tests/processes.hpp"
 #include "tests/strategy_fixtures.hpp"
 
 using namespace troupe;
@@ -180,12 +179,7 @@ event decode_event(const std::string& data) {
   return e;
 }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using troupe::test::read_file;
 
 uint64_t le(const std::string& s, std::size_t at, int bytes) {
   uint64_t v = 0;
@@ -940,59 +934,8 @@ namespace {
 
 using troupe::test::free_port;
 
-// One `troupe node` process, its output in `log`; killed if still running
-// when destroyed.
-struct node_process {
-  pid_t pid = -1;
-  int status = -1;
-  std::string log;
-  node_process(const std::string& config, const std::string& task, const std::string& log_path)
-      : log(log_path) {
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::setenv("TROUPE_SECRET", "7834a8fdce0a3a0077c828817deb43cd1a958f30a0a43568bf0d69e58e998062",
-               1);
-      std::vector<std::string> args{TROUPE_BIN, "node", "--config", config, "--task", task};
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-  }
-  ~node_process() {
-    if (status < 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-    }
-  }
-  bool running() {
-    if (status >= 0) return false;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return false;
-    status = -1;
-    return true;
-  }
-  // The exit code; kills it when it is still running after `limit`.
-  int wait(std::chrono::seconds limit) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (running() && std::chrono::steady_clock::now() < end)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (status < 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  std::string output() const { return read_file(log); }
-};
-
 // The port in `file` once a running process wrote it (0 if it never did).
-uint16_t wait_for_port_file(const fs::path& file, node_process& p) {
+uint16_t wait_for_port_file(const fs::path& file, test::node_proc& p) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   uint16_t port = 0;
   while ((port = read_port_file(file)) == 0 && p.running() &&
@@ -1020,8 +963,8 @@ TEST_CASE("every troupe node task serves /metrics: workers their liveness, the c
                   {"heartbeat_seconds", 0.5}};
   const std::string config = dir / "job.json";
   std::ofstream(config) << j.dump(2);
-  node_process worker(config, "worker:0", dir / "worker.log");
-  node_process chief(config, "chief:0", dir / "chief.log");
+  test::node_proc worker(config, "worker:0", dir / "worker.log", test::kSecret);
+  test::node_proc chief(config, "chief:0", dir / "chief.log", test::kSecret);
 
   // The worker serves from its start until the chief ends the job.
   const uint16_t worker_port = wait_for_port_file(dir / "out/metrics_port.worker-0", worker);

@@ -1,4 +1,4 @@
-// NCCL device collectives (devices/nccl_communicator.cpp) on every visible
+// NCCL device collectives (collectives/nccl_group.cpp) on every visible
 // GPU, one rank per GPU, each on a thread of its own (with one GPU, a
 // 1-rank group). Without a GPU it prints why and exits 77, which ctest
 // counts as skipped (label gpu).
@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "devices/device_communicator.hpp"
+#include "collectives/nccl_id.hpp"
+#include "collectives/process_group.hpp"
 #include "devices/device_context.hpp"
-#include "devices/nccl_id.hpp"
 #include "tests/device_fixtures.hpp"
 
 using namespace troupe;
@@ -38,8 +38,8 @@ float value(int rank, std::size_t i) {
   return static_cast<float>((i * 7 + static_cast<std::size_t>(rank) * 13) % 64) - 32.0f;
 }
 
-std::vector<float> run_collective(device_collective_group& group, int r, std::size_t count,
-                                  const std::function<void(device_communicator&, float*)>& op,
+std::vector<float> run_collective(group_rendezvous& group, int r, std::size_t count,
+                                  const std::function<void(process_group&, float*)>& op,
                                   const std::function<bool(std::size_t)>& fill = {}) {
   auto ctx = make_device_context(cuda(r));
   auto comm = group.join(r, *ctx);
@@ -62,11 +62,11 @@ TEST_CASE("nccl all_reduce: sum and mean on every visible GPU") {
   const std::size_t count = (1 << 20) + 3;
   for (auto op : {reduce_op::sum, reduce_op::mean}) {
     CAPTURE(static_cast<int>(op));
-    auto group = make_device_collective_group(n, cuda(0));
+    auto group = make_device_rendezvous(n, cuda(0));
     std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
     auto errors = on_ranks(n, [&](int r) {
       got[static_cast<std::size_t>(r)] = run_collective(
-          *group, r, count, [&](device_communicator& c, float* d) { c.all_reduce(d, count, op); });
+          *group, r, count, [&](process_group& c, float* d) { c.all_reduce(d, count, op); });
     });
     for (int r = 0; r < n; ++r) {
       REQUIRE(errors[static_cast<std::size_t>(r)] == "");
@@ -94,12 +94,12 @@ TEST_CASE("nccl reduce_scatter and all_gather, in place") {
   const int n = gpus();
   const std::size_t chunk = 4099;
   const std::size_t count = chunk * static_cast<std::size_t>(n);
-  auto rs = make_device_collective_group(n, cuda(0));
+  auto rs = make_device_rendezvous(n, cuda(0));
   std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
   auto errors = on_ranks(n, [&](int r) {
     got[static_cast<std::size_t>(r)] = run_collective(
         *rs, r, count,
-        [&](device_communicator& c, float* d) { c.reduce_scatter(d, chunk, reduce_op::sum); });
+        [&](process_group& c, float* d) { c.reduce_scatter(d, chunk, reduce_op::sum); });
   });
   for (int r = 0; r < n; ++r) {
     REQUIRE(errors[static_cast<std::size_t>(r)] == "");
@@ -112,10 +112,10 @@ TEST_CASE("nccl reduce_scatter and all_gather, in place") {
     CHECK(bad == 0);
   }
 
-  auto ag = make_device_collective_group(n, cuda(0));
+  auto ag = make_device_rendezvous(n, cuda(0));
   errors = on_ranks(n, [&](int r) {
     got[static_cast<std::size_t>(r)] = run_collective(
-        *ag, r, count, [&](device_communicator& c, float* d) { c.all_gather(d, chunk); },
+        *ag, r, count, [&](process_group& c, float* d) { c.all_gather(d, chunk); },
         [&](std::size_t i) { return i / chunk == static_cast<std::size_t>(r); });
   });
   for (int r = 0; r < n; ++r) {
@@ -129,14 +129,14 @@ TEST_CASE("nccl reduce_scatter and all_gather, in place") {
 
 TEST_CASE("nccl: a group rebuilt from its id in another group object is the same group") {
   const int n = gpus();
-  auto chief = make_nccl_group(n);
-  auto other = make_nccl_group(n, nccl_group_id(*chief));  // as another process would
+  auto chief = make_nccl_rendezvous(n);
+  auto other = make_nccl_rendezvous(n, nccl_group_id(*chief));  // as another process would
   CHECK(nccl_group_id(*other) == nccl_group_id(*chief));
   std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
   auto errors = on_ranks(n, [&](int r) {
-    got[static_cast<std::size_t>(r)] = run_collective(
-        r == 0 ? *chief : *other, r, 1000,
-        [&](device_communicator& c, float* d) { c.all_reduce(d, 1000, reduce_op::sum); });
+    got[static_cast<std::size_t>(r)] =
+        run_collective(r == 0 ? *chief : *other, r, 1000,
+                       [&](process_group& c, float* d) { c.all_reduce(d, 1000, reduce_op::sum); });
   });
   for (int r = 0; r < n; ++r) {
     REQUIRE(errors[static_cast<std::size_t>(r)] == "");
@@ -144,7 +144,7 @@ TEST_CASE("nccl: a group rebuilt from its id in another group object is the same
     for (int q = 0; q < n; ++q) sum += value(q, 999);
     CHECK(got[static_cast<std::size_t>(r)][999] == sum);
   }
-  auto host = make_device_collective_group(2, device_spec{device_spec::kind_t::sim, 0});
+  auto host = make_device_rendezvous(2, device_spec{device_spec::kind_t::sim, 0});
   CHECK_THROWS_AS(nccl_group_id(*host), device_error);
 }
 
@@ -152,7 +152,7 @@ TEST_CASE("nccl abort releases a rank waiting for a peer that never joins") {
   // The group has one rank more than there are GPUs to join it: the last
   // never comes, and rank 0 waits in ncclCommInitRankConfig until the abort.
   const int n = gpus() + 1;
-  auto group = make_device_collective_group(n, cuda(0));
+  auto group = make_device_rendezvous(n, cuda(0));
   std::atomic<int> joining{0};
   auto errors = on_ranks(n, [&](int r) {
     if (r == n - 1) {
@@ -177,7 +177,7 @@ TEST_CASE("nccl abort releases a rank whose all_reduce waits for a peer") {
     troupe::test::skip_case("needs 2 GPUs (a 1-rank all_reduce waits for nobody)");
     return;
   }
-  auto group = make_device_collective_group(n, cuda(0));
+  auto group = make_device_rendezvous(n, cuda(0));
   std::atomic<int> joined{0};
   auto errors = on_ranks(n, [&](int r) {
     auto ctx = make_device_context(cuda(r));

@@ -35,6 +35,7 @@
 #include "runtime/preemption.hpp"
 #include "tests/attack.hpp"
 #include "tests/free_port.hpp"
+#include "tests/gate_fixtures.hpp"
 #include "tests/processes.hpp"
 #include "tests/strategy_fixtures.hpp"
 
@@ -296,15 +297,7 @@ TEST_CASE("a job from the environment: the secret alone speaks as no task; refus
   int tls_up = 0;
   for (const auto& [as, id] : std::vector<std::pair<std::string, const task_identity*>>{
            {"worker:0", nullptr}, {"chief:0", nullptr}, {"chief:0", &forged}}) {
-    gate_options o;
-    o.secret = kSecret;
-    o.name = as;
-    o.expect_peer = "chief:0";
-    if (id) {
-      o.link.kind = link_security::trust::certificates;
-      o.link.identity = std::make_shared<const task_identity>(*id);
-    }
-    auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(5));
+    auto s = handshake_with_chief(port, kSecret, as, id);
     if (s.fd < 0) continue;
     // A TLS 1.3 client finishes before the server checked it: the chief
     // closes the link once it has.
@@ -1025,11 +1018,7 @@ TEST_CASE("a holder of the secret cannot take a live worker's routes; refused, l
   const auto port = parse_host_port(job.address.at("chief:0")).port;
   int admitted = 0;
   for (const char* as : {"worker:0", "chief:0"}) {
-    gate_options o;
-    o.secret = kSecret;
-    o.name = as;
-    o.expect_peer = "chief:0";
-    auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(5));
+    auto s = handshake_with_chief(port, kSecret, as);
     if (s.fd < 0) continue;  // refused at the gate
     ++admitted;
     const auto forged = attack::basp_header(1, 0x02, static_cast<uint32_t>(victim.size())) +
@@ -1075,11 +1064,7 @@ struct unfinished_flood {
   }
   // A link that announced its frame, or -1 (refused: the chief may be gone).
   int open_one(std::mt19937& rng) {
-    gate_options o;
-    o.secret = kSecret;
-    o.name = "chief:0";
-    o.expect_peer = "chief:0";
-    auto s = gate_secure_handshake("127.0.0.1", port, o, std::chrono::seconds(2));
+    auto s = handshake_with_chief(port, kSecret, "chief:0", nullptr, std::chrono::seconds(2));
     if (s.fd < 0) return -1;
     ++authenticated;
     caf::node_id::default_data::host_id_type host{};

@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 #include <spdlog/spdlog.h>
@@ -21,6 +20,7 @@
 #include "envs/env.hpp"
 #include "runtime/job.hpp"
 #include "strategies/strategy.hpp"
+#include "tests/fixtures.hpp"
 
 using namespace troupe;
 
@@ -170,17 +170,6 @@ class episode_sampler final : public strategy {
 
 const strategy_registration registered{std::make_shared<episode_sampler>()};
 
-std::vector<nlohmann::json> lines_of(const std::filesystem::path& metrics,
-                                     const std::string& type) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.value("type", "") == type) out.push_back(std::move(j));
-  }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("a strategy with a job of its own runs through the one coordinator") {
@@ -225,13 +214,12 @@ TEST_CASE("a strategy with a job of its own runs through the one coordinator") {
   CHECK_FALSE(s.contains("replicas"));
 
   // The coordinator wrote the strategy's progress lines and no epoch line.
-  const auto metrics = dir / "metrics.jsonl";
-  auto sample_lines = lines_of(metrics, "sample");
+  auto sample_lines = test::metrics_lines(dir, "sample");
   REQUIRE(sample_lines.size() == static_cast<std::size_t>(steps / 5));
   CHECK(sample_lines.back()["step"].get<int64_t>() == steps / 5 * 5);
   CHECK(sample_lines.back()["env_steps"].get<int64_t>() == steps / 5 * 5 * per_unroll);
-  CHECK(lines_of(metrics, "epoch").empty());
-  CHECK(lines_of(metrics, "summary").size() == 1);
+  CHECK(test::metrics_lines(dir, "epoch").empty());
+  CHECK(test::metrics_lines(dir, "summary").size() == 1);
   CHECK(reports.load() == static_cast<int>(sample_lines.size()));
   CHECK(last_measure.find("episodes") != std::string::npos);
   std::filesystem::remove_all(dir);

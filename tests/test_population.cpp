@@ -8,7 +8,6 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <set>
 
 #include "actors/learner.hpp"
@@ -22,6 +21,7 @@
 #include "strategies/population.hpp"
 
 using namespace troupe;
+using troupe::test::metrics_lines;
 using troupe::test::tiny_model;
 
 namespace {
@@ -264,21 +264,6 @@ TEST_CASE("population: an exploit copies weights and optimizer state bit for bit
     self->send_exit(h, caf::exit_reason::user_shutdown);
 }
 
-namespace {
-
-std::vector<nlohmann::json> lines_of(const std::string& dir, const std::string& type) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.value("type", "") == type) out.push_back(j);
-  }
-  return out;
-}
-
-}  // namespace
-
 TEST_CASE("population: a CartPole population exploits, saves its best member and resumes") {
   test::temp_dir tmp;
   auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
@@ -297,7 +282,7 @@ TEST_CASE("population: a CartPole population exploits, saves its best member and
   const auto& pop = s["population"];
   CHECK(pop["members"].size() == 4);
   CHECK(pop["rounds"].get<int64_t>() >= 1);
-  auto events = lines_of(tmp / "run", "population");
+  auto events = metrics_lines(tmp / "run", "population");
   CHECK(static_cast<int64_t>(events.size()) == pop["exploits"].get<int64_t>());
   REQUIRE(!events.empty());
   for (const auto& e : events) {
@@ -308,7 +293,7 @@ TEST_CASE("population: a CartPole population exploits, saves its best member and
     CHECK((std::abs(f - 0.8) < 1e-9 || std::abs(f - 1.2) < 1e-9 || clamped == 1e-5 ||
            clamped == 1e-2));
   }
-  auto train = lines_of(tmp / "run", "train");
+  auto train = metrics_lines(tmp / "run", "train");
   REQUIRE(!train.empty());
   CHECK(train.back()["population"]["members"].size() == 4);
   CHECK(train.back()["best_learning_rate"].get<double>() > 0);

@@ -217,6 +217,30 @@ TEST_CASE("process ring: abort ends a collective a peer never joins, and the pee
   CHECK_THROWS_AS(ring[1]->all_reduce(y.data(), y.size(), reduce_op::sum), device_error);
 }
 
+TEST_CASE("process ring: a group aborted mid-collective frees every rank; the survivors re-form") {
+  // The collective layer's contract (collectives/process_group.hpp) on the
+  // backend between processes: rank 2 leaves while 0 and 1 wait in an
+  // all-reduce; both fail, naming the abort, and a ring of the two
+  // survivors sums as a group of 2.
+  auto ring = make_ring(3, true);
+  std::vector<std::future<void>> waiting;
+  std::vector<std::vector<float>> x(2, std::vector<float>(1000, 1.0f));
+  for (int r = 0; r < 2; ++r)
+    waiting.push_back(std::async(std::launch::async, [&, r] {
+      ring[static_cast<std::size_t>(r)]->all_reduce(x[static_cast<std::size_t>(r)].data(), 1000,
+                                                    reduce_op::sum);
+    }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ring[2]->abort("rank 2 is lost");
+  for (auto& w : waiting) CHECK_THROWS_AS(w.get(), device_error);
+  auto survivors = make_ring(2, true);
+  on_every_rank(2, [&](int r) {
+    std::vector<float> y(1000, static_cast<float>(r + 1));
+    survivors[static_cast<std::size_t>(r)]->all_reduce(y.data(), y.size(), reduce_op::sum);
+    CHECK(y == std::vector<float>(1000, 3.0f));
+  });
+}
+
 TEST_CASE("process ring: a peer that goes away fails the collective, naming the link") {
   auto ring = make_ring(2, true);
   ring[1].reset();  // its sockets close

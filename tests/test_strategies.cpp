@@ -9,6 +9,7 @@
 #include "runtime/job.hpp"
 #include "runtime/topology.hpp"
 #include "strategies/lockstep_driver.hpp"
+#include "strategies/replica_group.hpp"
 #include "strategies/strategy.hpp"
 #include "tests/strategy_fixtures.hpp"
 
@@ -16,45 +17,42 @@ using namespace troupe;
 
 namespace {
 
+// Local SGD against the collective layer: each replica steps on its own,
+// and every `every` steps the replicas' variables are averaged in place
+// through the replica's process_group, in the same device task. The step
+// never knows which backend runs the all-reduce (the reducer actors or the
+// device group, as strategy.reducer says).
 class local_sgd_step final : public replica_step {
  public:
   local_sgd_step(replica_wiring w, int64_t every) : wiring_(std::move(w)), every_(every) {}
 
+  void init(compute_state& cs) override { cs.collectives = make_replica_group(wiring_, cs); }
+
   void run(replica_host& h, int64_t step, batch b, step_promise rp) override {
-    h.set_busy(true);
-    const bool average = (step + 1) % every_ == 0;
-    h.on_device<step_stats>(
-        [b = std::move(b), step, fail = h.fail_at_step()](compute_state& cs) {
+    h.set_busy(false);
+    run_on_device(
+        h, "local_sgd", step, std::move(b),
+        [every = every_, fail = h.fail_at_step()](compute_state& cs, const batch& b, int64_t step) {
           auto s = compute_gradients(cs, b, step, fail, /*local_mean=*/true);
-          cs.opt->apply(cs.net->variables(), cs.grads);
+          cs.apply_update();
+          if ((step + 1) % every == 0) average_variables(cs);
           return s;
         },
-        [this, &h, rp, average](step_stats& s) mutable {
-          h.count(s);
-          if (!average) {
-            h.step_finished(rp, s);
-            return;
-          }
-          // The variables' own buffers, averaged in place: no step runs
-          // while this replica is busy.
-          h.on_device<std::vector<tensor>>(
-              [](compute_state& cs) { return variable_buffers(cs); },
-              [this, &h, rp, s](std::vector<tensor>& vars) mutable {
-                h.self()
-                    ->request(wiring_.reducer, h.request_timeout(), allreduce_atom::value,
-                              reduce_op::mean, std::move(vars))
-                    .then([&h, rp, s](std::vector<tensor>&) mutable { h.step_finished(rp, s); },
-                          h.failer());
-              });
-        });
+        std::move(rp));
   }
 
  private:
+  static void average_variables(compute_state& cs) {
+    for (auto& v : cs.net->variables())
+      cs.collectives->issue_all_reduce(v.value.f32(), static_cast<std::size_t>(v.value.numel()),
+                                       reduce_op::mean);
+    cs.collectives->complete();
+  }
+
   replica_wiring wiring_;
   int64_t every_;
 };
 
-// local_sgd's own key: no field of strategy_config holds it.
 const strategy_option<int64_t> average_every{"average_every", 4, integer_in(1, 1000000)};
 
 class local_sgd final : public strategy {
@@ -62,7 +60,8 @@ class local_sgd final : public strategy {
   std::string name() const override { return "local_sgd"; }
   std::vector<strategy_key> keys() const override {
     return {strategy_keys::replicas(),
-            strategy_keys::reducer({reducer_algorithm::ring, reducer_algorithm::tree}),
+            strategy_keys::reducer(
+                {reducer_algorithm::ring, reducer_algorithm::tree, reducer_algorithm::device}),
             average_every.key()};
   }
   void validate(const job_config& c) const override {
@@ -72,14 +71,13 @@ class local_sgd final : public strategy {
   }
   reducer_parts make_reducers(caf::actor_system& sys, const job_config& c,
                               const reducer_wiring& w) const override {
-    reducer_parts out;
-    out.per_replica = spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c));
-    return out;
+    return make_collective_parts(sys, c, w);
   }
   std::unique_ptr<replica_step> make_replica_step(const job_config& c,
                                                   const replica_wiring& w) const override {
     return std::make_unique<local_sgd_step>(w, average_every.of(c.strategy));
   }
+  bool replicas_wait_on_device() const override { return true; }
   std::unique_ptr<job_driver> make_driver(const job_plan&) const override {
     return std::make_unique<lockstep_driver>();
   }
@@ -214,8 +212,9 @@ TEST_CASE("a strategy defined in a test runs through the normal job path") {
           R"(strategy.average_every: expected an integer >= 1, got "often")");
     CHECK(error_of(R"("average_evry": 2,)") ==
           R"(strategy.average_evry: unknown key; did you mean "average_every"?)");
-    CHECK(error_of(R"("reducer": {"algorithm": "nccl"},)") ==
-          R"(strategy.reducer.algorithm: expected one of "ring", "tree", got "nccl")");
+    CHECK(
+        error_of(R"("reducer": {"algorithm": "reduce_to_one"},)") ==
+        R"(strategy.reducer.algorithm: expected one of "ring", "tree", "device", got "reduce_to_one")");
     // Keys of other strategies are refused, naming the strategy, both ways.
     CHECK(
         error_of(R"("communication_period": 2,)") ==
@@ -241,6 +240,22 @@ TEST_CASE("a strategy defined in a test runs through the normal job path") {
     CHECK(s["steps"] == 10);
     CHECK(test::max_abs_diff(ref, test::variables_of(s)) < 1e-5);
     CHECK(test::metrics_of(s, "epoch").size() == 1);
+  }
+
+  SUBCASE("the same step over the device group gives the same model as over the actors") {
+    auto ring = env.job("local_sgd", "sgd", 2, 48);
+    ring.training.max_steps = 10;
+    average_every.set(ring.strategy, 5);
+    auto device = env.job("local_sgd", "sgd", 2, 48);
+    device.training.max_steps = 10;
+    average_every.set(device.strategy, 5);
+    device.strategy.reducer.algorithm = reducer_algorithm::device;
+    auto by_actors = test::variables_of(run_job(ring));
+    auto by_device = test::variables_of(run_job(device));
+    CHECK(test::max_abs_diff(by_actors, by_device) < 1e-6);
+    auto m = env.job("mirrored", "sgd", 2, 48);
+    m.training.max_steps = 10;
+    CHECK(test::max_abs_diff(test::variables_of(run_job(m)), by_device) > 1e-6);
   }
 
   SUBCASE("averaging every 5 steps is not the same model, and it resumes") {

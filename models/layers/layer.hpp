@@ -19,7 +19,7 @@
 #include "messages/tensor.hpp"
 
 namespace troupe {
-class device_communicator;
+class process_group;
 }
 
 namespace troupe::layers {
@@ -46,7 +46,7 @@ struct run_context {
   uint64_t base_seed = 0;
   const int64_t* example_ids = nullptr;
   // Synchronised batch norm: the replicas' group (null: per replica).
-  device_communicator* sync = nullptr;
+  process_group* sync = nullptr;
   // The model's variables and their gradients, in variables() order, and
   // its buffers (state that is not trained: running statistics).
   std::vector<float*> vars, grads, bufs;

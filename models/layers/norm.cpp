@@ -7,7 +7,7 @@
 // layer_norm: per example over all its values, gamma/beta per value.
 #include <cstring>
 
-#include "devices/device_communicator.hpp"
+#include "collectives/process_group.hpp"
 #include "models/layers/keys.hpp"
 
 namespace troupe::layers {

@@ -1,5 +1,5 @@
 // The in-process device collective group of cpu:N and sim:N devices
-// (devices/host_communicator.hpp).
+// (collectives/host_group.hpp).
 //
 // Each rank numbers the collectives it issues 0, 1, 2, ...; the ranks of a
 // group issue the same sequence. Per rank, two counters that only it writes:
@@ -32,7 +32,7 @@
 // abort() stops shares from starting, waits for those under way (plain
 // loops over buffers that may be freed once a rank's wait is released), and
 // releases every wait with an error.
-#include "devices/host_communicator.hpp"
+#include "collectives/host_group.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -126,17 +126,17 @@ struct alignas(64) rank_slot {
   std::vector<post> ring = std::vector<post>(window);  // post s at s % window
 };
 
-class host_group final : public device_collective_group,
-                         public std::enable_shared_from_this<host_group> {
+class host_rendezvous final : public group_rendezvous,
+                              public std::enable_shared_from_this<host_rendezvous> {
  public:
-  host_group(int size, device_spec::kind_t kind)
+  host_rendezvous(int size, device_spec::kind_t kind)
       : n_(size),
         kind_(kind),
         slots_(static_cast<std::size_t>(size)),
         joined_(static_cast<std::size_t>(size), false) {}
 
   int size() const override { return n_; }
-  std::unique_ptr<device_communicator> join(int rank, device_context& ctx) override;
+  std::unique_ptr<process_group> join(int rank, device_context& ctx) override;
 
   void abort(const std::string& why) override {
     {
@@ -248,9 +248,10 @@ class host_group final : public device_collective_group,
   std::vector<bool> joined_;  // under mtx_
 };
 
-class host_communicator final : public device_communicator {
+class host_process_group final : public process_group {
  public:
-  host_communicator(std::shared_ptr<host_group> g, int rank) : g_(std::move(g)), rank_(rank) {}
+  host_process_group(std::shared_ptr<host_rendezvous> g, int rank)
+      : g_(std::move(g)), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return g_->size(); }
   void all_reduce(float* data, std::size_t n, reduce_op op) override {
@@ -265,28 +266,31 @@ class host_communicator final : public device_communicator {
     issue_all_gather(data, chunk);
     g_->complete(rank_, error_);
   }
-  void issue_all_reduce(float* data, std::size_t n, reduce_op op) override {
+  work issue_all_reduce(float* data, std::size_t n, reduce_op op) override {
     require_device_reduce_op(op, "all_reduce");
     g_->issue(rank_, {data, n, coll_kind::all_reduce, op}, error_);
+    return issued();
   }
-  void issue_reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
+  work issue_reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
     require_device_reduce_op(op, "reduce_scatter");
     g_->issue(rank_, {data, chunk, coll_kind::reduce_scatter, op}, error_);
+    return issued();
   }
-  void issue_all_gather(float* data, std::size_t chunk) override {
+  work issue_all_gather(float* data, std::size_t chunk) override {
     g_->issue(rank_, {data, chunk, coll_kind::all_gather, reduce_op::sum}, error_);
+    return issued();
   }
   void complete() override { g_->complete(rank_, error_); }
   void check() override { g_->check("device collectives"); }
   void abort(const std::string& why) override { g_->abort(why); }
 
  private:
-  std::shared_ptr<host_group> g_;
+  std::shared_ptr<host_rendezvous> g_;
   int rank_;
   std::string error_;  // the first mismatch since the last complete()
 };
 
-std::unique_ptr<device_communicator> host_group::join(int rank, device_context& ctx) {
+std::unique_ptr<process_group> host_rendezvous::join(int rank, device_context& ctx) {
   const std::string who = "device collectives: rank " + std::to_string(rank);
   if (rank < 0 || rank >= n_)
     throw device_error(who + " is outside the group of " + std::to_string(n_) + " ranks");
@@ -297,10 +301,10 @@ std::unique_ptr<device_communicator> host_group::join(int rank, device_context& 
   if (aborted_) throw device_error(who + " cannot join: the group was aborted: " + why_);
   if (joined_[static_cast<std::size_t>(rank)]) throw device_error(who + " joined twice");
   joined_[static_cast<std::size_t>(rank)] = true;
-  return std::make_unique<host_communicator>(shared_from_this(), rank);
+  return std::make_unique<host_process_group>(shared_from_this(), rank);
 }
 
-void host_group::issue(int rank, const post& p, std::string& error) {
+void host_rendezvous::issue(int rank, const post& p, std::string& error) {
   const char* what = coll_name(p.kind);
   if (aborted_) fail_aborted(what);
   auto& me = slot(rank);
@@ -314,7 +318,7 @@ void host_group::issue(int rank, const post& p, std::string& error) {
   }
 }
 
-void host_group::complete(int rank, std::string& error) {
+void host_rendezvous::complete(int rank, std::string& error) {
   const uint64_t posted = slot(rank).posted.load(std::memory_order_relaxed);
   if (posted > 0) drive(rank, posted - 1, error);
   if (!error.empty()) {
@@ -325,7 +329,7 @@ void host_group::complete(int rank, std::string& error) {
   check("device collectives");
 }
 
-bool host_group::try_share(int rank, std::string& error) {
+bool host_rendezvous::try_share(int rank, std::string& error) {
   auto& me = slot(rank);
   const uint64_t s = me.shared.load(std::memory_order_relaxed);
   if (s >= me.posted.load(std::memory_order_relaxed) || !everyone_posted(s)) return false;
@@ -335,7 +339,7 @@ bool host_group::try_share(int rank, std::string& error) {
   return true;
 }
 
-void host_group::drive(int rank, uint64_t s, std::string& error) {
+void host_rendezvous::drive(int rank, uint64_t s, std::string& error) {
   auto& me = slot(rank);
   while (me.shared.load(std::memory_order_relaxed) <= s) {
     if (try_share(rank, error)) continue;
@@ -346,7 +350,7 @@ void host_group::drive(int rank, uint64_t s, std::string& error) {
   if (!await([&] { return everyone_shared(s); })) fail_aborted(coll_name(me.ring[s % window].kind));
 }
 
-std::string host_group::compare_posts(uint64_t s) const {
+std::string host_rendezvous::compare_posts(uint64_t s) const {
   const auto at = static_cast<std::size_t>(s % window);
   const post& first = slots_[0].ring[at];
   bool same = true;
@@ -361,7 +365,7 @@ std::string host_group::compare_posts(uint64_t s) const {
   return m;
 }
 
-void host_group::share(int rank, uint64_t s, std::string& error) {
+void host_rendezvous::share(int rank, uint64_t s, std::string& error) {
   const auto at = static_cast<std::size_t>(s % window);
   const auto r = static_cast<std::size_t>(rank);
   const auto n = static_cast<std::size_t>(n_);
@@ -414,15 +418,14 @@ void host_group::share(int rank, uint64_t s, std::string& error) {
 
 }  // namespace
 
-std::shared_ptr<device_collective_group> make_host_collective_group(int size,
-                                                                    device_spec::kind_t kind) {
+std::shared_ptr<group_rendezvous> make_host_rendezvous(int size, device_spec::kind_t kind) {
   if (size < 1)
     throw device_error("device collectives: a group needs at least 1 rank, not " +
                        std::to_string(size));
   if (kind == device_spec::kind_t::cuda)
     throw device_error(
         "device collectives: the host group serves cpu:N and sim:N devices, not cuda");
-  return std::make_shared<host_group>(size, kind);
+  return std::make_shared<host_rendezvous>(size, kind);
 }
 
 }  // namespace troupe

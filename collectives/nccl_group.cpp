@@ -1,5 +1,5 @@
-// NCCL device collective groups (devices/device_communicator.hpp,
-// devices/nccl_id.hpp); built with the CUDA path when NCCL is found
+// NCCL device collective groups (collectives/process_group.hpp,
+// collectives/nccl_id.hpp); built with the CUDA path when NCCL is found
 // (TROUPE_HAVE_NCCL).
 //
 // One communicator per rank, made by join() on the rank's device thread from
@@ -28,8 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/nccl_id.hpp"
 #include "devices/cuda_context.hpp"
-#include "devices/nccl_id.hpp"
 
 namespace troupe {
 namespace {
@@ -54,14 +54,14 @@ std::string nccl_failure(const char* what, int rank, const char* call, ncclResul
   return s;
 }
 
-class nccl_group final : public device_collective_group,
-                         public std::enable_shared_from_this<nccl_group> {
+class nccl_rendezvous final : public group_rendezvous,
+                              public std::enable_shared_from_this<nccl_rendezvous> {
  public:
-  nccl_group(int size, const ncclUniqueId& id)
+  nccl_rendezvous(int size, const ncclUniqueId& id)
       : n_(size), id_(id), joined_(static_cast<std::size_t>(size), false) {}
 
   int size() const override { return n_; }
-  std::unique_ptr<device_communicator> join(int rank, device_context& ctx) override;
+  std::unique_ptr<process_group> join(int rank, device_context& ctx) override;
 
   void abort(const std::string& why) override {
     std::vector<std::shared_ptr<rank_slot>> slots;
@@ -140,17 +140,17 @@ class nccl_group final : public device_collective_group,
   std::vector<std::shared_ptr<rank_slot>> slots_;
 };
 
-class nccl_communicator final : public device_communicator {
+class nccl_process_group final : public process_group {
  public:
-  nccl_communicator(std::shared_ptr<nccl_group> g, std::shared_ptr<rank_slot> s, int rank,
-                    cudaStream_t stream)
+  nccl_process_group(std::shared_ptr<nccl_rendezvous> g, std::shared_ptr<rank_slot> s, int rank,
+                     cudaStream_t stream)
       : g_(std::move(g)), s_(std::move(s)), rank_(rank), stream_(stream) {}
 
   // Flushes and frees the communicator (ncclCommFinalize, then
   // ncclCommDestroy); if that does not finish in time (peers gone without an
   // abort), ncclCommAbort. Destroy it before its device context (whose
   // stream it uses).
-  ~nccl_communicator() override {
+  ~nccl_process_group() override {
     // Out of the group's reach first (abort() skips a gone slot), then the
     // polling without the lock: a peer's abort meanwhile must not wait on it.
     ncclComm_t c = nullptr;
@@ -203,6 +203,14 @@ class nccl_communicator final : public device_communicator {
     });
   }
 
+  void broadcast(float* data, std::size_t n, int root) override {
+    if (root < 0 || root >= size())
+      throw device_error("broadcast: root " + std::to_string(root) + " is outside the group of " +
+                         std::to_string(size()) + " ranks");
+    issue("broadcast", "ncclBroadcast", n,
+          [&](ncclComm_t c) { return ncclBroadcast(data, data, n, ncclFloat, root, c, stream_); });
+  }
+
   void check() override {
     std::string failure;
     {
@@ -248,13 +256,13 @@ class nccl_communicator final : public device_communicator {
     g_->wait_ready(*s_, rank_, what);
   }
 
-  std::shared_ptr<nccl_group> g_;
+  std::shared_ptr<nccl_rendezvous> g_;
   std::shared_ptr<rank_slot> s_;
   int rank_;
   cudaStream_t stream_;
 };
 
-std::unique_ptr<device_communicator> nccl_group::join(int rank, device_context& ctx) {
+std::unique_ptr<process_group> nccl_rendezvous::join(int rank, device_context& ctx) {
   const std::string who = "nccl: rank " + std::to_string(rank);
   if (rank < 0 || rank >= n_)
     throw device_error(who + " is outside the group of " + std::to_string(n_) + " ranks");
@@ -289,7 +297,7 @@ std::unique_ptr<device_communicator> nccl_group::join(int rank, device_context& 
   if (gone) throw aborted_error(what.c_str());
   if (!failure.empty()) fail(failure);  // the group's abort frees a half-made comm
   wait_ready(*slot, rank, what.c_str());
-  return std::make_unique<nccl_communicator>(shared_from_this(), slot, rank, stream);
+  return std::make_unique<nccl_process_group>(shared_from_this(), slot, rank, stream);
 }
 
 }  // namespace
@@ -298,7 +306,7 @@ bool built_with_nccl() noexcept {
   return true;
 }
 
-std::shared_ptr<device_collective_group> make_nccl_group(int size) {
+std::shared_ptr<group_rendezvous> make_nccl_rendezvous(int size) {
   if (size < 1)
     throw device_error("nccl: a group needs at least 1 rank, not " + std::to_string(size));
   ncclUniqueId id;
@@ -307,19 +315,19 @@ std::shared_ptr<device_collective_group> make_nccl_group(int size) {
     throw device_error(std::string("nccl: ncclGetUniqueId: ") + ncclGetErrorString(r) +
                        (last && *last ? std::string(" (") + last + ")" : std::string()));
   }
-  return std::make_shared<nccl_group>(size, id);
+  return std::make_shared<nccl_rendezvous>(size, id);
 }
 
-std::shared_ptr<device_collective_group> make_nccl_group(int size, nccl_unique_id id) {
+std::shared_ptr<group_rendezvous> make_nccl_rendezvous(int size, nccl_unique_id id) {
   if (size < 1)
     throw device_error("nccl: a group needs at least 1 rank, not " + std::to_string(size));
   ncclUniqueId nid;
   std::memcpy(&nid, id.data(), sizeof nid);
-  return std::make_shared<nccl_group>(size, nid);
+  return std::make_shared<nccl_rendezvous>(size, nid);
 }
 
-nccl_unique_id nccl_group_id(const device_collective_group& g) {
-  auto* n = dynamic_cast<const nccl_group*>(&g);
+nccl_unique_id nccl_group_id(const group_rendezvous& g) {
+  auto* n = dynamic_cast<const nccl_rendezvous*>(&g);
   if (!n) throw device_error("nccl_group_id: this device collective group is not an NCCL group");
   return n->id();
 }

@@ -1,7 +1,7 @@
 #pragma once
 // The in-process device collective group for cpu:N and sim:N devices
-// (devices/host_communicator.cpp): the contract of
-// devices/device_communicator.hpp in host memory, so that what a strategy
+// (collectives/host_group.cpp): the contract of
+// collectives/process_group.hpp in host memory, so that what a strategy
 // does with device collectives runs in the CPU test suite. Every rank posts
 // its buffer; once all have, each rank reduces its share of the elements
 // across all ranks' buffers (in rank order 0..n-1, so every rank gets
@@ -12,13 +12,12 @@
 // over the buffers: a host context's device memory is host-addressable.
 #include <memory>
 
-#include "devices/device_communicator.hpp"
+#include "collectives/process_group.hpp"
 
 namespace troupe {
 
 // `size` ranks whose contexts are all of `kind` (cpu or sim; join() refuses
 // other contexts). Throws device_error for size < 1 or a cuda kind.
-std::shared_ptr<device_collective_group> make_host_collective_group(int size,
-                                                                    device_spec::kind_t kind);
+std::shared_ptr<group_rendezvous> make_host_rendezvous(int size, device_spec::kind_t kind);
 
 }  // namespace troupe

@@ -1,0 +1,204 @@
+// The reducer actors behind the collective layer (actors/reducer_group.hpp).
+#include "actors/reducer_group.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "devices/device.hpp"
+#include "trace/trace.hpp"
+
+namespace troupe {
+namespace {
+
+// A caller's buffer that did not start on 64 bytes: the actors work on an
+// aligned copy, copied back when the reply comes.
+struct staged_copy {
+  float* dst = nullptr;
+  tensor copy;
+};
+
+// The tensors of one request over the caller's buffers.
+struct request_buffers {
+  std::vector<tensor> tensors;
+  std::vector<staged_copy> staged;
+};
+
+void add_buffer(request_buffers& rb, float* data, std::size_t n) {
+  const shape_t shape{static_cast<int64_t>(n)};
+  if (n == 0 || reinterpret_cast<std::uintptr_t>(data) % 64 == 0) {
+    rb.tensors.push_back(
+        tensor::wrap(shape, dtype::f32, std::shared_ptr<void>(std::shared_ptr<void>(), data)));
+    return;
+  }
+  auto copy = tensor::uninitialized(shape);
+  std::memcpy(copy.f32(), data, n * sizeof(float));
+  rb.staged.push_back({data, copy});
+  rb.tensors.push_back(std::move(copy));
+}
+
+class reducer_process_group final : public process_group {
+ public:
+  reducer_process_group(caf::actor_system& sys, caf::actor reducer, reducer_group_options o)
+      : self_(sys), reducer_(std::move(reducer)), opts_(o) {}
+
+  ~reducer_process_group() override {
+    if (!pending_.empty()) abort("the reducer group was closed with collectives in flight");
+  }
+
+  int rank() const override { return opts_.rank; }
+  int size() const override { return opts_.size; }
+  memory_kind memory() const override { return memory_kind::host; }
+
+  void all_reduce(float* data, std::size_t n, reduce_op op) override {
+    issue_all_reduce(data, n, op).wait();
+  }
+  void reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
+    issue_reduce_scatter(data, chunk, op).wait();
+  }
+  void all_gather(float* data, std::size_t chunk) override { issue_all_gather(data, chunk).wait(); }
+  void broadcast(float* data, std::size_t n, int root) override {
+    issue_broadcast(data, n, root).wait();
+  }
+  // One request: the reducer fuses the spans into its own buckets.
+  void all_reduce_spans(const std::vector<float_span>& spans, reduce_op op) override {
+    request_buffers rb;
+    for (const auto& s : spans) add_buffer(rb, s.data, s.size);
+    send("all_reduce", std::move(rb), allreduce_atom::value, op).wait();
+  }
+
+  work issue_all_reduce(float* data, std::size_t n, reduce_op op) override {
+    request_buffers rb;
+    add_buffer(rb, data, n);
+    return send("all_reduce", std::move(rb), allreduce_atom::value, op);
+  }
+  // Every chunk reduced: rank r's among them.
+  work issue_reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
+    return issue_all_reduce(data, chunk * static_cast<std::size_t>(size()), op);
+  }
+  work issue_all_gather(float* data, std::size_t chunk) override {
+    work last;
+    for (int r = 0; r < size(); ++r)
+      last = issue_broadcast(data + static_cast<std::size_t>(r) * chunk, chunk, r);
+    return last;
+  }
+  work issue_broadcast(float* data, std::size_t n, int root) override {
+    if (root < 0 || root >= size())
+      throw device_error("broadcast: root " + std::to_string(root) + " is outside the group of " +
+                         std::to_string(size()) + " ranks");
+    request_buffers rb;
+    add_buffer(rb, data, n);
+    return send("broadcast", std::move(rb), broadcast_atom::value, static_cast<int32_t>(root));
+  }
+
+  void complete() override { wait_for(issued_count()); }
+  void check() override {
+    std::lock_guard lock(mtx_);
+    if (!aborted_.empty()) throw device_error("reducer collectives: " + aborted_);
+  }
+
+  // Takes this rank out of its reducer's group (the peers fail the
+  // collective they wait in) and fails this rank's replies still to come.
+  void abort(const std::string& why) override {
+    std::lock_guard lock(mtx_);
+    if (!aborted_.empty()) return;
+    aborted_ = why.empty() ? std::string("aborted") : why;
+    if (opts_.tell_abort)
+      opts_.tell_abort(reducer_, aborted_);
+    else
+      caf::anon_send(reducer_, reduce_abort_atom::value, aborted_);
+    for (auto id : in_flight_)
+      self_.ptr()->eq_impl(id, nullptr, nullptr, caf::make_error(caf::sec::request_receiver_down));
+  }
+
+ protected:
+  // Receives the replies up to `ticket`, in order; all of them, so that a
+  // failed collective leaves the group in step, then throws the first error.
+  void wait_for(uint64_t ticket) override {
+    std::string failure;
+    // The wait is the collectives' cost on this thread (a trace's and troupe
+    // report's all-reduce share), as the host group shows it.
+    std::optional<trace::scoped_span> waiting;
+    if (!pending_.empty() && pending_.front().ticket <= ticket)
+      waiting.emplace(trace::this_thread_track(), "collective_wait", trace::category::communicate);
+    while (!pending_.empty() && pending_.front().ticket <= ticket) {
+      auto p = std::move(pending_.front());
+      pending_.pop_front();
+      std::string error = receive(p);
+      if (failure.empty() && !error.empty()) failure = std::move(error);
+    }
+    if (!failure.empty()) throw device_error(failure);
+    check();
+  }
+
+ private:
+  using reply_handle = decltype(std::declval<caf::scoped_actor&>()->request(
+      std::declval<caf::actor&>(), caf::infinite, allreduce_atom::value, reduce_op::sum,
+      std::vector<tensor>{}));
+
+  struct pending_request {
+    uint64_t ticket = 0;
+    const char* what = "";
+    reply_handle reply;
+    std::vector<staged_copy> staged;
+  };
+
+  template <class... Ts>
+  work send(const char* what, request_buffers rb, Ts... head) {
+    check();
+    auto reply = self_->request(reducer_, opts_.timeout, head..., std::move(rb.tensors));
+    auto w = issued();
+    {
+      std::lock_guard lock(mtx_);
+      in_flight_.push_back(reply.id());
+    }
+    pending_.push_back({issued_count(), what, reply, std::move(rb.staged)});
+    return w;
+  }
+
+  // The reply to one request: empty when it succeeded, else what failed.
+  std::string receive(pending_request& p) {
+    std::string error;
+    p.reply.receive([](std::vector<tensor>&) {},
+                    [&](caf::error& e) {
+                      error = std::string("reducer collectives: ") + p.what + " on rank " +
+                              std::to_string(rank()) + " failed: " + describe(e);
+                    });
+    {
+      std::lock_guard lock(mtx_);
+      std::erase(in_flight_, p.reply.id());
+      if (!error.empty() && !aborted_.empty()) error = "reducer collectives: " + aborted_;
+    }
+    if (error.empty())
+      for (auto& s : p.staged)
+        std::memcpy(s.dst, s.copy.f32(), static_cast<std::size_t>(s.copy.numel()) * sizeof(float));
+    return error;
+  }
+
+  caf::scoped_actor self_;
+  caf::actor reducer_;
+  reducer_group_options opts_;
+  std::deque<pending_request> pending_;  // the calling thread's only
+  std::mutex mtx_;
+  std::vector<caf::message_id> in_flight_;  // under mtx_ (abort() reads it)
+  std::string aborted_;                     // under mtx_
+};
+
+}  // namespace
+
+std::unique_ptr<process_group> make_reducer_group(caf::actor_system& sys, caf::actor reducer,
+                                                  reducer_group_options opts) {
+  if (opts.size < 1 || opts.rank < 0 || opts.rank >= opts.size)
+    throw device_error("reducer group: rank " + std::to_string(opts.rank) + " of a group of " +
+                       std::to_string(opts.size));
+  if (!reducer)
+    throw device_error("reducer group: rank " + std::to_string(opts.rank) + " has no reducer");
+  return std::make_unique<reducer_process_group>(sys, std::move(reducer), opts);
+}
+
+}  // namespace troupe

@@ -1,0 +1,57 @@
+#pragma once
+// reducer_group: the reducer actors as a backend of the collective layer
+// (collectives/process_group.hpp). Rank r's process_group sends each
+// collective to its reducer actor (actors/reducer.hpp: ring, tree,
+// reduce_to_one in one process; the hierarchical reducer or a process's
+// ring node across processes) and its work completes with the actor's
+// reply. So a strategy drives the actors from a replica's device thread
+// exactly as it drives NCCL or the host group: issue per layer while
+// backward runs, wait once, update.
+//
+// The calls come from one thread (the device thread of the rank) through a
+// blocking actor of the group's own: a request is a message to the reducer
+// holding the caller's buffers (no copy: a tensor over them, or over an
+// aligned copy where a buffer does not start on 64 bytes), the reply comes
+// back to that actor, and wait() receives the replies in issue order.
+//
+// reduce_scatter and all_gather keep the interface's layout (rank r's chunk
+// r): a reduce_scatter is an all-reduce of the whole buffer (every chunk
+// reduced, the others' too) and an all_gather is one broadcast per rank.
+// The reducers' own layouts (reduce_scatter_segments) serve callers that
+// speak to the actors directly.
+//
+// Failure: a reducer's error, a peer's death or a timeout fails the
+// collective with device_error naming the reducer and the cause. abort()
+// (any thread) tells this rank's reducer that the rank leaves (the peers'
+// reducers fail the collective they wait in, naming it) and wakes this
+// rank's waiting thread at once. The survivors then spawn a new reducer
+// group over themselves.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "collectives/process_group.hpp"
+#include "messages/protocols.hpp"
+
+namespace troupe {
+
+struct reducer_group_options {
+  int rank = 0;
+  int size = 1;
+  // A collective whose reply has not come by then fails (a lost peer that
+  // no monitor reports).
+  caf::duration timeout = caf::infinite;
+  // How abort() tells the actor that this rank leaves; null: a reducer's
+  // `reduce_abort(reason)` (its peers fail their collectives too).
+  std::function<void(const caf::actor&, const std::string&)> tell_abort;
+};
+
+// `reducer` speaks allreduce, reduce_scatter, all_gather and broadcast
+// (a reducer_actor); any actor that answers `allreduce(op, tensors)` with
+// the tensors (a ring node) serves all-reduce only.
+std::unique_ptr<process_group> make_reducer_group(caf::actor_system& sys, caf::actor reducer,
+                                                  reducer_group_options opts);
+
+}  // namespace troupe

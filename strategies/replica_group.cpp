@@ -1,0 +1,98 @@
+// The collectives a strategy's replicas use (strategies/replica_group.hpp).
+#include "strategies/replica_group.hpp"
+
+#include <algorithm>
+
+#include "actors/reducer_group.hpp"
+#include "actors/reducers/hierarchical.hpp"
+#include "collectives/hierarchical_group.hpp"
+#include "collectives/nccl_id.hpp"
+#include "messages/remote_ring_messages.hpp"
+
+namespace troupe {
+
+reducer_parts make_collective_parts(caf::actor_system& sys, const job_config& c,
+                                    const reducer_wiring& w) {
+  reducer_parts out;
+  if (c.strategy.reducer.algorithm == reducer_algorithm::device && !w.device_group_id.empty()) {
+    nccl_unique_id id{};
+    if (w.device_group_id.size() != id.size())
+      throw job_error("the build order's NCCL group id has " +
+                      std::to_string(w.device_group_id.size()) + " bytes, expected " +
+                      std::to_string(id.size()));
+    std::copy(w.device_group_id.begin(), w.device_group_id.end(), id.begin());
+    out.device_group = make_nccl_rendezvous(static_cast<int>(c.strategy.replicas), id);
+    out.device_group_global = true;
+    return out;
+  }
+  if (c.strategy.reducer.algorithm == reducer_algorithm::device) {
+    out.device_group = make_device_rendezvous(w.local_replicas, parse_device(c.devices.front()));
+    return out;
+  }
+  auto local = spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c));
+  if (w.ring_tasks.size() < 2) {
+    out.per_replica = std::move(local);
+    return out;
+  }
+  for (int k = 0; k < w.local_replicas; ++k) {
+    hierarchical_config hc;
+    hc.local = local[static_cast<std::size_t>(k)];
+    hc.local_rank = k;
+    if (k == 0) hc.ring = w.ring;
+    hc.global_replicas = c.strategy.replicas;
+    hc.ring_names = w.ring_tasks;
+    out.per_replica.push_back(spawn_hierarchical_reducer(sys, hc));
+  }
+  out.underneath = std::move(local);
+  return out;
+}
+
+namespace {
+
+// The replica's rank in its device group: the job's replica index in one
+// NCCL group over the job, else its index in the process.
+int device_rank(const replica_wiring& w) {
+  return static_cast<int>(w.device_group_global ? w.index : w.local_index);
+}
+
+std::unique_ptr<process_group> actor_group(const caf::actor& a, int rank, int size,
+                                           caf::duration timeout) {
+  return make_reducer_group(a->home_system(), a, {rank, size, timeout, nullptr});
+}
+
+// The group across processes of the process's first replica.
+std::shared_ptr<process_group> group_across(const replica_wiring& w) {
+  if (w.process_links) return w.process_links;
+  reducer_group_options o{static_cast<int>(w.process_rank), static_cast<int>(w.processes),
+                          w.request_timeout, nullptr};
+  // A ring node fails its pending work on an abort; its peers fail theirs
+  // when this process's links close.
+  o.tell_abort = [rank = o.rank](const caf::actor& node, const std::string& why) {
+    caf::anon_send(node, ring_abort_atom::value, uint64_t{0}, static_cast<int32_t>(rank), why);
+  };
+  auto node = caf::actor_cast<caf::actor>(w.ring);
+  return make_reducer_group(node->home_system(), node, std::move(o));
+}
+
+}  // namespace
+
+std::shared_ptr<process_group> make_replica_group(const replica_wiring& w, compute_state& cs) {
+  if (!w.device_group) {
+    // Across processes the reducer is the hierarchical one: a group over the job.
+    const bool job_wide = w.across_processes;
+    return actor_group(caf::actor_cast<caf::actor>(w.reducer),
+                       static_cast<int>(job_wide ? w.index : w.local_index),
+                       static_cast<int>(job_wide ? w.replicas : w.local_replicas),
+                       w.request_timeout);
+  }
+  auto local = w.device_group->join(device_rank(w), *cs.dev);
+  if (!w.across_processes || w.device_group_global) return local;
+  hierarchical_options o;
+  o.rank = static_cast<int>(w.index);
+  o.size = static_cast<int>(w.replicas);
+  if (cs.discrete()) o.staging = cs.dev.get();
+  return make_hierarchical_group(std::move(local), w.local_index == 0 ? group_across(w) : nullptr,
+                                 o);
+}
+
+}  // namespace troupe
