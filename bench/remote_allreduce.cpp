@@ -18,8 +18,8 @@
 // default: 200 ms, connection timeout 2 s), --mm-thread=0 runs the ring
 // nodes as plain actors instead of on the middleman's thread
 // (ring_options::on_middleman_thread), --gate=1 connects the ranks through
-// troupe node's gate (runtime/gate.hpp) instead of CAF's publish/remote_actor
-// and TLS 1.3 after it (runtime/secure_link.hpp); --tls=insecure keeps the
+// troupe node's gate (net/gate.hpp) instead of CAF's publish/remote_actor
+// and TLS 1.3 after it (net/secure_link.hpp); --tls=insecure keeps the
 // gate and its frame guard but no encryption (cluster.insecure), to measure
 // what TLS costs. Rank 1 stays until rank 0
 // closes its stdin (rank 0's last collective waits for rank 1's last acknowledgement).
@@ -39,7 +39,7 @@
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "config/secret.hpp"
-#include "runtime/gate.hpp"
+#include "net/gate.hpp"
 
 extern char** environ;
 

@@ -16,7 +16,7 @@
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
 #include "config/strategy_rules.hpp"
-#include "runtime/launch_enrol.hpp"
+#include "net/launch_enrol.hpp"
 
 namespace troupe::launch {
 namespace {
@@ -31,7 +31,7 @@ std::string self_exe() {
 }
 
 // Whether the tasks' links take their certificates from the job CA, as
-// runtime/secure_link.cpp's link_security_for decides for a node.
+// net/secure_link.cpp's link_security_for decides for a node.
 bool uses_job_ca(const cluster_spec& spec) {
   return !spec.insecure && spec.tls.ca.empty() &&
          spec.identity == cluster_spec::identity_mode::job_ca;
@@ -39,7 +39,7 @@ bool uses_job_ca(const cluster_spec& spec) {
 
 // Per-task identity (cluster.identity "job_ca", the default): a CA made
 // here, in memory only, issues each start of a task its certificate over
-// that start's own socket (runtime/launch_enrol.hpp). False (said on stderr)
+// that start's own socket (net/launch_enrol.hpp). False (said on stderr)
 // when the CA cannot be made.
 bool issue_from_job_ca(std::optional<job_authority>& ca, supervise_options& so) {
   try {

@@ -18,11 +18,11 @@
 #include "config/job_config.hpp"
 #include "config/secret.hpp"
 #include "kernels/cpu_isa.hpp"
+#include "net/launch_enrol.hpp"
+#include "net/rendezvous.hpp"
 #include "runtime/job.hpp"
-#include "runtime/launch_enrol.hpp"
 #include "runtime/node.hpp"
 #include "runtime/preemption.hpp"
-#include "runtime/rendezvous.hpp"
 #include "runtime/stop_policy.hpp"
 #include "runtime/test_hooks.hpp"
 #include "runtime/topology.hpp"
@@ -212,7 +212,7 @@ int say_finished(const nlohmann::json& s, bool node, const troupe::task_id& task
 }
 
 // troupe node without --task: the rank from the environment and the cluster
-// from the rendezvous at the chief (runtime/rendezvous.hpp). 0, or the exit
+// from the rendezvous at the chief (net/rendezvous.hpp). 0, or the exit
 // code of the failure it reported.
 int join_cluster_from_environment(troupe::job_config& cfg, const std::string& file,
                                   troupe::task_id& task) {
@@ -236,7 +236,7 @@ int join_cluster_from_environment(troupe::job_config& cfg, const std::string& fi
 }
 
 // troupe node --task NAME started by troupe launch with a job CA: its
-// certificate over the socket in TROUPE_ENROL_FD (runtime/launch_enrol.hpp),
+// certificate over the socket in TROUPE_ENROL_FD (net/launch_enrol.hpp),
 // kept for its links as the rendezvous keeps a rank's. 0 without the
 // variable or once enrolled; 2 when the variable or the enrolment is bad.
 int enrol_with_launcher(const troupe::task_id& task) {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launch_enrol.hpp"
+#include "net/launch_enrol.hpp"
 #include "runtime/stop_policy.hpp"
 
 namespace troupe::launch {

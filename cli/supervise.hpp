@@ -61,7 +61,7 @@ struct supervise_options {
   // Log `task NAME started (pid N)` for every start (troupe launch does).
   bool log_starts = false;
   // When set, every start of a child (restarts included) gets a socket of
-  // its own for its enrolment with the job CA (runtime/launch_enrol.hpp):
+  // its own for its enrolment with the job CA (net/launch_enrol.hpp):
   // its number in TROUPE_ENROL_FD, no other child inherits it. The first
   // message the child sends there is answered with enrol(child, message,
   // refusal), then the socket is closed: one answer per start. A non-empty

@@ -15,7 +15,7 @@ add_library(troupe::troupe ALIAS troupe_package)
 set(TROUPE_EXPORTED troupe_package troupe_flags troupe_messages troupe_kernels troupe_devices troupe_collectives
   troupe_models troupe_envs troupe_data troupe_config troupe_checkpoint troupe_actors
   troupe_strategies troupe_runtime troupe_report troupe_api troupe_trace troupe_monitoring
-  troupe_crypto)
+  troupe_net troupe_net_socket troupe_crypto)
 if(TARGET troupe_kernels_cuda)
   list(APPEND TROUPE_EXPORTED troupe_kernels_cuda)
 endif()

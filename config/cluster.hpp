@@ -62,7 +62,7 @@ struct task_hosts {
 struct cluster_spec {
   // job name -> addresses ("host:port"); task job:i listens on tasks[job][i].
   // Empty: the cluster comes from the environment (config/cluster_env.hpp)
-  // and the rendezvous at the chief fills it in (runtime/rendezvous.hpp).
+  // and the rendezvous at the chief fills it in (net/rendezvous.hpp).
   std::map<std::string, std::vector<std::string>> tasks;
   // The cluster from the environment: ranks 1..ps_ranks are ps tasks, the
   // rest workers ("roles": {"ps": N}); and the chief's port under SLURM
@@ -82,7 +82,7 @@ struct cluster_spec {
   // from the environment variable secret_env. Never from the command line.
   std::string secret_env = "TROUPE_SECRET";
   std::string secret_file;
-  // Between tasks every connection is TLS 1.3 (runtime/secure_link.hpp):
+  // Between tasks every connection is TLS 1.3 (net/secure_link.hpp):
   // keyed from the secret (a pre-shared key derived with HKDF) by default, or
   // with mutual certificates from a cluster CA when `tls` names the files
   // (each task's certificate names its task, e.g. CN=worker:1). `insecure`
@@ -94,8 +94,8 @@ struct cluster_spec {
   bool insecure = false;
   // Who can speak as a task in a cluster from the environment or of troupe
   // launch, without cluster.tls: "job_ca" (the default) has the chief's
-  // rendezvous (or the launcher, runtime/launch_enrol.hpp) issue each task a
-  // certificate naming it from a CA made for this job (runtime/job_ca.hpp),
+  // rendezvous (or the launcher, net/launch_enrol.hpp) issue each task a
+  // certificate naming it from a CA made for this job (net/job_ca.hpp),
   // and the links check them, so the secret only admits a task to ask for
   // its certificate; "shared_secret" keys the links from the secret as a
   // cluster.tasks started by hand does (any holder of the secret can then
@@ -103,7 +103,7 @@ struct cluster_spec {
   enum class identity_mode { job_ca, shared_secret };
   identity_mode identity = identity_mode::job_ca;
   // The largest BASP frame a task accepts from an authenticated peer, in MiB;
-  // 0: derived from the job's model (runtime/secure_link.hpp).
+  // 0: derived from the job's model (net/secure_link.hpp).
   double max_message_mb = 0;
 };
 

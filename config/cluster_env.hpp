@@ -14,7 +14,7 @@
 // rest worker:0.. (role_of_rank). Each rank listens at TROUPE_ADVERTISE_ADDR
 // (else SLURMD_NODENAME under SLURM, else the host name) on TROUPE_PORT (else
 // a port the OS picks); the chief listens at its own address. The ranks meet
-// at the chief (runtime/rendezvous.hpp) to learn each other's addresses.
+// at the chief (net/rendezvous.hpp) to learn each other's addresses.
 //
 // Everything here is pure (an environment map in, the resolution out), so
 // every flavour and error is tested without touching the real environment.

@@ -1,8 +1,5 @@
 #include "monitoring/prometheus_exporter.hpp"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +12,7 @@
 #include <vector>
 
 #include "monitoring/http_request.hpp"
+#include "net/socket.hpp"
 
 namespace troupe::monitoring {
 
@@ -49,43 +47,9 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-struct listen_address {
-  sockaddr_storage addr{};
-  socklen_t len = 0;
-};
-
-listen_address parse_address(const std::string& host, uint16_t port) {
-  listen_address a;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&a.addr);
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-    a.len = sizeof(sockaddr_in);
-    return a;
-  }
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a.addr);
-  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    a.len = sizeof(sockaddr_in6);
-    return a;
-  }
-  throw exporter_error("'" + host + "' is not a numeric IPv4 or IPv6 address");
-}
-
 std::string show_endpoint(const std::string& host, uint16_t port) {
   const bool v6 = host.find(':') != std::string::npos;
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
-// A peer's numeric address without its port: what the per-address limit counts.
-std::string address_of(const sockaddr_storage& a) {
-  char text[INET6_ADDRSTRLEN] = {};
-  const void* raw =
-      a.ss_family == AF_INET6
-          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr)
-          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&a)->sin_addr);
-  return inet_ntop(a.ss_family, raw, text, sizeof text) ? text : "?";
 }
 
 }  // namespace
@@ -94,14 +58,12 @@ struct prometheus_exporter::state {
   std::shared_ptr<prometheus_registry> registry;
   exporter_options opts;
   int listen_fd = -1;
-  int wake[2] = {-1, -1};  // the destructor writes to wake[1]
+  net::reactor loop;  // the serving thread's poll; the destructor wakes it
   std::vector<connection> slots;
 
   ~state() {
     for (auto& c : slots) close_fd(c.fd);
     close_fd(listen_fd);
-    close_fd(wake[0]);
-    close_fd(wake[1]);
   }
 
   void count(int code) {
@@ -228,12 +190,10 @@ struct prometheus_exporter::state {
 
   void accept_some() {
     for (int k = 0; k < kAcceptsPerTurn; ++k) {
-      sockaddr_storage peer{};
-      socklen_t len = sizeof peer;
-      const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len,
-                               SOCK_NONBLOCK | SOCK_CLOEXEC);
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN: none left (or an error on one connection)
-      admit(fd, address_of(peer));
+      // Its numeric address without the port: what the per-address limit counts.
+      admit(fd, net::host_of(net::peer_of(fd)));
     }
   }
 };
@@ -249,30 +209,21 @@ prometheus_exporter::prometheus_exporter(std::shared_ptr<prometheus_registry> re
     st.opts.max_per_address = std::max<std::size_t>(1, st.opts.max_connections / 4);
   st.opts.max_request_bytes = std::max<std::size_t>(64, st.opts.max_request_bytes);
   const std::string where = show_endpoint(st.opts.address, st.opts.port);
-  auto a = parse_address(st.opts.address, st.opts.port);
-  st.listen_fd = ::socket(a.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (st.listen_fd < 0)
-    throw exporter_error("cannot serve /metrics on " + where + ": " + std::strerror(errno));
-  const int one = 1;
-  ::setsockopt(st.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(st.listen_fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len) != 0 ||
-      ::listen(st.listen_fd, kBacklog) != 0)
-    throw exporter_error("cannot serve /metrics on " + where + ": " + std::strerror(errno));
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  ::getsockname(st.listen_fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  if (::pipe2(st.wake, O_NONBLOCK | O_CLOEXEC) != 0)
-    throw exporter_error("cannot serve /metrics: pipe: " + std::string(std::strerror(errno)));
+  if (!net::numeric_address(st.opts.address))
+    throw exporter_error("'" + st.opts.address + "' is not a numeric IPv4 or IPv6 address");
+  std::string why;
+  st.listen_fd = net::listen_tcp(st.opts.address, st.opts.port, kBacklog, why);
+  if (st.listen_fd < 0) throw exporter_error("cannot serve /metrics on " + where + ": " + why);
+  port_ = net::local_port(st.listen_fd);
+  if (!st.loop.problem().empty())
+    throw exporter_error("cannot serve /metrics: " + st.loop.problem());
   st.slots.resize(st.opts.max_connections);
   for (auto& c : st.slots) c.in.resize(st.opts.max_request_bytes);
   thread_ = std::thread([this] { serve(); });
 }
 
 prometheus_exporter::~prometheus_exporter() {
-  const char byte = 1;
-  (void)!::write(st_->wake[1], &byte, 1);
+  st_->loop.wake();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -282,13 +233,11 @@ std::string prometheus_exporter::endpoint() const {
 
 void prometheus_exporter::serve() {
   auto& st = *st_;
-  std::vector<pollfd> fds;
-  std::vector<connection*> polled;  // the connection of fds[2 + k]
+  std::vector<connection*> polled;  // the connection watched at index 1 + k
   for (;;) {
-    fds.clear();
+    st.loop.clear();
     polled.clear();
-    fds.push_back({st.wake[0], POLLIN, 0});
-    fds.push_back({st.listen_fd, POLLIN, 0});
+    st.loop.watch(st.listen_fd, POLLIN);
     auto wait = std::chrono::milliseconds(1000);
     const auto now = clock_type::now();
     for (auto& c : st.slots) {
@@ -299,20 +248,20 @@ void prometheus_exporter::serve() {
       }
       wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(c.deadline - now));
       const short events = c.now == connection::phase::writing ? POLLOUT : POLLIN;
-      fds.push_back({c.fd, events, 0});
+      st.loop.watch(c.fd, events);
       polled.push_back(&c);
     }
-    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
+    const int ready = st.loop.wait(static_cast<int>(wait.count()));
     if (ready < 0) {
       if (errno == EINTR) continue;
       spdlog::warn("/metrics: poll failed ({}); the endpoint stops", std::strerror(errno));
       return;
     }
-    if (fds[0].revents) return;  // the exporter ends
-    if (fds[1].revents & POLLIN) st.accept_some();
+    if (st.loop.woken()) return;  // the exporter ends
+    if (st.loop.revents(0) & POLLIN) st.accept_some();
     for (std::size_t k = 0; k < polled.size(); ++k) {
       auto& c = *polled[k];
-      const short ev = fds[2 + k].revents;
+      const short ev = st.loop.revents(1 + k);
       if (!ev) continue;
       const bool writing = c.now == connection::phase::writing;
       if (ev & POLLERR)

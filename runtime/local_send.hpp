@@ -10,7 +10,7 @@
 // process's threads send control messages from a short-lived actor of their
 // own, and the receivers take them only from a sender on their own node.
 // The gate's guard now drops every message without a sender from another
-// process (runtime/basp_guard.hpp), so troupe sends across processes only
+// process (net/basp_guard.hpp), so troupe sends across processes only
 // from an actor; anon_send and anon_send_exit are for actors of this
 // process.
 #include <caf/all.hpp>

@@ -18,12 +18,12 @@
 #include "actors/reducers/remote_ring.hpp"
 #include "config/secret.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "net/secure_link.hpp"
 #include "runtime/job_trace.hpp"
 #include "runtime/local_send.hpp"
 #include "runtime/node_process.hpp"
 #include "runtime/preemption.hpp"
 #include "runtime/process_monitoring.hpp"
-#include "runtime/secure_link.hpp"
 #include "runtime/stop_policy.hpp"
 #include "runtime/topology.hpp"
 #include "strategies/strategy.hpp"
@@ -216,7 +216,7 @@ class node_run {
                      {}});
   }
 
-  // Peers reach the node actor only through the gate (runtime/gate.hpp).
+  // Peers reach the node actor only through the gate (net/gate.hpp).
   void open_door() {
     const auto address = task_address(*c_.cluster, task_);
     const auto hp = parse_host_port(address);

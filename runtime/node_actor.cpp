@@ -3,7 +3,7 @@
 //
 // Threat model: any holder of the cluster secret can pass a gate and address
 // this actor by its id, with or without a sender (BASP's source actor 0),
-// under any task name that is not connected (runtime/basp_guard.hpp). So
+// under any task name that is not connected (net/basp_guard.hpp). So
 // every message is taken only from the role that sends it (may_send below),
 // a peer's role is the task its connection authenticated as and proved
 // again in the node handshake, a task's chief is the process it dialed, and
@@ -15,7 +15,7 @@
 
 #include "actors/failure.hpp"
 #include "config/secret.hpp"
-#include "runtime/basp_guard.hpp"
+#include "net/basp_guard.hpp"
 #include "runtime/coordinator.hpp"
 #include "runtime/node_process.hpp"
 #include "strategies/strategy.hpp"
@@ -227,7 +227,7 @@ caf::result<std::string> on_challenge(node_ptr self, const std::string& task) {
 
 // Second half: the peer proves the secret for the task it claims, and that
 // task is the one its connection authenticated as (the gate and TLS,
-// runtime/basp_guard.hpp: live_task_of), so a holder of the secret on one
+// net/basp_guard.hpp: live_task_of), so a holder of the secret on one
 // connection cannot speak as another task.
 caf::result<std::string> on_hello(node_ptr self, const std::string& task,
                                   const std::string& response, const std::string& their_challenge) {

@@ -19,7 +19,7 @@
 #include "config/cluster.hpp"
 #include "config/job_config.hpp"
 #include "messages/node_messages.hpp"
-#include "runtime/gate.hpp"
+#include "net/gate.hpp"
 #include "runtime/job.hpp"
 #include "runtime/topology.hpp"
 
@@ -80,7 +80,7 @@ struct node_shared {
   std::string task;
   std::string secret;
   std::string handshake_key;  // derive_key(secret, key_purpose::node_handshake)
-  link_security link;         // what runs on every connection (runtime/secure_link.hpp)
+  link_security link;         // what runs on every connection (net/secure_link.hpp)
   bool chief = false;
   event_queue events;
   // On the chief while its job runs (run_chief sets it): an actor its

@@ -18,8 +18,8 @@
 
 #include "actors/reducers/collective.hpp"
 #include "crypto/crypto.hpp"
+#include "net/tls_records.hpp"
 #include "runtime/ring_detail.hpp"
-#include "runtime/tls_records.hpp"
 
 namespace troupe {
 namespace {

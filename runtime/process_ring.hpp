@@ -20,7 +20,7 @@
 // Each segment is summed in the same order as the ring nodes sum it and
 // finished by one rank only, so every rank ends bit-identical.
 //
-// Wire: TLS 1.3 application-data records (runtime/tls_records.hpp,
+// Wire: TLS 1.3 application-data records (net/tls_records.hpp,
 // AES-128-GCM), or plain bytes (cluster.insecure). Records are cut the same
 // way on both ends (a buffer's pieces sealed separately), so the receiver
 // knows how many wire bytes a collective is and never reads into the next.

@@ -2,8 +2,8 @@
 # one library's folder includes nothing from a folder listed after it.
 # Run: cmake -DSOURCE_DIR=<repo> -P tests/check_layers.cmake
 # crypto/ is the floor: a leaf over OpenSSL that includes no other folder.
-set(layers crypto messages config kernels monitoring trace devices collectives models envs data checkpoint actors strategies
-  runtime report api cli)
+set(layers crypto messages config net kernels monitoring trace devices collectives models envs data checkpoint
+  actors strategies runtime report api cli)
 set(failures "")
 list(LENGTH layers count)
 math(EXPR last "${count} - 1")

@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/gate.hpp"
-#include "runtime/job_ca.hpp"
+#include "net/gate.hpp"
+#include "net/job_ca.hpp"
 
 namespace troupe::test {
 

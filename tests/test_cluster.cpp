@@ -15,8 +15,8 @@
 #include "config/secret.hpp"
 #include "crypto/crypto.hpp"
 #include "fixtures.hpp"
-#include "runtime/job_ca.hpp"
-#include "runtime/secure_link.hpp"
+#include "net/job_ca.hpp"
+#include "net/secure_link.hpp"
 
 using namespace troupe;
 using nlohmann::json;

@@ -16,8 +16,9 @@
 #include "actors/job_options.hpp"
 #include "config/cluster_env.hpp"
 #include "config/job_config.hpp"
-#include "runtime/gate.hpp"
-#include "runtime/rendezvous.hpp"
+#include "net/gate.hpp"
+#include "net/rendezvous.hpp"
+#include "net/socket.hpp"
 #include "tests/captured_log.hpp"
 #include "tests/free_port.hpp"
 #include "tests/fuzz/mutate.hpp"
@@ -135,13 +136,12 @@ int admitted_as(const std::string& chief_addr, const std::string& name) {
 // as join_rendezvous reads it: the tasks, or the error.
 std::string answer_to_announce(int fd, int64_t rank, int64_t world, const std::string& at) {
   const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  if (!socket_io::send_all(fd, rendezvous_wire::make_announce(rank, world, at), by))
-    return "(not sent)";
+  if (!net::send_all(fd, rendezvous_wire::make_announce(rank, world, at), by)) return "(not sent)";
   std::string header(rendezvous_wire::kReplyHeaderBytes, '\0'), why;
-  if (!socket_io::recv_exact(fd, header, by, &why)) return "(no answer: " + why + ")";
+  if (!net::recv_exact(fd, header, by, &why)) return "(no answer: " + why + ")";
   const auto n = rendezvous_wire::reply_length(header);
   std::string payload(static_cast<std::size_t>(std::max<int64_t>(n, 0)), '\0');
-  if (n < 0 || !socket_io::recv_exact(fd, payload, by, &why)) return "(a malformed answer)";
+  if (n < 0 || !net::recv_exact(fd, payload, by, &why)) return "(a malformed answer)";
   try {
     return nlohmann::json(rendezvous_wire::tasks_of_reply(payload)).dump();
   } catch (const std::invalid_argument& e) {
@@ -508,7 +508,7 @@ TEST_CASE("the rendezvous refuses a duplicate rank, naming it, and still forms t
       try {
         join_rendezvous(kSecret, rank_env(1, 3, chief_addr), at, std::chrono::seconds(20));
         return "joined";
-      } catch (const job_error& e) {
+      } catch (const rendezvous_error& e) {
         return e.what();
       }
     });
@@ -602,8 +602,8 @@ TEST_CASE("the rendezvous frees the rank of a claimant that left before the clus
   const int gone = admitted_as(chief_addr, "rank:1");
   const task_key gone_key;
   const auto gone_at = address(free_port());
-  REQUIRE(socket_io::send_all(gone, signed_announce(1, 3, gone_at, gone_key),
-                              std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  REQUIRE(net::send_all(gone, signed_announce(1, 3, gone_at, gone_key),
+                        std::chrono::steady_clock::now() + std::chrono::seconds(10)));
   const auto issued_to_gone = "rank 1 of 3 joined, listening at " + gone_at;
   const auto first_until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   while (!logs.contains(issued_to_gone) && std::chrono::steady_clock::now() < first_until)
@@ -621,7 +621,7 @@ TEST_CASE("the rendezvous frees the rank of a claimant that left before the clus
       try {
         return join_rendezvous(kSecret, rank_env(1, 3, chief_addr), a1, std::chrono::seconds(30),
                                &fresh);
-      } catch (const job_error& e) {
+      } catch (const rendezvous_error& e) {
         if (std::string(e.what()).find("already joined") == std::string::npos ||
             std::chrono::steady_clock::now() > until)
           throw;
@@ -713,7 +713,7 @@ TEST_CASE("the rendezvous: a wrong secret is refused at the gate; timeouts name 
   try {
     join_rendezvous("another-secret-0123456789", rank_env(1, 2, chief_addr), address(free_port()),
                     std::chrono::seconds(1));
-  } catch (const job_error& e) {
+  } catch (const rendezvous_error& e) {
     wrong = e.what();
   }
   CHECK_MESSAGE(wrong.starts_with("rank:1: cannot join the chief at " + chief_addr + " within 1 s"),
@@ -724,13 +724,13 @@ TEST_CASE("the rendezvous: a wrong secret is refused at the gate; timeouts name 
                        ("chief:0: rank 1 did not join the chief at " + chief_addr +
                         " within 2 s (cluster.join_timeout_seconds)")
                            .c_str(),
-                       job_error);
+                       rendezvous_error);
   // Nobody listens at the chief's address: a rank gives up naming it.
   const auto nobody = address(free_port());
   std::string unreachable;
   try {
     join_rendezvous(kSecret, rank_env(1, 2, nobody), address(free_port()), std::chrono::seconds(1));
-  } catch (const job_error& e) {
+  } catch (const rendezvous_error& e) {
     unreachable = e.what();
   }
   CHECK(unreachable.starts_with("rank:1: cannot join the chief at " + nobody +
@@ -757,7 +757,7 @@ TEST_CASE("a rank that reaches a chief whose rendezvous is over sends it nothing
                         " is chief:0, not the chief's rendezvous: its job has formed its cluster "
                         "already")
                            .c_str(),
-                       job_error);
+                       rendezvous_error);
   auto count = received.get_future();
   REQUIRE(count.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   CHECK(count.get() == 0);

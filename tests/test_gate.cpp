@@ -1,4 +1,4 @@
-// The gate in front of BASP (runtime/gate.hpp): who gets in, what an
+// The gate in front of BASP (net/gate.hpp): who gets in, what an
 // attacker gets, and that attacks cost the listener bounded memory.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
@@ -25,9 +25,9 @@
 
 #include "actors/net_system_config.hpp"
 #include "config/secret.hpp"
-#include "runtime/gate.hpp"
-#include "runtime/job_ca.hpp"
-#include "runtime/rendezvous.hpp"
+#include "net/gate.hpp"
+#include "net/job_ca.hpp"
+#include "net/rendezvous.hpp"
 #include "tests/attack.hpp"
 #include "tests/captured_log.hpp"
 

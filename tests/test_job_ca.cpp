@@ -1,4 +1,4 @@
-// The job CA (runtime/job_ca.hpp): what it issues and refuses, and links
+// The job CA (net/job_ca.hpp): what it issues and refuses, and links
 // that authenticate with its certificates on 127.0.0.1. The rendezvous that
 // issues them (one per live rank, a fresh one for a restart) is tested in
 // test_cluster_env.cpp; a job from the environment under them, attacked by a
@@ -15,9 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/gate.hpp"
-#include "runtime/job_ca.hpp"
-#include "runtime/launch_enrol.hpp"
+#include "net/gate.hpp"
+#include "net/job_ca.hpp"
+#include "net/launch_enrol.hpp"
+#include "net/socket.hpp"
 #include "tests/captured_log.hpp"
 #include "tests/gate_fixtures.hpp"
 
@@ -102,8 +103,7 @@ struct cert_listener {
 std::string connect_as(uint16_t port, const std::string& as, const task_identity* id) {
   auto s = troupe::test::handshake_with_chief(port, kSecret, as, id);
   if (s.fd < 0) return s.error.empty() ? "(failed)" : s.error;
-  (void)socket_io::send_all(s.fd, "hello",
-                            std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  (void)net::send_all(s.fd, "hello", std::chrono::steady_clock::now() + std::chrono::seconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ::close(s.fd);
   return "";
@@ -182,7 +182,7 @@ TEST_CASE("links with the job CA's certificates: its tasks pass; the secret alon
   CHECK(connect_as(impostor.door->port(), "worker:0", &w0) != "");
 }
 
-// troupe launch's enrolment (runtime/launch_enrol.hpp): the launcher's side
+// troupe launch's enrolment (net/launch_enrol.hpp): the launcher's side
 // answering over a socket pair as cli/supervise.cpp does.
 namespace {
 

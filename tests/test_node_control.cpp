@@ -18,11 +18,11 @@
 
 #include "actors/net_system_config.hpp"
 #include "config/secret.hpp"
+#include "net/gate.hpp"
+#include "net/secure_link.hpp"
 #include "runtime/coordinator.hpp"
-#include "runtime/gate.hpp"
 #include "runtime/local_send.hpp"
 #include "runtime/node_process.hpp"
-#include "runtime/secure_link.hpp"
 #include "runtime/stall_watch.hpp"
 #include "runtime/topology.hpp"
 #include "tests/attack.hpp"
@@ -102,7 +102,7 @@ struct host {
     send_from_here(sys, to, std::forward<Ts>(xs)...);
   }
   // The same without a sender: over BASP, a message with source actor 0,
-  // which the receiver's guard drops (runtime/basp_guard.hpp) before its
+  // which the receiver's guard drops (net/basp_guard.hpp) before its
   // node actor sees it. Whether it was dropped and logged so.
   template <class... Ts>
   bool tell_anonymously(const node_actor& to, Ts&&... xs) {

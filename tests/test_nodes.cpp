@@ -27,10 +27,11 @@
 #include "actors/net_system_config.hpp"
 #include "actors/reducers/remote_ring.hpp"
 #include "messages/node_messages.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/gate.hpp"
+#include "net/basp_guard.hpp"
+#include "net/gate.hpp"
+#include "net/job_ca.hpp"
+#include "net/socket.hpp"
 #include "runtime/job.hpp"
-#include "runtime/job_ca.hpp"
 #include "runtime/preemption.hpp"
 #include "tests/attack.hpp"
 #include "tests/free_port.hpp"
@@ -60,7 +61,7 @@ node_procs start_all(const cluster_job& job, const std::string& dir,
 }
 
 // Every process must exit 0 within `limit`. None may have sent another a
-// message without a sender: the guard drops those (runtime/basp_guard.hpp),
+// message without a sender: the guard drops those (net/basp_guard.hpp),
 // so a shutdown or a rendezvous that relied on one would wait.
 void wait_all(node_procs& procs, double limit) {
   for (auto& [task, p] : procs) {
@@ -145,7 +146,7 @@ TEST_CASE("mirrored over 3 processes equals the same job in one process") {
 
 // The cluster from the environment (config/cluster_env.hpp): no --task, no
 // cluster.tasks; each process has only its launcher's variables, and the
-// ranks meet at the chief (runtime/rendezvous.hpp).
+// ranks meet at the chief (net/rendezvous.hpp).
 namespace {
 
 // `c` without cluster.tasks; the job's file.
@@ -760,7 +761,7 @@ TEST_CASE("a node with a wrong or missing secret is refused") {
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 1, 0, /*join_timeout=*/3);
   node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
-  {  // A plain CAF client never reaches BASP (the gate, runtime/gate.hpp).
+  {  // A plain CAF client never reaches BASP (the gate, net/gate.hpp).
     net_system_config cfg;
     caf::actor_system sys{cfg};
     auto hp = parse_host_port(job.address.at("chief:0"));
@@ -899,7 +900,7 @@ struct continuous_attack {
         auto frames = attack::basp_header(1, 0, static_cast<uint32_t>(node.size())) +
                       std::string(node.begin(), node.end()) +
                       attack::basp_header(2, 0, 0xfffffff0u);
-        (void)socket_io::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
+        (void)net::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
         // The chief, not this end, closes the connection.
         if (attack::closed_within(s.fd, std::chrono::seconds(3))) ++cut_off;
         ::close(s.fd);
@@ -978,12 +979,12 @@ caf::node_id announced_node_id(uint16_t port) {
   REQUIRE_MESSAGE(s.fd >= 0, s.error);
   const auto deadline = clock_type::now() + std::chrono::seconds(5);
   std::string why, header(32, '\0');
-  REQUIRE_MESSAGE(socket_io::recv_exact(s.fd, header, deadline, &why), why);
+  REQUIRE_MESSAGE(net::recv_exact(s.fd, header, deadline, &why), why);
   uint32_t len = 0;
   for (int i = 4; i < 8; ++i) len = (len << 8) | static_cast<uint8_t>(header[i]);
   REQUIRE(len < (1u << 20));
   std::string payload(len, '\0');
-  REQUIRE_MESSAGE(socket_io::recv_exact(s.fd, payload, deadline, &why), why);
+  REQUIRE_MESSAGE(net::recv_exact(s.fd, payload, deadline, &why), why);
   ::close(s.fd);
   caf::binary_deserializer source{static_cast<caf::execution_unit*>(nullptr), payload.data(),
                                   payload.size()};
@@ -1022,7 +1023,7 @@ TEST_CASE("a holder of the secret cannot take a live worker's routes; refused, l
     ++admitted;
     const auto forged = attack::basp_header(1, 0x02, static_cast<uint32_t>(victim.size())) +
                         std::string(victim.begin(), victim.end());
-    CHECK(socket_io::send_all(s.fd, forged, clock_type::now() + std::chrono::seconds(2)));
+    CHECK(net::send_all(s.fd, forged, clock_type::now() + std::chrono::seconds(2)));
     CHECK(attack::closed_within(s.fd, std::chrono::seconds(3)));  // the chief closed it
     ::close(s.fd);
   }
@@ -1073,7 +1074,7 @@ struct unfinished_flood {
     message[31] = 1;  // to actor 1: BASP closes a direct_message to no actor
     auto frames = attack::basp_header(1, 0, static_cast<uint32_t>(node.size())) +
                   std::string(node.begin(), node.end()) + message;
-    (void)socket_io::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
+    (void)net::send_all(s.fd, frames, clock_type::now() + std::chrono::milliseconds(500));
     return s.fd;
   }
   // 4 KiB more of each frame on every link still open; a closed one is

@@ -1,5 +1,5 @@
-// After the gate: TLS 1.3 on the wire (runtime/secure_link.hpp) and the
-// guard on every BASP frame (runtime/basp_guard.hpp). What an on-path
+// After the gate: TLS 1.3 on the wire (net/secure_link.hpp) and the
+// guard on every BASP frame (net/basp_guard.hpp). What an on-path
 // attacker sees and changes, what a holder of the secret can make a node do,
 // and the certificates' checks.
 #include <doctest/doctest.h>
@@ -24,10 +24,11 @@
 
 #include "actors/net_system_config.hpp"
 #include "actors/variable_shard.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/frame_budget.hpp"
-#include "runtime/gate.hpp"
-#include "runtime/secure_link.hpp"
+#include "net/basp_guard.hpp"
+#include "net/frame_budget.hpp"
+#include "net/gate.hpp"
+#include "net/secure_link.hpp"
+#include "net/socket.hpp"
 #include "tests/attack.hpp"
 #include "tests/captured_log.hpp"
 #include "tests/fixtures.hpp"
@@ -274,7 +275,7 @@ std::vector<char> routed_payload(caf::actor_system& sys, const caf::node_id& fro
 }
 
 bool send_all(int fd, const std::string& bytes) {
-  return socket_io::send_all(fd, bytes, clock_type::now() + std::chrono::seconds(5));
+  return net::send_all(fd, bytes, clock_type::now() + std::chrono::seconds(5));
 }
 
 // A holder of the secret talking BASP by hand over an authenticated TLS

@@ -1,4 +1,4 @@
-// TLS 1.3 record protection of our own (runtime/tls_records.hpp): the
+// TLS 1.3 record protection of our own (net/tls_records.hpp): the
 // RFC 8448 traffic keys, records that real OpenSSL reads and writes, and a
 // reader that refuses altered, replayed, reordered and foreign records.
 #include <doctest/doctest.h>
@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/fork_join_pool.hpp"
-#include "runtime/tls_records.hpp"
+#include "net/fork_join_pool.hpp"
+#include "net/tls_records.hpp"
 
 using namespace troupe::tls13;
 

@@ -107,7 +107,7 @@ caf::error rendezvous_ring(caf::actor_system& sys, const ring_node_actor& node, 
 // `addresses` (host, port), in rank order: connects to every other rank and
 // wires `node` as `rank` (addresses[rank] is not contacted).
 // `connect` reaches a lower rank's node (default: connect_ring_peer; a
-// process behind a gate, runtime/gate.hpp, passes gate_remote_actor).
+// process behind a gate, net/gate.hpp, passes gate_remote_actor).
 using ring_connector =
     std::function<caf::expected<ring_peer_actor>(const std::string&, uint16_t, caf::timespan)>;
 caf::error join_ring(caf::actor_system& sys, const ring_node_actor& node, int32_t rank,

@@ -68,7 +68,7 @@ caf::error rendezvous_ring(caf::actor_system& sys, const ring_node_actor& node, 
   peers[static_cast<std::size_t>(rank)] = node;
   // The hellos go from an actor: a lower rank's ring node lives in another
   // process, whose guard drops a message without a sender
-  // (runtime/basp_guard.hpp).
+  // (net/basp_guard.hpp).
   caf::scoped_actor self{sys};
   for (int32_t p = 0; p < rank; ++p) {
     auto h = find_lower(p);

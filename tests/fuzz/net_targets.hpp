@@ -2,13 +2,13 @@
 // What a peer sends over the network, as fuzz targets (see targets.hpp for
 // the convention: true when accepted, false when refused cleanly, anything
 // else escapes):
-//   - gate_frames: the gate's three frames (runtime/gate_wire.cpp), the only
+//   - gate_frames: the gate's three frames (net/gate_wire.cpp), the only
 //     bytes a process reads from a peer before it proved the cluster secret,
-//     and the rendezvous' two after it (runtime/rendezvous_wire.cpp);
+//     and the rendezvous' two after it (net/rendezvous_wire.cpp);
 //   - message_bytes: every troupe message type, deserialized as CAF does for
 //     an authenticated peer (the first byte picks the type);
 //   - basp_frames: the BASP stream an authenticated peer sends, through the
-//     frame guard (runtime/basp_guard.cpp) as a listener and as a connector.
+//     frame guard (net/basp_guard.cpp) as a listener and as a connector.
 #include <caf/all.hpp>
 #include <caf/binary_deserializer.hpp>
 #include <cstdint>
@@ -20,9 +20,9 @@
 #include "messages/node_messages.hpp"
 #include "messages/remote_ring_messages.hpp"
 #include "messages/rl_messages.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/gate.hpp"
-#include "runtime/rendezvous.hpp"
+#include "net/basp_guard.hpp"
+#include "net/gate.hpp"
+#include "net/rendezvous.hpp"
 
 namespace troupe::fuzz {
 
@@ -54,7 +54,7 @@ inline bool gate_frames(std::string_view bytes) {
     any |= !rendezvous_wire::tasks_of_reply(bytes).empty();
   } catch (const std::invalid_argument&) {
   }
-  // The job CA's certificate in the reply (runtime/job_ca.hpp): read, never
+  // The job CA's certificate in the reply (net/job_ca.hpp): read, never
   // trusted here (the rank checks it against its key and the CA).
   any |= !rendezvous_wire::certificate_of_reply(bytes).certificate.empty();
   return any;

@@ -1,7 +1,7 @@
 #pragma once
 // What a network peer (or anyone on the path) can put in a TLS link's
 // stream after the handshake: the bytes our TLS 1.3 record reader opens
-// (runtime/tls_records.hpp).
+// (net/tls_records.hpp).
 //   - tls_records: the input as a record stream, whole and cut at a point
 //     the input picks; then the input as plaintext, sealed and opened again,
 //     which must give it back exactly (a mismatch aborts: a finding), with
@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/fork_join_pool.hpp"
-#include "runtime/tls_records.hpp"
+#include "net/fork_join_pool.hpp"
+#include "net/tls_records.hpp"
 
 namespace troupe::fuzz {
 

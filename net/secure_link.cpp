@@ -1,4 +1,4 @@
-#include "runtime/secure_link.hpp"
+#include "net/secure_link.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -30,13 +30,14 @@
 #include "config/cluster.hpp"
 #include "config/secret.hpp"
 #include "crypto/crypto.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/fork_join_pool.hpp"
-#include "runtime/frame_budget.hpp"
-#include "runtime/tls_records.hpp"
+#include "net/basp_guard.hpp"
+#include "net/fork_join_pool.hpp"
+#include "net/frame_budget.hpp"
+#include "net/tls_records.hpp"
 
-#include "runtime/job_ca.hpp"
-#include "runtime/secure_link_detail.hpp"
+#include "net/job_ca.hpp"
+#include "net/secure_link_detail.hpp"
+#include "net/socket.hpp"
 
 namespace troupe {
 
@@ -84,10 +85,7 @@ class link_hub {
             counters_.key_updates.load(), counters_.evicted.load()};
   }
 
-  void wake() {
-    char b = 1;
-    [[maybe_unused]] auto n = ::write(wake_[1], &b, 1);
-  }
+  void wake() { loop_.wake(); }
 
  private:
   link_hub() {
@@ -95,8 +93,7 @@ class link_hub {
     // destructor is: at exit the hub (its threads, its contexts) goes
     // first, then OpenSSL's cleanup.
     OPENSSL_init_ssl(0, nullptr);
-    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
-      throw link_error(std::string("TLS links: pipe: ") + std::strerror(errno));
+    if (!loop_.problem().empty()) throw link_error("TLS links: " + loop_.problem());
     thread_ = std::thread([this] {
       block_sigpipe();
       run();
@@ -112,8 +109,6 @@ class link_hub {
     links_.clear();
     incoming_.clear();
     contexts_.clear();
-    ::close(wake_[0]);
-    ::close(wake_[1]);
   }
 
   void run();
@@ -137,7 +132,7 @@ class link_hub {
   std::vector<std::unique_ptr<link>> open_;   // running on their own threads
   std::mutex ctx_mutex_;
   std::map<std::string, ctx_ptr> contexts_;
-  int wake_[2] = {-1, -1};
+  net::reactor loop_;  // the hub thread's poll; wake() from any thread
   std::atomic<bool> stopping_{false};
   std::thread thread_;
   link_counters counters_;
@@ -149,7 +144,6 @@ class link_hub {
 };
 
 void link_hub::run() {
-  std::vector<pollfd> fds;
   while (!stopping_) {
     {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -160,27 +154,22 @@ void link_hub::run() {
     open_.erase(std::remove_if(open_.begin(), open_.end(),
                                [](const std::unique_ptr<link>& l) { return l->running == 0; }),
                 open_.end());
-    fds.clear();
-    fds.push_back({wake_[0], POLLIN, 0});
+    loop_.clear();
     auto now = clock_type::now();
     evict_excess_handshakes(now);
     auto next = now + std::chrono::seconds(1);
     for (auto& l : links_) {
-      fds.push_back(
-          {l->tcp, static_cast<short>(POLLIN | (l->pending_wire() > 0 ? POLLOUT : 0)), 0});
+      loop_.watch(l->tcp, static_cast<short>(POLLIN | (l->pending_wire() > 0 ? POLLOUT : 0)));
       next = std::min(next, l->deadline);
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
-    ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0)));
-    char drain[64];
-    while (::read(wake_[0], drain, sizeof drain) > 0) {
-    }
+    loop_.wait(static_cast<int>(std::max<int64_t>(wait, 0)));
     now = clock_type::now();
     for (std::size_t i = 0; i < links_.size(); ++i) {
       auto& l = *links_[i];
       if (l.done) continue;  // evicted
       // A new link's first handshake step sends its hello unprompted.
-      if (fds[1 + i].revents != 0 || !l.started) {
+      if (loop_.revents(i) != 0 || !l.started) {
         handshake(l);
         if (l.ssl && !l.done) send_wire(l);  // the handshake's flights
       }

@@ -1,5 +1,5 @@
 // The rendezvous at the chief (see rendezvous.hpp).
-#include "runtime/rendezvous.hpp"
+#include "net/rendezvous.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "actors/job_options.hpp"
 #include "config/secret.hpp"
-#include "runtime/gate.hpp"
+#include "net/gate.hpp"
+#include "net/socket.hpp"
 
 namespace troupe {
 
@@ -48,17 +48,13 @@ struct admitted {
   std::string peer;
 };
 
-// The gate's thread pushes; the rendezvous polls wake_fd() and takes all.
+// The gate's thread pushes and wakes the rendezvous' reactor; the
+// rendezvous takes all after each turn of it.
 class admitted_queue {
  public:
-  admitted_queue() {
-    if (::pipe2(wake_, O_NONBLOCK | O_CLOEXEC) != 0)
-      throw job_error(std::string("chief:0: rendezvous: pipe: ") + std::strerror(errno));
-  }
+  explicit admitted_queue(net::reactor& loop) : loop_(loop) {}
   ~admitted_queue() {  // closes what arrived after the rendezvous was over
     for (auto& a : q_) ::close(a.fd);
-    ::close(wake_[0]);
-    ::close(wake_[1]);
   }
   admitted_queue(const admitted_queue&) = delete;
   admitted_queue& operator=(const admitted_queue&) = delete;
@@ -66,22 +62,17 @@ class admitted_queue {
   void push(admitted a) {
     std::lock_guard<std::mutex> g(mu_);
     q_.push_back(std::move(a));
-    const char byte = 1;
-    [[maybe_unused]] auto n = ::write(wake_[1], &byte, 1);
+    loop_.wake();
   }
   std::deque<admitted> take_all() {
-    char sink[64];
-    while (::read(wake_[0], sink, sizeof sink) > 0) {
-    }
     std::lock_guard<std::mutex> g(mu_);
     return std::exchange(q_, {});
   }
-  int wake_fd() const { return wake_[0]; }
 
  private:
+  net::reactor& loop_;
   std::mutex mu_;
   std::deque<admitted> q_;
-  int wake_[2] = {-1, -1};
 };
 
 // A rank that announced itself and waits for the cluster.
@@ -93,8 +84,8 @@ struct announced {
 };
 
 void answer_and_close(int fd, const nlohmann::json& payload) {
-  socket_io::send_all(fd, rendezvous_wire::make_reply(payload),
-                      clock_type::now() + std::chrono::seconds(5));
+  net::send_all(fd, rendezvous_wire::make_reply(payload),
+                clock_type::now() + std::chrono::seconds(5));
   ::close(fd);
 }
 
@@ -107,8 +98,9 @@ void answer_and_close(int fd, const nlohmann::json& payload) {
 // cluster forms is free again.
 class announce_reader {
  public:
-  announce_reader(const cluster_env& me, int64_t ps_ranks, const job_authority& ca)
-      : world_size_(me.world_size), ps_ranks_(ps_ranks), chief_(me.chief), ca_(ca) {
+  announce_reader(const cluster_env& me, int64_t ps_ranks, const job_authority& ca,
+                  net::reactor& loop)
+      : world_size_(me.world_size), ps_ranks_(ps_ranks), chief_(me.chief), ca_(ca), loop_(loop) {
     ranks_[0] = {-1, me.chief, "this process", ""};
   }
   ~announce_reader() {
@@ -125,10 +117,10 @@ class announce_reader {
   // formed without that look would hold a dead rank and shut its restart out.
   bool complete_and_live() {
     if (!complete()) return false;
-    std::vector<pollfd> fds;
-    const auto held = watch_held(fds);
-    poll_all(fds, 0);
-    drop_left(fds, 0, held);
+    loop_.clear();
+    const auto held = watch_held();
+    poll_all(0);
+    drop_left(0, held);
     return complete();
   }
   std::map<int64_t, announced>& ranks() { return ranks_; }
@@ -138,38 +130,39 @@ class announce_reader {
                         clock_type::now() + kAnnounceTimeout});
   }
 
-  // Waits until bytes arrive, `wake_fd` is readable or `until`, then reads
-  // and settles what it can.
-  void turn(int wake_fd, clock_type::time_point until) {
-    std::vector<pollfd> fds{{wake_fd, POLLIN, 0}};
+  // Waits until bytes arrive, the reactor is woken (a new admission) or
+  // `until`, then reads and settles what it can.
+  void turn(clock_type::time_point until) {
+    loop_.clear();
     for (const auto& p : pending_) {
-      fds.push_back({p.who.fd, POLLIN, 0});
+      loop_.watch(p.who.fd, POLLIN);
       until = std::min(until, p.deadline);
     }
-    const auto held = watch_held(fds);
+    const auto held = watch_held();
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(until - clock_type::now());
-    poll_all(fds, static_cast<int>(std::max<int64_t>(wait.count(), 0)));
-    const std::size_t first_held = 1 + pending_.size();
-    read_pending(fds);
-    drop_left(fds, first_held, held);
+    poll_all(static_cast<int>(std::max<int64_t>(wait.count(), 0)));
+    const std::size_t first_held = pending_.size();
+    read_pending();
+    drop_left(first_held, held);
     drop_overdue();
   }
 
  private:
-  // Appends the held connections to `fds`; returns their ranks, in order.
-  std::vector<int64_t> watch_held(std::vector<pollfd>& fds) const {
+  // Watches the held connections; returns their ranks, in order.
+  std::vector<int64_t> watch_held() {
     std::vector<int64_t> held;
     for (const auto& [r, a] : ranks_)
       if (a.fd >= 0) {
-        fds.push_back({a.fd, POLLIN, 0});
+        loop_.watch(a.fd, POLLIN);
         held.push_back(r);
       }
     return held;
   }
 
-  static void poll_all(std::vector<pollfd>& fds, int timeout_ms) {
-    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR)
-      throw job_error(std::string("chief:0: rendezvous: poll failed: ") + std::strerror(errno));
+  void poll_all(int timeout_ms) {
+    if (loop_.wait(timeout_ms) < 0 && errno != EINTR)
+      throw rendezvous_error(std::string("chief:0: rendezvous: poll failed: ") +
+                             std::strerror(errno));
   }
 
   struct pending {
@@ -179,11 +172,11 @@ class announce_reader {
     clock_type::time_point deadline;
   };
 
-  void read_pending(const std::vector<pollfd>& fds) {
+  void read_pending() {
     std::vector<pending> still;
     for (std::size_t i = 0; i < pending_.size(); ++i) {
       auto& p = pending_[i];
-      if (fds[1 + i].revents == 0 || read_some(p)) still.push_back(std::move(p));
+      if (loop_.revents(i) == 0 || read_some(p)) still.push_back(std::move(p));
     }
     pending_ = std::move(still);
   }
@@ -206,10 +199,9 @@ class announce_reader {
 
   // A rank sends nothing after its announce: a held connection that became
   // readable has closed (or broken the protocol), and its rank is free.
-  void drop_left(const std::vector<pollfd>& fds, std::size_t first,
-                 const std::vector<int64_t>& held) {
+  void drop_left(std::size_t first, const std::vector<int64_t>& held) {
     for (std::size_t k = 0; k < held.size(); ++k) {
-      if (fds[first + k].revents == 0) continue;
+      if (loop_.revents(first + k) == 0) continue;
       spdlog::warn(
           "chief:0: rendezvous: rank {} ({}) left before the cluster formed; its rank is "
           "free again",
@@ -273,6 +265,7 @@ class announce_reader {
   int64_t ps_ranks_;
   std::string chief_;
   const job_authority& ca_;
+  net::reactor& loop_;  // the admissions' wake pipe and every connection's poll
   std::vector<pending> pending_;
   std::map<int64_t, announced> ranks_;
 };
@@ -292,14 +285,14 @@ std::string missing_ranks(const std::map<int64_t, announced>& ranks, int64_t wor
 }
 
 // The port this rank announces, listening already and held for its node's
-// gate (runtime/gate.hpp, held_listeners): TROUPE_PORT's, else one the OS
+// gate (net/gate.hpp, held_listeners): TROUPE_PORT's, else one the OS
 // picks. Never given back to the OS in between, so no one else can take it.
 uint16_t hold_listen_port(const cluster_env& me) {
   try {
     return held_listeners::hold(me.advertise_host, me.listen_port);
   } catch (const gate_error& e) {
-    throw job_error(rank_name(me.rank) + ": " + e.what() +
-                    " (TROUPE_ADVERTISE_ADDR or the host name, TROUPE_PORT)");
+    throw rendezvous_error(rank_name(me.rank) + ": " + e.what() +
+                           " (TROUPE_ADVERTISE_ADDR or the host name, TROUPE_PORT)");
   }
 }
 
@@ -316,7 +309,9 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
   const auto deadline =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
   const auto hp = parse_host_port(me.chief);
-  admitted_queue arrivals;
+  net::reactor loop;
+  if (!loop.problem().empty()) throw rendezvous_error("chief:0: rendezvous: " + loop.problem());
+  admitted_queue arrivals(loop);
   gate_options opts;
   opts.secret = secret;
   opts.name = kRendezvousGate;
@@ -329,10 +324,10 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
                me.world_size - 1, me.world_size == 2 ? "" : "s");
   // The job CA: made now, in memory; its key is gone when this returns.
   const job_authority ca;
-  announce_reader reader(me, ps_ranks, ca);
+  announce_reader reader(me, ps_ranks, ca, loop);
   while (!reader.complete_and_live() && clock_type::now() < deadline) {
     for (auto& a : arrivals.take_all()) reader.add(std::move(a));
-    reader.turn(arrivals.wake_fd(), deadline);
+    reader.turn(deadline);
   }
   auto& ranks = reader.ranks();
   if (!reader.complete()) {
@@ -344,7 +339,7 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
                             " s (cluster.join_timeout_seconds)";
     for (auto& [r, a] : ranks)
       if (a.fd >= 0) answer_and_close(a.fd, {{"error", why}});
-    throw job_error("chief:0: " + why);
+    throw rendezvous_error("chief:0: " + why);
   }
   // No one else joins; the port stays this process's, listening, until
   // troupe node's gate takes it (the address the tasks map gives out).
@@ -364,7 +359,7 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
 namespace {
 
 // The chief's rendezvous, past its gate as `name`: retried with backoff while
-// nobody listens there yet, until `deadline`; throws job_error.
+// nobody listens there yet, until `deadline`; throws rendezvous_error.
 gate_socket reach_rendezvous(const std::string& secret, const cluster_env& me,
                              const std::string& name, clock_type::time_point deadline,
                              seconds_d timeout) {
@@ -381,21 +376,22 @@ gate_socket reach_rendezvous(const std::string& secret, const cluster_env& me,
         std::clamp<caf::timespan>(left, std::chrono::milliseconds(100), std::chrono::seconds(10)));
     if (s.fd >= 0 && s.peer != kRendezvousGate) {
       ::close(s.fd);
-      throw job_error(name + ": " + me.chief + " is " + s.peer +
-                      ", not the chief's rendezvous: its job has formed its cluster already");
+      throw rendezvous_error(
+          name + ": " + me.chief + " is " + s.peer +
+          ", not the chief's rendezvous: its job has formed its cluster already");
     }
     if (s.fd >= 0) return s;
     if (!s.unreachable)
-      throw job_error(name + ": joining the chief at " + me.chief + " failed: " + s.error);
+      throw rendezvous_error(name + ": joining the chief at " + me.chief + " failed: " + s.error);
     // A refusal that is not authenticated (a wrong secret on either side, or
     // someone else on the port) is retried; it is the likelier cause if the
     // deadline passes, so it is named then.
     if (gate_wire::names_refusal(s.error)) refusal = s.error;
     if (clock_type::now() + backoff >= deadline)
-      throw job_error(name + ": cannot join the chief at " + me.chief + " within " +
-                      fmt::format("{:g}", timeout.count()) +
-                      " s (cluster.join_timeout_seconds): " + s.error +
-                      (refusal.empty() || refusal == s.error ? "" : "; before that: " + refusal));
+      throw rendezvous_error(
+          name + ": cannot join the chief at " + me.chief + " within " +
+          fmt::format("{:g}", timeout.count()) + " s (cluster.join_timeout_seconds): " + s.error +
+          (refusal.empty() || refusal == s.error ? "" : "; before that: " + refusal));
     spdlog::debug("{}: the chief at {} is not there yet ({}); again in {} ms", name, me.chief,
                   s.error, backoff.count());
     std::this_thread::sleep_for(backoff);
@@ -404,36 +400,36 @@ gate_socket reach_rendezvous(const std::string& secret, const cluster_env& me,
 }
 
 // Sends `announce` on `fd` and reads the chief's reply payload by
-// `answer_by`; closes `fd`; throws job_error.
+// `answer_by`; closes `fd`; throws rendezvous_error.
 std::string announce_and_read(int fd, const std::string& announce, const std::string& name,
                               const cluster_env& me, clock_type::time_point answer_by) {
   std::string why;
   std::string header(rendezvous_wire::kReplyHeaderBytes, '\0');
-  const bool sent = socket_io::send_all(fd, announce, answer_by);
-  if (!sent || !socket_io::recv_exact(fd, header, answer_by, &why)) {
+  const bool sent = net::send_all(fd, announce, answer_by);
+  if (!sent || !net::recv_exact(fd, header, answer_by, &why)) {
     ::close(fd);
-    throw job_error(name + ": the chief at " + me.chief +
-                    " did not send the cluster: " + (sent ? why : "it closed the connection"));
+    throw rendezvous_error(name + ": the chief at " + me.chief + " did not send the cluster: " +
+                           (sent ? why : "it closed the connection"));
   }
   const auto length = rendezvous_wire::reply_length(header);
   std::string payload(static_cast<std::size_t>(std::max<int64_t>(length, 0)), '\0');
-  const bool complete = length >= 0 && socket_io::recv_exact(fd, payload, answer_by, &why);
+  const bool complete = length >= 0 && net::recv_exact(fd, payload, answer_by, &why);
   ::close(fd);
   if (!complete)
-    throw job_error(name + ": the chief at " + me.chief + " sent a malformed answer" +
-                    (length < 0 ? "" : ": " + why));
+    throw rendezvous_error(name + ": the chief at " + me.chief + " sent a malformed answer" +
+                           (length < 0 ? "" : ": " + why));
   return payload;
 }
 
-// The identity the chief's reply issued this rank, checked; throws job_error.
+// The identity the chief's reply issued this rank, checked; throws rendezvous_error.
 task_identity identity_of_reply(const std::string& payload, const task_key& key,
                                 const std::string& name, const cluster_env& me) {
   const auto issued = rendezvous_wire::certificate_of_reply(payload);
   task_identity id{me.task.str(), issued.ca, issued.certificate, key.private_pem()};
   const auto problem = issued.certificate.empty() ? "it sent none" : check_task_identity(id);
   if (!problem.empty())
-    throw job_error(name + ": the chief at " + me.chief + " issued no usable certificate for " +
-                    id.task + ": " + problem);
+    throw rendezvous_error(name + ": the chief at " + me.chief +
+                           " issued no usable certificate for " + id.task + ": " + problem);
   return id;
 }
 
@@ -461,7 +457,7 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
   try {
     tasks = rendezvous_wire::tasks_of_reply(payload);
   } catch (const std::invalid_argument& e) {
-    throw job_error(name + ": " + e.what());
+    throw rendezvous_error(name + ": " + e.what());
   }
   if (issued) *issued = identity_of_reply(payload, key, name, me);
   return tasks;
@@ -488,7 +484,7 @@ task_id join_cluster_from_environment(job_config& c, const environment_map& env)
   spec.tasks = std::move(tasks);
   check_cluster(c);
   // The links use it unless cluster.identity or cluster.tls says otherwise
-  // (runtime/secure_link.hpp, link_security_for).
+  // (net/secure_link.hpp, link_security_for).
   if (!issued.cert_pem.empty()) issued_identity::keep(std::move(issued));
   return me.task;
 }

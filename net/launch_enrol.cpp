@@ -1,6 +1,6 @@
 // Enrolment of a launched task with the launcher's job CA
-// (runtime/launch_enrol.hpp).
-#include "runtime/launch_enrol.hpp"
+// (net/launch_enrol.hpp).
+#include "net/launch_enrol.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,7 +11,8 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/rendezvous.hpp"
+#include "net/rendezvous.hpp"
+#include "net/socket.hpp"
 
 namespace troupe::launch_enrol {
 
@@ -44,12 +45,7 @@ std::string problem_of(std::string_view frame, const std::string& task) {
 
 // One message from `fd` within `timeout`; throws job_ca_error.
 std::string receive(int fd, std::chrono::seconds timeout) {
-  pollfd p{fd, POLLIN, 0};
-  int n = 0;
-  do {
-    n = ::poll(&p, 1, static_cast<int>(timeout.count() * 1000));
-  } while (n < 0 && errno == EINTR);
-  if (n == 0)
+  if (!net::wait_ready(fd, POLLIN, net::clock_type::now() + timeout))
     throw failure("the launcher sent no certificate within " + std::to_string(timeout.count()) +
                   " s");
   std::string buf(kMaxReplyMessage, '\0');

@@ -5,7 +5,7 @@
 // and zero-fills it before the payload arrives, so a holder of the secret
 // who announced frames just under the cap and never finished them made a
 // chief allocate the cap per link (187 -> 705 MB, then std::bad_alloc). The
-// guard (runtime/basp_guard.hpp) now holds a frame until its last byte
+// guard (net/basp_guard.hpp) now holds a frame until its last byte
 // arrived, in memory that grows with the bytes received, and only then hands
 // it to BASP. What it holds is counted here, per link and for the process:
 //

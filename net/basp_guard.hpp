@@ -47,14 +47,14 @@
 //     links nothing across them and forwards nothing; the one exception is
 //     an exit_msg from the chief (its driver stops the rl_actors it placed
 //     on other tasks). The guard reads the content's type name, the first
-//     bytes after the stack (runtime/basp_guard.cpp, kRefusedContents).
+//     bytes after the stack (net/basp_guard.cpp, kRefusedContents).
 //
 // Whole frames: a frame that passes goes to BASP only once its last byte
 // arrived (CAF sizes and zero-fills its buffer from the header, so a header
 // alone would make it allocate the cap). Until then the guard holds it, in
 // memory that grows with the bytes received, never the announced size up
 // front; held_bytes() is what the process's budget for unfinished frames
-// counts (runtime/frame_budget.hpp).
+// counts (net/frame_budget.hpp).
 #include <caf/node_id.hpp>
 #include <cstddef>
 #include <cstdint>

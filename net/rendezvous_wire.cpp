@@ -1,9 +1,9 @@
-// The rendezvous' frames (runtime/rendezvous.hpp): pure functions over bytes,
+// The rendezvous' frames (net/rendezvous.hpp): pure functions over bytes,
 // no sockets, so that the fuzz target can link them alone.
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/rendezvous.hpp"
+#include "net/rendezvous.hpp"
 
 namespace troupe::rendezvous_wire {
 

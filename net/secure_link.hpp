@@ -1,6 +1,6 @@
 #pragma once
 // Every byte between two troupe processes after the gate's exchange: TLS 1.3
-// on the peer's socket, the BASP guard (runtime/basp_guard.hpp) on what comes
+// on the peer's socket, the BASP guard (net/basp_guard.hpp) on what comes
 // out of it, and CAF's BASP broker on the other end of a socketpair.
 //
 //   peer ==TLS 1.3 over TCP==> inbound thread --guard--> socketpair ==> BASP
@@ -16,7 +16,7 @@
 // One hub thread per process runs every link's handshake (OpenSSL, TLS 1.3
 // only, TLS_AES_128_GCM_SHA256, no tickets). Then the link gets two threads,
 // one per direction, each with its half of the record layer keyed from that
-// direction's application traffic secret (runtime/tls_records.hpp, what
+// direction's application traffic secret (net/tls_records.hpp, what
 // kernel TLS does): encryption and decryption of one connection run side by
 // side, where one SSL object would serialise them on one thread. The wire
 // stays TLS 1.3 records.
@@ -34,7 +34,7 @@
 //     e.g. "worker:1"); expired, other-CA or other-task certificates fail.
 //     The CA and certificates come from cluster.tls's files, or, by default
 //     in a cluster from the environment, from the job CA the chief's
-//     rendezvous ran (runtime/job_ca.hpp: `identity`, in memory).
+//     rendezvous ran (net/job_ca.hpp: `identity`, in memory).
 //   - insecure: plain TCP (cluster.insecure); the guard still runs.
 // Either way the link checks the peer is the task the gate named, and BASP
 // sees nothing before the TLS handshake completed.
@@ -46,7 +46,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tls_records.hpp"
+#include "net/tls_records.hpp"
 
 namespace troupe {
 
@@ -63,12 +63,12 @@ struct link_security {
   trust kind = trust::psk;
   std::string psk_key;  // derive_key(secret, key_purpose::tls_psk)
   std::string ca_file, cert_file, key_file;
-  // certificates: the job CA's issue (runtime/job_ca.hpp) in place of the
+  // certificates: the job CA's issue (net/job_ca.hpp) in place of the
   // files, when set.
   std::shared_ptr<const task_identity> identity;
   uint64_t max_frame_bytes = uint64_t{256} << 20;  // the guard's cap
   // The process's budget for bytes of frames not yet whole, across links
-  // (runtime/frame_budget.hpp); 0: unfinished_budget(max_frame_bytes).
+  // (net/frame_budget.hpp); 0: unfinished_budget(max_frame_bytes).
   uint64_t max_unfinished_bytes = 0;
   std::chrono::milliseconds handshake_timeout{10000};
   // When this end's records update their keys (tests lower it).
@@ -90,7 +90,7 @@ inline uint64_t unfinished_budget(uint64_t max_frame_bytes) {
 
 // The security a cluster spec asks for (cluster.tls, cluster.insecure,
 // cluster.identity with the identity this process was issued, if any:
-// runtime/job_ca.hpp); `max_frame_bytes` from cluster.max_message_mb or the
+// net/job_ca.hpp); `max_frame_bytes` from cluster.max_message_mb or the
 // caller's derivation.
 link_security link_security_for(const cluster_spec& spec, const std::string& secret,
                                 uint64_t max_frame_bytes);

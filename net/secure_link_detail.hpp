@@ -1,7 +1,7 @@
 #pragma once
-// What the files of the TLS links share (runtime/secure_link.cpp: the hub
-// thread that runs every handshake, and the API; runtime/tls_context.cpp:
-// OpenSSL's contexts and callbacks; runtime/link_pumps.cpp: the two threads
+// What the files of the TLS links share (net/secure_link.cpp: the hub
+// thread that runs every handshake, and the API; net/tls_context.cpp:
+// OpenSSL's contexts and callbacks; net/link_pumps.cpp: the two threads
 // that move an open link's bytes). Not for use outside them.
 #include <openssl/ssl.h>
 #include <unistd.h>
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "crypto/crypto.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/secure_link.hpp"
-#include "runtime/tls_records.hpp"
+#include "net/basp_guard.hpp"
+#include "net/secure_link.hpp"
+#include "net/tls_records.hpp"
 
 namespace troupe::secure_link_detail {
 
@@ -34,7 +34,7 @@ struct link_counters {
 // of the socketpair whose other end BASP (or the rendezvous) reads. The hub
 // thread runs its handshake; then two threads of its own move its bytes,
 // one per direction, each with its own half of the TLS 1.3 record layer
-// (runtime/tls_records.hpp), so encryption and decryption run side by side.
+// (net/tls_records.hpp), so encryption and decryption run side by side.
 struct link {
   int tcp = -1;
   int plain = -1;

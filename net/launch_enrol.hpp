@@ -1,8 +1,8 @@
 #pragma once
 // Enrolment of a `troupe launch` task with the launcher's job CA
-// (runtime/job_ca.hpp) over a socket the launcher handed it.
+// (net/job_ca.hpp) over a socket the launcher handed it.
 //
-// Why: the rendezvous (runtime/rendezvous.hpp) issues each rank its
+// Why: the rendezvous (net/rendezvous.hpp) issues each rank its
 // certificate at the chief; the tasks of `troupe launch` meet no
 // rendezvous, but all are the launcher's children. So the launcher makes the
 // job CA in memory and, for every start of a task (restarts included),
@@ -26,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/job_ca.hpp"
+#include "net/job_ca.hpp"
 
 namespace troupe::launch_enrol {
 

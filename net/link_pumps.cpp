@@ -1,4 +1,4 @@
-// The two threads of an open TLS link (runtime/secure_link_detail.hpp): one
+// The two threads of an open TLS link (net/secure_link_detail.hpp): one
 // per direction, each with its half of the record layer, the inbound one
 // with the BASP guard's check of every frame.
 #include <poll.h>
@@ -9,8 +9,9 @@
 #include <cstring>
 #include <optional>
 
-#include "runtime/frame_budget.hpp"
-#include "runtime/secure_link_detail.hpp"
+#include "net/frame_budget.hpp"
+#include "net/secure_link_detail.hpp"
+#include "net/socket.hpp"
 
 namespace troupe::secure_link_detail {
 
@@ -20,44 +21,17 @@ constexpr std::size_t kChunk = 256 * 1024;         // one read from either side
 constexpr auto kLinger = std::chrono::seconds(2);  // to flush after the other side closed
 constexpr const char* kCutByBudget = "cut for the budget of unfinished frames";
 
-// Waits until `fd` is ready for `events` or the link is told to stop (false
-// then), at most until `until` when given.
-bool wait_for(link& l, int fd, short events,
-              std::optional<clock_type::time_point> until = std::nullopt) {
-  while (!l.stopping) {
-    pollfd fds[2] = {{fd, events, 0}, {l.stop_pipe[0], POLLIN, 0}};
-    int ms = -1;
-    if (until) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*until - clock_type::now());
-      if (left.count() <= 0) return false;
-      ms = static_cast<int>(left.count());
-    }
-    int r = ::poll(fds, 2, ms);
-    if (r < 0 && errno == EINTR) continue;
-    if (fds[1].revents != 0) return false;
-    if (r > 0) return true;
-  }
-  return false;
+// Waits until `fd` is ready for `events` (true), or the link is told to
+// stop (stop() sets the flag, then writes the pipe).
+bool wait_for(link& l, int fd, short events) {
+  return !l.stopping && net::wait_ready(fd, events, net::kNoDeadline, l.stop_pipe[0]);
 }
 
-// Sends all of [data, data + n) to `fd`; false when the link stops, the
-// deadline passes or the socket fails.
+// Sends all of [data, data + n) to `fd`; false when the link stops (its
+// pipe, never emptied, stays readable), `until` passes or the socket fails.
 bool send_all(link& l, int fd, const char* data, std::size_t n,
-              std::optional<clock_type::time_point> until = std::nullopt) {
-  while (n > 0) {
-    ssize_t k = ::send(fd, data, n, MSG_NOSIGNAL);
-    if (k > 0) {
-      data += k;
-      n -= static_cast<std::size_t>(k);
-      continue;
-    }
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (!wait_for(l, fd, POLLOUT, until)) return false;
-      continue;
-    }
-    return false;
-  }
-  return true;
+              clock_type::time_point until = net::kNoDeadline) {
+  return net::send_all(fd, {data, n}, until, l.stop_pipe[0]);
 }
 
 // The n wire bytes at `in` opened into `out`; n becomes the plaintext's

@@ -32,16 +32,16 @@
 // gate_options::allowed_peers; the connector refuses a verdict whose MAC'd
 // name L is not T. A BASP listener also closes, without a verdict, a
 // proof from a task that has a live connection to this process already
-// (runtime/basp_guard.hpp): with the pre-shared key any holder of the
+// (net/basp_guard.hpp): with the pre-shared key any holder of the
 // secret can prove any task's name, but not take a live one (with
-// certificates, from cluster.tls or the job CA of runtime/job_ca.hpp, the TLS
+// certificates, from cluster.tls or the job CA of net/job_ca.hpp, the TLS
 // link after the gate checks the name as well); the connector
 // retries it like a listener that went away. Refusals are MAC'd too: a connector treats only a
 // refusal that proves K as final; garbage, a bad MAC or an unproven refusal is `unreachable`
 // (retried until the caller's deadline), since anyone may sit on a port. Only after an 'A' is the
 // socket handed to the BASP broker: as a new incoming connection on the listener's side, as a
 // connect on the connector's side. From there on it is BASP between two authenticated processes,
-// inside TLS 1.3 and behind the frame guard (runtime/secure_link.hpp).
+// inside TLS 1.3 and behind the frame guard (net/secure_link.hpp).
 //
 // Limits before authentication: at most `max_pending` connections, at most
 // half of them from one address, and at most a quarter of the descriptor
@@ -66,7 +66,7 @@
 #include <string_view>
 #include <thread>
 
-#include "runtime/secure_link.hpp"
+#include "net/secure_link.hpp"
 
 namespace troupe {
 
@@ -82,7 +82,7 @@ struct gate_options {
   std::string name;    // this process's task, e.g. "chief:0" (at most 63 bytes)
   std::chrono::milliseconds handshake_timeout{5000};
   std::size_t max_pending = 64;
-  // What runs on an admitted connection (runtime/secure_link.hpp): TLS 1.3
+  // What runs on an admitted connection (net/secure_link.hpp): TLS 1.3
   // keyed from `secret` unless it says otherwise (a psk_key left empty is
   // derived from `secret`).
   link_security link;
@@ -105,7 +105,7 @@ gate_options with_link_key(gate_options opts);
 
 // A connection that proved the secret, as a plain socket (non-blocking),
 // for a protocol of troupe's own after the gate's exchange rather than BASP
-// (the rendezvous at the chief, runtime/rendezvous.hpp). `name` is the task
+// (the rendezvous at the chief, net/rendezvous.hpp). `name` is the task
 // the peer proved it is, `peer` its "host:port". The receiver owns `fd`.
 using gate_admit_handler =
     std::function<void(int fd, const std::string& name, const std::string& peer)>;
@@ -186,7 +186,7 @@ struct gate_socket {
   int fd = -1;
   std::string peer;  // the listener's task, once it proved the secret
   // The exchange's two challenges: the TLS session after it is bound to them
-  // (runtime/secure_link.hpp).
+  // (net/secure_link.hpp).
   std::string server_challenge, client_challenge;
   bool unreachable = false;
   std::string error;
@@ -194,7 +194,7 @@ struct gate_socket {
 gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_options& opts,
                            caf::timespan timeout);
 // The exchange, then TLS (opts.link) on the socket: `fd` is the plain end
-// of the link (runtime/secure_link.hpp), for a protocol of troupe's own.
+// of the link (net/secure_link.hpp), for a protocol of troupe's own.
 gate_socket gate_secure_handshake(const std::string& host, uint16_t port, const gate_options& opts,
                                   caf::timespan timeout);
 
@@ -215,18 +215,7 @@ caf::expected<Handle> gate_remote_actor(caf::actor_system& sys, const std::strin
   return caf::actor_cast<Handle>(std::move(c.actor));
 }
 
-// Blocking I/O with a deadline on a non-blocking socket: the gate's exchange
-// and the rendezvous after it.
-namespace socket_io {
-// Sends all of `data` within `deadline`.
-bool send_all(int fd, std::string_view data, std::chrono::steady_clock::time_point deadline);
-// Reads exactly `out.size()` bytes within `deadline`; false on EOF, error or
-// timeout (`why` says which).
-bool recv_exact(int fd, std::string& out, std::chrono::steady_clock::time_point deadline,
-                std::string* why);
-}  // namespace socket_io
-
-// The exchange's frames (runtime/gate_wire.cpp: no sockets, no CAF), for
+// The exchange's frames (net/gate_wire.cpp: no sockets, no CAF), for
 // both sides, the tests and the fuzz target.
 namespace gate_wire {
 inline constexpr std::size_t kMagicBytes = 8;

@@ -1,5 +1,5 @@
-// The job's certificate authority (runtime/job_ca.hpp): OpenSSL EVP and X.509.
-#include "runtime/job_ca.hpp"
+// The job's certificate authority (net/job_ca.hpp): OpenSSL EVP and X.509.
+#include "net/job_ca.hpp"
 
 #include <openssl/bio.h>
 #include <openssl/bn.h>
@@ -11,7 +11,7 @@
 
 #include <mutex>
 
-#include "runtime/secure_link_detail.hpp"
+#include "net/secure_link_detail.hpp"
 
 namespace troupe {
 

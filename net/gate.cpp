@@ -1,14 +1,10 @@
-// The listening side of the gate (runtime/gate.hpp): the listener thread,
+// The listening side of the gate (net/gate.hpp): the listener thread,
 // the exchange with each connection, TLS and the hand-over to BASP; the
 // listening sockets held between the rendezvous and the gate. The connecting
-// side: runtime/gate_connect.cpp.
-#include "runtime/gate.hpp"
+// side: net/gate_connect.cpp.
+#include "net/gate.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -27,7 +23,8 @@
 #include <vector>
 
 #include "config/secret.hpp"
-#include "runtime/basp_guard.hpp"
+#include "net/basp_guard.hpp"
+#include "net/socket.hpp"
 
 namespace troupe {
 
@@ -39,41 +36,10 @@ std::string errno_text(int e) {
   return std::strerror(e);
 }
 
-void set_nonblocking(int fd) {
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
-}
-
-// "host:port" of a connected socket's other end.
-std::string peer_of(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
-  char host[INET6_ADDRSTRLEN] = "?";
-  uint16_t port = 0;
-  if (a.ss_family == AF_INET) {
-    auto* in = reinterpret_cast<sockaddr_in*>(&a);
-    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-    port = ntohs(in->sin_port);
-  } else if (a.ss_family == AF_INET6) {
-    auto* in = reinterpret_cast<sockaddr_in6*>(&a);
-    ::inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof host);
-    port = ntohs(in->sin6_port);
-  }
-  return std::string(host) + ":" + std::to_string(port);
-}
-
-// The host part of peer_of's "host:port".
-std::string host_of(const std::string& peer) {
-  auto colon = peer.rfind(':');
-  return colon == std::string::npos ? peer : peer.substr(0, colon);
-}
-
-}  // namespace
-
-namespace {
-
-using socket_io::recv_exact;
-using socket_io::send_all;
+using net::host_of;
+using net::local_port;
+using net::peer_of;
+using net::send_all;
 
 // At most one warning a second; what was not logged is counted into the next.
 class refusal_log {
@@ -107,14 +73,6 @@ int bind_listener(const std::string& host, uint16_t port);
 int listen_on(const std::string& host, uint16_t port) {
   if (const int held = held_listeners::take(host, port); held >= 0) return held;
   return bind_listener(host, port);
-}
-
-uint16_t local_port(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
-  return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
 }
 
 }  // namespace
@@ -156,34 +114,10 @@ namespace {
 
 // A new listening socket for host:port; throws gate_error.
 int bind_listener(const std::string& host, uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const auto where = host + ":" + std::to_string(port);
-  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(),
-                         &hints, &res);
-  if (rc != 0) throw gate_error("cannot listen on " + where + ": " + ::gai_strerror(rc));
-  std::string last = "no address";
-  int fd = -1;
-  for (auto* a = res; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      last = errno_text(errno);
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
-      last = errno_text(errno);
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(res);
-  if (fd < 0) throw gate_error("cannot listen on " + where + ": " + last);
-  set_nonblocking(fd);
+  std::string why;
+  const int fd = net::listen_tcp(host, port, 128, why);
+  if (fd < 0)
+    throw gate_error("cannot listen on " + host + ":" + std::to_string(port) + ": " + why);
   return fd;
 }
 
@@ -201,8 +135,8 @@ struct gate::state {
   std::string key;  // derive_key(opts.secret, key_purpose::gate)
   int listener = -1;
   uint16_t port = 0;  // also the key BASP files the served actor under
-  int wake[2] = {-1, -1};
-  int reserve = -1;  // a spare fd, given up to accept-and-close when out of fds
+  net::reactor loop;  // the listener thread's poll; stop_thread() wakes it
+  int reserve = -1;   // a spare fd, given up to accept-and-close when out of fds
   std::atomic<bool> stopping{false};
   refusal_log log;
   mutable std::mutex stats_mutex;
@@ -443,9 +377,9 @@ void gate::start(const std::string& host, uint16_t port, gate_options opts) {
   st_->key = derive_key(st_->opts.secret, key_purpose::gate);
   st_->listener = listen_on(host, port);
   port_ = st_->port = local_port(st_->listener);
-  if (::pipe2(st_->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+  if (!st_->loop.problem().empty()) {
     ::close(st_->listener);
-    throw gate_error("gate: pipe: " + errno_text(errno));
+    throw gate_error("gate: " + st_->loop.problem());
   }
   st_->reserve = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   st_->max_pending = std::max<std::size_t>(1, st_->opts.max_pending);
@@ -459,8 +393,7 @@ void gate::start(const std::string& host, uint16_t port, gate_options opts) {
 
 void gate::stop_thread() {
   st_->stopping = true;
-  char b = 1;
-  [[maybe_unused]] auto n = ::write(st_->wake[1], &b, 1);
+  st_->loop.wake();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -473,7 +406,7 @@ gate::~gate() {
   stop_thread();
   for (auto& p : st_->waiting)
     if (p.fd >= 0) ::close(p.fd);
-  for (int fd : {st_->listener, st_->wake[0], st_->wake[1], st_->reserve})
+  for (int fd : {st_->listener, st_->reserve})
     if (fd >= 0) ::close(fd);
 }
 
@@ -511,28 +444,26 @@ void gate::loop() {
 
 void gate::serve() {
   auto& st = *st_;
-  std::vector<pollfd> fds;
   while (!st.stopping) {
     if (st.opts.on_turn) st.opts.on_turn();
-    fds.clear();
-    fds.push_back({st.wake[0], POLLIN, 0});
-    fds.push_back({st.listener, POLLIN, 0});
+    st.loop.clear();
+    st.loop.watch(st.listener, POLLIN);
     auto now = clock_type::now();
     auto next = now + std::chrono::seconds(1);
     for (auto& p : st.waiting) {
-      fds.push_back({p.fd, POLLIN, 0});
+      st.loop.watch(p.fd, POLLIN);
       next = std::min(next, p.deadline);
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
-    int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0) + 1));
+    int n = st.loop.wait(static_cast<int>(std::max<int64_t>(wait, 0) + 1));
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed: " + errno_text(errno));
     if (st.stopping) return;
-    // Pending connections first (the indices match `fds` from 2 on), then
+    // Pending connections first (watched from index 1 on, in order), then
     // new ones, which may evict from the front of `waiting`.
     now = clock_type::now();
     for (std::size_t i = 0; i < st.waiting.size(); ++i) {
       auto& p = st.waiting[i];
-      if (fds[i + 2].revents != 0) {
+      if (st.loop.revents(i + 1) != 0) {
         st.on_readable(p);
       } else if (now >= p.deadline) {
         st.refuse(
@@ -543,7 +474,7 @@ void gate::serve() {
     st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(),
                                     [](const state::pending& p) { return p.fd < 0; }),
                      st.waiting.end());
-    if (fds[1].revents != 0) st.accept_some();
+    if (st.loop.revents(0) != 0) st.accept_some();
   }
 }
 

@@ -1,10 +1,10 @@
-// The gate's frames (runtime/gate.hpp): pure functions over bytes, no sockets
+// The gate's frames (net/gate.hpp): pure functions over bytes, no sockets
 // and no CAF, so that the fuzz target can link them alone.
 #include <algorithm>
 #include <cstring>
 
 #include "config/secret.hpp"
-#include "runtime/gate.hpp"
+#include "net/gate.hpp"
 
 namespace troupe::gate_wire {
 

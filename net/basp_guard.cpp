@@ -1,4 +1,4 @@
-#include "runtime/basp_guard.hpp"
+#include "net/basp_guard.hpp"
 
 #include <fmt/format.h>
 #include <caf/binary_deserializer.hpp>

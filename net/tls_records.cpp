@@ -1,6 +1,6 @@
-#include "runtime/tls_records.hpp"
+#include "net/tls_records.hpp"
 
-#include "runtime/fork_join_pool.hpp"
+#include "net/fork_join_pool.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

@@ -3,7 +3,7 @@
 // environment (config/cluster_env.hpp) learn each other's addresses when
 // only the chief's is known in advance.
 //
-//   chief (rank 0)   listens at its address behind a gate (runtime/gate.hpp:
+//   chief (rank 0)   listens at its address behind a gate (net/gate.hpp:
 //                    the same exchange, limits and logging as every port of
 //                    a node) and waits for every other rank;
 //   rank r > 0       listens at its own port (TROUPE_PORT, else one the OS
@@ -31,7 +31,7 @@
 // restarted process may claim it).
 //
 // The announce is also the rank's certificate request to the job CA the
-// chief makes at start (runtime/job_ca.hpp): the public half of a key pair
+// chief makes at start (net/job_ca.hpp): the public half of a key pair
 // the rank made, signed with its private half. The chief issues a
 // certificate naming the rank's task (role_of_rank) when it accepts the
 // announce, i.e. at most once while the rank's connection stays open; a
@@ -44,13 +44,14 @@
 //   rank -> chief   announce: magic "troupeR2", rank and world size (8 bytes
 //                   each, big-endian), host:port NUL-padded to 262 bytes,
 //                   Ed25519 public key (32 bytes), its signature over all
-//                   of that (64 bytes; runtime/job_ca.hpp)
+//                   of that (64 bytes; net/job_ca.hpp)
 //   chief -> rank   reply: magic, payload length (4 bytes, big-endian, at most
 //                   kMaxReplyBytes), payload: {"tasks": {...}, "certificate":
 //                   PEM, "ca": PEM} or {"error": "why"}
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,17 +60,25 @@
 
 #include "config/cluster_env.hpp"
 #include "config/job_config.hpp"
-#include "runtime/job_ca.hpp"
+#include "net/job_ca.hpp"
 
 namespace troupe {
 
 using cluster_tasks = std::map<std::string, std::vector<std::string>>;
 
+// The rendezvous failed or timed out; what() names the rank and the chief's
+// address. (net/ sits below the job's own error, actors/job_options.hpp's
+// job_error; `troupe node` reports either the same way.)
+class rendezvous_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Resolves this process's rank from `env`, meets the other ranks at the
 // chief, writes the cluster they form into c.cluster->tasks (checked as a
 // hand-written one would be) and returns this process's task. Throws
 // cluster_env_error (a bad variable), config_error, secret_error, or
-// job_error (the rendezvous failed or timed out).
+// rendezvous_error (the rendezvous failed or timed out).
 task_id join_cluster_from_environment(job_config& c, const environment_map& env);
 
 // The chief's side: `me` is rank 0. Returns the tasks map; `issued`, when
@@ -81,7 +90,7 @@ cluster_tasks serve_rendezvous(const std::string& secret, const cluster_env& me,
 // Another rank's side: announces `address` (where it listens) to the chief
 // at me.chief, with a certificate request for me.task. Returns the tasks
 // map; `issued`, when given, gets the certificate the chief issued, checked
-// (job_error if there is none, or it is not for this rank's key and task).
+// (rendezvous_error if there is none, or it is not for this rank's key and task).
 cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
                               const std::string& address, std::chrono::duration<double> timeout,
                               task_identity* issued = nullptr);

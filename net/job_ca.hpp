@@ -3,9 +3,9 @@
 // default): per-task identity without a PKI of the user's.
 //
 // Why: with the shared secret alone, the gate's proof and the TLS link's
-// pre-shared key (runtime/gate.hpp, runtime/secure_link.hpp) can be made by
+// pre-shared key (net/gate.hpp, net/secure_link.hpp) can be made by
 // any holder of the secret for any task name. So the chief's rendezvous
-// (runtime/rendezvous.hpp) makes a fresh CA key pair in memory when it
+// (net/rendezvous.hpp) makes a fresh CA key pair in memory when it
 // starts; each rank, once past the gate with the secret, sends the public
 // half of a key pair it made itself (the private key never leaves the task)
 // with a signature proving it holds the private half, and gets back a
@@ -87,7 +87,7 @@ class job_authority {
 std::string check_task_identity(const task_identity& id);
 
 // The identity this process was issued at the rendezvous, kept for its
-// node's links (runtime/secure_link.hpp); one per process.
+// node's links (net/secure_link.hpp); one per process.
 namespace issued_identity {
 void keep(task_identity id);
 std::shared_ptr<const task_identity> held();  // null: none issued

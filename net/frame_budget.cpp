@@ -1,4 +1,4 @@
-#include "runtime/frame_budget.hpp"
+#include "net/frame_budget.hpp"
 
 #include <fmt/format.h>
 

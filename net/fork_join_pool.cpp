@@ -1,4 +1,4 @@
-#include "runtime/fork_join_pool.hpp"
+#include "net/fork_join_pool.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-// OpenSSL's side of the TLS links (runtime/secure_link_detail.hpp): the
+// OpenSSL's side of the TLS links (net/secure_link_detail.hpp): the
 // contexts, the pre-shared key and certificate callbacks, and the key log
 // that hands a link its traffic secrets.
 #include <openssl/crypto.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/job_ca.hpp"
-#include "runtime/secure_link_detail.hpp"
+#include "net/job_ca.hpp"
+#include "net/secure_link_detail.hpp"
 
 namespace troupe::secure_link_detail {
 
@@ -127,7 +127,7 @@ void keep_traffic_secret(const SSL* ssl, const char* line) {
 
 namespace {
 
-// The job CA's issue (runtime/job_ca.hpp), from memory: no file holds the key.
+// The job CA's issue (net/job_ca.hpp), from memory: no file holds the key.
 void use_identity(SSL_CTX* c, const task_identity& id) {
   const auto bad = [&id](const std::string& what) {
     return link_error(id.task + ": the job CA's " + what + ": " + ssl_errors());
@@ -165,7 +165,7 @@ ctx_ptr make_context(const link_security& sec) {
   SSL_CTX* c = ctx.get();
   SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION);
   SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION);
-  // The record layer after the handshake is ours (runtime/tls_records.hpp),
+  // The record layer after the handshake is ours (net/tls_records.hpp),
   // for this suite: AES-GCM runs in hardware on every x86 CPU we target.
   SSL_CTX_set_ciphersuites(c, "TLS_AES_128_GCM_SHA256");
   // Nothing after the handshake: no tickets (a NewSessionTicket would be a

@@ -1,7 +1,5 @@
-// The connecting side of the gate (runtime/gate.hpp): the exchange, TLS on
+// The connecting side of the gate (net/gate.hpp): the exchange, TLS on
 // the socket after it, and BASP over the plain end for an actor handle.
-#include <netdb.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <caf/io/basp_broker.hpp>
@@ -16,17 +14,18 @@
 #include <vector>
 
 #include "config/secret.hpp"
-#include "runtime/basp_guard.hpp"
-#include "runtime/gate.hpp"
-#include "runtime/secure_link.hpp"
+#include "net/basp_guard.hpp"
+#include "net/gate.hpp"
+#include "net/secure_link.hpp"
+#include "net/socket.hpp"
 
 namespace troupe {
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-using socket_io::recv_exact;
-using socket_io::send_all;
+using net::recv_exact;
+using net::send_all;
 
 }  // namespace
 
@@ -36,42 +35,7 @@ gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_op
   const auto where = host + ":" + std::to_string(port);
   const auto deadline =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(timeout);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) {
-    out.unreachable = true;
-    out.error = "cannot resolve " + host + ": " + ::gai_strerror(rc);
-    return out;
-  }
-  int fd = -1;
-  out.error = "cannot connect to " + where;
-  for (auto* a = res; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) continue;
-    int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
-    if (r != 0 && errno == EINPROGRESS) {
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
-      pollfd p{fd, POLLOUT, 0};
-      int soerr = ETIMEDOUT;
-      if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) == 1) {
-        socklen_t len = sizeof soerr;
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
-      }
-      r = soerr == 0 ? 0 : -1;
-      errno = soerr;
-    }
-    if (r != 0) {
-      out.error = "cannot connect to " + where + ": " + std::strerror(errno);
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(res);
+  const int fd = net::connect_tcp(host, port, deadline, out.error);
   if (fd < 0) {
     out.unreachable = true;
     return out;
