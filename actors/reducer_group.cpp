@@ -1,6 +1,8 @@
 // The reducer actors behind the collective layer (actors/reducer_group.hpp).
 #include "actors/reducer_group.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -71,33 +73,34 @@ class reducer_process_group final : public process_group {
   }
   // One request: the reducer fuses the spans into its own buckets.
   void all_reduce_spans(const std::vector<float_span>& spans, reduce_op op) override {
-    request_buffers rb;
-    for (const auto& s : spans) add_buffer(rb, s.data, s.size);
-    send("all_reduce", std::move(rb), allreduce_atom::value, op).wait();
+    for (const auto& s : spans) issue_all_reduce(s.data, s.size, op);
+    complete();
   }
 
   work issue_all_reduce(float* data, std::size_t n, reduce_op op) override {
-    request_buffers rb;
-    add_buffer(rb, data, n);
-    return send("all_reduce", std::move(rb), allreduce_atom::value, op);
+    check();
+    return add(reduces_[static_cast<std::size_t>(op)], data, n);
   }
   // Every chunk reduced: rank r's among them.
   work issue_reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
     return issue_all_reduce(data, chunk * static_cast<std::size_t>(size()), op);
   }
+  // The other ranks' chunks zeroed, then summed: each rank's chunk exact
+  // everywhere (x + 0 is x), in the step's one batched all-reduce rather
+  // than one broadcast per rank and variable.
   work issue_all_gather(float* data, std::size_t chunk) override {
-    work last;
-    for (int r = 0; r < size(); ++r)
-      last = issue_broadcast(data + static_cast<std::size_t>(r) * chunk, chunk, r);
-    return last;
+    const auto n = static_cast<std::size_t>(size());
+    for (std::size_t p = 0; p < n; ++p)
+      if (p != static_cast<std::size_t>(rank())) std::fill_n(data + p * chunk, chunk, 0.0f);
+    return issue_all_reduce(data, chunk * n, reduce_op::sum);
   }
   work issue_broadcast(float* data, std::size_t n, int root) override {
     if (root < 0 || root >= size())
       throw device_error("broadcast: root " + std::to_string(root) + " is outside the group of " +
                          std::to_string(size()) + " ranks");
-    request_buffers rb;
-    add_buffer(rb, data, n);
-    return send("broadcast", std::move(rb), broadcast_atom::value, static_cast<int32_t>(root));
+    check();
+    if (broadcasts_.empty()) broadcasts_.resize(static_cast<std::size_t>(size()));
+    return add(broadcasts_[static_cast<std::size_t>(root)], data, n);
   }
 
   void complete() override { wait_for(issued_count()); }
@@ -121,16 +124,20 @@ class reducer_process_group final : public process_group {
   }
 
  protected:
-  // Receives the replies up to `ticket`, in order; all of them, so that a
-  // failed collective leaves the group in step, then throws the first error.
-  void wait_for(uint64_t ticket) override {
+  // Sends what is still batched, then receives every reply: all of them,
+  // so that a failed collective leaves the group in step; then throws the
+  // first error. (Batches are sent out of issue order, so waiting for one
+  // collective waits for all: their buffers are disjoint until waited for,
+  // and every rank batches alike.)
+  void wait_for(uint64_t) override {
+    flush_all();
     std::string failure;
     // The wait is the collectives' cost on this thread (a trace's and troupe
     // report's all-reduce share), as the host group shows it.
     std::optional<trace::scoped_span> waiting;
-    if (!pending_.empty() && pending_.front().ticket <= ticket)
+    if (!pending_.empty())
       waiting.emplace(trace::this_thread_track(), "collective_wait", trace::category::communicate);
-    while (!pending_.empty() && pending_.front().ticket <= ticket) {
+    while (!pending_.empty()) {
       auto p = std::move(pending_.front());
       pending_.pop_front();
       std::string error = receive(p);
@@ -146,23 +153,48 @@ class reducer_process_group final : public process_group {
       std::vector<tensor>{}));
 
   struct pending_request {
-    uint64_t ticket = 0;
     const char* what = "";
     reply_handle reply;
     std::vector<staged_copy> staged;
   };
 
+  // Issued collectives of one kind not sent yet: one request to the reducer
+  // for all of them (the reducer fuses a request's tensors into its own
+  // buckets), sent when it holds coalesce_bytes or at the wait, as DDP's
+  // buckets go. A step's per-layer all-reduces thus cost one collective of
+  // the actors, not one per variable.
+  struct batch {
+    request_buffers rb;
+    std::size_t bytes = 0;
+  };
+
+  work add(batch& b, float* data, std::size_t n) {
+    add_buffer(b.rb, data, n);
+    b.bytes += n * sizeof(float);
+    if (b.bytes >= opts_.coalesce_bytes) flush_all();
+    return issued();
+  }
+
+  // All-reduces by op, then broadcasts by root: the same order on every rank.
+  void flush_all() {
+    for (std::size_t op = 0; op < reduces_.size(); ++op)
+      if (!reduces_[op].rb.tensors.empty())
+        send("all_reduce", std::exchange(reduces_[op], {}).rb, allreduce_atom::value,
+             static_cast<reduce_op>(op));
+    for (std::size_t root = 0; root < broadcasts_.size(); ++root)
+      if (!broadcasts_[root].rb.tensors.empty())
+        send("broadcast", std::exchange(broadcasts_[root], {}).rb, broadcast_atom::value,
+             static_cast<int32_t>(root));
+  }
+
   template <class... Ts>
-  work send(const char* what, request_buffers rb, Ts... head) {
-    check();
+  void send(const char* what, request_buffers rb, Ts... head) {
     auto reply = self_->request(reducer_, opts_.timeout, head..., std::move(rb.tensors));
-    auto w = issued();
     {
       std::lock_guard lock(mtx_);
       in_flight_.push_back(reply.id());
     }
-    pending_.push_back({issued_count(), what, reply, std::move(rb.staged)});
-    return w;
+    pending_.push_back({what, reply, std::move(rb.staged)});
   }
 
   // The reply to one request: empty when it succeeded, else what failed.
@@ -187,7 +219,9 @@ class reducer_process_group final : public process_group {
   caf::scoped_actor self_;
   caf::actor reducer_;
   reducer_group_options opts_;
-  std::deque<pending_request> pending_;  // the calling thread's only
+  std::array<batch, 4> reduces_;         // by reduce_op; the calling thread's only
+  std::vector<batch> broadcasts_;        // by root; the calling thread's only
+  std::deque<pending_request> pending_;  // sent, the reply to come; the calling thread's only
   std::mutex mtx_;
   std::vector<caf::message_id> in_flight_;  // under mtx_ (abort() reads it)
   std::string aborted_;                     // under mtx_
@@ -207,7 +241,10 @@ std::unique_ptr<process_group> make_reducer_group(caf::actor_system& sys, caf::a
 
 std::unique_ptr<process_group> make_ring_node_group(const ring_node_actor& node, int rank, int size,
                                                     caf::duration timeout) {
-  reducer_group_options o{rank, size, timeout, nullptr};
+  reducer_group_options o;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = timeout;
   o.tell_abort = [rank](const caf::actor& n, const std::string& why) {
     caf::anon_send(n, ring_abort_atom::value, uint64_t{0}, static_cast<int32_t>(rank), why);
   };

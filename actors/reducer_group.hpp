@@ -12,11 +12,16 @@
 // blocking actor of the group's own: a request is a message to the reducer
 // holding the caller's buffers (no copy: a tensor over them, or over an
 // aligned copy where a buffer does not start on 64 bytes), the reply comes
-// back to that actor, and wait() receives the replies in issue order.
+// back to that actor, and wait() receives the replies. Issued collectives
+// of one kind are batched into one request (the reducer fuses its tensors
+// into its own buckets) until the batch holds coalesce_bytes or a wait
+// comes, as DDP fills its buckets: a step's per-layer all-reduces cost one
+// collective of the actors.
 //
 // reduce_scatter and all_gather keep the interface's layout (rank r's chunk
 // r): a reduce_scatter is an all-reduce of the whole buffer (every chunk
-// reduced, the others' too) and an all_gather is one broadcast per rank.
+// reduced, the others' too) and an all_gather an all-reduce of the rank's
+// own chunk and zeros elsewhere (exact), so that they batch with the rest.
 // The reducers' own layouts (reduce_scatter_segments) serve callers that
 // speak to the actors directly.
 //
@@ -44,6 +49,9 @@ struct reducer_group_options {
   // A collective whose reply has not come by then fails (a lost peer that
   // no monitor reports).
   caf::duration timeout = caf::infinite;
+  // Issued collectives are batched into one request per kind until they
+  // hold this many bytes or are waited for (strategy.reducer.bucket_bytes).
+  std::size_t coalesce_bytes = std::size_t{4} << 20;
   // How abort() tells the actor that this rank leaves; null: a reducer's
   // `reduce_abort(reason)` (its peers fail their collectives too).
   std::function<void(const caf::actor&, const std::string&)> tell_abort;

@@ -350,6 +350,9 @@ struct replica_wiring {
   int64_t process_rank = 0;    // this process's place in that ring
   // A collective through the actors whose reply has not come by then fails.
   caf::duration request_timeout = caf::infinite;
+  // strategy.reducer.bucket_bytes: how many bytes of issued collectives the
+  // reducer actors get in one request.
+  int64_t bucket_bytes = int64_t{4} << 20;
 };
 
 // What make_reducers builds on.

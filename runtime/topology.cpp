@@ -332,6 +332,7 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     w.processes = std::max<int64_t>(1, static_cast<int64_t>(spec.ring_tasks.size()));
     w.process_rank = spec.ring_rank;
     w.request_timeout = spec.request_timeout;
+    w.bucket_bytes = c.strategy.reducer.bucket_bytes;
     replica_config rc;
     rc.index = r;
     rc.device = device;

@@ -55,8 +55,13 @@ int device_rank(const replica_wiring& w) {
 }
 
 std::unique_ptr<process_group> actor_group(const caf::actor& a, int rank, int size,
-                                           caf::duration timeout) {
-  return make_reducer_group(a->home_system(), a, {rank, size, timeout, nullptr});
+                                           const replica_wiring& w) {
+  reducer_group_options o;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = w.request_timeout;
+  o.coalesce_bytes = static_cast<std::size_t>(std::max<int64_t>(1, w.bucket_bytes));
+  return make_reducer_group(a->home_system(), a, std::move(o));
 }
 
 // The group across processes of the process's first replica.
@@ -74,8 +79,7 @@ std::shared_ptr<process_group> make_replica_group(const replica_wiring& w, compu
     const bool job_wide = w.across_processes;
     return actor_group(caf::actor_cast<caf::actor>(w.reducer),
                        static_cast<int>(job_wide ? w.index : w.local_index),
-                       static_cast<int>(job_wide ? w.replicas : w.local_replicas),
-                       w.request_timeout);
+                       static_cast<int>(job_wide ? w.replicas : w.local_replicas), w);
   }
   auto local = w.device_group->join(device_rank(w), *cs.dev);
   if (!w.across_processes || w.device_group_global) return local;

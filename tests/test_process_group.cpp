@@ -81,9 +81,12 @@ struct actor_backend {
   group_maker maker() {
     const int n = static_cast<int>(reducers.size());
     return [this, n](int r) -> std::shared_ptr<process_group> {
-      return make_reducer_group(sys,
-                                caf::actor_cast<caf::actor>(reducers[static_cast<std::size_t>(r)]),
-                                {r, n, caf::infinite, nullptr});
+      reducer_group_options o;
+      o.rank = r;
+      o.size = n;
+      o.coalesce_bytes = 1024;  // some batches go before the wait
+      return make_reducer_group(
+          sys, caf::actor_cast<caf::actor>(reducers[static_cast<std::size_t>(r)]), std::move(o));
     };
   }
 };
