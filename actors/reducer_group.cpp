@@ -9,9 +9,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "actors/reducer.hpp"
 #include "devices/device.hpp"
 #include "trace/trace.hpp"
 
@@ -103,6 +105,41 @@ class reducer_process_group final : public process_group {
     return add(broadcasts_[static_cast<std::size_t>(root)], data, n);
   }
 
+  // ZeRO-1 in the reducers' own layout: their segments of the gradients
+  // as one buffer in the model's order (reduce_scatter_segments), one
+  // reduce-scatter request for a step's variables however backward issued
+  // them, one all-gather request.
+  element_ranges shard_ranges(const std::vector<float_span>& grads) override {
+    order_.clear();
+    int64_t total = 0;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      order_[grads[i].data] = i;
+      total += static_cast<int64_t>(grads[i].size);
+    }
+    reducer_config rc;
+    rc.bucket_bytes = static_cast<int64_t>(opts_.coalesce_bytes);
+    return reduce_scatter_segments(total, rc, size(), rank());
+  }
+  work issue_reduce_scatter_spans(const std::vector<float_span>& spans, reduce_op op) override {
+    check();
+    for (const auto& s : spans) {
+      if (!order_.contains(s.data))
+        throw device_error("reducer collectives: reduce_scatter_spans on rank " +
+                           std::to_string(rank()) + " of a span shard_ranges was not given");
+      if (!scatter_.empty() && scatter_.front().second != op)
+        throw device_error("reducer collectives: reduce_scatter_spans with two reduce ops");
+      scatter_.emplace_back(s, op);
+    }
+    return issued();
+  }
+  work issue_all_gather_spans(const std::vector<float_span>& spans) override {
+    check();
+    request_buffers rb;
+    for (const auto& s : spans) add_buffer(rb, s.data, s.size);
+    send("all_gather", std::move(rb), all_gather_atom::value);
+    return issued();
+  }
+
   void complete() override { wait_for(issued_count()); }
   void check() override {
     std::lock_guard lock(mtx_);
@@ -175,8 +212,23 @@ class reducer_process_group final : public process_group {
     return issued();
   }
 
-  // All-reduces by op, then broadcasts by root: the same order on every rank.
+  // The step's reduce-scatter: its variables in the model's order.
+  void flush_scatter() {
+    if (scatter_.empty()) return;
+    std::sort(scatter_.begin(), scatter_.end(), [&](const auto& a, const auto& b) {
+      return order_.at(a.first.data) < order_.at(b.first.data);
+    });
+    request_buffers rb;
+    for (const auto& entry : scatter_) add_buffer(rb, entry.first.data, entry.first.size);
+    const reduce_op op = scatter_.front().second;
+    scatter_.clear();
+    send("reduce_scatter", std::move(rb), reduce_scatter_atom::value, op);
+  }
+
+  // The reduce-scatter, then all-reduces by op, then broadcasts by root:
+  // the same order on every rank.
   void flush_all() {
+    flush_scatter();
     for (std::size_t op = 0; op < reduces_.size(); ++op)
       if (!reduces_[op].rb.tensors.empty())
         send("all_reduce", std::exchange(reduces_[op], {}).rb, allreduce_atom::value,
@@ -219,8 +271,12 @@ class reducer_process_group final : public process_group {
   caf::scoped_actor self_;
   caf::actor reducer_;
   reducer_group_options opts_;
-  std::array<batch, 4> reduces_;         // by reduce_op; the calling thread's only
-  std::vector<batch> broadcasts_;        // by root; the calling thread's only
+  std::array<batch, 4> reduces_;   // by reduce_op; the calling thread's only
+  std::vector<batch> broadcasts_;  // by root; the calling thread's only
+  // ZeRO-1: each gradient's place in the model (shard_ranges), and the
+  // reduce-scatter issued since the last wait. The calling thread's only.
+  std::unordered_map<const float*, std::size_t> order_;
+  std::vector<std::pair<float_span, reduce_op>> scatter_;
   std::deque<pending_request> pending_;  // sent, the reply to come; the calling thread's only
   std::mutex mtx_;
   std::vector<caf::message_id> in_flight_;  // under mtx_ (abort() reads it)

@@ -49,8 +49,9 @@ struct reducer_group_options {
   // A collective whose reply has not come by then fails (a lost peer that
   // no monitor reports).
   caf::duration timeout = caf::infinite;
-  // Issued collectives are batched into one request per kind until they
-  // hold this many bytes or are waited for (strategy.reducer.bucket_bytes).
+  // The reducers' bucket_bytes (strategy.reducer.bucket_bytes): issued
+  // collectives are batched into one request per kind until they hold this
+  // many bytes or are waited for, and ZeRO-1's segments are laid out by it.
   std::size_t coalesce_bytes = std::size_t{4} << 20;
   // How abort() tells the actor that this rank leaves; null: a reducer's
   // `reduce_abort(reason)` (its peers fail their collectives too).

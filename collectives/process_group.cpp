@@ -26,6 +26,49 @@ void process_group::broadcast(float* data, std::size_t n, int root) {
   all_reduce(data, n, reduce_op::sum);
 }
 
+namespace {
+
+// Whether the ranks divide a variable of n elements into a chunk each.
+bool splits(const process_group& g, std::size_t n) {
+  const auto k = static_cast<std::size_t>(g.size());
+  return k > 1 && n >= k && n % k == 0;
+}
+
+}  // namespace
+
+process_group::element_ranges process_group::shard_ranges(const std::vector<float_span>& grads) {
+  element_ranges out;
+  int64_t at = 0;
+  for (const auto& g : grads) {
+    const auto n = static_cast<int64_t>(g.size);
+    if (splits(*this, g.size)) {
+      const int64_t c = n / size();
+      out.emplace_back(at + rank() * c, at + (rank() + 1) * c);
+    } else if (n > 0) {
+      out.emplace_back(at, at + n);
+    }
+    at += n;
+  }
+  return out;
+}
+
+work process_group::issue_reduce_scatter_spans(const std::vector<float_span>& spans, reduce_op op) {
+  work last;
+  for (const auto& s : spans)
+    last = splits(*this, s.size)
+               ? issue_reduce_scatter(s.data, s.size / static_cast<std::size_t>(size()), op)
+               : issue_all_reduce(s.data, s.size, op);
+  return last;
+}
+
+work process_group::issue_all_gather_spans(const std::vector<float_span>& spans) {
+  work last;
+  for (const auto& s : spans)
+    if (splits(*this, s.size))
+      last = issue_all_gather(s.data, s.size / static_cast<std::size_t>(size()));
+  return last;
+}
+
 void require_device_reduce_op(reduce_op op, const char* collective) {
   if (op == reduce_op::sum || op == reduce_op::mean) return;
   throw device_error(std::string("device collectives: ") + collective + " (" + reduce_op_name(op) +

@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "devices/device_context.hpp"
@@ -129,6 +130,23 @@ class process_group {
     broadcast(data, n, root);
     return issued();
   }
+  // --- ZeRO stage 1 over a model's buffers, in the backend's layout ---
+  //
+  // `spans`: one per variable, in the model's order, the same sizes on
+  // every rank. shard_ranges(grads) says which elements (of the spans taken
+  // as one buffer) this rank owns: after reduce-scattering the gradients
+  // they hold the reduction (the rest is undefined), the rank updates them,
+  // and all_gather_spans spreads every rank's owned elements to all.
+  // reduce_scatter_spans may be issued a few variables at a time (as
+  // backward makes them), each variable once per step, before one wait.
+  // Here: a variable the ranks divide is split into a chunk per rank (rank
+  // r owns chunk r), any other is all-reduced and owned by every rank; the
+  // reducer actors use their own segments.
+  using element_ranges = std::vector<std::pair<int64_t, int64_t>>;
+  virtual element_ranges shard_ranges(const std::vector<float_span>& grads);
+  virtual work issue_reduce_scatter_spans(const std::vector<float_span>& spans, reduce_op op);
+  virtual work issue_all_gather_spans(const std::vector<float_span>& spans);
+
   // Returns once every collective this rank has issued is done on every
   // rank (the results are in this rank's buffers and no peer reads or
   // writes them any more; NCCL: they are ordered before any later work on

@@ -47,57 +47,44 @@ void all_reduce_gradients(compute_state& cs, process_group& group, std::size_t b
 
 namespace {
 
-bool splits(compute_state& cs, process_group& comm, std::size_t i) {
-  const auto n = cs.grads[i].value.numel();
-  return comm.size() > 1 && n >= comm.size() && n % comm.size() == 0;
+std::vector<float_span> spans_of(std::vector<tensor> ts) {
+  std::vector<float_span> out;
+  out.reserve(ts.size());
+  for (auto& t : ts) out.push_back({t.f32(), static_cast<std::size_t>(t.numel())});
+  return out;
 }
 
-std::size_t chunk_of(compute_state& cs, process_group& comm, std::size_t i) {
-  return static_cast<std::size_t>(cs.grads[i].value.numel() / comm.size());
+std::vector<float_span> gradient_spans(compute_state& cs) {
+  std::vector<float_span> out;
+  for (auto& g : cs.grads)
+    out.push_back({g.value.f32(), static_cast<std::size_t>(g.value.numel())});
+  return out;
 }
 
 }  // namespace
 
 element_ranges device_shard_ranges(compute_state& cs, process_group& comm) {
-  element_ranges out;
-  int64_t at = 0;
-  for (std::size_t i = 0; i < cs.grads.size(); ++i) {
-    const int64_t n = cs.grads[i].value.numel();
-    if (splits(cs, comm, i)) {
-      const auto c = static_cast<int64_t>(chunk_of(cs, comm, i));
-      out.emplace_back(at + comm.rank() * c, at + (comm.rank() + 1) * c);
-    } else if (n > 0) {
-      out.emplace_back(at, at + n);
-    }
-    at += n;
-  }
-  return out;
+  return comm.shard_ranges(gradient_spans(cs));
 }
 
 void reduce_scatter_gradients(compute_state& cs, process_group& comm, std::size_t first,
                               std::size_t last) {
-  for (std::size_t i = last; i-- > first;) {  // as all_reduce_gradients
-    float* g = cs.grads[i].value.f32();
-    if (splits(cs, comm, i))
-      comm.issue_reduce_scatter(g, chunk_of(cs, comm, i), reduce_op::sum);
-    else
-      comm.issue_all_reduce(g, static_cast<std::size_t>(cs.grads[i].value.numel()), reduce_op::sum);
-  }
+  const auto all = gradient_spans(cs);
+  std::vector<float_span> spans;
+  for (std::size_t i = last; i-- > first;) spans.push_back(all[i]);  // as all_reduce_gradients
+  comm.issue_reduce_scatter_spans(spans, reduce_op::sum);
 }
 
 void gather_variables(compute_state& cs, process_group& comm) {
-  auto& vars = cs.net->variables();
-  for (std::size_t i = 0; i < vars.size(); ++i)
-    if (splits(cs, comm, i)) comm.issue_all_gather(vars[i].value.f32(), chunk_of(cs, comm, i));
+  std::vector<tensor> vars;
+  for (auto& v : cs.net->variables()) vars.push_back(v.value);
+  comm.issue_all_gather_spans(spans_of(std::move(vars)));
   comm.complete();
 }
 
 void gather_slots(compute_state& cs, process_group& comm) {
-  for (std::size_t kind = 0; kind < cs.opt->slot_names().size(); ++kind) {
-    auto slots = cs.opt->slot_tensors(kind);
-    for (std::size_t i = 0; i < slots.size(); ++i)
-      if (splits(cs, comm, i)) comm.issue_all_gather(slots[i].f32(), chunk_of(cs, comm, i));
-  }
+  for (std::size_t kind = 0; kind < cs.opt->slot_names().size(); ++kind)
+    comm.issue_all_gather_spans(spans_of(cs.opt->slot_tensors(kind)));
   comm.complete();
 }
 

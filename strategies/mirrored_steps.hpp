@@ -41,10 +41,10 @@ step_stats gradients_reduced_on_host(compute_state& cs, process_group& group, co
 void all_reduce_gradients(compute_state& cs, process_group& comm, std::size_t bucket,
                           std::size_t first, std::size_t last);
 
-// ZeRO stage 1 on the device collectives (cpu devices, one process): a
-// variable whose size the replicas divide is reduce-scattered, updated in
-// this replica's chunk only and all-gathered; any other is all-reduced and
-// updated whole by every replica. Chunks follow the collectives' layout.
+// ZeRO stage 1 (cpu devices, one process) in the group's own layout
+// (process_group::shard_ranges: on the device collectives a chunk per rank
+// of each variable the replicas divide, the others all-reduced and updated
+// whole by every replica; on the reducer actors their segments).
 //
 // The elements this replica updates, over the variables concatenated.
 element_ranges device_shard_ranges(compute_state& cs, process_group& comm);

@@ -84,7 +84,7 @@ struct actor_backend {
       reducer_group_options o;
       o.rank = r;
       o.size = n;
-      o.coalesce_bytes = 1024;  // some batches go before the wait
+      o.coalesce_bytes = 256;  // the reducers' bucket: some batches go before the wait
       return make_reducer_group(
           sys, caf::actor_cast<caf::actor>(reducers[static_cast<std::size_t>(r)]), std::move(o));
     };
@@ -147,6 +147,61 @@ void check_collectives(int n, const group_maker& make) {
   for (const auto& e : errors) CHECK(e == "");
 }
 
+// ZeRO-1 in the backend's layout: the owned elements, reduced after the
+// reduce-scatter (issued a variable at a time, from the last, as backward
+// does), then each rank's owned elements written and gathered to all.
+void check_shards(int n, const group_maker& make) {
+  const std::vector<std::size_t> sizes{300, 7, 64, 1001};  // some the ranks divide, some not
+  std::size_t total = 0;
+  for (auto z : sizes) total += z;
+  const auto sum = sum_of(n, total);
+  std::vector<process_group::element_ranges> owned(static_cast<std::size_t>(n));
+  std::vector<std::vector<float>> after(static_cast<std::size_t>(n));
+  auto errors = on_ranks(n, [&](int r) {
+    auto g = make(r);
+    auto data = values(r, total);
+    std::vector<float_span> spans;
+    std::size_t at = 0;
+    for (auto z : sizes) {
+      spans.push_back({data.data() + at, z});
+      at += z;
+    }
+    auto mine = g->shard_ranges(spans);
+    for (std::size_t i = spans.size(); i-- > 0;)
+      g->issue_reduce_scatter_spans({spans[i]}, reduce_op::sum);
+    g->complete();
+    for (auto [a, b] : mine)
+      for (auto e = a; e < b; ++e) {
+        CHECK(data[static_cast<std::size_t>(e)] == sum[static_cast<std::size_t>(e)]);
+        data[static_cast<std::size_t>(e)] =
+            static_cast<float>(1000 * (r + 1)) + static_cast<float>(e);
+      }
+    g->issue_all_gather_spans(spans);
+    g->complete();
+    owned[static_cast<std::size_t>(r)] = mine;
+    after[static_cast<std::size_t>(r)] = data;
+  });
+  for (const auto& e : errors) CHECK(e == "");
+  // Every element is owned by one rank, or by all of them; every rank ends
+  // with the owner's value (any owner's where all own it: they wrote alike
+  // but for the rank term, so check those against the sum's ownership).
+  std::vector<int> owners(total, 0);
+  std::vector<int> owner(total, -1);
+  for (int r = 0; r < n; ++r)
+    for (auto [a, b] : owned[static_cast<std::size_t>(r)])
+      for (auto e = a; e < b; ++e) {
+        ++owners[static_cast<std::size_t>(e)];
+        owner[static_cast<std::size_t>(e)] = r;
+      }
+  for (std::size_t e = 0; e < total; ++e) {
+    CAPTURE(e);
+    REQUIRE((owners[e] == 1 || owners[e] == n));
+    if (owners[e] != 1) continue;
+    const float want = static_cast<float>(1000 * (owner[e] + 1)) + static_cast<float>(e);
+    for (int r = 0; r < n; ++r) CHECK(after[static_cast<std::size_t>(r)][e] == want);
+  }
+}
+
 // Ranks 0..n-2 all-reduce while the last rank aborts the group instead of
 // taking part: every survivor's collective throws (none is left blocked),
 // then the survivors form a group of n-1 over themselves and all-reduce.
@@ -195,6 +250,17 @@ TEST_CASE("the host group and the reducer actors give the same collectives throu
       actor_backend b(3, algorithm);
       check_collectives(3, b.maker());
     }
+  }
+}
+
+TEST_CASE("ZeRO-1 through the interface: each backend's own layout, reduced and gathered") {
+  SUBCASE("host group: a chunk per rank of each variable the ranks divide") {
+    host_backend b(2);
+    check_shards(2, b.maker());
+  }
+  SUBCASE("reducer actors: their segments") {
+    actor_backend b(3, "ring");
+    check_shards(3, b.maker());
   }
 }
 
