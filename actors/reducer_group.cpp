@@ -81,7 +81,11 @@ class reducer_process_group final : public process_group {
 
   work issue_all_reduce(float* data, std::size_t n, reduce_op op) override {
     check();
-    return add(reduces_[static_cast<std::size_t>(op)], data, n);
+    const auto k = static_cast<std::size_t>(op);
+    if (k >= reduces_.size())
+      throw device_error("reducer collectives: all_reduce on rank " + std::to_string(rank()) +
+                         ": unknown reduce op " + std::to_string(k));
+    return add(reduces_[k], data, n);
   }
   // Every chunk reduced: rank r's among them.
   work issue_reduce_scatter(float* data, std::size_t chunk, reduce_op op) override {
