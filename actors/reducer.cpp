@@ -533,26 +533,35 @@ void on_peer_down(self_ptr self, const caf::down_msg& dm) {
   }
 }
 
-// The owner's abort: this rank leaves the group. A collective under way
-// fails on every rank; else the peers are told that the next one fails (they
-// may be in it already, waiting for this rank). Later ones fail at begin().
+// The owner's abort: this rank leaves the group. Its peers are told, so
+// that every collective of the group fails from then on instead of waiting
+// for this rank (the one under way too). Sent after this rank's last read
+// of a peer's buffers: a peer may hand them back once it hears.
 void on_owner_abort(self_ptr self, const std::string& reason) {
   auto& st = self->state;
   if (st.left) return;
   st.left = true;
   if (st.dead_reason.empty())
     st.dead_reason = "rank " + std::to_string(st.rank) + " left: " + reason;
-  if (st.cur) {
-    abort_current(self, st.dead_reason);
-    maybe_finish(self);
-    return;
-  }
+  if (st.cur) abort_current(self, st.dead_reason);
   wire(self);
   for (int p = 0; p < st.n; ++p)
     if (p != st.rank)
       if (auto h = caf::actor_cast<reducer_actor>(st.peers[static_cast<std::size_t>(p)]))
-        self->send(h, reduce_abort_atom::value, st.next_seq, static_cast<int32_t>(st.rank),
-                   st.dead_reason);
+        self->send(h, reduce_left_atom::value, static_cast<int32_t>(st.rank), st.dead_reason);
+  maybe_finish(self);
+}
+
+// A peer left: it is as good as down for this group.
+void on_peer_left(self_ptr self, int from, const std::string& reason) {
+  auto& st = self->state;
+  if (from < 0 || from >= st.n || from == st.rank) return;
+  st.dead[static_cast<std::size_t>(from)] = 1;
+  if (st.dead_reason.empty()) st.dead_reason = reason;
+  if (st.cur) {
+    abort_current(self, st.dead_reason);
+    maybe_finish(self);
+  }
 }
 
 reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_config cfg,
@@ -597,6 +606,9 @@ reducer_actor::behavior_type reducer_fn(self_ptr self, int rank, int n, reducer_
         on_abort(self, seq, from, reason);
       },
       [self](reduce_abort_atom, const std::string& reason) { on_owner_abort(self, reason); },
+      [self](reduce_left_atom, int32_t from, const std::string& reason) {
+        on_peer_left(self, from, reason);
+      },
   };
 }
 

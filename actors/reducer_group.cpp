@@ -247,8 +247,13 @@ class reducer_process_group final : public process_group {
   void send(const char* what, request_buffers rb, Ts... head) {
     auto reply = self_->request(reducer_, opts_.timeout, head..., std::move(rb.tensors));
     {
+      // An abort between check() and here has no id of this request: fail
+      // it now, or its wait would wait for a reducer that left.
       std::lock_guard lock(mtx_);
       in_flight_.push_back(reply.id());
+      if (!aborted_.empty())
+        self_.ptr()->eq_impl(reply.id(), nullptr, nullptr,
+                             caf::make_error(caf::sec::request_receiver_down));
     }
     pending_.push_back({what, reply, std::move(rb.staged)});
   }

@@ -39,6 +39,7 @@ using all_gather_atom = caf::atom_constant<caf::atom("agather")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using reduce_peer_atom = caf::atom_constant<caf::atom("rpeer")>;
 using reduce_abort_atom = caf::atom_constant<caf::atom("rabort")>;
+using reduce_left_atom = caf::atom_constant<caf::atom("rleft")>;
 
 // One replica's share of one update: its slice of each of the update's
 // micro-batches (one micro-batch unless gradients are accumulated). A slice

@@ -58,9 +58,12 @@ using reducer_actor = caf::typed_actor<
     // rank answers with its own abort before it replies with the error.
     caf::reacts_to<reduce_abort_atom, uint64_t, int32_t, std::string>,
     // From the rank's owner (actors/reducer_group.hpp): this rank leaves the
-    // group for `reason`. Its collective under way and the next one its peers
-    // are in fail on every rank; every later one on this rank fails at once.
-    caf::reacts_to<reduce_abort_atom, std::string>>;
+    // group for `reason`. It tells its peers (reduce_left), and from then on
+    // every collective of the group fails at once on every rank.
+    caf::reacts_to<reduce_abort_atom, std::string>,
+    // Reducer to reducer: rank `from` left the group for `reason`; it takes
+    // part in no collective any more.
+    caf::reacts_to<reduce_left_atom, int32_t, std::string>>;
 
 }  // namespace troupe
 

@@ -23,8 +23,8 @@
 // A host-memory group (the actors) on a discrete device: the gradients are
 // staged to the host after backward and back before the update.
 //
-// A failure anywhere aborts the group, so the peers fail too instead of
-// waiting in a collective; so does a replica that stops.
+// A replica that fails or stops aborts the group as it ends, so its peers
+// fail too instead of waiting in a collective.
 #include <algorithm>
 #include <mutex>
 
@@ -54,21 +54,6 @@ struct group_abort {
 };
 
 class mirrored_step final : public replica_step {
-  // Device work that aborts the group when it throws (then rethrows: the
-  // replica ends with the error), so that the peers are not left waiting.
-  template <class F>
-  auto guarded(F f) {
-    return [abort = abort_, index = wiring_.index, f = std::move(f)](compute_state& cs,
-                                                                     auto&&... args) mutable {
-      try {
-        return f(cs, std::forward<decltype(args)>(args)...);
-      } catch (const std::exception& e) {
-        (*abort)("replica " + std::to_string(index) + ": " + e.what());
-        throw;
-      }
-    };
-  }
-
  public:
   mirrored_step(replica_wiring w, reducer_config rc, bool sharded)
       : wiring_(std::move(w)),
@@ -81,7 +66,10 @@ class mirrored_step final : public replica_step {
   }
 
   // Leaving ends the group's collectives on every rank: a replica that
-  // fails or stops must not leave its peers blocked in one.
+  // fails or stops must not leave its peers blocked in one. A step that
+  // throws ends its replica, and so comes here: the abort is sent as the
+  // replica ends, just before its own end reaches the coordinator, so the
+  // job fails naming it, not a peer that the abort failed in turn.
   ~mirrored_step() override { (*abort_)("replica " + std::to_string(wiring_.index) + " stopped"); }
 
   void init(compute_state& cs) override {
@@ -111,19 +99,21 @@ class mirrored_step final : public replica_step {
       k();
       return;
     }
-    h.on_device<int>("snapshot_gather_slots", guarded([](compute_state& cs) {
-                       gather_slots(cs, *cs.collectives);
-                       return 0;
-                     }),
-                     [k = std::move(k)](int&) { k(); });
+    h.on_device<int>(
+        "snapshot_gather_slots",
+        [](compute_state& cs) {
+          gather_slots(cs, *cs.collectives);
+          return 0;
+        },
+        [k = std::move(k)](int&) { k(); });
   }
 
  private:
   static constexpr const char* span = "forward_backward_allreduce_update";
 
   device_step_fn work(replica_host& h) {
-    return guarded([fail = h.fail_at_step(), bucket = bucket_, sharded = sharded_, chunks = chunks_,
-                    index = wiring_.index](compute_state& cs, const batch& b, int64_t step) {
+    return [fail = h.fail_at_step(), bucket = bucket_, sharded = sharded_, chunks = chunks_,
+            index = wiring_.index](compute_state& cs, const batch& b, int64_t step) {
       trace::note_step(index, step);  // the reducers label their spans with it
       auto& group = *cs.collectives;
       auto s = group.memory() == process_group::memory_kind::host && cs.discrete()
@@ -144,7 +134,7 @@ class mirrored_step final : public replica_step {
         cs.apply_update();
       }
       return s;
-    });
+    };
   }
 
   replica_wiring wiring_;

@@ -204,6 +204,7 @@ TEST_CASE("a failing mirrored replica ends the job, naming it") {
     FAIL("the job should have failed");
   } catch (const job_error& e) {
     std::string w = e.what();
+    CAPTURE(w);
     CHECK(w.find("replica 2 (cpu:2)") != std::string::npos);
     CHECK(w.find("injected failure at step 3") != std::string::npos);
   }

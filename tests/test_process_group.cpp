@@ -223,6 +223,9 @@ void check_abort_and_reform(int n, const group_maker& make, const group_maker& m
       CHECK(std::string(e.what()).find("rank " + std::to_string(n - 1)) != std::string::npos);
       ++failed;
     }
+    // The group stays failed: the next collective fails at once too, it
+    // does not wait for the rank that left.
+    CHECK_THROWS_AS(g->all_reduce(a.data(), a.size(), reduce_op::sum), device_error);
   });
   for (const auto& e : errors) CHECK(e == "");
   CHECK(failed.load() == n - 1);

@@ -334,6 +334,7 @@ reducer_actor::behavior_type hier_fn(self_ptr self, hierarchical_config cfg) {
       // Peer messages of the in-process reducers: nobody sends them here.
       [](reduce_peer_atom, const reduce_peer_msg&) {},
       [](reduce_abort_atom, uint64_t, int32_t, const std::string&) {},
+      [](reduce_left_atom, int32_t, const std::string&) {},
       // The owner leaves: the local group fails the collective under way (or
       // the next), and so every rank of the process; nothing later starts.
       [self](reduce_abort_atom, const std::string& reason) {
