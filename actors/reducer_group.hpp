@@ -28,8 +28,8 @@
 // Failure: a reducer's error, a peer's death or a timeout fails the
 // collective with device_error naming the reducer and the cause. abort()
 // (any thread) tells this rank's reducer that the rank leaves (the peers'
-// reducers fail the collective they wait in, naming it) and wakes this
-// rank's waiting thread at once. The survivors then spawn a new reducer
+// reducers fail the collective they wait in, naming it, and every later
+// one at once) and wakes this rank's waiting thread at once. The survivors then spawn a new reducer
 // group over themselves.
 #include <functional>
 #include <memory>
