@@ -53,7 +53,7 @@ void add_buffer(request_buffers& rb, float* data, std::size_t n) {
 class reducer_process_group final : public process_group {
  public:
   reducer_process_group(caf::actor_system& sys, caf::actor reducer, reducer_group_options o)
-      : self_(sys), reducer_(std::move(reducer)), opts_(o) {}
+      : self_(sys, true), reducer_(std::move(reducer)), opts_(o) {}
 
   ~reducer_process_group() override {
     if (!pending_.empty()) abort("the reducer group was closed with collectives in flight");
@@ -152,17 +152,8 @@ class reducer_process_group final : public process_group {
 
   // Takes this rank out of its reducer's group (the peers fail the
   // collective they wait in) and fails this rank's replies still to come.
-  void abort(const std::string& why) override {
-    std::lock_guard lock(mtx_);
-    if (!aborted_.empty()) return;
-    aborted_ = why.empty() ? std::string("aborted") : why;
-    if (opts_.tell_abort)
-      opts_.tell_abort(reducer_, aborted_);
-    else
-      caf::anon_send(reducer_, reduce_abort_atom::value, aborted_);
-    for (auto id : in_flight_)
-      self_.ptr()->eq_impl(id, nullptr, nullptr, caf::make_error(caf::sec::request_receiver_down));
-  }
+  void abort(const std::string& why) override { end(why, true); }
+  void stop_waiting(const std::string& why) override { end(why, false); }
 
  protected:
   // Sends what is still batched, then receives every reply: all of them,
@@ -214,6 +205,18 @@ class reducer_process_group final : public process_group {
     b.bytes += n * sizeof(float);
     if (b.bytes >= opts_.coalesce_bytes) flush_all();
     return issued();
+  }
+
+  void end(const std::string& why, bool tell_peers) {
+    std::lock_guard lock(mtx_);
+    if (!aborted_.empty()) return;
+    aborted_ = why.empty() ? std::string("aborted") : why;
+    if (tell_peers && opts_.tell_abort)
+      opts_.tell_abort(reducer_, aborted_);
+    else if (tell_peers)
+      caf::anon_send(reducer_, reduce_abort_atom::value, aborted_);
+    for (auto id : in_flight_)
+      self_.ptr()->eq_impl(id, nullptr, nullptr, caf::make_error(caf::sec::request_receiver_down));
   }
 
   // The step's reduce-scatter: its variables in the model's order.
@@ -277,6 +280,8 @@ class reducer_process_group final : public process_group {
     return error;
   }
 
+  // Hidden: a group is no actor of the job, and must not hold up the wait
+  // for the job's actors to end (actor_registry's running count).
   caf::scoped_actor self_;
   caf::actor reducer_;
   reducer_group_options opts_;

@@ -68,6 +68,10 @@ class hierarchical_process_group final : public process_group {
     local_->abort(why);
     if (across_) across_->abort(why);
   }
+  void stop_waiting(const std::string& why) override {
+    local_->stop_waiting(why);
+    if (across_) across_->stop_waiting(why);
+  }
 
  private:
   // The process's sums around the processes, as one collective (the mean's

@@ -158,6 +158,12 @@ class process_group {
   virtual void check() = 0;
   // Ends the group: collectives in flight or issued later throw on every rank.
   virtual void abort(const std::string& why) = 0;
+  // Ends this rank's part only: its waits and later collectives throw at
+  // once, and the peers are not told (they end theirs as their own ranks
+  // stop). A replica that ends uses it, so that the job's failure names the
+  // replica that failed and not a peer its abort failed in turn. Here, for
+  // groups that cannot tell one rank from all: abort().
+  virtual void stop_waiting(const std::string& why) { abort(why); }
 
  protected:
   // The work of the collective just issued (the next ticket).

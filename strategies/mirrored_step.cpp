@@ -49,7 +49,7 @@ struct group_abort {
     if (rendezvous) rendezvous->abort(why);
     if (links) links->abort(why);
     std::lock_guard lock(mtx);
-    if (group) group->abort(why);
+    if (group) group->stop_waiting(why);
   }
 };
 
@@ -65,11 +65,12 @@ class mirrored_step final : public replica_step {
     abort_->links = wiring_.process_links;
   }
 
-  // Leaving ends the group's collectives on every rank: a replica that
-  // fails or stops must not leave its peers blocked in one. A step that
-  // throws ends its replica, and so comes here: the abort is sent as the
-  // replica ends, just before its own end reaches the coordinator, so the
-  // job fails naming it, not a peer that the abort failed in turn.
+  // A replica that fails or stops must not leave a device thread blocked
+  // in a collective: the device groups (NCCL, the host group) end on every
+  // rank; the reducer actors' group stops waiting on this rank only, and
+  // the peers' waits end as their own replicas stop with the job. So the
+  // job fails naming the replica that failed, not a peer an abort failed
+  // in turn (a step that throws ends its replica, and so comes here).
   ~mirrored_step() override { (*abort_)("replica " + std::to_string(wiring_.index) + " stopped"); }
 
   void init(compute_state& cs) override {
