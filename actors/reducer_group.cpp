@@ -101,9 +101,7 @@ class reducer_process_group final : public process_group {
     return issue_all_reduce(data, chunk * n, reduce_op::sum);
   }
   work issue_broadcast(float* data, std::size_t n, int root) override {
-    if (root < 0 || root >= size())
-      throw device_error("broadcast: root " + std::to_string(root) + " is outside the group of " +
-                         std::to_string(size()) + " ranks");
+    check_root(root);
     check();
     if (broadcasts_.empty()) broadcasts_.resize(static_cast<std::size_t>(size()));
     return add(broadcasts_[static_cast<std::size_t>(root)], data, n);

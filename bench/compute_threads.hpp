@@ -82,7 +82,7 @@ inline double run_threads(int threads, int64_t batch, int steps, bool update, bo
     auto& cs = r.cs;
     // mirrored's ZeRO-1 on cpu:N (strategies/mirrored_step.cpp): this
     // rank's chunks, as its device step updates them.
-    const auto mine = group ? device_shard_ranges(cs, *cs.collectives) : element_ranges{};
+    const auto mine = group ? own_shard_ranges(cs, *cs.collectives) : element_ranges{};
     start_together();
     auto t0 = clock_type::now();
     for (int s = 0; s < steps; ++s) {
@@ -119,7 +119,7 @@ inline update_phases zero1_update_phases(int threads, int64_t batch, int steps) 
     bench_replica r(c, batch, steps, t, group);
     auto& cs = r.cs;
     auto& comm = *cs.collectives;
-    const auto mine = device_shard_ranges(cs, comm);
+    const auto mine = own_shard_ranges(cs, comm);
     auto together = [&] {
       float one = 1.0f;
       comm.all_reduce(&one, 1, reduce_op::sum);

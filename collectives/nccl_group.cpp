@@ -204,9 +204,7 @@ class nccl_process_group final : public process_group {
   }
 
   void broadcast(float* data, std::size_t n, int root) override {
-    if (root < 0 || root >= size())
-      throw device_error("broadcast: root " + std::to_string(root) + " is outside the group of " +
-                         std::to_string(size()) + " ranks");
+    check_root(root);
     issue("broadcast", "ncclBroadcast", n,
           [&](ncclComm_t c) { return ncclBroadcast(data, data, n, ncclFloat, root, c, stream_); });
   }

@@ -18,10 +18,14 @@ void work::wait() {
   if (group_ != nullptr) group_->wait_for(ticket_);
 }
 
-void process_group::broadcast(float* data, std::size_t n, int root) {
+void process_group::check_root(int root) const {
   if (root < 0 || root >= size())
     throw device_error("broadcast: root " + std::to_string(root) + " is outside the group of " +
                        std::to_string(size()) + " ranks");
+}
+
+void process_group::broadcast(float* data, std::size_t n, int root) {
+  check_root(root);
   if (rank() != root) std::fill(data, data + n, 0.0f);
   all_reduce(data, n, reduce_op::sum);
 }

@@ -176,6 +176,8 @@ class process_group {
     complete();
   }
   uint64_t issued_count() const { return issued_; }
+  // Throws unless `root` is a rank of this group (every broadcast checks).
+  void check_root(int root) const;
 
  private:
   friend class work;

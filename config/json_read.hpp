@@ -6,8 +6,10 @@
 // (config/strategy_keys.hpp). Every reader throws config_error naming the
 // JSON path.
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -69,6 +71,30 @@ bool read_bool(const json& v, const std::string& path);
 std::string read_string(const json& v, const std::string& path, bool non_empty);
 std::string read_enum(const json& v, const std::string& path,
                       const std::vector<std::string>& allowed);
+
+// An enum's spellings in the config, in the order the error lists them.
+template <class E>
+using enum_names = std::initializer_list<std::pair<E, const char*>>;
+
+// The enum value a config string names; anything else is an error naming the
+// path and every allowed spelling.
+template <class E>
+E read_named(const json& v, const std::string& path, enum_names<E> names) {
+  std::vector<std::string> allowed;
+  for (const auto& n : names) allowed.emplace_back(n.second);
+  const auto s = read_enum(v, path, allowed);
+  for (const auto& [value, name] : names)
+    if (s == name) return value;
+  return names.begin()->first;  // unreachable: read_enum accepted one of them
+}
+
+// The config spelling of `value` ("?" if the table lacks it).
+template <class E>
+const char* name_in(enum_names<E> names, E value) {
+  for (const auto& [v, name] : names)
+    if (v == value) return name;
+  return "?";
+}
 
 // One JSON object of the schema: checks the type and the keys up front, then
 // hands out the members that are present. An unknown key is an error, with

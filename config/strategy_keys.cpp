@@ -9,17 +9,31 @@ using nlohmann::json;
 using namespace json_read;
 
 namespace {
-constexpr std::pair<reducer_algorithm, const char*> kAlgorithmNames[] = {
+const enum_names<reducer_algorithm> kAlgorithmNames = {
     {reducer_algorithm::ring, "ring"},
     {reducer_algorithm::tree, "tree"},
     {reducer_algorithm::reduce_to_one, "reduce_to_one"},
     {reducer_algorithm::device, "device"}};
+const enum_names<reducer_transport> kTransportNames = {{reducer_transport::direct, "direct"},
+                                                       {reducer_transport::actors, "actors"}};
+const enum_names<wire_format> kWireNames = {{wire_format::fp32, "fp32"},
+                                            {wire_format::bf16, "bf16"}};
+const enum_names<same_host_link> kSameHostNames = {{same_host_link::unix_socket, "unix"},
+                                                   {same_host_link::tcp, "tcp"}};
 }  // namespace
 
+const char* name_of(reducer_transport t) {
+  return name_in(kTransportNames, t);
+}
+const char* name_of(wire_format w) {
+  return name_in(kWireNames, w);
+}
+const char* name_of(same_host_link l) {
+  return name_in(kSameHostNames, l);
+}
+
 const char* name_of(reducer_algorithm a) {
-  for (const auto& [value, name] : kAlgorithmNames)
-    if (value == a) return name;
-  return "?";
+  return name_in(kAlgorithmNames, a);
 }
 
 reducer_algorithm parse_reducer_algorithm(const std::string& name) {
@@ -93,21 +107,20 @@ strategy_key reducer(std::vector<reducer_algorithm> algorithms) {
     r.with("hierarchical",
            [&](const json& v, const std::string& p) { s.hierarchical = read_bool(v, p); });
     r.with("transport", [&](const json& v, const std::string& p) {
-      s.transport = read_enum(v, p, {"direct", "actors"});
+      s.transport = read_named(v, p, kTransportNames);
     });
-    r.with("wire", [&](const json& v, const std::string& p) {
-      s.wire = read_enum(v, p, {"fp32", "bf16"});
-    });
+    r.with("wire",
+           [&](const json& v, const std::string& p) { s.wire = read_named(v, p, kWireNames); });
     r.with("same_host", [&](const json& v, const std::string& p) {
-      s.same_host = read_enum(v, p, {"unix", "tcp"});
+      s.same_host = read_named(v, p, kSameHostNames);
     });
   };
   auto write = [](const strategy_config& c) {
     return json{
         {"algorithm", name_of(c.reducer.algorithm)}, {"bucket_bytes", c.reducer.bucket_bytes},
         {"chunk_bytes", c.reducer.chunk_bytes},      {"hierarchical", c.reducer.hierarchical},
-        {"transport", c.reducer.transport},          {"wire", c.reducer.wire},
-        {"same_host", c.reducer.same_host}};
+        {"transport", name_of(c.reducer.transport)}, {"wire", name_of(c.reducer.wire)},
+        {"same_host", name_of(c.reducer.same_host)}};
   };
   return {"reducer", read, write};
 }

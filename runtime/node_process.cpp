@@ -115,15 +115,15 @@ std::shared_ptr<process_group> node_process::join_links(
   process_link_options how;
   how.bind_host = parse_host_port(task_address(spec(), me)).host;
   how.encrypted = !spec().insecure;
-  how.same_host_unix = c.strategy.reducer.same_host == "unix";
-  how.wire = c.strategy.reducer.wire == "bf16" ? ring_wire::bf16 : ring_wire::fp32;
+  how.same_host_unix = c.strategy.reducer.same_host == same_host_link::unix_socket;
+  how.wire = c.strategy.reducer.wire == wire_format::bf16 ? ring_wire::bf16 : ring_wire::fp32;
   auto links =
       join_process_links(sys, ring, rank, ring_tasks, how, clock_type::now() + join_timeout);
   spdlog::info(
       "{}: direct links to {} ({}) and from {} ({}), {} on the wire", name(),
       ring_tasks[static_cast<std::size_t>((rank + 1) % ring_tasks.size())], links->next_link(),
       ring_tasks[static_cast<std::size_t>((rank + ring_tasks.size() - 1) % ring_tasks.size())],
-      links->prev_link(), c.strategy.reducer.wire);
+      links->prev_link(), name_of(c.strategy.reducer.wire));
   return links;
 }
 

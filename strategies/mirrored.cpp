@@ -45,17 +45,18 @@ class mirrored final : public strategy {
     check_global_batch_covers_replicas(c);
     const auto& red = c.strategy.reducer;
     // Settings of the direct links mean nothing on another path.
-    auto direct_only = [&](const std::string& key, const std::string& value, const char* usual) {
-      if (value != usual &&
-          (red.algorithm != reducer_algorithm::device || red.transport != "direct"))
+    auto direct_only = [&](const std::string& key, const char* value, bool usual) {
+      if (!usual && (red.algorithm != reducer_algorithm::device ||
+                     red.transport != reducer_transport::direct))
         throw config_error("strategy.reducer." + key,
-                           "\"" + value +
+                           std::string("\"") + value +
                                "\" is for the direct links between processes (algorithm "
                                "\"device\", transport \"direct\"), got algorithm \"" +
-                               name_of(red.algorithm) + "\", transport \"" + red.transport + "\"");
+                               name_of(red.algorithm) + "\", transport \"" +
+                               name_of(red.transport) + "\"");
     };
-    direct_only("wire", red.wire, "fp32");
-    direct_only("same_host", red.same_host, "unix");
+    direct_only("wire", name_of(red.wire), red.wire == wire_format::fp32);
+    direct_only("same_host", name_of(red.same_host), red.same_host == same_host_link::unix_socket);
     if (c.strategy.reducer.algorithm != reducer_algorithm::device) return;
     auto kind_of = [](const std::string& d) { return d.substr(0, d.find(':')); };
     for (const auto& d : c.devices)
@@ -111,7 +112,7 @@ class mirrored final : public strategy {
     const bool one_nccl_group = parse_device(c.devices.front()).kind == device_spec::kind_t::cuda &&
                                 !c.strategy.reducer.hierarchical;
     return c.strategy.reducer.algorithm == reducer_algorithm::device && !one_nccl_group &&
-           c.strategy.reducer.transport == "direct";
+           c.strategy.reducer.transport == reducer_transport::direct;
   }
   bool steps_together() const override { return true; }
   bool replicas_wait_on_device() const override { return true; }

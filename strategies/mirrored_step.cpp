@@ -79,7 +79,7 @@ class mirrored_step final : public replica_step {
       std::lock_guard lock(abort_->mtx);
       abort_->group = cs.collectives;
     }
-    if (sharded_) *chunks_ = device_shard_ranges(cs, *cs.collectives);
+    if (sharded_) *chunks_ = own_shard_ranges(cs, *cs.collectives);
   }
 
   // The replica is not held: the next step's task queues behind this one.

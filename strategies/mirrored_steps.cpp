@@ -63,7 +63,7 @@ std::vector<float_span> gradient_spans(compute_state& cs) {
 
 }  // namespace
 
-element_ranges device_shard_ranges(compute_state& cs, process_group& comm) {
+element_ranges own_shard_ranges(compute_state& cs, process_group& comm) {
   return comm.shard_ranges(gradient_spans(cs));
 }
 

@@ -47,7 +47,7 @@ void all_reduce_gradients(compute_state& cs, process_group& comm, std::size_t bu
 // whole by every replica; on the reducer actors their segments).
 //
 // The elements this replica updates, over the variables concatenated.
-element_ranges device_shard_ranges(compute_state& cs, process_group& comm);
+element_ranges own_shard_ranges(compute_state& cs, process_group& comm);
 // Issued, like all_reduce_gradients: this replica's chunks are reduced
 // after comm.complete().
 void reduce_scatter_gradients(compute_state& cs, process_group& comm, std::size_t first,

@@ -346,7 +346,8 @@ TEST_CASE("config: model kinds are the model registries' own, with their family"
 TEST_CASE("config: {\"name\":\"x\"} changes only the name") {
   job_config c = parse_job_config(json::parse(R"({"name":"x"})"));
   CHECK(c.name == "x");
-  json expected = to_json(job_config{});
+  const job_config defaults;
+  json expected = to_json(defaults);
   expected["name"] = "x";
   CHECK(to_json(c) == expected);
 }
@@ -427,7 +428,8 @@ TEST_CASE("config: to_json round-trips through parse_job_config") {
   CHECK(j["data"].size() == 12);
   CHECK(j["data"]["placement"] == "auto");
   CHECK(j["training"]["step_graphs"] == "auto");
-  CHECK(to_json(parse_job_config(to_json(job_config{}))) == to_json(job_config{}));
+  const job_config defaults;
+  CHECK(to_json(parse_job_config(to_json(defaults))) == to_json(defaults));
 }
 
 namespace {

@@ -343,7 +343,7 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
           "\"device\", got \"gpu\"");
   auto tcp = base;
   tcp.merge_patch({{"strategy", {{"reducer", {{"algorithm", "device"}, {"same_host", "tcp"}}}}}});
-  CHECK(parse_job_config(tcp).strategy.reducer.same_host == "tcp");
+  CHECK(parse_job_config(tcp).strategy.reducer.same_host == same_host_link::tcp);
   refused({{"devices", {"sim:0", "cpu:1"}}, {"strategy", {{"reducer", {{"algorithm", "device"}}}}}},
           "devices: the device all-reduce needs devices of one kind");
   // "nccl", the former name, still reads as "device"; the effective config

@@ -354,13 +354,13 @@ TEST_CASE(
   };
   said(dir / "worker:1.log", "Unix socket, same host");
   temp_dir dir2;
-  c.strategy.reducer.same_host = "tcp";
+  c.strategy.reducer.same_host = same_host_link::tcp;
   auto over_tcp = run_in_processes(c, dir2, 2, 0);
   said(dir2 / "worker:1.log", "TLS 1.3 records");
   CHECK(max_abs_diff(variables_of(many), variables_of(over_tcp)) == 0.0);
   temp_dir dir3;
-  c.strategy.reducer.same_host = "unix";
-  c.strategy.reducer.transport = "actors";
+  c.strategy.reducer.same_host = same_host_link::unix_socket;
+  c.strategy.reducer.transport = reducer_transport::actors;
   auto through_actors = run_in_processes(c, dir3, 2, 0);
   CHECK(max_abs_diff(variables_of(many), variables_of(through_actors)) == 0.0);
 }
