@@ -2,8 +2,8 @@
 // reducer_group: the reducer actors as a backend of the collective layer
 // (collectives/process_group.hpp). Rank r's process_group sends each
 // collective to its reducer actor (actors/reducer.hpp: ring, tree,
-// reduce_to_one in one process; the hierarchical reducer or a process's
-// ring node across processes) and its work completes with the actor's
+// reduce_to_one in one process; a process's ring node across processes,
+// under the hierarchical composite) and its work completes with the actor's
 // reply. So a strategy drives the actors from a replica's device thread
 // exactly as it drives NCCL or the host group: issue per layer while
 // backward runs, wait once, update.

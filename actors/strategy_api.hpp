@@ -367,7 +367,6 @@ struct reducer_wiring {
 
 struct reducer_parts {
   std::vector<reducer_actor> per_replica;          // one per local replica, or empty
-  std::vector<reducer_actor> underneath;           // further actors to stop with them
   std::shared_ptr<group_rendezvous> device_group;  // or this, shared by the replicas
   bool device_group_global = false;                // see replica_wiring
 };

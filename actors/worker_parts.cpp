@@ -19,7 +19,6 @@ void worker_parts::stop() const {
   for (auto& r : replicas) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
   for (auto& p : pipelines) caf::anon_send_exit(p, caf::exit_reason::user_shutdown);
   for (auto& q : reducers) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
-  for (auto& q : underneath) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
   for (auto& o : others) caf::anon_send_exit(o, caf::exit_reason::user_shutdown);
 }
 

@@ -44,8 +44,7 @@ struct worker_parts {
   std::vector<int64_t> indices;  // global replica indices, in the order below
   std::vector<input_pipeline_actor> pipelines;
   std::vector<replica_actor> replicas;
-  std::vector<reducer_actor> reducers;    // one per replica, or empty
-  std::vector<reducer_actor> underneath;  // reducers the above use (stopped with them)
+  std::vector<reducer_actor> reducers;  // one per replica, or empty
   // A strategy with a job of its own (strategy::own_job): its actors placed
   // like replicas (actor_learner: rl_actors), by index as `indices`.
   std::vector<caf::actor> others;

@@ -52,11 +52,24 @@ class hierarchical_process_group final : public process_group {
     return issued();
   }
 
+  // Every replica runs every stage whatever failed before it, so that a
+  // failure anywhere fails this collective on every replica of every
+  // process, and none is left waiting: the process's first replica carries
+  // a status (1: failed here) around the processes with the sums, and a
+  // replica that learns of a failure aborts its process's group, which
+  // frees the others' broadcast.
   void complete() override {
     auto buffers = std::exchange(pending_, {});
-    local_->complete();
-    if (buffers.empty()) return;
-    if (across_) take_around(buffers);
+    std::string failure = complete_local();
+    if (buffers.empty()) {
+      if (!failure.empty()) throw device_error(failure);
+      return;
+    }
+    if (across_) failure = take_around(buffers, std::move(failure));
+    if (!failure.empty()) {
+      local_->abort(failure);
+      throw device_error(failure);
+    }
     for (const auto& b : buffers) local_->issue_broadcast(b.data, b.n, 0);
     local_->complete();
   }
@@ -74,21 +87,50 @@ class hierarchical_process_group final : public process_group {
   }
 
  private:
+  // The wait in the process; what failed, or "".
+  std::string complete_local() {
+    try {
+      local_->complete();
+      return {};
+    } catch (const device_error& e) {
+      return std::string("hierarchical all-reduce: in this process: ") + e.what();
+    }
+  }
+
   // The process's sums around the processes, as one collective (the mean's
-  // scale applied once, to the job's sum).
-  void take_around(const std::vector<issued_buffer>& buffers) {
+  // scale applied once, to the job's sum), with the status last. Returns
+  // `failure`, or what failed elsewhere.
+  std::string take_around(const std::vector<issued_buffer>& buffers, std::string failure) {
     std::vector<float_span> spans;
-    std::vector<std::vector<float>> host;
+    std::vector<std::vector<float>> host;  // moved when it grows: the floats stay put
     for (const auto& b : buffers) {
-      if (opts_.staging == nullptr) {
+      if (failure.empty() && opts_.staging == nullptr) {
         spans.push_back({b.data, b.n});
         continue;
       }
-      host.emplace_back(b.n);
-      opts_.staging->copy_to_host(host.back().data(), b.data, b.n * sizeof(float));
+      // Staged to the host; or zeros for the sums this process lacks.
+      host.emplace_back(b.n, 0.0f);
+      if (failure.empty())
+        opts_.staging->copy_to_host(host.back().data(), b.data, b.n * sizeof(float));
       spans.push_back({host.back().data(), b.n});
     }
-    across_->all_reduce_spans(spans, reduce_op::sum);
+    float status = failure.empty() ? 0.0f : 1.0f;
+    spans.push_back({&status, 1});
+    try {
+      across_->all_reduce_spans(spans, reduce_op::sum);
+    } catch (const device_error& e) {
+      return failure.empty() ? std::string("hierarchical all-reduce: across processes: ") + e.what()
+                             : failure;
+    }
+    if (!failure.empty()) return failure;
+    if (status != 0.0f) return "hierarchical all-reduce: a replica in another process failed";
+    finish_sums(buffers, spans);
+    return {};
+  }
+
+  // The mean's scale, and the sums back to a discrete device.
+  void finish_sums(const std::vector<issued_buffer>& buffers,
+                   const std::vector<float_span>& spans) {
     const float scale = 1.0f / static_cast<float>(size());
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       if (buffers[i].op == reduce_op::mean)

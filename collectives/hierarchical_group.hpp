@@ -17,7 +17,18 @@
 // reduce_scatter and all_gather keep the interface's layout at a cost: a
 // reduce_scatter is a whole all-reduce, and an all_gather is one broadcast
 // per rank, each an all-reduce of the root's values and zeros (exact).
-// Failure: either group's error fails the collective; abort() ends both.
+// Failure: every replica runs every stage, so a failure anywhere fails the
+// collective on every replica of every process and leaves none waiting.
+// The process's first replica carries a status float around the processes
+// with the sums (1 where its process failed in its own group); a replica
+// that fails, or learns of a failure, aborts its process's group, which
+// ends the broadcast its process's other replicas wait in. The error says
+// where: "hierarchical all-reduce: in this process: ...", "... across
+// processes: ...", or "... a replica in another process failed". As with
+// any group, it stays failed after that (build a new one to go on).
+// abort() ends both groups.
+//
+// Sum and mean only (the mean's 1/size applied once, to the job's sum).
 #include <memory>
 #include <vector>
 

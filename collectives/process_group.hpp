@@ -9,8 +9,8 @@
 //   NCCL            collectives/nccl_group.cpp     cuda:N, in one process or
 //                                                  one communicator over a job
 //   reducer actors  actors/reducer_group.hpp       the ring, tree and
-//                                                  reduce_to_one actors (and
-//                                                  their hierarchical reducer)
+//                                                  reduce_to_one actors, or a
+//                                                  process's ring node
 //   process ring    runtime/process_ring.hpp       a ring of processes on
 //                                                  sockets of its own
 //   hierarchical    collectives/hierarchical_group.hpp  a group in the process,

@@ -276,7 +276,6 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
   rw.device_group_id = spec.device_group_id;
   auto reducers = strat.make_reducers(sys, c, rw);
   out.reducers = reducers.per_replica;
-  out.underneath = reducers.underneath;
   if (reducers.device_group)  // each rank blocks its device thread in a collective
     for (std::size_t a = 0; a < spec.devices.size(); ++a)
       for (std::size_t b = a + 1; b < spec.devices.size(); ++b)
@@ -321,9 +320,11 @@ worker_parts spawn_workers(caf::actor_system& sys, const job_plan& plan, worker_
     w.local_index = static_cast<int64_t>(k);
     w.device_group = reducers.device_group;
     w.device_group_global = reducers.device_group_global;
-    if (w.device_group && !w.device_group_global && k == 0) {
+    // The process's first replica holds the group across processes (the
+    // hierarchical composite's second group).
+    if (!w.device_group_global && k == 0) {
       w.ring = spec.ring;
-      w.process_links = spec.process_links;
+      if (w.device_group) w.process_links = spec.process_links;
     }
     w.shards = spec.shards;
     w.place = spec.place;

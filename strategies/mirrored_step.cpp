@@ -19,7 +19,8 @@
 //                                           (transport "direct") or the ring
 //                                           nodes ("actors") between them
 //   ring, tree, reduce_to_one              the reducer actors (across
-//                                           processes: hierarchical reducers)
+//                                           processes: hierarchical, the ring
+//                                           nodes between the processes)
 // A host-memory group (the actors) on a discrete device: the gradients are
 // staged to the host after backward and back before the update.
 //

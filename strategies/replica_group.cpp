@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "actors/reducer_group.hpp"
-#include "actors/reducers/hierarchical.hpp"
 #include "collectives/hierarchical_group.hpp"
 #include "collectives/nccl_id.hpp"
 
@@ -28,21 +27,7 @@ reducer_parts make_collective_parts(caf::actor_system& sys, const job_config& c,
     out.device_group = make_device_rendezvous(w.local_replicas, parse_device(c.devices.front()));
     return out;
   }
-  auto local = spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c));
-  if (w.ring_tasks.size() < 2) {
-    out.per_replica = std::move(local);
-    return out;
-  }
-  for (int k = 0; k < w.local_replicas; ++k) {
-    hierarchical_config hc;
-    hc.local = local[static_cast<std::size_t>(k)];
-    hc.local_rank = k;
-    if (k == 0) hc.ring = w.ring;
-    hc.global_replicas = c.strategy.replicas;
-    hc.ring_names = w.ring_tasks;
-    out.per_replica.push_back(spawn_hierarchical_reducer(sys, hc));
-  }
-  out.underneath = std::move(local);
+  out.per_replica = spawn_reducer_group(sys, w.local_replicas, reducer_config_of(c));
   return out;
 }
 
@@ -74,19 +59,19 @@ std::shared_ptr<process_group> group_across(const replica_wiring& w) {
 }  // namespace
 
 std::shared_ptr<process_group> make_replica_group(const replica_wiring& w, compute_state& cs) {
-  if (!w.device_group) {
-    // Across processes the reducer is the hierarchical one: a group over the job.
-    const bool job_wide = w.across_processes;
-    return actor_group(caf::actor_cast<caf::actor>(w.reducer),
-                       static_cast<int>(job_wide ? w.index : w.local_index),
-                       static_cast<int>(job_wide ? w.replicas : w.local_replicas), w);
+  std::unique_ptr<process_group> local;
+  if (w.device_group) {
+    local = w.device_group->join(device_rank(w), *cs.dev);
+    if (!w.across_processes || w.device_group_global) return local;
+  } else {
+    local = actor_group(caf::actor_cast<caf::actor>(w.reducer), static_cast<int>(w.local_index),
+                        static_cast<int>(w.local_replicas), w);
+    if (!w.across_processes) return local;
   }
-  auto local = w.device_group->join(device_rank(w), *cs.dev);
-  if (!w.across_processes || w.device_group_global) return local;
   hierarchical_options o;
   o.rank = static_cast<int>(w.index);
   o.size = static_cast<int>(w.replicas);
-  if (cs.discrete()) o.staging = cs.dev.get();
+  if (w.device_group && cs.discrete()) o.staging = cs.dev.get();
   return make_hierarchical_group(std::move(local), w.local_index == 0 ? group_across(w) : nullptr,
                                  o);
 }

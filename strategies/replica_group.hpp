@@ -11,7 +11,8 @@
 //                                (NCCL; the host      hierarchical: the device group,
 //                                group on cpu, sim)   then the direct links (transport
 //                                                     "direct") or the ring nodes
-//   ring, tree, reduce_to_one    the reducer actors   the hierarchical reducers
+//   ring, tree, reduce_to_one    the reducer actors   hierarchical: the reducer actors,
+//                                                     then the ring nodes
 #include <memory>
 
 #include "strategies/strategy.hpp"

@@ -133,7 +133,7 @@ TEST_CASE("mirrored over 3 processes equals the same job in one process") {
   CHECK(many["steps"] == one["steps"]);
   double d = max_abs_diff(variables_of(one), variables_of(many));
   MESSAGE("mirrored, 3 processes vs 1: max |diff| " << d);
-  // The hierarchical reducer sums in another order than the in-process ring.
+  // The hierarchical group sums in another order than the in-process ring.
   CHECK(d < 2e-5);
   // Executions of 4 steps (training.steps_per_execution): the requests and
   // their answers, one step_stats per step, cross the processes.

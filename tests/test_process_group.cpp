@@ -1,6 +1,7 @@
 // The collective layer (collectives/process_group.hpp) over its in-process
 // backends: the host group, the reducer actors (actors/reducer_group.hpp)
-// and the hierarchical composite (collectives/hierarchical_group.hpp). Each
+// and the hierarchical composite (collectives/hierarchical_group.hpp) over
+// either: the groups of a job across processes. Each
 // rank runs on a thread of its own, as a replica's device thread does. The
 // same calls give the same sums on every backend; work handles complete in
 // order; a group aborted in the middle of a collective leaves no rank
@@ -78,16 +79,16 @@ struct actor_backend {
   ~actor_backend() {
     for (auto& r : reducers) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
   }
+  std::unique_ptr<process_group> group(int r) {
+    reducer_group_options o;
+    o.rank = r;
+    o.size = static_cast<int>(reducers.size());
+    o.coalesce_bytes = 256;  // the reducers' bucket: some batches go before the wait
+    return make_reducer_group(
+        sys, caf::actor_cast<caf::actor>(reducers[static_cast<std::size_t>(r)]), std::move(o));
+  }
   group_maker maker() {
-    const int n = static_cast<int>(reducers.size());
-    return [this, n](int r) -> std::shared_ptr<process_group> {
-      reducer_group_options o;
-      o.rank = r;
-      o.size = n;
-      o.coalesce_bytes = 256;  // the reducers' bucket: some batches go before the wait
-      return make_reducer_group(
-          sys, caf::actor_cast<caf::actor>(reducers[static_cast<std::size_t>(r)]), std::move(o));
-    };
+    return [this](int r) -> std::shared_ptr<process_group> { return group(r); };
   }
 };
 
@@ -319,5 +320,99 @@ TEST_CASE("the hierarchical group sums over processes as one flat group does") {
     CHECK_THROWS_WITH_AS(make_hierarchical_group(fresh.rendezvous->join(1, *fresh.ctx[1]),
                                                  fresh_across.maker()(1), o),
                          doctest::Contains("is not its process's first replica"), device_error);
+  }
+}
+
+namespace {
+
+// Processes of reducer actors, joined by a reducer group of the processes'
+// first replicas standing for the ring nodes between them: the groups a
+// mirrored job across processes on the ring, tree or reduce_to_one gets.
+struct actor_processes {
+  std::vector<int> sizes;  // replicas per process
+  std::vector<std::unique_ptr<actor_backend>> local;
+  std::unique_ptr<actor_backend> across;
+  std::vector<int> process_of, local_rank_of;
+  actor_processes(std::vector<int> per_process, const std::string& algorithm)
+      : sizes(std::move(per_process)) {
+    for (std::size_t p = 0; p < sizes.size(); ++p) {
+      local.push_back(std::make_unique<actor_backend>(sizes[p], algorithm));
+      for (int k = 0; k < sizes[p]; ++k) {
+        process_of.push_back(static_cast<int>(p));
+        local_rank_of.push_back(k);
+      }
+    }
+    across = std::make_unique<actor_backend>(static_cast<int>(sizes.size()), "ring");
+  }
+  int replicas() const { return static_cast<int>(process_of.size()); }
+  std::shared_ptr<process_group> make(int r) {
+    const auto p = static_cast<std::size_t>(process_of[static_cast<std::size_t>(r)]);
+    const int k = local_rank_of[static_cast<std::size_t>(r)];
+    hierarchical_options o;
+    o.rank = r;
+    o.size = replicas();
+    return make_hierarchical_group(local[p]->group(k),
+                                   k == 0 ? across->group(static_cast<int>(p)) : nullptr, o);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the hierarchical group over reducer actors: bit-identical sums over uneven processes") {
+  for (auto sizes : {std::vector<int>{2, 1}, std::vector<int>{2, 2, 3}}) {
+    for (const char* algorithm : {"ring", "tree", "reduce_to_one"}) {
+      CAPTURE(algorithm);
+      CAPTURE(sizes.size());
+      actor_processes job(sizes, algorithm);
+      const int n = job.replicas();
+      std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
+      auto errors = on_ranks(n, [&](int r) {
+        auto g = job.make(r);
+        for (int round = 0; round < 3; ++round) {  // back to back
+          auto a = values(r + round, 300), b = values(r, 37);
+          g->issue_all_reduce(b.data(), b.size(), reduce_op::sum);
+          g->issue_all_reduce(a.data(), a.size(), reduce_op::mean);
+          g->complete();
+          CHECK(b == sum_of(n, 37));
+          got[static_cast<std::size_t>(r)] = a;
+        }
+      });
+      for (const auto& e : errors) CHECK(e == "");
+      for (int r = 1; r < n; ++r) CHECK(got[static_cast<std::size_t>(r)] == got[0]);
+    }
+  }
+}
+
+TEST_CASE("the hierarchical group: a failure in one process fails every replica of every process") {
+  SUBCASE("sizes that differ within process 0") {
+    actor_processes job({2, 2}, "ring");
+    auto errors = on_ranks(job.replicas(), [&](int r) {
+      auto g = job.make(r);
+      auto a = values(r, r == 1 ? 90 : 100);
+      g->all_reduce(a.data(), a.size(), reduce_op::sum);
+    });
+    for (int r = 0; r < job.replicas(); ++r) {
+      CAPTURE(r);
+      const auto& e = errors[static_cast<std::size_t>(r)];
+      CHECK(e.find("hierarchical all-reduce") != std::string::npos);
+      // Process 1 learns it from the status that went around.
+      if (job.process_of[static_cast<std::size_t>(r)] == 1 && r == 2)
+        CHECK(e.find("a replica in another process failed") != std::string::npos);
+    }
+  }
+  SUBCASE("process 1's first replica leaves the group across processes") {
+    actor_processes job({2, 2}, "ring");
+    auto errors = on_ranks(job.replicas(), [&](int r) {
+      auto g = job.make(r);
+      if (r == 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the others are waiting
+        g->abort("process 1 is lost");
+        return;
+      }
+      auto a = values(r, 100);
+      g->all_reduce(a.data(), a.size(), reduce_op::sum);
+    });
+    for (int r : {0, 1, 3}) CHECK(errors[static_cast<std::size_t>(r)] != "");
+    CHECK(errors[0].find("across processes") != std::string::npos);
   }
 }
