@@ -204,6 +204,85 @@ bool recv_exact(int fd, std::string& out, clock_type::time_point deadline, std::
   return true;
 }
 
+// ------------------------------------------------------ descriptor passing
+
+bool send_with_fd(int sock, std::string_view data, int fd, clock_type::time_point deadline) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  for (;;) {
+    const ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+    if (n > 0) return send_all(sock, data.substr(static_cast<std::size_t>(n)), deadline);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_ready(sock, POLLOUT, deadline))
+      continue;
+    return false;
+  }
+}
+
+namespace {
+
+// Takes the descriptors a message brought: the first into `*fd` while it is
+// empty, every other closed; false if there was one too many.
+bool take_descriptors(msghdr& msg, int* fd) {
+  bool ok = true;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int got = -1;
+      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (*fd < 0 && ok) {
+        *fd = got;
+      } else {
+        ::close(got);
+        ok = false;
+      }
+    }
+  }
+  return ok && (msg.msg_flags & MSG_CTRUNC) == 0;
+}
+
+}  // namespace
+
+bool recv_with_fd(int sock, std::string& out, int* fd, clock_type::time_point deadline) {
+  *fd = -1;
+  std::size_t got = 0;
+  bool ok = true;
+  while (ok && got < out.size()) {
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    iovec iov{out.data() + got, out.size() - got};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+      ok = take_descriptors(msg, fd);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      ok = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_ready(sock, POLLIN, deadline);
+    }
+  }
+  if (!ok && *fd >= 0) {
+    ::close(*fd);
+    *fd = -1;
+  }
+  return ok;
+}
+
 // ----------------------------------------------------------------- reactor
 
 reactor::reactor() {

@@ -7,6 +7,8 @@
 //   connect_tcp   host:port, every address the name resolves to tried in turn;
 //   send_all,     blocking I/O with a deadline on a non-blocking socket,
 //   recv_exact    waiting in poll() while the socket is not ready;
+//   send_with_fd, a small message with a descriptor attached (SCM_RIGHTS)
+//   recv_with_fd  on a Unix socket;
 //   reactor       the loop of a thread that serves sockets: one poll() over
 //                 the caller's descriptors plus a wake pipe, which another
 //                 thread writes to stop it or hand it work.
@@ -79,6 +81,19 @@ bool send_all(int fd, std::string_view data, clock_type::time_point deadline, in
 // timeout (`why` says which, in the words of the gate's handshake, whose
 // exchange and the rendezvous after it use this).
 bool recv_exact(int fd, std::string& out, clock_type::time_point deadline, std::string* why);
+
+// ------------------------------------------------------ descriptor passing
+
+// Sends all of `data` on the non-blocking Unix socket `sock` with `fd`
+// attached to its first byte (SCM_RIGHTS), within `deadline`; false when the
+// socket fails or the deadline passes first.
+bool send_with_fd(int sock, std::string_view data, int fd, clock_type::time_point deadline);
+
+// Reads exactly `out.size()` bytes within `deadline`, and the descriptor
+// that came with them into `*fd` (close-on-exec; -1 when none came). Any
+// other descriptor the peer attached is closed at once, and a second one
+// fails the read (closing the first). false on EOF, error, timeout or that.
+bool recv_with_fd(int sock, std::string& out, int* fd, clock_type::time_point deadline);
 
 // ----------------------------------------------------------------- reactor
 

@@ -22,7 +22,9 @@
 
 #include "actors/reducers/collective.hpp"
 #include "crypto/crypto.hpp"
+#include "net/socket.hpp"
 #include "runtime/ring_detail.hpp"
+#include "runtime/ring_shm.hpp"
 
 namespace troupe {
 
@@ -33,6 +35,11 @@ namespace {
 constexpr std::size_t kChallengeBytes = 32;
 constexpr auto kProofTimeout = std::chrono::seconds(5);
 constexpr std::size_t kMaxUnproven = 16;
+// What the listener sends, with the ring's memfd attached, after a same-host
+// connection proved the key: this tag and the ring's capacity (8 bytes,
+// this host's byte order).
+constexpr std::string_view kShmTag = "troupe-ring-shm1";
+constexpr std::size_t kShmOfferBytes = 16 + 8;
 
 }  // namespace
 
@@ -132,9 +139,39 @@ void challenge_newcomer(int listening, bool same_host, const ring_link_offer& of
   waiting.push_back(std::move(u));
 }
 
+// A fresh shared ring, its memfd sent to the admitted peer on `fd` (then
+// closed here: the peer's copy and the two mappings are all there is);
+// null if the socket failed.
+std::shared_ptr<ring_shm> offer_shared_ring(int fd, clock_type::time_point deadline) {
+  auto shm = ring_shm::create();
+  std::string offer(kShmTag);
+  const uint64_t capacity = shm->capacity();
+  offer.append(reinterpret_cast<const char*>(&capacity), sizeof(capacity));
+  const bool sent = net::send_with_fd(fd, offer, shm->memfd(), deadline);
+  shm->close_memfd();
+  return sent ? shm : nullptr;
+}
+
+// The shared ring the listener offers on `fd` once the proof is sent.
+std::shared_ptr<ring_shm> take_shared_ring(int fd, clock_type::time_point deadline,
+                                           const std::string& where) {
+  std::string offer(kShmOfferBytes, '\0');
+  int memfd = -1;
+  if (!net::recv_with_fd(fd, offer, &memfd, deadline) || memfd < 0 ||
+      offer.compare(0, kShmTag.size(), kShmTag) != 0) {
+    if (memfd >= 0) ::close(memfd);
+    throw device_error("process ring: " + where +
+                       " offered no shared buffer (same_host \"shm\" on both ends?)");
+  }
+  uint64_t capacity = 0;
+  std::memcpy(&capacity, offer.data() + kShmTag.size(), sizeof(capacity));
+  return ring_shm::adopt(memfd, static_cast<std::size_t>(capacity));
+}
+
 }  // namespace
 
-ring_link_listener::ring_link_listener(const std::string& bind_host, bool same_host_unix) {
+ring_link_listener::ring_link_listener(const std::string& bind_host, same_host_link same_host)
+    : same_host_(same_host) {
   addrinfo* res = resolve(bind_host, 0, true);
   std::string why;
   for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
@@ -152,7 +189,7 @@ ring_link_listener::ring_link_listener(const std::string& bind_host, bool same_h
   offer_.host = bind_host;
   offer_.port = bound_port(fd_);
   offer_.key = crypto::random_bytes(32);
-  if (same_host_unix) listen_on_unix_name();
+  if (same_host != same_host_link::tcp) listen_on_unix_name();
 }
 
 // Bound before the offer leaves this process, so no one can take the name.
@@ -214,7 +251,12 @@ ring_socket ring_link_listener::accept(clock_type::time_point deadline, const st
       ring_socket s{
           u.fd,
           encrypted && !u.same_host ? ring_link_secret(offer_.key, u.challenge) : std::string(),
-          peer, u.same_host};
+          peer, u.same_host, nullptr};
+      if (u.same_host && same_host_ == same_host_link::shared_memory &&
+          !(s.shm = offer_shared_ring(u.fd, deadline))) {
+        drop(i, "did not take the shared buffer");
+        continue;
+      }
       waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
       for (auto& w : waiting) ::close(w.fd);
       close_listeners();
@@ -292,9 +334,9 @@ bool read_exactly(int fd, char* out, std::size_t n, clock_type::time_point deadl
 }  // namespace
 
 ring_socket connect_ring_link(const ring_link_offer& offer, clock_type::time_point deadline,
-                              const std::string& peer, bool encrypted, bool same_host_unix) {
+                              const std::string& peer, bool encrypted, same_host_link how) {
   const std::string where = peer + " at " + offer.host + ":" + std::to_string(offer.port);
-  int fd = same_host_unix ? try_connect_unix(offer) : -1;
+  int fd = how != same_host_link::tcp ? try_connect_unix(offer) : -1;
   const bool same_host = fd >= 0;
   while (fd < 0 && (fd = try_connect(offer, deadline)) < 0) {
     if (clock_type::now() >= deadline)
@@ -311,8 +353,18 @@ ring_socket connect_ring_link(const ring_link_offer& offer, clock_type::time_poi
     ::close(fd);
     throw device_error("process ring: sending the proof to " + where + ": " + errno_text("send"));
   }
-  return {fd, encrypted && !same_host ? ring_link_secret(offer.key, challenge) : std::string(),
-          peer, same_host};
+  ring_socket s{fd,
+                encrypted && !same_host ? ring_link_secret(offer.key, challenge) : std::string(),
+                peer, same_host, nullptr};
+  if (same_host && how == same_host_link::shared_memory) {
+    try {
+      s.shm = take_shared_ring(fd, deadline, where);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  }
+  return s;
 }
 
 }  // namespace troupe
