@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <new>
 
@@ -41,7 +42,9 @@ struct ring_shm::control {
   alignas(64) counter tail;  // bytes read; stored by the reader only
   alignas(64) flag writer_asleep;
 };
-static_assert(sizeof(ring_shm::control) <= kPage);
+static_assert(sizeof(ring_shm::control) <= kPage && kPage == ring_shm::data_offset);
+static_assert(offsetof(ring_shm::control, head) == ring_shm::head_offset &&
+              offsetof(ring_shm::control, tail) == ring_shm::tail_offset);
 
 ring_shm::ring_shm(int memfd, std::size_t capacity, bool fresh)
     : memfd_(memfd), capacity_(capacity) {

@@ -93,6 +93,9 @@ class ring_shm {
   void reader_wakes();
 
   struct control;  // the counters' cache lines at the start of the mapping
+  // Where the counters (uint64) and the data lie in the mapping, for tests
+  // that play a hostile peer.
+  static constexpr std::size_t head_offset = 0, tail_offset = 128, data_offset = 4096;
 
  private:
   ring_shm(int memfd, std::size_t capacity, bool fresh);
