@@ -99,7 +99,7 @@ strategy_key reducer(std::vector<reducer_algorithm> algorithms) {
       s.wire = read_enum(v, p, {"fp32", "bf16"});
     });
     r.with("same_host", [&](const json& v, const std::string& p) {
-      s.same_host = read_enum(v, p, {"unix", "tcp"});
+      s.same_host = read_enum(v, p, {"unix", "shm", "tcp"});
     });
   };
   auto write = [](const strategy_config& c) {

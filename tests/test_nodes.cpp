@@ -338,8 +338,9 @@ TEST_CASE(
   temp_dir dir;
   // chief, worker:0 (replicas 0, 1: a device group of 2), worker:1 (replica 2)
   // The processes' sum over their direct links (the default: Unix sockets,
-  // the processes share this host), over TCP with TLS as between hosts, then
-  // through the ring nodes: the same ring order, so the same bits.
+  // the processes share this host), over TCP with TLS as between hosts, over
+  // shared rings, then through the ring nodes: the same ring order, so the
+  // same bits.
   c.logging.level = "info";
   auto many = run_in_processes(c, dir, 2, 0);
   CHECK(many["steps"] == one["steps"]);
@@ -358,6 +359,11 @@ TEST_CASE(
   auto over_tcp = run_in_processes(c, dir2, 2, 0);
   said(dir2 / "worker:1.log", "TLS 1.3 records");
   CHECK(max_abs_diff(variables_of(many), variables_of(over_tcp)) == 0.0);
+  temp_dir dir_shm;
+  c.strategy.reducer.same_host = "shm";
+  auto over_shm = run_in_processes(c, dir_shm, 2, 0);
+  said(dir_shm / "worker:1.log", "shared memory, same host");
+  CHECK(max_abs_diff(variables_of(many), variables_of(over_shm)) == 0.0);
   temp_dir dir3;
   c.strategy.reducer.same_host = "unix";
   c.strategy.reducer.transport = "actors";
