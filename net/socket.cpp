@@ -5,10 +5,12 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -99,6 +101,51 @@ int connect_tcp(const std::string& host, uint16_t port, clock_type::time_point d
   }
   ::freeaddrinfo(res);
   return fd;
+}
+
+namespace {
+
+// The address of an abstract Unix socket name (its leading NUL included).
+sockaddr_un unix_address(const std::string& name, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::size_t n = std::min(name.size(), sizeof(a.sun_path));
+  std::memcpy(a.sun_path, name.data(), n);
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n);
+  return a;
+}
+
+}  // namespace
+
+int listen_unix(const std::string& name, int backlog, std::string& why) {
+  socklen_t len = 0;
+  const sockaddr_un a = unix_address(name, &len);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0 ||
+      ::listen(fd, backlog) != 0) {
+    why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int connect_unix(const std::string& name, std::string& why) {
+  socklen_t len = 0;
+  const sockaddr_un a = unix_address(name, &len);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0) {
+    why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool peer_runs_as_us(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == ::getuid();
 }
 
 bool numeric_address(const std::string& host) {

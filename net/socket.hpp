@@ -7,6 +7,9 @@
 //   connect_tcp   host:port, every address the name resolves to tried in turn;
 //   send_all,     blocking I/O with a deadline on a non-blocking socket,
 //   recv_exact    waiting in poll() while the socket is not ready;
+//   listen_unix,  the same for an abstract Unix socket name (Linux), and
+//   connect_unix, whether its peer runs under our uid (SO_PEERCRED);
+//   peer_runs_as_us
 //   send_with_fd, a small message with a descriptor attached (SCM_RIGHTS)
 //   recv_with_fd  on a Unix socket;
 //   reactor       the loop of a thread that serves sockets: one poll() over
@@ -48,6 +51,19 @@ int listen_tcp(const std::string& host, uint16_t port, int backlog, std::string&
 // "cannot connect to HOST:PORT[: the last address's error]".
 int connect_tcp(const std::string& host, uint16_t port, clock_type::time_point deadline,
                 std::string& why);
+
+// A non-blocking, close-on-exec listening socket on the abstract Unix socket
+// `name` (Linux: a name in the network namespace, no file; its leading NUL
+// included). -1 when it cannot be bound (taken), with `why` set.
+int listen_unix(const std::string& name, int backlog, std::string& why);
+
+// A non-blocking socket connected to the abstract Unix socket `name`; -1
+// when no one listens there (as in another network namespace), with `why`.
+int connect_unix(const std::string& name, std::string& why);
+
+// Whether the process at the other end of the Unix socket `fd` runs under
+// this process's uid (SO_PEERCRED).
+bool peer_runs_as_us(int fd);
 
 // True when `host` is a numeric IPv4 or IPv6 address (no name to resolve).
 bool numeric_address(const std::string& host);

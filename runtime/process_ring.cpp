@@ -1,14 +1,11 @@
 #include "runtime/process_ring.hpp"
 
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
-#include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +16,7 @@
 
 #include "actors/reducers/collective.hpp"
 #include "crypto/crypto.hpp"
+#include "net/socket.hpp"
 #include "net/tls_records.hpp"
 #include "runtime/ring_detail.hpp"
 #include "runtime/ring_shm.hpp"
@@ -463,14 +461,11 @@ process_ring::process_ring(int rank, int size, ring_socket to_next, ring_socket 
     int one = 1;
     ::setsockopt(out_->fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   }
-  if (::pipe2(wake_, O_NONBLOCK | O_CLOEXEC) != 0)
-    throw device_error("process ring: " + errno_text("pipe2"));
+  poller_ = std::make_unique<net::reactor>();
+  if (!poller_->problem().empty()) throw device_error("process ring: " + poller_->problem());
 }
 
-process_ring::~process_ring() {
-  for (int fd : wake_)
-    if (fd >= 0) ::close(fd);
-}
+process_ring::~process_ring() = default;
 
 void process_ring::check() {
   if (!failed_.load()) return;
@@ -485,8 +480,7 @@ void process_ring::abort(const std::string& why) {
     failure_ = "process ring rank " + std::to_string(rank_) + ": aborted: " + why;
     failed_.store(true);
   }
-  char b = 1;
-  [[maybe_unused]] auto n = ::write(wake_[1], &b, 1);
+  poller_->wake();
   if (size_ > 1) {
     out_->shut();
     in_->shut();
@@ -567,15 +561,17 @@ bool process_ring::sleep(clock_type::time_point deadline) {
   // A shared ring's socket carries doorbells, and its end: always POLLIN.
   const short out_events = out_shm ? POLLIN : (want_room ? POLLOUT : 0);
   const short in_events = in_shm || want_data ? POLLIN : 0;
-  pollfd fds[3] = {{out_->fd(), out_events, 0}, {in_->fd(), in_events, 0}, {wake_[0], POLLIN, 0}};
-  if (::poll(fds, 3, ms_until(deadline)) < 0 && errno != EINTR) fail(errno_text("poll"));
+  poller_->clear();
+  const std::size_t out_at = poller_->watch(out_->fd(), out_events);
+  const std::size_t in_at = poller_->watch(in_->fd(), in_events);
+  if (poller_->wait(ms_until(deadline)) < 0 && errno != EINTR) fail(errno_text("poll"));
   if (out_shm) {
     out_shm->writer_wakes();
-    if (fds[0].revents != 0 && drain_doorbells(out_->fd())) shm_peer_closed_ = true;
+    if (poller_->revents(out_at) != 0 && drain_doorbells(out_->fd())) shm_peer_closed_ = true;
   }
   if (in_shm) {
     in_shm->reader_wakes();
-    if (fds[1].revents != 0 && drain_doorbells(in_->fd())) shm_peer_closed_ = true;
+    if (poller_->revents(in_at) != 0 && drain_doorbells(in_->fd())) shm_peer_closed_ = true;
   }
   return true;
 }

@@ -78,6 +78,10 @@ namespace troupe {
 
 class ring_shm;
 
+namespace net {
+class reactor;
+}  // namespace net
+
 namespace tls13 {
 class record_writer;
 class record_reader;
@@ -155,7 +159,7 @@ class process_ring final : public process_group {
   std::chrono::milliseconds timeout_;
   std::unique_ptr<outbound> out_;
   std::unique_ptr<inbound> in_;
-  int wake_[2] = {-1, -1};  // abort() wakes a poll through it
+  std::unique_ptr<net::reactor> poller_;  // the links and the pipe abort() wakes it through
   std::mutex failure_mutex_;
   std::string failure_;
   std::atomic<bool> failed_{false};
