@@ -40,11 +40,13 @@ constexpr std::size_t kShmSendBytes = 64 * 1024;
 // A side of a shared ring that has nothing to do looks again: in a tight
 // loop for kShmSpin, then giving its core away between looks (the peer may
 // be waiting for it: two processes on one core, or beside other work) until
-// kShmYield, then it sleeps in poll() (a doorbell and a wake-up cost tens
-// of microseconds). Measured on 2 vCPUs (bench/README.md): the tight loop
-// alone loses whole time slices when the peer shares the core.
+// kShmYield, then it sleeps in poll() until a doorbell. On 2 vCPUs under
+// load (bench/results/2026-11-29.md) the tight loop alone lost whole time
+// slices when the peer shared the core, and the 2-process job ran faster
+// the longer it yielded before sleeping (0.5 ms: 87k samples/s, 3 ms: 152k,
+// medians of 3): the processes' steps drift apart by about a step.
 constexpr auto kShmSpin = std::chrono::microseconds(2);
-constexpr auto kShmYield = std::chrono::microseconds(500);
+constexpr auto kShmYield = std::chrono::milliseconds(3);
 
 // A doorbell on a shared ring's socket: the peer sleeps in poll() on it. A
 // full socket buffer holds doorbells enough; a broken socket shows in poll.
