@@ -134,6 +134,28 @@ TEST_CASE("process ring: all-reduce sums in the ring's order, bit-identical on e
   }
 }
 
+TEST_CASE("process ring: a shared ring carries collectives larger than itself, one after another") {
+  // 12 MB through a 2 MB ring: the writer waits for room, the positions wrap
+  // and go on from one collective to the next.
+  for (int P : {2, 3}) {
+    CAPTURE(P);
+    auto ring = make_ring(P, false, std::chrono::seconds(20), ring_wire::fp32,
+                          same_host_link::shared_memory);
+    for (std::size_t n : {std::size_t{3'000'001}, std::size_t{5}, std::size_t{600'000}}) {
+      CAPTURE(n);
+      std::vector<std::vector<float>> x, y;
+      for (int r = 0; r < P; ++r) x.push_back(random_floats(n, static_cast<unsigned>(r + 3)));
+      y = x;
+      on_every_rank(P, [&](int r) { ring[r]->all_reduce(y[r].data(), n, reduce_op::sum); });
+      for (int r = 1; r < P; ++r) CHECK(y[r] == y[0]);
+      bool ordered = true;
+      for (std::size_t i = 0; i < n; ++i)
+        ordered = ordered && y[0][i] == ring_order_sum(x, i, segment_of(i, n, P));
+      CHECK(ordered);
+    }
+  }
+}
+
 TEST_CASE("process ring: spans are one buffer (gradients of several variables), mean divides") {
   const int P = 2;
   for (auto same_host : {same_host_link::tcp, same_host_link::shared_memory}) {
