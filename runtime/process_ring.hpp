@@ -202,7 +202,7 @@ class ring_link_listener {
 
   int fd_ = -1;
   int unix_fd_ = -1;
-  same_host_link same_host_;
+  std::shared_ptr<ring_shm> shm_;  // shared_memory: the ring for the proven Unix connection
   ring_link_offer offer_;
 };
 

@@ -98,17 +98,16 @@ void challenge_newcomer(int listening, bool same_host, const ring_link_offer& of
   waiting.push_back(std::move(u));
 }
 
-// A fresh shared ring, its memfd sent to the admitted peer on `fd` (then
-// closed here: the peer's copy and the two mappings are all there is);
-// null if the socket failed.
-std::shared_ptr<ring_shm> offer_shared_ring(int fd, clock_type::time_point deadline) {
-  auto shm = ring_shm::create();
+// Sends the shared ring's memfd to the admitted peer on `fd`, then closes
+// it here (the peer's copy and the two mappings are all there is); false
+// if the socket failed.
+bool offer_shared_ring(int fd, ring_shm& shm, clock_type::time_point deadline) {
   std::string offer(kShmTag);
-  const uint64_t capacity = shm->capacity();
+  const uint64_t capacity = shm.capacity();
   offer.append(reinterpret_cast<const char*>(&capacity), sizeof(capacity));
-  const bool sent = net::send_with_fd(fd, offer, shm->memfd(), deadline);
-  shm->close_memfd();
-  return sent ? shm : nullptr;
+  if (!net::send_with_fd(fd, offer, shm.memfd(), deadline)) return false;
+  shm.close_memfd();
+  return true;
 }
 
 // The shared ring the listener offers on `fd` once the proof is sent.
@@ -129,8 +128,10 @@ std::shared_ptr<ring_shm> take_shared_ring(int fd, clock_type::time_point deadli
 
 }  // namespace
 
-ring_link_listener::ring_link_listener(const std::string& bind_host, same_host_link same_host)
-    : same_host_(same_host) {
+ring_link_listener::ring_link_listener(const std::string& bind_host, same_host_link same_host) {
+  // Made before anyone may connect, so a host without memfds fails here; it
+  // goes only to a connection on the Unix socket that proves the key.
+  if (same_host == same_host_link::shared_memory) shm_ = ring_shm::create();
   std::string why;
   fd_ = net::listen_tcp(bind_host, 0, 16, why);
   if (fd_ < 0) throw device_error("process ring: cannot listen on " + bind_host + ": " + why);
@@ -197,10 +198,12 @@ ring_socket ring_link_listener::accept(clock_type::time_point deadline, const st
           u.fd,
           encrypted && !u.same_host ? ring_link_secret(offer_.key, u.challenge) : std::string(),
           peer, u.same_host, nullptr};
-      if (u.same_host && same_host_ == same_host_link::shared_memory &&
-          !(s.shm = offer_shared_ring(u.fd, deadline))) {
-        drop(i, "did not take the shared buffer");
-        continue;
+      if (u.same_host && shm_) {
+        if (!offer_shared_ring(u.fd, *shm_, deadline)) {
+          drop(i, "did not take the shared buffer");
+          continue;
+        }
+        s.shm = std::move(shm_);
       }
       waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
       for (auto& w : waiting) ::close(w.fd);
