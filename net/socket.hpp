@@ -1,7 +1,8 @@
 #pragma once
 // The one socket module of troupe's own listeners: the gate
 // (net/gate.hpp), the TLS links' hub and pumps (net/secure_link.hpp), the
-// rendezvous (net/rendezvous.hpp) and monitoring's /metrics exporter.
+// rendezvous (net/rendezvous.hpp), monitoring's /metrics exporter and the
+// process ring's direct links (runtime/process_ring.hpp).
 //
 //   listen_tcp,   a non-blocking listening or connected socket for
 //   connect_tcp   host:port, every address the name resolves to tried in turn;
