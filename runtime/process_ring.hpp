@@ -42,9 +42,8 @@
 //
 // Same host: with same_host_link::unix_socket or ::shared_memory the
 // listener also listens on an abstract Unix socket (Linux: a name, no file)
-// derived from the link key,
-// and a connecting rank in the same network namespace reaches it there
-// instead of over TCP; elsewhere the name does not exist and it connects
+// derived from the link key, and a connecting rank in the same network
+// namespace reaches it there instead of over TCP; elsewhere the name does not exist and it connects
 // over TCP as before. Such a link carries plain bytes: it never leaves the
 // kernel, which shows it to no one but root; both ends also require the
 // other to run under their own uid (SO_PEERCRED), and the key's proof is
@@ -52,7 +51,7 @@
 // cannot be taken first: it is bound before the key is handed out, and held
 // until the proven connection is accepted. This is how MPI and NCCL treat
 // ranks on one host (shared memory, no encryption), and it is the common
-// case of one process per GPU. With ::shared_memory (the default) the
+// case of one process per GPU. With ::shared_memory (same_host "shm") the
 // admitted Unix socket then hands over a shared ring of bytes
 // (runtime/ring_shm.hpp, its protocol and threat model there) that carries
 // the data instead, the socket left with doorbells and the peer's death;

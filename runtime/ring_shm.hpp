@@ -1,7 +1,7 @@
 #pragma once
 // ring_shm: one direction of a process ring's link (runtime/process_ring.hpp)
 // between two processes of one host, as a ring of bytes in shared memory
-// (strategy.reducer.same_host "shm", the default), the way MPI and NCCL move
+// (strategy.reducer.same_host "shm"), the way MPI and NCCL move
 // data between ranks of one node: the sender copies a chunk in, the receiver
 // combines it into its buffer straight from the mapping, one copy in all
 // where a socket makes two and a system call per chunk.
