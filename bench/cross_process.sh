@@ -6,6 +6,7 @@
 #   direct          2 processes, device collectives, the processes' sum over
 #                   direct links (strategy.reducer.transport "direct"): the
 #                   default, Unix sockets between processes of one host
+#   direct_shm      the same over shared rings (strategy.reducer.same_host "shm")
 #   direct_tcp      the same over TCP with TLS 1.3, as between hosts
 #                   (strategy.reducer.same_host "tcp")
 #   direct_tcp_plain  the same with cluster.insecure (plain bytes)
@@ -48,8 +49,8 @@ def base(setup):
         "chief:0": {"replicas": list(range(r)), "devices": devices[:r]},
         "worker:0": {"replicas": list(range(r, 2 * r)), "devices": devices[r:]}}
     return j
-for setup in ("direct", "direct_tcp", "direct_tcp_plain", "device_actors", "reducer_ring",
-              "inprocess"):
+for setup in ("direct", "direct_shm", "direct_tcp", "direct_tcp_plain", "device_actors",
+              "reducer_ring", "inprocess"):
     j = base(setup)
     red = j["strategy"]["reducer"]
     if setup == "reducer_ring":
@@ -59,6 +60,8 @@ for setup in ("direct", "direct_tcp", "direct_tcp_plain", "device_actors", "redu
         red["transport"] = "actors" if setup == "device_actors" else "direct"
     if setup.startswith("direct_tcp"):
         red["same_host"] = "tcp"
+    if setup == "direct_shm":
+        red["same_host"] = "shm"
     if setup == "direct_tcp_plain":
         j["cluster"]["insecure"] = True
     if setup == "inprocess":
@@ -67,7 +70,7 @@ for setup in ("direct", "direct_tcp", "direct_tcp_plain", "device_actors", "redu
 PY
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(date -u +%F), R=$R, SPE=$SPE" >&2
 for _ in $(seq "$ROUNDS"); do
-  for setup in ${SETUPS:-inprocess direct direct_tcp direct_tcp_plain device_actors reducer_ring}; do
+  for setup in ${SETUPS:-inprocess direct direct_shm direct_tcp direct_tcp_plain device_actors reducer_ring}; do
     if [ "$setup" = inprocess ]; then
       cmd=("$BUILD/troupe" run "$work/$setup.json" --overwrite --quiet)
     else

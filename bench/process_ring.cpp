@@ -2,11 +2,13 @@
 // (runtime/process_ring.hpp), the link mirrored across processes uses for
 // the process's sum: sockets of its own, driven by the calling thread.
 //
-//   bench_process_ring [--sizes-kb=1056,16384] [--iters=200] [--tls=1] [--unix=0]
+//   bench_process_ring [--sizes-kb=1056,16384] [--iters=200] [--tls=1]
+//                      [--same-host=tcp|unix|shm] [--unix=0|1]
 //
-// --unix=1: the links the job makes between processes of one host (a Unix
-// socket, plain bytes; strategy.reducer.same_host "unix"); else TCP on
-// 127.0.0.1, as between hosts.
+// --same-host: the links the job makes between processes of one host
+// (strategy.reducer.same_host): "shm" a shared ring handed over a Unix
+// socket, "unix" the Unix socket itself (plain bytes; --unix=1 says the
+// same), "tcp" (the default here) TCP on 127.0.0.1, as between hosts.
 //
 // The process forks rank 1; the two exchange their link offers over pipes
 // (in a job they travel between the ring nodes), connect, and run 5 warm-up
@@ -35,13 +37,13 @@ struct options {
   std::vector<std::size_t> sizes_kb{1056, 16384};
   int iters = 200;
   bool tls = true;
-  bool unix_socket = false;
+  same_host_link same_host = same_host_link::tcp;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_process_ring: %s\nusage: bench_process_ring [--sizes-kb=1056,16384] "
-               "[--iters=200] [--tls=0|1] [--unix=0|1]\n",
+               "[--iters=200] [--tls=0|1] [--same-host=tcp|unix|shm] [--unix=0|1]\n",
                why.c_str());
   std::exit(2);
 }
@@ -65,7 +67,14 @@ options parse(int argc, char** argv) {
       } else if (a.rfind("--tls=", 0) == 0) {
         o.tls = std::stoi(a.substr(6)) != 0;
       } else if (a.rfind("--unix=", 0) == 0) {
-        o.unix_socket = std::stoi(a.substr(7)) != 0;
+        o.same_host =
+            std::stoi(a.substr(7)) != 0 ? same_host_link::unix_socket : same_host_link::tcp;
+      } else if (a.rfind("--same-host=", 0) == 0) {
+        const std::string v = a.substr(12);
+        if (v != "tcp" && v != "unix" && v != "shm") usage(a + ": expected tcp, unix or shm");
+        o.same_host = v == "shm"    ? same_host_link::shared_memory
+                      : v == "unix" ? same_host_link::unix_socket
+                                    : same_host_link::tcp;
       } else {
         usage("unknown argument " + a);
       }
@@ -101,17 +110,23 @@ ring_link_offer read_offer(int fd) {
   return o;
 }
 
+const char* transport(const std::string& link, bool tls) {
+  if (link.rfind("shared", 0) == 0) return "shm";
+  if (link.rfind("Unix", 0) == 0) return "unix";
+  return tls ? "tls13" : "plaintext";
+}
+
 // Rank `rank` of 2: listens, trades offers with the other over the pipes,
 // connects, and runs the sizes.
 int run_rank(int rank, int to_other, int from_other, const options& o) {
-  ring_link_listener listener("127.0.0.1", o.unix_socket);
+  ring_link_listener listener("127.0.0.1", o.same_host);
   write_offer(to_other, listener.offer());
   auto theirs = read_offer(from_other);
   const auto deadline = clock_type::now() + std::chrono::seconds(10);
   const std::string other = rank == 0 ? "rank 1" : "rank 0";
   auto accepted =
       std::async(std::launch::async, [&] { return listener.accept(deadline, other, o.tls); });
-  auto to_next = connect_ring_link(theirs, deadline, other, o.tls, o.unix_socket);
+  auto to_next = connect_ring_link(theirs, deadline, other, o.tls, o.same_host);
   process_ring ring(rank, 2, std::move(to_next), accepted.get());
   for (std::size_t kb : o.sizes_kb) {
     std::vector<float> x(kb * 1024 / sizeof(float), 1.0f);
@@ -129,8 +144,7 @@ int run_rank(int rank, int to_other, int from_other, const options& o) {
     std::printf(
         "{\"bench\":\"process_ring\",\"processes\":2,\"transport\":\"%s\",\"bytes\":%.0f,"
         "\"iters\":%d,\"median_ms\":%.4f,\"min_ms\":%.4f,\"busbw_gbps\":%.3f}\n",
-        ring.next_link().rfind("Unix", 0) == 0 ? "unix" : (o.tls ? "tls13" : "plaintext"), bytes,
-        o.iters, med, mn, bytes / (med * 1e-3) / 1e9);
+        transport(ring.next_link(), o.tls), bytes, o.iters, med, mn, bytes / (med * 1e-3) / 1e9);
     std::fflush(stdout);
   }
   return 0;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/cluster.hpp"
+#include "config/reducer_links.hpp"
 
 namespace troupe {
 
@@ -123,22 +124,6 @@ const char* name_of(reducer_algorithm a);
 // std::invalid_argument for any other name, naming it.
 reducer_algorithm parse_reducer_algorithm(const std::string& name);
 
-// How the processes' first replicas exchange on device collectives across
-// processes: `direct` = over sockets of their own, on the device thread
-// (runtime/process_ring.hpp); `actors` = through the CAF ring nodes.
-enum class reducer_transport { direct, actors };
-// The number format of gradients on the direct links (sums stay fp32).
-enum class wire_format { fp32, bf16 };
-// A direct link between processes of one host: `unix_socket` = a Unix
-// socket (plain bytes, never on a wire; config "unix"), `tcp` = as between
-// hosts (TLS 1.3 unless cluster.insecure).
-enum class same_host_link { unix_socket, tcp };
-
-// The config spellings: "direct"/"actors", "fp32"/"bf16", "unix"/"tcp".
-const char* name_of(reducer_transport t);
-const char* name_of(wire_format w);
-const char* name_of(same_host_link l);
-
 struct reducer_settings {
   reducer_algorithm algorithm = reducer_algorithm::ring;
   int64_t bucket_bytes = 4 << 20;  // gradients fused into buckets of about this size
@@ -154,7 +139,7 @@ struct reducer_settings {
   // On the direct links: fp32, or bf16 (half the bytes; sums in fp32).
   wire_format wire = wire_format::fp32;
   // Direct links between processes of one host (and network namespace).
-  same_host_link same_host = same_host_link::unix_socket;
+  same_host_link same_host = same_host_link::shared_memory;
 };
 
 // How variables are spread over variable shards (actors/partitioner.hpp).

@@ -18,7 +18,8 @@ const enum_names<reducer_transport> kTransportNames = {{reducer_transport::direc
                                                        {reducer_transport::actors, "actors"}};
 const enum_names<wire_format> kWireNames = {{wire_format::fp32, "fp32"},
                                             {wire_format::bf16, "bf16"}};
-const enum_names<same_host_link> kSameHostNames = {{same_host_link::unix_socket, "unix"},
+const enum_names<same_host_link> kSameHostNames = {{same_host_link::shared_memory, "shm"},
+                                                   {same_host_link::unix_socket, "unix"},
                                                    {same_host_link::tcp, "tcp"}};
 }  // namespace
 

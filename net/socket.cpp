@@ -5,10 +5,12 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -99,6 +101,51 @@ int connect_tcp(const std::string& host, uint16_t port, clock_type::time_point d
   }
   ::freeaddrinfo(res);
   return fd;
+}
+
+namespace {
+
+// The address of an abstract Unix socket name (its leading NUL included).
+sockaddr_un unix_address(const std::string& name, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::size_t n = std::min(name.size(), sizeof(a.sun_path));
+  std::memcpy(a.sun_path, name.data(), n);
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n);
+  return a;
+}
+
+}  // namespace
+
+int listen_unix(const std::string& name, int backlog, std::string& why) {
+  socklen_t len = 0;
+  const sockaddr_un a = unix_address(name, &len);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0 ||
+      ::listen(fd, backlog) != 0) {
+    why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int connect_unix(const std::string& name, std::string& why) {
+  socklen_t len = 0;
+  const sockaddr_un a = unix_address(name, &len);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0) {
+    why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool peer_runs_as_us(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == ::getuid();
 }
 
 bool numeric_address(const std::string& host) {
@@ -202,6 +249,85 @@ bool recv_exact(int fd, std::string& out, clock_type::time_point deadline, std::
     }
   }
   return true;
+}
+
+// ------------------------------------------------------ descriptor passing
+
+bool send_with_fd(int sock, std::string_view data, int fd, clock_type::time_point deadline) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  for (;;) {
+    const ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+    if (n > 0) return send_all(sock, data.substr(static_cast<std::size_t>(n)), deadline);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_ready(sock, POLLOUT, deadline))
+      continue;
+    return false;
+  }
+}
+
+namespace {
+
+// Takes the descriptors a message brought: the first into `*fd` while it is
+// empty, every other closed; false if there was one too many.
+bool take_descriptors(msghdr& msg, int* fd) {
+  bool ok = true;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int got = -1;
+      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (*fd < 0 && ok) {
+        *fd = got;
+      } else {
+        ::close(got);
+        ok = false;
+      }
+    }
+  }
+  return ok && (msg.msg_flags & MSG_CTRUNC) == 0;
+}
+
+}  // namespace
+
+bool recv_with_fd(int sock, std::string& out, int* fd, clock_type::time_point deadline) {
+  *fd = -1;
+  std::size_t got = 0;
+  bool ok = true;
+  while (ok && got < out.size()) {
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    iovec iov{out.data() + got, out.size() - got};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+      ok = take_descriptors(msg, fd);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      ok = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_ready(sock, POLLIN, deadline);
+    }
+  }
+  if (!ok && *fd >= 0) {
+    ::close(*fd);
+    *fd = -1;
+  }
+  return ok;
 }
 
 // ----------------------------------------------------------------- reactor

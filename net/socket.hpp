@@ -1,12 +1,18 @@
 #pragma once
 // The one socket module of troupe's own listeners: the gate
 // (net/gate.hpp), the TLS links' hub and pumps (net/secure_link.hpp), the
-// rendezvous (net/rendezvous.hpp) and monitoring's /metrics exporter.
+// rendezvous (net/rendezvous.hpp), monitoring's /metrics exporter and the
+// process ring's direct links (runtime/process_ring.hpp).
 //
 //   listen_tcp,   a non-blocking listening or connected socket for
 //   connect_tcp   host:port, every address the name resolves to tried in turn;
 //   send_all,     blocking I/O with a deadline on a non-blocking socket,
 //   recv_exact    waiting in poll() while the socket is not ready;
+//   listen_unix,  the same for an abstract Unix socket name (Linux), and
+//   connect_unix, whether its peer runs under our uid (SO_PEERCRED);
+//   peer_runs_as_us
+//   send_with_fd, a small message with a descriptor attached (SCM_RIGHTS)
+//   recv_with_fd  on a Unix socket;
 //   reactor       the loop of a thread that serves sockets: one poll() over
 //                 the caller's descriptors plus a wake pipe, which another
 //                 thread writes to stop it or hand it work.
@@ -47,6 +53,19 @@ int listen_tcp(const std::string& host, uint16_t port, int backlog, std::string&
 int connect_tcp(const std::string& host, uint16_t port, clock_type::time_point deadline,
                 std::string& why);
 
+// A non-blocking, close-on-exec listening socket on the abstract Unix socket
+// `name` (Linux: a name in the network namespace, no file; its leading NUL
+// included). -1 when it cannot be bound (taken), with `why` set.
+int listen_unix(const std::string& name, int backlog, std::string& why);
+
+// A non-blocking socket connected to the abstract Unix socket `name`; -1
+// when no one listens there (as in another network namespace), with `why`.
+int connect_unix(const std::string& name, std::string& why);
+
+// Whether the process at the other end of the Unix socket `fd` runs under
+// this process's uid (SO_PEERCRED).
+bool peer_runs_as_us(int fd);
+
 // True when `host` is a numeric IPv4 or IPv6 address (no name to resolve).
 bool numeric_address(const std::string& host);
 
@@ -79,6 +98,19 @@ bool send_all(int fd, std::string_view data, clock_type::time_point deadline, in
 // timeout (`why` says which, in the words of the gate's handshake, whose
 // exchange and the rendezvous after it use this).
 bool recv_exact(int fd, std::string& out, clock_type::time_point deadline, std::string* why);
+
+// ------------------------------------------------------ descriptor passing
+
+// Sends all of `data` on the non-blocking Unix socket `sock` with `fd`
+// attached to its first byte (SCM_RIGHTS), within `deadline`; false when the
+// socket fails or the deadline passes first.
+bool send_with_fd(int sock, std::string_view data, int fd, clock_type::time_point deadline);
+
+// Reads exactly `out.size()` bytes within `deadline`, and the descriptor
+// that came with them into `*fd` (close-on-exec; -1 when none came). Any
+// other descriptor the peer attached is closed at once, and a second one
+// fails the read (closing the first). false on EOF, error, timeout or that.
+bool recv_with_fd(int sock, std::string& out, int* fd, clock_type::time_point deadline);
 
 // ----------------------------------------------------------------- reactor
 

@@ -115,7 +115,7 @@ std::shared_ptr<process_group> node_process::join_links(
   process_link_options how;
   how.bind_host = parse_host_port(task_address(spec(), me)).host;
   how.encrypted = !spec().insecure;
-  how.same_host_unix = c.strategy.reducer.same_host == same_host_link::unix_socket;
+  how.same_host = c.strategy.reducer.same_host;
   how.wire = c.strategy.reducer.wire == wire_format::bf16 ? ring_wire::bf16 : ring_wire::fp32;
   auto links =
       join_process_links(sys, ring, rank, ring_tasks, how, clock_type::now() + join_timeout);

@@ -41,7 +41,7 @@ std::shared_ptr<process_ring> join_process_links(caf::actor_system& sys,
   const int32_t left = (rank + P - 1) % P;
   const std::string& right_task = tasks[static_cast<std::size_t>(right)];
   const std::string& left_task = tasks[static_cast<std::size_t>(left)];
-  ring_link_listener listener(how.bind_host, how.same_host_unix);
+  ring_link_listener listener(how.bind_host, how.same_host);
   const auto& mine = listener.offer();
   caf::anon_send(node, ring_offer_atom::value, mine.host, mine.port, mine.key);
   // Accepting runs beside connecting: with two processes each waits for the
@@ -49,7 +49,7 @@ std::shared_ptr<process_ring> join_process_links(caf::actor_system& sys,
   auto accepted = std::async(std::launch::async,
                              [&] { return listener.accept(deadline, left_task, how.encrypted); });
   ring_socket to_next = connect_ring_link(await_offer(sys, node, right, right_task, deadline),
-                                          deadline, right_task, how.encrypted, how.same_host_unix);
+                                          deadline, right_task, how.encrypted, how.same_host);
   return std::make_shared<process_ring>(rank, P, std::move(to_next), accepted.get(),
                                         std::chrono::seconds(60), how.wire);
 }

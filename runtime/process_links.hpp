@@ -20,9 +20,10 @@ namespace troupe {
 
 // How the links are made.
 struct process_link_options {
-  std::string bind_host;       // listen here (the task's host)
-  bool encrypted = true;       // TLS 1.3 records (every job but cluster.insecure)
-  bool same_host_unix = true;  // a Unix socket to a process of this host
+  std::string bind_host;  // listen here (the task's host)
+  bool encrypted = true;  // TLS 1.3 records (every job but cluster.insecure)
+  // A link to a process of this host: a shared ring, a Unix socket or TCP.
+  same_host_link same_host = same_host_link::unix_socket;
   ring_wire wire = ring_wire::fp32;
 };
 

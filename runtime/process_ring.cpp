@@ -1,13 +1,11 @@
 #include "runtime/process_ring.hpp"
 
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <spdlog/spdlog.h>
+#include <sched.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,8 +16,10 @@
 
 #include "actors/reducers/collective.hpp"
 #include "crypto/crypto.hpp"
+#include "net/socket.hpp"
 #include "net/tls_records.hpp"
 #include "runtime/ring_detail.hpp"
+#include "runtime/ring_shm.hpp"
 
 namespace troupe {
 namespace {
@@ -31,12 +31,51 @@ using namespace ring_detail;
 // byte count relies on.
 constexpr std::size_t kSendBytes = 4 * tls13::max_plaintext;
 constexpr std::size_t kReadBytes = 256 * 1024;  // read from the socket at a time
+// A shared ring: combined from it at a time before the room is handed back
+// (a multiple of 4; small, so the writer refills while the reader combines).
+constexpr std::size_t kShmReadBytes = 64 * 1024;
+// Copied into a shared ring and published at a time (whole 16 KB records of
+// the forwarding rule below: a multiple of 4).
+constexpr std::size_t kShmSendBytes = 64 * 1024;
+// A side of a shared ring that has nothing to do looks again: in a tight
+// loop for kShmSpin, then giving its core away between looks (the peer may
+// be waiting for it: two processes on one core, or beside other work) until
+// kShmYield, then it sleeps in poll() until a doorbell. On 2 vCPUs under
+// load (bench/results/2026-11-29.md) the tight loop alone lost whole time
+// slices when the peer shared the core, and the 2-process job ran faster
+// the longer it yielded before sleeping (0.5 ms: 87k samples/s, 3 ms: 152k,
+// medians of 3): the processes' steps drift apart by about a step.
+constexpr auto kShmSpin = std::chrono::microseconds(2);
+constexpr auto kShmYield = std::chrono::milliseconds(3);
 
-// A link that broke during a collective: the caller fails the ring with it.
-class link_broken : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// A doorbell on a shared ring's socket: the peer sleeps in poll() on it. A
+// full socket buffer holds doorbells enough; a broken socket shows in poll.
+void ring_doorbell(int fd) {
+  const char b = 1;
+  [[maybe_unused]] auto n = ::send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+// Empties the doorbells on a shared ring's socket; true once the peer has
+// closed it (what it wrote before may still lie in the ring).
+bool drain_doorbells(int fd) {
+  char buf[64];
+  for (;;) {
+    const ssize_t k = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (k > 0) continue;
+    if (k == 0) return true;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+    throw link_broken(errno_text("recv"));
+  }
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 void set_nonblocking(int fd) {
   int flags = ::fcntl(fd, F_GETFL, 0);
@@ -83,6 +122,7 @@ float from_bf16(uint16_t h) {
 }
 
 std::string link_kind(const ring_socket& s) {
+  if (s.shm) return "shared memory, same host";
   if (s.same_host) return "Unix socket, same host";
   return s.traffic_secret.empty() ? "plain, cluster.insecure" : "TLS 1.3 records";
 }
@@ -124,6 +164,7 @@ class process_ring::inbound {
   int fd() const { return sock_.fd; }
   const std::string& peer() const { return sock_.peer; }
   void shut() { ::shutdown(sock_.fd, SHUT_RDWR); }
+  ring_shm* shm() const { return sock_.shm.get(); }
 
   void start(const std::vector<step>& steps, reduce_op op) {
     steps_ = &steps;
@@ -149,6 +190,7 @@ class process_ring::inbound {
   // forward it at once); false if nothing moved.
   bool progress(uint64_t& counter) {
     if (left_ == 0) return false;
+    if (sock_.shm) return progress_shm(counter);
     for (;;) {
       char* dst = reader_ ? raw_.data() : scratch_.data() + carry_;
       const std::size_t room = reader_ ? raw_.size() : scratch_.size() - carry_;
@@ -170,6 +212,23 @@ class process_ring::inbound {
   }
 
  private:
+  // Combines what lies ready in the shared ring straight from it, then
+  // hands the room back (ringing the writer if it sleeps for it).
+  bool progress_shm(uint64_t& counter) {
+    const std::size_t unit = wire_size(wire_);
+    auto [data, n] = sock_.shm->readable(unit);
+    n = static_cast<std::size_t>(std::min<uint64_t>({n, left_, kShmReadBytes}));
+    if (n == 0) return false;
+    deliver(data, n / unit);
+    sock_.shm->consume(n);
+    if (sock_.shm->writer_owed_doorbell()) ring_doorbell(sock_.fd);
+    left_ -= n;
+    counter += n;
+    if (left_ == 0 && step_ != steps_->size())
+      throw link_broken("the peer's data do not match the collective (different sizes?)");
+    return true;
+  }
+
   void take(std::size_t k) {
     const std::size_t unit = wire_size(wire_);
     if (reader_) {
@@ -261,6 +320,7 @@ class process_ring::outbound {
   int fd() const { return sock_.fd; }
   const std::string& peer() const { return sock_.peer; }
   void shut() { ::shutdown(sock_.fd, SHUT_RDWR); }
+  ring_shm* shm() const { return sock_.shm.get(); }
 
   void start(const std::vector<step>& steps, const inbound& in) {
     steps_ = &steps;
@@ -288,7 +348,9 @@ class process_ring::outbound {
     bool moved = false;
     while (left_ > 0) {
       if (cur_b_ == cur_e_ && !fill()) return moved;
-      ssize_t k = ::send(sock_.fd, cur_ + cur_b_, cur_e_ - cur_b_, MSG_NOSIGNAL);
+      ssize_t k =
+          sock_.shm ? put_shm() : ::send(sock_.fd, cur_ + cur_b_, cur_e_ - cur_b_, MSG_NOSIGNAL);
+      if (k == 0) return moved;  // a shared ring with no room
       if (k < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
@@ -303,10 +365,19 @@ class process_ring::outbound {
   }
 
  private:
+  // Copies what fits of the current bytes into the shared ring (ringing the
+  // reader if it sleeps for them); the bytes taken.
+  ssize_t put_shm() {
+    const std::size_t k = sock_.shm->write(cur_ + cur_b_, cur_e_ - cur_b_);
+    if (k > 0 && sock_.shm->reader_owed_doorbell()) ring_doorbell(sock_.fd);
+    return static_cast<ssize_t>(k);
+  }
+
   // How many floats of the current piece go out next; 0: not delivered yet.
   std::size_t next_count(const piece& p) const {
     const std::size_t unit = wire_size(wire_);
-    std::size_t n = std::min(kSendBytes / unit, p.floats - offset_);
+    const std::size_t chunk = sock_.shm ? kShmSendBytes : kSendBytes;
+    std::size_t n = std::min(chunk / unit, p.floats - offset_);
     if (step_ == 0) return n;
     // What the step before has delivered and this step has not yet sent, in
     // whole records (cut at multiples of max_plaintext from the piece's
@@ -392,14 +463,11 @@ process_ring::process_ring(int rank, int size, ring_socket to_next, ring_socket 
     int one = 1;
     ::setsockopt(out_->fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   }
-  if (::pipe2(wake_, O_NONBLOCK | O_CLOEXEC) != 0)
-    throw device_error("process ring: " + errno_text("pipe2"));
+  poller_ = std::make_unique<net::reactor>();
+  if (!poller_->problem().empty()) throw device_error("process ring: " + poller_->problem());
 }
 
-process_ring::~process_ring() {
-  for (int fd : wake_)
-    if (fd >= 0) ::close(fd);
-}
+process_ring::~process_ring() = default;
 
 void process_ring::check() {
   if (!failed_.load()) return;
@@ -414,8 +482,7 @@ void process_ring::abort(const std::string& why) {
     failure_ = "process ring rank " + std::to_string(rank_) + ": aborted: " + why;
     failed_.store(true);
   }
-  char b = 1;
-  [[maybe_unused]] auto n = ::write(wake_[1], &b, 1);
+  poller_->wake();
   if (size_ > 1) {
     out_->shut();
     in_->shut();
@@ -442,27 +509,73 @@ void process_ring::run(const std::vector<step>& steps, reduce_op op) {
   const auto deadline = clock_type::now() + timeout_;
   const std::string next = "rank " + std::to_string(mod(rank_ + 1)) + " (" + out_->peer() + ")";
   const std::string prev = "rank " + std::to_string(mod(rank_ - 1)) + " (" + in_->peer() + ")";
+  const bool spin = in_->shm() || out_->shm();
   try {
+    auto idle_since = clock_type::time_point::max();
     for (;;) {
       bool moved = out_->progress(sent_bytes_);
       moved = in_->progress(received_bytes_) || moved;
       if (out_->done() && in_->done()) return;
       check();
-      if (moved) continue;
-      pollfd fds[3] = {{out_->fd(), static_cast<short>(out_->pending() ? POLLOUT : 0), 0},
-                       {in_->fd(), static_cast<short>(in_->done() ? 0 : POLLIN), 0},
-                       {wake_[0], POLLIN, 0}};
-      if (clock_type::now() >= deadline)
+      if (moved) {
+        idle_since = clock_type::time_point::max();
+        continue;
+      }
+      const auto now = clock_type::now();
+      if (now >= deadline)
         fail("timed out after " + std::to_string(timeout_.count()) + " ms (received " +
              std::to_string(in_->received()) + " of " + std::to_string(in_->total()) +
              " bytes from " + prev + ", sent " + std::to_string(out_->sent()) + " of " +
              std::to_string(out_->total()) + " to " + next + ")");
-      if (::poll(fds, 3, ms_until(deadline)) < 0 && errno != EINTR) fail(errno_text("poll"));
+      // A shared ring's peer is a few hundred nanoseconds away: look again
+      // for a while before paying for a doorbell and a wake-up.
+      if (spin && idle_since == clock_type::time_point::max()) idle_since = now;
+      if (spin && now - idle_since < kShmYield) {
+        if (now - idle_since < kShmSpin)
+          cpu_relax();
+        else
+          ::sched_yield();
+        continue;
+      }
+      if (sleep(deadline)) idle_since = clock_type::time_point::max();
     }
   } catch (const link_broken& e) {
     // Which half broke is not known here when both moved; name both links.
     fail(std::string("link to ") + next + " or from " + prev + ": " + e.what());
   }
+}
+
+// Waits in poll() for the links (and abort's wake pipe); false when it did
+// not wait (a shared ring moved once its side had raised its sleep flag).
+bool process_ring::sleep(clock_type::time_point deadline) {
+  ring_shm* in_shm = in_->shm();
+  ring_shm* out_shm = out_->shm();
+  const bool want_data = !in_->done(), want_room = out_->pending();
+  if (in_shm && want_data) in_shm->reader_sleeps();
+  if (out_shm && want_room) out_shm->writer_sleeps();
+  if ((in_shm || out_shm) && (in_->progress(received_bytes_) || out_->progress(sent_bytes_))) {
+    if (in_shm) in_shm->reader_wakes();
+    if (out_shm) out_shm->writer_wakes();
+    return false;
+  }
+  // Nothing more lies in the rings, and a peer closed: it is gone.
+  if (shm_peer_closed_) throw link_broken("the peer closed the link");
+  // A shared ring's socket carries doorbells, and its end: always POLLIN.
+  const short out_events = out_shm ? POLLIN : (want_room ? POLLOUT : 0);
+  const short in_events = in_shm || want_data ? POLLIN : 0;
+  poller_->clear();
+  const std::size_t out_at = poller_->watch(out_->fd(), out_events);
+  const std::size_t in_at = poller_->watch(in_->fd(), in_events);
+  if (poller_->wait(ms_until(deadline)) < 0 && errno != EINTR) fail(errno_text("poll"));
+  if (out_shm) {
+    out_shm->writer_wakes();
+    if (poller_->revents(out_at) != 0 && drain_doorbells(out_->fd())) shm_peer_closed_ = true;
+  }
+  if (in_shm) {
+    in_shm->reader_wakes();
+    if (poller_->revents(in_at) != 0 && drain_doorbells(in_->fd())) shm_peer_closed_ = true;
+  }
+  return true;
 }
 
 // Rank r sends, at step s of the reduce-scatter, the segment it received at

@@ -40,10 +40,10 @@
 // the key can neither join nor read a link; an on-path attacker can cut a
 // link (the collective then fails, naming it) but not read or change it.
 //
-// Same host: with `same_host_unix` the listener also listens on an
-// abstract Unix socket (Linux: a name, no file) derived from the link key,
-// and a connecting rank in the same network namespace reaches it there
-// instead of over TCP; elsewhere the name does not exist and it connects
+// Same host: with same_host_link::unix_socket or ::shared_memory the
+// listener also listens on an abstract Unix socket (Linux: a name, no file)
+// derived from the link key, and a connecting rank in the same network
+// namespace reaches it there instead of over TCP; elsewhere the name does not exist and it connects
 // over TCP as before. Such a link carries plain bytes: it never leaves the
 // kernel, which shows it to no one but root; both ends also require the
 // other to run under their own uid (SO_PEERCRED), and the key's proof is
@@ -51,7 +51,11 @@
 // cannot be taken first: it is bound before the key is handed out, and held
 // until the proven connection is accepted. This is how MPI and NCCL treat
 // ranks on one host (shared memory, no encryption), and it is the common
-// case of one process per GPU.
+// case of one process per GPU. With ::shared_memory (same_host "shm") the
+// admitted Unix socket then hands over a shared ring of bytes
+// (runtime/ring_shm.hpp, its protocol and threat model there) that carries
+// the data instead, the socket left with doorbells and the peer's death;
+// the steps, their order and so the sums are the same on every link kind.
 //
 // Failure: a peer that closes, sends a record that does not authenticate,
 // or is silent past the timeout fails the collective with device_error
@@ -68,8 +72,15 @@
 #include <vector>
 
 #include "collectives/process_group.hpp"
+#include "config/reducer_links.hpp"
 
 namespace troupe {
+
+class ring_shm;
+
+namespace net {
+class reactor;
+}  // namespace net
 
 namespace tls13 {
 class record_writer;
@@ -78,10 +89,11 @@ class record_reader;
 
 // One end of a ring link, connected and proven.
 struct ring_socket {
-  int fd = -1;                 // owned from here on
-  std::string traffic_secret;  // 32 bytes; empty: plain bytes (cluster.insecure, same host)
-  std::string peer;            // its task, for errors ("worker:0")
-  bool same_host = false;      // a Unix socket to a process of this host and uid
+  int fd = -1;                    // owned from here on
+  std::string traffic_secret;     // 32 bytes; empty: plain bytes (cluster.insecure, same host)
+  std::string peer;               // its task, for errors ("worker:0")
+  bool same_host = false;         // a Unix socket to a process of this host and uid
+  std::shared_ptr<ring_shm> shm;  // same host: the data go through this ring instead
 };
 
 // What a float is on the wire: itself, or bfloat16 (half the bytes; the sums
@@ -111,8 +123,8 @@ class process_ring final : public process_group {
   // cut the same records).
   void all_reduce_spans(const std::vector<float_span>& spans, reduce_op op) override;
 
-  // What each link is: "Unix socket, same host", "TLS 1.3 records" or
-  // "plain, cluster.insecure".
+  // What each link is: "shared memory, same host", "Unix socket, same
+  // host", "TLS 1.3 records" or "plain, cluster.insecure".
   const std::string& next_link() const { return next_link_; }
   const std::string& prev_link() const { return prev_link_; }
 
@@ -133,6 +145,7 @@ class process_ring final : public process_group {
                                bool gather, reduce_op op) const;
   // Runs the steps, sending and receiving at once in one poll loop.
   void run(const std::vector<step>& steps, reduce_op op);
+  bool sleep(std::chrono::steady_clock::time_point deadline);
   [[noreturn]] void fail(const std::string& why);
   int mod(int64_t x) const { return static_cast<int>(((x % size_) + size_) % size_); }
 
@@ -142,10 +155,11 @@ class process_ring final : public process_group {
   std::chrono::milliseconds timeout_;
   std::unique_ptr<outbound> out_;
   std::unique_ptr<inbound> in_;
-  int wake_[2] = {-1, -1};  // abort() wakes a poll through it
+  std::unique_ptr<net::reactor> poller_;  // the links and the pipe abort() wakes it through
   std::mutex failure_mutex_;
   std::string failure_;
   std::atomic<bool> failed_{false};
+  bool shm_peer_closed_ = false;  // a shared ring's socket reached its end
   uint64_t sent_bytes_ = 0;
   uint64_t received_bytes_ = 0;
 };
@@ -161,10 +175,12 @@ struct ring_link_offer {
 
 // A listening socket for one link, on `bind_host` at a port the OS picks,
 // with a fresh key. Throws device_error naming the call that failed.
-// With `same_host_unix`, also on the key's abstract Unix socket.
+// Unless `same_host` is tcp, also on the key's abstract Unix socket (and
+// with shared_memory, a connection there gets a shared ring once admitted).
 class ring_link_listener {
  public:
-  explicit ring_link_listener(const std::string& bind_host, bool same_host_unix = false);
+  explicit ring_link_listener(const std::string& bind_host,
+                              same_host_link same_host = same_host_link::tcp);
   ~ring_link_listener();
   ring_link_listener(const ring_link_listener&) = delete;
   ring_link_listener& operator=(const ring_link_listener&) = delete;
@@ -182,15 +198,19 @@ class ring_link_listener {
 
   int fd_ = -1;
   int unix_fd_ = -1;
+  std::shared_ptr<ring_shm> shm_;  // shared_memory: the ring for the proven Unix connection
   ring_link_offer offer_;
 };
 
 // Connects to an offer and proves the key (retrying a refused connection
-// until the deadline); with `same_host_unix`, over the offer's Unix socket
-// where this host has it. Throws device_error naming `peer` and the cause.
+// until the deadline); unless `same_host` is tcp, over the offer's Unix
+// socket where this host has it (taking the shared ring the listener hands
+// over with shared_memory; both ends must be made with the same kind).
+// Throws device_error naming `peer` and the cause.
 ring_socket connect_ring_link(const ring_link_offer& offer,
                               std::chrono::steady_clock::time_point deadline,
-                              const std::string& peer, bool encrypted, bool same_host_unix = false);
+                              const std::string& peer, bool encrypted,
+                              same_host_link same_host = same_host_link::tcp);
 
 // The proof and the traffic secret of a link (exposed for tests).
 std::string ring_link_proof(const std::string& key, const std::string& challenge);

@@ -4,14 +4,9 @@
 // over the links: runtime/process_ring.cpp.
 #include "runtime/process_ring.hpp"
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,17 +17,25 @@
 
 #include "actors/reducers/collective.hpp"
 #include "crypto/crypto.hpp"
+#include "net/socket.hpp"
 #include "runtime/ring_detail.hpp"
+#include "runtime/ring_shm.hpp"
 
 namespace troupe {
 
 using namespace ring_detail;
+using namespace std::chrono_literals;
 
 namespace {
 
 constexpr std::size_t kChallengeBytes = 32;
 constexpr auto kProofTimeout = std::chrono::seconds(5);
 constexpr std::size_t kMaxUnproven = 16;
+// What the listener sends, with the ring's memfd attached, after a same-host
+// connection proved the key: this tag and the ring's capacity (8 bytes,
+// this host's byte order).
+constexpr std::string_view kShmTag = "troupe-ring-shm1";
+constexpr std::size_t kShmOfferBytes = 16 + 8;
 
 }  // namespace
 
@@ -51,43 +54,6 @@ std::string ring_link_unix_name(const std::string& key) {
 }
 
 namespace {
-
-addrinfo* resolve(const std::string& host, uint16_t port, bool passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = passive ? AI_PASSIVE : 0;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0 || !res)
-    throw device_error("process ring: cannot resolve \"" + host + "\": " + ::gai_strerror(rc));
-  return res;
-}
-
-uint16_t bound_port(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof(a);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw device_error("process ring: " + errno_text("getsockname"));
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port);
-  return ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
-}
-
-// The address of an abstract Unix socket name (its leading NUL included).
-sockaddr_un unix_address(const std::string& name, socklen_t* len) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, name.data(), std::min(name.size(), sizeof(a.sun_path)));
-  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
-  return a;
-}
-
-// Whether the process at the other end of Unix socket `fd` runs as we do.
-bool peer_runs_as_us(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == ::getuid();
-}
 
 // A connection that has been sent its challenge and owes the proof.
 struct unproven {
@@ -113,7 +79,7 @@ void challenge_newcomer(int listening, bool same_host, const ring_link_offer& of
                         std::vector<unproven>& waiting) {
   int c = ::accept4(listening, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (c < 0) return;
-  if (same_host && !peer_runs_as_us(c)) {
+  if (same_host && !net::peer_runs_as_us(c)) {
     spdlog::warn(
         "process ring: a process of another user connected to the Unix socket of {}:{}; "
         "closed",
@@ -132,37 +98,54 @@ void challenge_newcomer(int listening, bool same_host, const ring_link_offer& of
   waiting.push_back(std::move(u));
 }
 
+// Sends the shared ring's memfd to the admitted peer on `fd`, then closes
+// it here (the peer's copy and the two mappings are all there is); false
+// if the socket failed.
+bool offer_shared_ring(int fd, ring_shm& shm, clock_type::time_point deadline) {
+  std::string offer(kShmTag);
+  const uint64_t capacity = shm.capacity();
+  offer.append(reinterpret_cast<const char*>(&capacity), sizeof(capacity));
+  if (!net::send_with_fd(fd, offer, shm.memfd(), deadline)) return false;
+  shm.close_memfd();
+  return true;
+}
+
+// The shared ring the listener offers on `fd` once the proof is sent.
+std::shared_ptr<ring_shm> take_shared_ring(int fd, clock_type::time_point deadline,
+                                           const std::string& where) {
+  std::string offer(kShmOfferBytes, '\0');
+  int memfd = -1;
+  if (!net::recv_with_fd(fd, offer, &memfd, deadline) || memfd < 0 ||
+      offer.compare(0, kShmTag.size(), kShmTag) != 0) {
+    if (memfd >= 0) ::close(memfd);
+    throw device_error("process ring: " + where +
+                       " offered no shared buffer (same_host \"shm\" on both ends?)");
+  }
+  uint64_t capacity = 0;
+  std::memcpy(&capacity, offer.data() + kShmTag.size(), sizeof(capacity));
+  return ring_shm::adopt(memfd, static_cast<std::size_t>(capacity));
+}
+
 }  // namespace
 
-ring_link_listener::ring_link_listener(const std::string& bind_host, bool same_host_unix) {
-  addrinfo* res = resolve(bind_host, 0, true);
+ring_link_listener::ring_link_listener(const std::string& bind_host, same_host_link same_host) {
+  // Made before anyone may connect, so a host without memfds fails here; it
+  // goes only to a connection on the Unix socket that proves the key.
+  if (same_host == same_host_link::shared_memory) shm_ = ring_shm::create();
   std::string why;
-  for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) continue;
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 16) == 0) {
-      fd_ = fd;
-    } else {
-      why = errno_text("bind");
-      ::close(fd);
-    }
-  }
-  ::freeaddrinfo(res);
+  fd_ = net::listen_tcp(bind_host, 0, 16, why);
   if (fd_ < 0) throw device_error("process ring: cannot listen on " + bind_host + ": " + why);
   offer_.host = bind_host;
-  offer_.port = bound_port(fd_);
+  offer_.port = net::local_port(fd_);
   offer_.key = crypto::random_bytes(32);
-  if (same_host_unix) listen_on_unix_name();
+  if (same_host != same_host_link::tcp) listen_on_unix_name();
 }
 
 // Bound before the offer leaves this process, so no one can take the name.
 void ring_link_listener::listen_on_unix_name() {
-  socklen_t len = 0;
-  const sockaddr_un a = unix_address(ring_link_unix_name(offer_.key), &len);
-  unix_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (unix_fd_ < 0 || ::bind(unix_fd_, reinterpret_cast<const sockaddr*>(&a), len) != 0 ||
-      ::listen(unix_fd_, 16) != 0) {
-    const std::string why = errno_text("bind");
+  std::string why;
+  unix_fd_ = net::listen_unix(ring_link_unix_name(offer_.key), 16, why);
+  if (unix_fd_ < 0) {
     close_listeners();
     throw device_error("process ring: cannot listen on a Unix socket: " + why);
   }
@@ -214,7 +197,14 @@ ring_socket ring_link_listener::accept(clock_type::time_point deadline, const st
       ring_socket s{
           u.fd,
           encrypted && !u.same_host ? ring_link_secret(offer_.key, u.challenge) : std::string(),
-          peer, u.same_host};
+          peer, u.same_host, nullptr};
+      if (u.same_host && shm_) {
+        if (!offer_shared_ring(u.fd, *shm_, deadline)) {
+          drop(i, "did not take the shared buffer");
+          continue;
+        }
+        s.shm = std::move(shm_);
+      }
       waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
       for (auto& w : waiting) ::close(w.fd);
       close_listeners();
@@ -227,43 +217,13 @@ ring_socket ring_link_listener::accept(clock_type::time_point deadline, const st
 
 namespace {
 
-// A connected non-blocking socket to host:port, or -1 while it is refused.
-int try_connect(const ring_link_offer& offer, clock_type::time_point deadline) {
-  addrinfo* res = resolve(offer.host, offer.port, false);
-  int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) {
-    ::freeaddrinfo(res);
-    throw device_error("process ring: " + errno_text("socket"));
-  }
-  int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
-  ::freeaddrinfo(res);
-  if (rc != 0 && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    ::poll(&p, 1, std::min(ms_until(deadline), 1000));
-    int err = 0;
-    socklen_t len = sizeof(err);
-    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    rc = (p.revents & POLLOUT) && err == 0 ? 0 : -1;
-  }
-  if (rc != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // A connected socket on the offer's Unix name, or -1 where this network
 // namespace has none (another host) or another user holds it.
 int try_connect_unix(const ring_link_offer& offer) {
-  socklen_t len = 0;
-  const sockaddr_un a = unix_address(ring_link_unix_name(offer.key), &len);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  std::string why;
+  const int fd = net::connect_unix(ring_link_unix_name(offer.key), why);
   if (fd < 0) return -1;
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  if (!peer_runs_as_us(fd)) {
+  if (!net::peer_runs_as_us(fd)) {
     spdlog::warn("process ring: the Unix socket of {}:{} is held by another user; using TCP",
                  offer.host, offer.port);
     ::close(fd);
@@ -272,37 +232,23 @@ int try_connect_unix(const ring_link_offer& offer) {
   return fd;
 }
 
-// Reads exactly n bytes by the deadline; false if the peer closed or is late.
-bool read_exactly(int fd, char* out, std::size_t n, clock_type::time_point deadline) {
-  std::size_t got = 0;
-  while (got < n) {
-    ssize_t k = ::recv(fd, out + got, n - got, 0);
-    if (k > 0) {
-      got += static_cast<std::size_t>(k);
-      continue;
-    }
-    if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
-    if (clock_type::now() >= deadline) return false;
-    pollfd p{fd, POLLIN, 0};
-    ::poll(&p, 1, std::min(ms_until(deadline), 1000));
-  }
-  return true;
-}
-
 }  // namespace
 
 ring_socket connect_ring_link(const ring_link_offer& offer, clock_type::time_point deadline,
-                              const std::string& peer, bool encrypted, bool same_host_unix) {
+                              const std::string& peer, bool encrypted, same_host_link how) {
   const std::string where = peer + " at " + offer.host + ":" + std::to_string(offer.port);
-  int fd = same_host_unix ? try_connect_unix(offer) : -1;
+  int fd = how != same_host_link::tcp ? try_connect_unix(offer) : -1;
   const bool same_host = fd >= 0;
-  while (fd < 0 && (fd = try_connect(offer, deadline)) < 0) {
+  std::string why;
+  // A refused connection is retried: the listener may not listen yet.
+  while (fd < 0 && (fd = net::connect_tcp(offer.host, offer.port,
+                                          std::min(deadline, clock_type::now() + 1s), why)) < 0) {
     if (clock_type::now() >= deadline)
-      throw device_error("process ring: cannot connect to " + where);
+      throw device_error("process ring: cannot connect to " + where + " (" + why + ")");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::string challenge(kChallengeBytes, '\0');
-  if (!read_exactly(fd, challenge.data(), kChallengeBytes, deadline)) {
+  if (!net::recv_exact(fd, challenge, deadline, &why)) {
     ::close(fd);
     throw device_error("process ring: " + where + " sent no challenge");
   }
@@ -311,8 +257,18 @@ ring_socket connect_ring_link(const ring_link_offer& offer, clock_type::time_poi
     ::close(fd);
     throw device_error("process ring: sending the proof to " + where + ": " + errno_text("send"));
   }
-  return {fd, encrypted && !same_host ? ring_link_secret(offer.key, challenge) : std::string(),
-          peer, same_host};
+  ring_socket s{fd,
+                encrypted && !same_host ? ring_link_secret(offer.key, challenge) : std::string(),
+                peer, same_host, nullptr};
+  if (same_host && how == same_host_link::shared_memory) {
+    try {
+      s.shm = take_shared_ring(fd, deadline, where);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  }
+  return s;
 }
 
 }  // namespace troupe

@@ -56,7 +56,8 @@ class mirrored final : public strategy {
                                name_of(red.transport) + "\"");
     };
     direct_only("wire", name_of(red.wire), red.wire == wire_format::fp32);
-    direct_only("same_host", name_of(red.same_host), red.same_host == same_host_link::unix_socket);
+    direct_only("same_host", name_of(red.same_host),
+                red.same_host == same_host_link::shared_memory);
     if (c.strategy.reducer.algorithm != reducer_algorithm::device) return;
     auto kind_of = [](const std::string& d) { return d.substr(0, d.find(':')); };
     for (const auto& d : c.devices)

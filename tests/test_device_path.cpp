@@ -336,7 +336,7 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
           "strategy.reducer.wire: expected one of");
   refused({{"strategy", {{"reducer", {{"algorithm", "ring"}, {"same_host", "tcp"}}}}}},
           "strategy.reducer.same_host: \"tcp\" is for the direct links between processes");
-  refused({{"strategy", {{"reducer", {{"algorithm", "device"}, {"same_host", "shm"}}}}}},
+  refused({{"strategy", {{"reducer", {{"algorithm", "device"}, {"same_host", "pipe"}}}}}},
           "strategy.reducer.same_host: expected one of");
   refused({{"strategy", {{"reducer", {{"algorithm", "gpu"}}}}}},
           "strategy.reducer.algorithm: expected one of \"ring\", \"tree\", \"reduce_to_one\", "
@@ -344,6 +344,9 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
   auto tcp = base;
   tcp.merge_patch({{"strategy", {{"reducer", {{"algorithm", "device"}, {"same_host", "tcp"}}}}}});
   CHECK(parse_job_config(tcp).strategy.reducer.same_host == same_host_link::tcp);
+  auto shm = base;
+  shm.merge_patch({{"strategy", {{"reducer", {{"algorithm", "device"}, {"same_host", "shm"}}}}}});
+  CHECK(parse_job_config(shm).strategy.reducer.same_host == same_host_link::shared_memory);
   refused({{"devices", {"sim:0", "cpu:1"}}, {"strategy", {{"reducer", {{"algorithm", "device"}}}}}},
           "devices: the device all-reduce needs devices of one kind");
   // "nccl", the former name, still reads as "device"; the effective config

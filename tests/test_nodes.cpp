@@ -337,9 +337,10 @@ TEST_CASE(
   c.devices = {"sim:0", "sim:1", "sim:2"};
   temp_dir dir;
   // chief, worker:0 (replicas 0, 1: a device group of 2), worker:1 (replica 2)
-  // The processes' sum over their direct links (the default: Unix sockets,
-  // the processes share this host), over TCP with TLS as between hosts, then
-  // through the ring nodes: the same ring order, so the same bits.
+  // The processes' sum over their direct links (the default: shared rings,
+  // the processes share this host), over TCP with TLS as between hosts, over
+  // Unix sockets, then through the ring nodes: the same ring order, so the
+  // same bits.
   c.logging.level = "info";
   auto many = run_in_processes(c, dir, 2, 0);
   CHECK(many["steps"] == one["steps"]);
@@ -352,14 +353,19 @@ TEST_CASE(
                             "), fp32 on the wire") != std::string::npos,
                   text);
   };
-  said(dir / "worker:1.log", "Unix socket, same host");
+  said(dir / "worker:1.log", "shared memory, same host");
   temp_dir dir2;
   c.strategy.reducer.same_host = same_host_link::tcp;
   auto over_tcp = run_in_processes(c, dir2, 2, 0);
   said(dir2 / "worker:1.log", "TLS 1.3 records");
   CHECK(max_abs_diff(variables_of(many), variables_of(over_tcp)) == 0.0);
-  temp_dir dir3;
+  temp_dir dir_unix;
   c.strategy.reducer.same_host = same_host_link::unix_socket;
+  auto over_unix = run_in_processes(c, dir_unix, 2, 0);
+  said(dir_unix / "worker:1.log", "Unix socket, same host");
+  CHECK(max_abs_diff(variables_of(many), variables_of(over_unix)) == 0.0);
+  temp_dir dir3;
+  c.strategy.reducer.same_host = same_host_link::shared_memory;
   c.strategy.reducer.transport = reducer_transport::actors;
   auto through_actors = run_in_processes(c, dir3, 2, 0);
   CHECK(max_abs_diff(variables_of(many), variables_of(through_actors)) == 0.0);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/process_ring.hpp"
+#include "runtime/ring_shm.hpp"
 
 using namespace troupe;
 using clock_type = std::chrono::steady_clock;
@@ -34,10 +35,11 @@ std::string task(int r) {
 
 // P ranks joined as processes join: rank r listens for r-1 and connects to
 // r+1 with the offer r+1 made.
-// `same_host`: on the listeners' Unix sockets.
+// `same_host`: on the listeners' Unix sockets (and shared rings).
 std::vector<ring_ptr> make_ring(int P, bool encrypted,
                                 std::chrono::milliseconds timeout = std::chrono::seconds(20),
-                                ring_wire wire = ring_wire::fp32, bool same_host = false) {
+                                ring_wire wire = ring_wire::fp32,
+                                same_host_link same_host = same_host_link::tcp) {
   std::vector<std::unique_ptr<ring_link_listener>> listeners;
   for (int r = 0; r < P; ++r)
     listeners.push_back(std::make_unique<ring_link_listener>("127.0.0.1", same_host));
@@ -91,20 +93,28 @@ int segment_of(std::size_t i, std::size_t n, int P) {
   return 0;
 }
 
+std::string link_name(bool encrypted, same_host_link same_host) {
+  if (same_host == same_host_link::shared_memory) return "shared memory, same host";
+  if (same_host == same_host_link::unix_socket) return "Unix socket, same host";
+  return encrypted ? "TLS 1.3 records" : "plain, cluster.insecure";
+}
+
 }  // namespace
 
 TEST_CASE("process ring: all-reduce sums in the ring's order, bit-identical on every rank") {
-  // TLS over TCP, plain TCP (cluster.insecure), and Unix sockets (one host).
-  const std::pair<bool, bool> links[] = {{true, false}, {false, false}, {true, true}};
+  // TLS over TCP, plain TCP (cluster.insecure), Unix sockets and shared
+  // rings (one host).
+  const std::pair<bool, same_host_link> links[] = {{true, same_host_link::tcp},
+                                                   {false, same_host_link::tcp},
+                                                   {true, same_host_link::unix_socket},
+                                                   {true, same_host_link::shared_memory}};
   for (auto [encrypted, same_host] : links) {
     for (int P : {2, 3}) {
       CAPTURE(encrypted);
-      CAPTURE(same_host);
+      CAPTURE(static_cast<int>(same_host));
       CAPTURE(P);
       auto ring = make_ring(P, encrypted, std::chrono::seconds(20), ring_wire::fp32, same_host);
-      CHECK(ring[0]->next_link() == (same_host   ? "Unix socket, same host"
-                                     : encrypted ? "TLS 1.3 records"
-                                                 : "plain, cluster.insecure"));
+      CHECK(ring[0]->next_link() == link_name(encrypted, same_host));
       for (std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{300'001}}) {
         CAPTURE(n);
         std::vector<std::vector<float>> x, y;
@@ -124,34 +134,63 @@ TEST_CASE("process ring: all-reduce sums in the ring's order, bit-identical on e
   }
 }
 
+TEST_CASE("process ring: a shared ring carries collectives larger than itself, one after another") {
+  // 12 MB through a 2 MB ring: the writer waits for room, the positions wrap
+  // and go on from one collective to the next.
+  for (int P : {2, 3}) {
+    CAPTURE(P);
+    auto ring = make_ring(P, false, std::chrono::seconds(20), ring_wire::fp32,
+                          same_host_link::shared_memory);
+    for (std::size_t n : {std::size_t{3'000'001}, std::size_t{5}, std::size_t{600'000}}) {
+      CAPTURE(n);
+      std::vector<std::vector<float>> x, y;
+      for (int r = 0; r < P; ++r) x.push_back(random_floats(n, static_cast<unsigned>(r + 3)));
+      y = x;
+      on_every_rank(P, [&](int r) { ring[r]->all_reduce(y[r].data(), n, reduce_op::sum); });
+      for (int r = 1; r < P; ++r) CHECK(y[r] == y[0]);
+      bool ordered = true;
+      for (std::size_t i = 0; i < n; ++i)
+        ordered = ordered && y[0][i] == ring_order_sum(x, i, segment_of(i, n, P));
+      CHECK(ordered);
+    }
+  }
+}
+
 TEST_CASE("process ring: spans are one buffer (gradients of several variables), mean divides") {
   const int P = 2;
-  auto ring = make_ring(P, true);
-  const std::vector<std::size_t> sizes{5, 1, 0, 200'003, 7, 65'536};
-  std::vector<std::vector<std::vector<float>>> vars(P);
-  for (int r = 0; r < P; ++r)
+  for (auto same_host : {same_host_link::tcp, same_host_link::shared_memory}) {
+    CAPTURE(static_cast<int>(same_host));
+    auto ring = make_ring(P, true, std::chrono::seconds(20), ring_wire::fp32, same_host);
+    const std::vector<std::size_t> sizes{5, 1, 0, 200'003, 7, 65'536};
+    std::vector<std::vector<std::vector<float>>> vars(P);
+    for (int r = 0; r < P; ++r)
+      for (std::size_t v = 0; v < sizes.size(); ++v)
+        vars[r].push_back(random_floats(sizes[v], static_cast<unsigned>(10 * r + v)));
+    auto expected = vars[0];
     for (std::size_t v = 0; v < sizes.size(); ++v)
-      vars[r].push_back(random_floats(sizes[v], static_cast<unsigned>(10 * r + v)));
-  auto expected = vars[0];
-  for (std::size_t v = 0; v < sizes.size(); ++v)
-    for (std::size_t i = 0; i < sizes[v]; ++i)
-      expected[v][i] = (vars[0][v][i] + vars[1][v][i]) * 0.5f;
-  on_every_rank(P, [&](int r) {
-    std::vector<float_span> spans;
-    for (auto& v : vars[r]) spans.push_back({v.data(), v.size()});
-    ring[r]->all_reduce_spans(spans, reduce_op::mean);
-  });
-  CHECK(vars[0] == expected);
-  CHECK(vars[1] == expected);
+      for (std::size_t i = 0; i < sizes[v]; ++i)
+        expected[v][i] = (vars[0][v][i] + vars[1][v][i]) * 0.5f;
+    on_every_rank(P, [&](int r) {
+      std::vector<float_span> spans;
+      for (auto& v : vars[r]) spans.push_back({v.data(), v.size()});
+      ring[r]->all_reduce_spans(spans, reduce_op::mean);
+    });
+    CHECK(vars[0] == expected);
+    CHECK(vars[1] == expected);
+  }
 }
 
 TEST_CASE("process ring: bf16 on the wire halves the bytes, sums in float32, ranks stay equal") {
-  for (bool encrypted : {true, false}) {
+  std::vector<float> tcp_half;  // the shared rings' bf16 sums: the same bits
+  for (auto [encrypted, same_host] :
+       {std::pair{true, same_host_link::tcp}, std::pair{false, same_host_link::tcp},
+        std::pair{true, same_host_link::shared_memory}}) {
     CAPTURE(encrypted);
+    CAPTURE(static_cast<int>(same_host));
     const int P = 3;
     const std::size_t n = 100'003;
-    auto fp32 = make_ring(P, encrypted);
-    auto bf16 = make_ring(P, encrypted, std::chrono::seconds(20), ring_wire::bf16);
+    auto fp32 = make_ring(P, encrypted, std::chrono::seconds(20), ring_wire::fp32, same_host);
+    auto bf16 = make_ring(P, encrypted, std::chrono::seconds(20), ring_wire::bf16, same_host);
     std::vector<std::vector<float>> x;
     for (int r = 0; r < P; ++r) x.push_back(random_floats(n, static_cast<unsigned>(r + 40)));
     auto exact = x, half = x;
@@ -172,6 +211,8 @@ TEST_CASE("process ring: bf16 on the wire halves the bytes, sums in float32, ran
     CHECK(worst > 0);
     CHECK(bf16[0]->bytes_sent() * 2 < fp32[0]->bytes_sent() + 4096);
     CHECK(bf16[0]->bytes_sent() * 2 > fp32[0]->bytes_sent() - 4096);
+    if (tcp_half.empty()) tcp_half = half[0];
+    CHECK(half[0] == tcp_half);
   }
 }
 
@@ -205,16 +246,20 @@ TEST_CASE("process ring: min and max are refused, naming the collective") {
 }
 
 TEST_CASE("process ring: abort ends a collective a peer never joins, and the peer's next one") {
-  auto ring = make_ring(2, true);
-  std::vector<float> x(1000, 1.0f);
-  auto blocked = std::async(std::launch::async,
-                            [&] { ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ring[0]->abort("replica 0 failed");
-  CHECK_THROWS_WITH_AS(blocked.get(), doctest::Contains("aborted: replica 0 failed"), device_error);
-  CHECK_THROWS_AS(ring[0]->check(), device_error);
-  std::vector<float> y(1000, 1.0f);
-  CHECK_THROWS_AS(ring[1]->all_reduce(y.data(), y.size(), reduce_op::sum), device_error);
+  for (auto same_host : {same_host_link::tcp, same_host_link::shared_memory}) {
+    CAPTURE(static_cast<int>(same_host));
+    auto ring = make_ring(2, true, std::chrono::seconds(20), ring_wire::fp32, same_host);
+    std::vector<float> x(1000, 1.0f);
+    auto blocked = std::async(std::launch::async,
+                              [&] { ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ring[0]->abort("replica 0 failed");
+    CHECK_THROWS_WITH_AS(blocked.get(), doctest::Contains("aborted: replica 0 failed"),
+                         device_error);
+    CHECK_THROWS_AS(ring[0]->check(), device_error);
+    std::vector<float> y(1000, 1.0f);
+    CHECK_THROWS_AS(ring[1]->all_reduce(y.data(), y.size(), reduce_op::sum), device_error);
+  }
 }
 
 TEST_CASE("process ring: a group aborted mid-collective frees every rank; the survivors re-form") {
@@ -222,38 +267,61 @@ TEST_CASE("process ring: a group aborted mid-collective frees every rank; the su
   // backend between processes: rank 2 leaves while 0 and 1 wait in an
   // all-reduce; both fail, naming the abort, and a ring of the two
   // survivors sums as a group of 2.
-  auto ring = make_ring(3, true);
-  std::vector<std::future<void>> waiting;
-  std::vector<std::vector<float>> x(2, std::vector<float>(1000, 1.0f));
-  for (int r = 0; r < 2; ++r)
-    waiting.push_back(std::async(std::launch::async, [&, r] {
-      ring[static_cast<std::size_t>(r)]->all_reduce(x[static_cast<std::size_t>(r)].data(), 1000,
-                                                    reduce_op::sum);
-    }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ring[2]->abort("rank 2 is lost");
-  for (auto& w : waiting) CHECK_THROWS_AS(w.get(), device_error);
-  auto survivors = make_ring(2, true);
-  on_every_rank(2, [&](int r) {
-    std::vector<float> y(1000, static_cast<float>(r + 1));
-    survivors[static_cast<std::size_t>(r)]->all_reduce(y.data(), y.size(), reduce_op::sum);
-    CHECK(y == std::vector<float>(1000, 3.0f));
-  });
+  for (auto same_host : {same_host_link::tcp, same_host_link::shared_memory}) {
+    CAPTURE(static_cast<int>(same_host));
+    auto ring = make_ring(3, true, std::chrono::seconds(20), ring_wire::fp32, same_host);
+    std::vector<std::future<void>> waiting;
+    std::vector<std::vector<float>> x(2, std::vector<float>(1000, 1.0f));
+    for (int r = 0; r < 2; ++r)
+      waiting.push_back(std::async(std::launch::async, [&, r] {
+        ring[static_cast<std::size_t>(r)]->all_reduce(x[static_cast<std::size_t>(r)].data(), 1000,
+                                                      reduce_op::sum);
+      }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ring[2]->abort("rank 2 is lost");
+    for (auto& w : waiting) CHECK_THROWS_AS(w.get(), device_error);
+    auto survivors = make_ring(2, true, std::chrono::seconds(20), ring_wire::fp32, same_host);
+    on_every_rank(2, [&](int r) {
+      std::vector<float> y(1000, static_cast<float>(r + 1));
+      survivors[static_cast<std::size_t>(r)]->all_reduce(y.data(), y.size(), reduce_op::sum);
+      CHECK(y == std::vector<float>(1000, 3.0f));
+    });
+  }
 }
 
 TEST_CASE("process ring: a peer that goes away fails the collective, naming the link") {
-  auto ring = make_ring(2, true);
-  ring[1].reset();  // its sockets close
-  std::vector<float> x(100'000, 1.0f);
-  CHECK_THROWS_WITH_AS(ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum),
-                       doctest::Contains("worker:1"), device_error);
+  for (auto same_host : {same_host_link::tcp, same_host_link::shared_memory}) {
+    CAPTURE(static_cast<int>(same_host));
+    auto ring = make_ring(2, true, std::chrono::seconds(20), ring_wire::fp32, same_host);
+    ring[1].reset();  // its sockets close (and its mappings go)
+    std::vector<float> x(100'000, 1.0f);
+    CHECK_THROWS_WITH_AS(ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum),
+                         doctest::Contains("worker:1"), device_error);
+  }
+}
+
+TEST_CASE(
+    "process ring: a shared ring's peer that leaves mid-collective fails it, naming the link") {
+  // More than the ring holds (2 MB), so rank 0 waits for room when rank 1
+  // stops reading.
+  auto ring =
+      make_ring(2, false, std::chrono::seconds(20), ring_wire::fp32, same_host_link::shared_memory);
+  std::vector<float> x(3'000'000, 1.0f);
+  auto blocked = std::async(std::launch::async,
+                            [&] { ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ring[1].reset();
+  CHECK_THROWS_WITH_AS(blocked.get(), doctest::Contains("worker:1"), device_error);
 }
 
 TEST_CASE("process ring: a silent peer times out with what was moved") {
-  auto ring = make_ring(2, false, std::chrono::milliseconds(200));
-  std::vector<float> x(10, 1.0f);
-  CHECK_THROWS_WITH_AS(ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum),
-                       doctest::Contains("timed out after 200 ms"), device_error);
+  for (auto same_host : {same_host_link::tcp, same_host_link::shared_memory}) {
+    CAPTURE(static_cast<int>(same_host));
+    auto ring = make_ring(2, false, std::chrono::milliseconds(200), ring_wire::fp32, same_host);
+    std::vector<float> x(10, 1.0f);
+    CHECK_THROWS_WITH_AS(ring[0]->all_reduce(x.data(), x.size(), reduce_op::sum),
+                         doctest::Contains("timed out after 200 ms"), device_error);
+  }
 }
 
 TEST_CASE("process ring: records sealed with another key do not open") {
@@ -349,45 +417,82 @@ int raw_connect_unix(const ring_link_offer& o, uid_t euid) {
 }  // namespace
 
 TEST_CASE("process ring: the Unix socket admits only a proof of its key, from our own user") {
-  ring_link_listener l("127.0.0.1", true);
-  const auto deadline = clock_type::now() + std::chrono::seconds(10);
-  auto accepted = std::async(std::launch::async, [&] { return l.accept(deadline, task(0), true); });
-  int wrong = raw_connect_unix(l.offer(), ::geteuid());
-  REQUIRE(wrong >= 0);
-  char challenge[32];
-  REQUIRE(::recv(wrong, challenge, sizeof(challenge), MSG_WAITALL) == 32);
-  std::string bad(32, 'x');
-  REQUIRE(::send(wrong, bad.data(), bad.size(), 0) == 32);
-  char more;
-  CHECK(::recv(wrong, &more, 1, 0) == 0);  // closed after the wrong answer
-  if (::geteuid() == 0) {
-    // Another user (nobody) is closed before it is even challenged.
-    int other = raw_connect_unix(l.offer(), 65534);
-    REQUIRE(other >= 0);
-    CHECK(::recv(other, challenge, sizeof(challenge), MSG_WAITALL) == 0);
-    ::close(other);
-  } else {
-    MESSAGE("not root: the other-user check needs a second uid");
+  for (auto how : {same_host_link::unix_socket, same_host_link::shared_memory}) {
+    CAPTURE(static_cast<int>(how));
+    ring_link_listener l("127.0.0.1", how);
+    const auto deadline = clock_type::now() + std::chrono::seconds(10);
+    auto accepted =
+        std::async(std::launch::async, [&] { return l.accept(deadline, task(0), true); });
+    int wrong = raw_connect_unix(l.offer(), ::geteuid());
+    REQUIRE(wrong >= 0);
+    char challenge[32];
+    REQUIRE(::recv(wrong, challenge, sizeof(challenge), MSG_WAITALL) == 32);
+    std::string bad(32, 'x');
+    REQUIRE(::send(wrong, bad.data(), bad.size(), 0) == 32);
+    // Closed after the wrong answer: no byte, and no descriptor (the shared
+    // ring goes only to a proven peer).
+    char more;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    iovec iov{&more, 1};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    CHECK(::recvmsg(wrong, &msg, 0) == 0);
+    CHECK(CMSG_FIRSTHDR(&msg) == nullptr);
+    if (::geteuid() == 0) {
+      // Another user (nobody) is closed before it is even challenged.
+      int other = raw_connect_unix(l.offer(), 65534);
+      REQUIRE(other >= 0);
+      CHECK(::recv(other, challenge, sizeof(challenge), MSG_WAITALL) == 0);
+      ::close(other);
+    } else {
+      MESSAGE("not root: the other-user check needs a second uid");
+    }
+    auto s = connect_ring_link(l.offer(), deadline, task(1), true, how);
+    auto got = accepted.get();
+    CHECK(s.same_host);
+    CHECK(got.same_host);
+    // Plain bytes: the link never leaves the kernel (or this host's memory).
+    CHECK(s.traffic_secret.empty());
+    CHECK(got.traffic_secret.empty());
+    const bool shared = how == same_host_link::shared_memory;
+    CHECK((s.shm != nullptr) == shared);
+    CHECK((got.shm != nullptr) == shared);
+    if (shared) {
+      // Both ends map one ring: what one writes, the other reads.
+      CHECK(s.shm->write("abcd", 4) == 4);
+      auto [data, n] = got.shm->readable(4);
+      REQUIRE(n == 4);
+      CHECK(std::string(data, 4) == "abcd");
+    }
+    ::close(got.fd);
+    ::close(s.fd);
+    ::close(wrong);
   }
-  auto s = connect_ring_link(l.offer(), deadline, task(1), true, true);
-  auto got = accepted.get();
-  CHECK(s.same_host);
-  CHECK(got.same_host);
-  // Plain bytes: the link never leaves the kernel.
-  CHECK(s.traffic_secret.empty());
-  CHECK(got.traffic_secret.empty());
-  ::close(got.fd);
-  ::close(s.fd);
-  ::close(wrong);
+}
+
+TEST_CASE("process ring: a shared ring needs both ends to ask for one") {
+  // A listener that makes Unix-socket links: a connector that waits for a
+  // shared ring is told it got none (naming the peer), not left hanging.
+  ring_link_listener l("127.0.0.1", same_host_link::unix_socket);
+  const auto deadline = clock_type::now() + std::chrono::seconds(2);
+  auto accepted = std::async(std::launch::async, [&] { return l.accept(deadline, task(0), true); });
+  CHECK_THROWS_WITH_AS(
+      connect_ring_link(l.offer(), deadline, task(1), true, same_host_link::shared_memory),
+      doctest::Contains("worker:1 at 127.0.0.1"), device_error);
+  ::close(accepted.get().fd);
 }
 
 TEST_CASE("process ring: where the offer has no Unix socket here, the link is TLS over TCP") {
   ring_link_listener l("127.0.0.1");  // as a listener on another host looks from here
   const auto deadline = clock_type::now() + std::chrono::seconds(10);
   auto accepted = std::async(std::launch::async, [&] { return l.accept(deadline, task(0), true); });
-  auto s = connect_ring_link(l.offer(), deadline, task(1), true, true);
+  auto s = connect_ring_link(l.offer(), deadline, task(1), true, same_host_link::shared_memory);
   auto got = accepted.get();
   CHECK_FALSE(s.same_host);
+  CHECK(s.shm == nullptr);
   CHECK(s.traffic_secret.size() == 32);
   CHECK(got.traffic_secret == s.traffic_secret);
   ::close(got.fd);

@@ -1,7 +1,8 @@
 // The socket module under the gate, the TLS links, the rendezvous and the
 // /metrics exporter (net/socket.hpp): listening and connecting with the
 // errors their users show, all of a buffer sent or nothing, a deadline and
-// a stop pipe that end a wait, and the reactor's wake pipe.
+// a stop pipe that end a wait, the reactor's wake pipe, abstract Unix names
+// and handing a descriptor over (the process ring's direct links).
 #include <doctest/doctest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -158,4 +159,53 @@ TEST_CASE("poll_timeout: none for no deadline, 0 once past") {
   const int ms = net::poll_timeout(net::clock_type::now() + 10s);
   CHECK(ms > 0);
   CHECK(ms <= 10000);
+}
+
+TEST_CASE("listen_unix takes an abstract name once; connect_unix reaches it, its peer is us") {
+  const std::string name =
+      std::string(1, '\0') + "troupe-test-socket-" + std::to_string(::getpid());
+  std::string why;
+  fd_closer l{net::listen_unix(name, 4, why)};
+  REQUIRE(l.fd >= 0);
+  fd_closer again{net::listen_unix(name, 4, why)};
+  CHECK(again.fd < 0);
+  CHECK(why == "Address already in use");
+  fd_closer c{net::connect_unix(name, why)};
+  REQUIRE(c.fd >= 0);
+  CHECK(net::peer_runs_as_us(c.fd));
+  fd_closer nowhere{net::connect_unix(name + "-nobody", why)};
+  CHECK(nowhere.fd < 0);
+  CHECK(why == "Connection refused");
+}
+
+TEST_CASE("send_with_fd hands a descriptor over; recv_with_fd takes one and refuses a second") {
+  socket_pair p;
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  fd_closer r{pipe_fds[0]}, w{pipe_fds[1]};
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  REQUIRE(net::send_with_fd(p.a, "hello", w.fd, deadline));
+  std::string got(5, '\0');
+  int fd = -1;
+  REQUIRE(net::recv_with_fd(p.b, got, &fd, deadline));
+  fd_closer taken{fd};
+  CHECK(got == "hello");
+  REQUIRE(fd >= 0);
+  CHECK(fd != w.fd);
+  // The descriptor that came is the pipe's write end: what goes in comes out.
+  REQUIRE(::write(fd, "x", 1) == 1);
+  char c = 0;
+  REQUIRE(::read(r.fd, &c, 1) == 1);
+  CHECK(c == 'x');
+  // Two messages with a descriptor each read as one: the second is refused
+  // (and closed), so is the first.
+  REQUIRE(net::send_with_fd(p.a, "ab", w.fd, deadline));
+  REQUIRE(net::send_with_fd(p.a, "cd", w.fd, deadline));
+  std::string four(4, '\0');
+  int none = -1;
+  CHECK_FALSE(net::recv_with_fd(p.b, four, &none, deadline));
+  CHECK(none == -1);
+  // Nothing at all by the deadline.
+  std::string more(1, '\0');
+  CHECK_FALSE(net::recv_with_fd(p.b, more, &none, std::chrono::steady_clock::now() + 50ms));
 }
