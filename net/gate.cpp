@@ -132,7 +132,8 @@ struct gate::state {
   caf::strong_actor_ptr whom;
   std::set<std::string> ifs;
   gate_options opts;
-  std::string key;  // derive_key(opts.secret, key_purpose::gate)
+  std::string key;          // derive_key(opts.secret, key_purpose::gate)
+  link_security side_link;  // the side door's: TLS keyed from the secret
   int listener = -1;
   uint16_t port = 0;  // also the key BASP files the served actor under
   net::reactor loop;  // the listener thread's poll; stop_thread() wakes it
@@ -268,9 +269,14 @@ struct gate::state {
       return true;
     }
     auto check = gate_wire::check_proof(key, p.challenge, p.frame);
+    // The side door answers as its own name, so a verdict for it is never
+    // one for the node (the connector checks the name it dialed).
+    const bool to_side =
+        !opts.side_door.empty() && opts.on_side_door && check.target == opts.side_door;
+    const std::string& answering = to_side ? opts.side_door : opts.name;
     auto tell_refused = [&] {
       send_all(p.fd,
-               gate_wire::make_verdict(false, key, opts.name, p.challenge, check.client_challenge),
+               gate_wire::make_verdict(false, key, answering, p.challenge, check.client_challenge),
                clock_type::now() + std::chrono::milliseconds(100));
     };
     if (!check.problem.empty()) {
@@ -280,7 +286,7 @@ struct gate::state {
     }
     // The proof is genuine; is it meant for this task, from a task of the
     // cluster?
-    if (!check.target.empty() && check.target != opts.name) {
+    if (!check.target.empty() && check.target != opts.name && !to_side) {
       tell_refused();
       refuse(p, "its proof is meant for " + check.target + ", not this task", &gate_stats::refused,
              check.name);
@@ -302,17 +308,19 @@ struct gate::state {
       return true;
     }
     auto verdict =
-        gate_wire::make_verdict(true, key, opts.name, p.challenge, check.client_challenge);
+        gate_wire::make_verdict(true, key, answering, p.challenge, check.client_challenge);
     if (!send_all(p.fd, verdict, clock_type::now() + std::chrono::seconds(1))) {
       refuse(p, check.name + " left during the handshake", &gate_stats::refused);
       return true;
     }
-    admit(p, check.name, check.client_challenge);
+    admit(p, check.name, check.client_challenge, to_side);
     return true;
   }
 
-  void admit(pending& p, const std::string& name, const std::string& client_challenge) {
-    spdlog::info("{}: {} at {} passed the gate", opts.name, name, p.peer);
+  void admit(pending& p, const std::string& name, const std::string& client_challenge,
+             bool to_side) {
+    spdlog::info("{}: {} at {} passed the gate{}", opts.name, name, p.peer,
+                 to_side ? " to " + opts.side_door : std::string());
     count(&gate_stats::admitted);
     const int fd = p.fd;
     p.fd = -1;  // the link's, now
@@ -320,22 +328,23 @@ struct gate::state {
     // nothing arrives before the TLS handshake succeeded.
     link_params lp;
     lp.listener = true;
-    lp.me = opts.name;
+    lp.me = to_side ? opts.side_door : opts.name;
     lp.peer_task = name;
     lp.peer_address = p.peer;
     lp.server_challenge = p.challenge;
     lp.client_challenge = client_challenge;
-    if (!on_admitted) lp.local_node = serialized_node_id(sys->node());
+    const auto& handler = to_side ? opts.on_side_door : on_admitted;
+    if (!handler) lp.local_node = serialized_node_id(sys->node());
     link_end end;
     try {
-      end = open_link(fd, opts.link, std::move(lp));
+      end = open_link(fd, to_side ? side_link : opts.link, std::move(lp));
     } catch (const link_error& e) {
       spdlog::error("{}: cannot secure the connection with {} ({}): {}", opts.name, name, p.peer,
                     e.what());
       return;  // open_link closed the socket
     }
-    if (on_admitted) {
-      on_admitted(end.plain_fd, name, p.peer);
+    if (handler) {
+      handler(end.plain_fd, name, p.peer);
       return;
     }
     auto scribe = sys->middleman().backend().new_scribe(end.plain_fd);
@@ -375,6 +384,15 @@ void gate::start(const std::string& host, uint16_t port, gate_options opts) {
   opts = with_link_key(std::move(opts));
   st_->opts = std::move(opts);
   st_->key = derive_key(st_->opts.secret, key_purpose::gate);
+  if (!st_->opts.side_door.empty()) {
+    if (st_->opts.side_door.size() >= gate_wire::kNameBytes)
+      throw gate_error("gate: a side door name of at most 63 bytes is needed, got '" +
+                       st_->opts.side_door + "'");
+    st_->side_link.kind = link_security::trust::psk;
+    st_->side_link.psk_key = derive_key(st_->opts.secret, key_purpose::tls_psk);
+    st_->side_link.max_frame_bytes = st_->opts.link.max_frame_bytes;
+    st_->side_link.handshake_timeout = st_->opts.link.handshake_timeout;
+  }
   st_->listener = listen_on(host, port);
   port_ = st_->port = local_port(st_->listener);
   if (!st_->loop.problem().empty()) {

@@ -77,6 +77,14 @@ class gate_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A connection that proved the secret, as a plain socket (non-blocking),
+// for a protocol of troupe's own after the gate's exchange rather than BASP
+// (the rendezvous at the chief, net/rendezvous.hpp; the chief's enrolment
+// desk, net/chief_enrol.hpp). `name` is the task the peer proved it is,
+// `peer` its "host:port". The receiver owns `fd`.
+using gate_admit_handler =
+    std::function<void(int fd, const std::string& name, const std::string& peer)>;
+
 struct gate_options {
   std::string secret;  // the cluster secret (config/secret.hpp)
   std::string name;    // this process's task, e.g. "chief:0" (at most 63 bytes)
@@ -91,24 +99,25 @@ struct gate_options {
   std::string expect_peer;
   // Listener: the only tasks it admits (empty: any).
   std::set<std::string> allowed_peers;
+  // Listener: a second name this gate answers to (e.g. "chief:0/enrol"). A
+  // proof aimed at it is admitted, under the same limits and checks (a live
+  // task is refused), to `on_side_door` over TLS keyed from `secret`
+  // instead of BASP: the chief's enrolment desk (net/chief_enrol.hpp),
+  // reached before the task holds the certificate its links need. Empty:
+  // no side door.
+  std::string side_door;
   // Listener: called (on the gate's thread, after the listener is closed)
   // when the gate stops on an error, with why.
   std::function<void(const std::string&)> on_failure;
   // Tests: called at the start of each turn of the gate's loop.
   std::function<void()> on_turn;
+  gate_admit_handler on_side_door;  // with side_door
 };
 
 // `opts` with the key its link needs, for both sides of the gate: a psk
 // link without its key takes it from the secret; certificates without a
 // secret run the exchange with the public stand-in.
 gate_options with_link_key(gate_options opts);
-
-// A connection that proved the secret, as a plain socket (non-blocking),
-// for a protocol of troupe's own after the gate's exchange rather than BASP
-// (the rendezvous at the chief, net/rendezvous.hpp). `name` is the task
-// the peer proved it is, `peer` its "host:port". The receiver owns `fd`.
-using gate_admit_handler =
-    std::function<void(int fd, const std::string& name, const std::string& peer)>;
 
 // What the listener has seen; counters only grow.
 struct gate_stats {

@@ -160,7 +160,9 @@ void link_hub::run() {
     auto next = now + std::chrono::seconds(1);
     for (auto& l : links_) {
       loop_.watch(l->tcp, static_cast<short>(POLLIN | (l->pending_wire() > 0 ? POLLOUT : 0)));
-      next = std::min(next, l->deadline);
+      // A new link speaks first (a client's hello) without waiting for a
+      // byte: its wake may have been spent on the turn before it was taken.
+      next = std::min(next, l->started ? l->deadline : now);
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
     loop_.wait(static_cast<int>(std::max<int64_t>(wait, 0)));
