@@ -372,7 +372,7 @@ gate::gate(const std::string& host, uint16_t port, gate_options opts,
 
 gate_options with_link_key(gate_options opts) {
   if (opts.link.kind == link_security::trust::certificates && opts.secret.empty())
-    opts.secret = kCertificatesOnlySecret;
+    opts.secret = certificates_only_secret(opts.link);
   if (opts.link.kind == link_security::trust::psk && opts.link.psk_key.empty())
     opts.link.psk_key = derive_key(opts.secret, key_purpose::tls_psk);
   return opts;

@@ -389,6 +389,11 @@ link_security link_security_for(const cluster_spec& spec, const std::string& sec
   return s;
 }
 
+std::string certificates_only_secret(const link_security& sec) {
+  return "troupe: certificates only, the gate keyed from the cluster CA " +
+         ca_certificates_digest(sec);
+}
+
 void check_link_security(const link_security& sec) {
   if (sec.kind == link_security::trust::certificates) link_hub::instance().context(sec);
 }

@@ -77,14 +77,26 @@ void end_node_system(std::unique_ptr<node_system> ns, const std::string& task,
 namespace {
 
 // The cluster secret; with certificates (cluster.tls) it may be absent: they
-// alone authenticate then.
+// alone authenticate then, and the gate is keyed from their CA's certificate
+// (net/secure_link.hpp, certificates_only_secret), so that a stranger
+// without it stops at the gate.
 std::string node_secret(const cluster_spec& spec, const std::string& me) {
   if (spec.tls.ca.empty()) return load_cluster_secret(spec);
   try {
     return load_cluster_secret(spec);
   } catch (const secret_error&) {
-    spdlog::info("{}: no cluster secret; the certificates of cluster.tls authenticate tasks", me);
-    return kCertificatesOnlySecret;
+  }
+  spdlog::info(
+      "{}: no cluster secret; the certificates of cluster.tls authenticate tasks, and the gate is "
+      "keyed from their CA's certificate",
+      me);
+  link_security files;
+  files.kind = link_security::trust::certificates;
+  files.ca_file = spec.tls.ca;
+  try {
+    return certificates_only_secret(files);
+  } catch (const link_error& e) {
+    throw job_error(me + ": " + e.what());
   }
 }
 

@@ -39,6 +39,7 @@
 #include "tests/gate_fixtures.hpp"
 #include "tests/processes.hpp"
 #include "tests/strategy_fixtures.hpp"
+#include "tests/tls_fixtures.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -1280,6 +1281,86 @@ TEST_CASE(
   CHECK_MESSAGE(worker.wait(std::chrono::seconds(90)) == 0, worker.output());
   CHECK_MESSAGE(chief.wait(std::chrono::seconds(30)) == 0, chief.output());
   for (int fd : idle) ::close(fd);
+  CHECK(summary_in(dir / "out")["steps"].get<int64_t>() > 0);
+}
+
+// The descriptors process `pid` holds.
+int descriptors_of(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
+}
+
+// Issue 40, row 5, as a job: certificates and no secret (cluster.tls alone).
+// The gate ran on a public stand-in secret, so 5,437 connections past it,
+// each given a TLS link, took the chief to 1,023 of its 1,024 descriptors and
+// the worker's join failed. Now the gate is keyed from the CA's certificate:
+// the stranger, who has neither it nor a task's certificate, is refused at
+// the gate, within its pending limit, and the worker joins.
+TEST_CASE("certificates and no secret: 5,437 strangers leave the chief its descriptors; joined") {
+  strategy_env env(240);
+  auto c = env.job("mirrored", "sgd", 2, 24);
+  c.logging.level = "info";  // the links' kind is said at info
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  tls_test::test_ca ca(dir.str(), "cluster-ca");
+  auto config_of = [&](const std::string& task, const std::string& stem) {
+    const auto mine = ca.issue(task, stem);
+    auto j = job.json;
+    j["cluster"]["tls"] = {{"ca", ca.ca_file}, {"cert", mine.cert}, {"key", mine.key}};
+    const auto file = (dir / (stem + ".json")).string();
+    std::ofstream(file) << j.dump(2);
+    return file;
+  };
+  const auto chief_file = config_of("chief:0", "chief");
+  const auto worker_file = config_of("worker:0", "worker");
+  // No secret at all: "" unsets TROUPE_SECRET.
+  node_proc chief("chief:0", dir / "chief.log", "",
+                  {"/usr/bin/prlimit", "--nofile=1024:1024", TROUPE_BIN, "node", "--config",
+                   chief_file, "--task", "chief:0"});
+  const auto port = parse_host_port(job.address.at("chief:0")).port;
+  REQUIRE_MESSAGE(attack::wait_listening(port, std::chrono::seconds(30)), chief.output());
+  // Half the connections run the gate's exchange with the public stand-in
+  // (kept when admitted, as the attack held its links), half stay idle.
+  gate_options stranger;
+  stranger.secret = "troupe: certificates only, no secret";
+  stranger.name = "worker:0";
+  constexpr int kConnections = 5437;
+  std::vector<int> held;
+  int admitted = 0, peak = 0;
+  for (int i = 0; i < kConnections && chief.running(); ++i) {
+    if (i % 2 == 0) {
+      auto s = gate_handshake("127.0.0.1", port, stranger, std::chrono::seconds(2));
+      if (s.fd >= 0) {
+        ++admitted;
+        held.push_back(s.fd);
+      }
+    } else if (int fd = attack::raw_connect(port); fd >= 0) {
+      held.push_back(fd);
+    }
+    if (i % 64 == 0) peak = std::max(peak, descriptors_of(chief.pid));
+  }
+  node_proc worker("worker:0", dir / "worker.log", "",
+                   {TROUPE_BIN, "node", "--config", worker_file, "--task", "worker:0"});
+  while (worker.running() && chief.running()) {
+    peak = std::max(peak, descriptors_of(chief.pid));
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  CHECK_MESSAGE(worker.wait(std::chrono::seconds(90)) == 0, worker.output());
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(30)) == 0, chief.output());
+  for (int fd : held) ::close(fd);
+  MESSAGE(kConnections << " connections without a certificate: " << admitted
+                       << " past the gate, the chief's descriptors at most " << peak << " of 1024");
+  CHECK(admitted == 0);
+  CHECK(peak < 512);  // the gate's pending limit is a quarter of the 1,024
+  const auto log = chief.output();
+  CHECK(log.find("the gate is keyed from their CA's certificate") != std::string::npos);
+  CHECK(log.find("wrong or missing cluster secret") != std::string::npos);
+  CHECK(log.find("TLS 1.3 with the certificates of cluster.tls") != std::string::npos);
   CHECK(summary_in(dir / "out")["steps"].get<int64_t>() > 0);
 }
 

@@ -1015,16 +1015,19 @@ int open_descriptors() {
 
 }  // namespace
 
-// Issue 40, row 5: with certificates and no cluster secret the gate runs on a
-// public stand-in, so a stranger passes it, and every admitted socket got a
+// Issue 40, row 5: with certificates and no cluster secret the gate ran on a
+// public stand-in, so a stranger passed it, and every admitted socket got a
 // TLS link (three descriptors, a TLS state, a BASP scribe) with no cap on the
 // unfinished ones: 5,437 connections took a chief to 1,023 of its 1,024
-// descriptors and the real worker's join failed.
+// descriptors and the real worker's join failed. Now the gate is keyed from
+// the CA's certificate (certificates_only_secret): a stranger without it is
+// refused there, before any TLS state; one that holds it (not a task's
+// certificate) passes, and its links in their TLS handshake are capped.
 TEST_CASE("certificates and no secret: links in their TLS handshake are capped; a peer gets in") {
   temp_dir dir;
   tls_test::test_ca ca(dir.str(), "cluster-ca");
   auto stand_in = [&](gate_options o) {
-    o.secret = kCertificatesOnlySecret;
+    o.secret.clear();  // certificates alone
     return o;
   };
   auto listening = stand_in(cert_opts("chief:0", ca, ca.issue("chief:0", "chief")));
@@ -1032,16 +1035,30 @@ TEST_CASE("certificates and no secret: links in their TLS handshake are capped; 
   listening.link.handshake_timeout = std::chrono::seconds(60);
   listener l(listening);
   const auto evicted = link_totals().handshakes_evicted;
+  // A stranger with the public stand-in the gate used to run on, or any
+  // secret: refused at the gate, told so, and no TLS link made for it.
+  const auto opened = link_totals().opened;
+  for (const std::string secret : {"troupe: certificates only, no secret", kSecret}) {
+    auto o = opts("worker:0");
+    o.secret = secret;
+    auto s = gate_handshake("127.0.0.1", l.port(), o, std::chrono::seconds(5));
+    CHECK(s.fd < 0);
+    CHECK_MESSAGE(s.error.find("wrong or missing cluster secret") != std::string::npos, s.error);
+  }
+  CHECK(link_totals().opened == opened);
+  CHECK(logs.contains("refused a peer claiming to be worker:0"));
   const int before = open_descriptors();
-  // Strangers that pass the gate with the public stand-in and never start
+  // Holders of the CA's certificate that pass the gate and never start
   // TLS. Their own sockets aside, what they hold here is bounded by the cap
   // (three descriptors a link), not by how many came.
+  const auto ca_keyed = certificates_only_secret(listening.link);
   constexpr int kStrangers = 200;
   std::vector<int> strangers;
   int peak = 0;
   for (int i = 0; i < kStrangers; ++i) {
-    auto s = gate_handshake("127.0.0.1", l.port(), stand_in(opts("worker:" + std::to_string(i))),
-                            std::chrono::seconds(5));
+    auto o = opts("worker:" + std::to_string(i));
+    o.secret = ca_keyed;
+    auto s = gate_handshake("127.0.0.1", l.port(), o, std::chrono::seconds(5));
     REQUIRE_MESSAGE(s.fd >= 0, s.error);
     strangers.push_back(s.fd);
     peak = std::max(peak, open_descriptors() - before - (i + 1));
