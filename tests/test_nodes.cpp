@@ -1312,7 +1312,7 @@ TEST_CASE("certificates and no secret: 5,437 strangers leave the chief its descr
     const auto mine = ca.issue(task, stem);
     auto j = job.json;
     j["cluster"]["tls"] = {{"ca", ca.ca_file}, {"cert", mine.cert}, {"key", mine.key}};
-    const auto file = (dir / (stem + ".json")).string();
+    const std::string file = dir / (stem + ".json");
     std::ofstream(file) << j.dump(2);
     return file;
   };
@@ -1331,7 +1331,7 @@ TEST_CASE("certificates and no secret: 5,437 strangers leave the chief its descr
   stranger.name = "worker:0";
   constexpr int kConnections = 5437;
   std::vector<int> held;
-  int admitted = 0, peak = 0;
+  int admitted = 0, told = 0, peak = 0;
   for (int i = 0; i < kConnections && chief.running(); ++i) {
     if (i % 2 == 0) {
       auto s = gate_handshake("127.0.0.1", port, stranger, std::chrono::seconds(2));
@@ -1339,6 +1339,7 @@ TEST_CASE("certificates and no secret: 5,437 strangers leave the chief its descr
         ++admitted;
         held.push_back(s.fd);
       }
+      if (s.error.find("wrong or missing cluster secret") != std::string::npos) ++told;
     } else if (int fd = attack::raw_connect(port); fd >= 0) {
       held.push_back(fd);
     }
@@ -1353,13 +1354,15 @@ TEST_CASE("certificates and no secret: 5,437 strangers leave the chief its descr
   CHECK_MESSAGE(worker.wait(std::chrono::seconds(90)) == 0, worker.output());
   CHECK_MESSAGE(chief.wait(std::chrono::seconds(30)) == 0, chief.output());
   for (int fd : held) ::close(fd);
-  MESSAGE(kConnections << " connections without a certificate: " << admitted
-                       << " past the gate, the chief's descriptors at most " << peak << " of 1024");
+  MESSAGE(kConnections << " connections without a certificate: " << admitted << " past the gate, "
+                       << told << " told the secret was wrong, the chief's descriptors at most "
+                       << peak << " of 1024");
   CHECK(admitted == 0);
+  CHECK(told > 0);
   CHECK(peak < 512);  // the gate's pending limit is a quarter of the 1,024
   const auto log = chief.output();
   CHECK(log.find("the gate is keyed from their CA's certificate") != std::string::npos);
-  CHECK(log.find("wrong or missing cluster secret") != std::string::npos);
+  CHECK(log.find("refused a connection from 127.0.0.1") != std::string::npos);
   CHECK(log.find("TLS 1.3 with the certificates of cluster.tls") != std::string::npos);
   CHECK(summary_in(dir / "out")["steps"].get<int64_t>() > 0);
 }
