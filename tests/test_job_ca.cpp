@@ -23,6 +23,7 @@
 #include "net/rendezvous.hpp"
 #include "net/socket.hpp"
 #include "tests/captured_log.hpp"
+#include "tests/fuzz/mutate.hpp"
 #include "tests/gate_fixtures.hpp"
 
 using namespace troupe;
@@ -411,4 +412,40 @@ TEST_CASE("the chief's enrolment: a wrong secret and a request for another task 
   CHECK_MESSAGE(payload.find("as 'worker:1'") != std::string::npos, payload);
   CHECK(chief.desk.stats().issued == 0);
   CHECK(chief.desk.stats().refused == 1);
+}
+
+TEST_CASE("mutated enrolment frames: refused or issued for the signer, never trusted past checks") {
+  const job_authority ca;
+  const task_key key;
+  const auto request = launch_enrol::make_frame("worker:0", key);
+  std::string refusal;
+  const auto reply = launch_enrol::answer(ca, "worker:0", request, refusal);
+  REQUIRE(refusal.empty());
+  const auto payload = reply.substr(rendezvous_wire::kReplyHeaderBytes);
+  fuzz::mutator mutate(40);
+  int issued = 0, read = 0;
+  for (int i = 0; i < 3000; ++i) {
+    // The desk's side: a mutant is issued a certificate only while it is the
+    // request its key signed, for worker:0 (the name proved at the gate).
+    // (The desk reads exactly a request's bytes off the stream.)
+    auto r = mutate(request);
+    r.resize(launch_enrol::kFrameBytes, '\0');
+    const auto answered = launch_enrol::answer(ca, "worker:0", r, refusal);
+    CHECK(rendezvous_wire::reply_length(answered.substr(0, rendezvous_wire::kReplyHeaderBytes)) >=
+          0);
+    if (refusal.empty()) {
+      ++issued;
+      CHECK(r == request);
+    }
+    // The task's side: an answer is taken only when its certificate names
+    // worker:0, carries this task's key and is signed by the CA it carries.
+    std::string problem;
+    const auto id = launch_enrol::identity_of_reply(mutate(payload), "worker:0", key, problem);
+    if (problem.empty()) {
+      ++read;
+      CHECK(check_task_identity(id) == "");
+    }
+  }
+  CHECK(issued > 0);  // mutants that only touched bytes past the request
+  MESSAGE("mutated enrolment frames: " << issued << " issued, " << read << " answers read");
 }

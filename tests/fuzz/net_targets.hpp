@@ -8,7 +8,10 @@
 //   - message_bytes: every troupe message type, deserialized as CAF does for
 //     an authenticated peer (the first byte picks the type);
 //   - basp_frames: the BASP stream an authenticated peer sends, through the
-//     frame guard (net/basp_guard.cpp) as a listener and as a connector.
+//     frame guard (net/basp_guard.cpp) as a listener and as a connector;
+//   - enrol_frames: a certificate request as the chief's enrolment desk
+//     (net/chief_enrol.hpp) and troupe launch read it, and the answer as an
+//     enrolling task reads it (net/launch_enrol.cpp).
 #include <caf/all.hpp>
 #include <caf/binary_deserializer.hpp>
 #include <cstdint>
@@ -22,6 +25,8 @@
 #include "messages/rl_messages.hpp"
 #include "net/basp_guard.hpp"
 #include "net/gate.hpp"
+#include "net/job_ca.hpp"
+#include "net/launch_enrol.hpp"
 #include "net/rendezvous.hpp"
 
 namespace troupe::fuzz {
@@ -58,6 +63,30 @@ inline bool gate_frames(std::string_view bytes) {
   // trusted here (the rank checks it against its key and the CA).
   any |= !rendezvous_wire::certificate_of_reply(bytes).certificate.empty();
   return any;
+}
+
+// The input as a request (cut or zero-padded to its size, and as it is)
+// from a task proved as worker:0, answered by a job CA; and as the answer an
+// enrolling worker:0 reads: a certificate only when it names worker:0, is
+// for its key and is signed by the CA the answer carries.
+inline bool enrol_frames(std::string_view bytes) {
+  static const job_authority ca;
+  static const task_key key;
+  std::string sized(bytes.substr(0, launch_enrol::kFrameBytes));
+  sized.resize(launch_enrol::kFrameBytes, '\0');
+  bool any = false;
+  for (std::string_view request : {std::string_view(sized), bytes}) {
+    std::string refusal;
+    const auto reply = launch_enrol::answer(ca, "worker:0", request, refusal);
+    if (reply.size() < rendezvous_wire::kReplyHeaderBytes)
+      throw std::logic_error("an answer without its header");
+    any |= refusal.empty();
+  }
+  std::string problem;
+  const auto id = launch_enrol::identity_of_reply(bytes, "worker:0", key, problem);
+  if (problem.empty() && check_task_identity(id) != "")
+    throw std::logic_error("an identity trusted past its check");
+  return any || problem.empty();
 }
 
 namespace detail {
