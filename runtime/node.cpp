@@ -195,6 +195,8 @@ class node_run {
     // Until the job trains, a signal stops this process at once: nothing to
     // keep (runtime/stop_policy.hpp).
     stop_policy::enter(stop_policy::phase::joining);
+    take_identity(spec);
+    shared_->link = node_link_security(spec, shared_->secret, *plan_, name());
     start_trace(tracing_, c_, o_);
     // /metrics on every task; TensorBoard where the coordinator runs.
     monitor_ = std::make_unique<process_monitoring>(c_, plan_->output_dir, name(), sys_);
@@ -204,9 +206,6 @@ class node_run {
                    c_.strategy.kind, plan_->total_steps, plan_->steps_per_epoch, placement_.size(),
                    plan_->output_dir);
     }
-    // After monitoring: a task enrolling with its chief serves /healthz.
-    take_identity(spec);
-    shared_->link = node_link_security(spec, shared_->secret, *plan_, name());
     spawn_ring_and_node();
   }
 
