@@ -151,6 +151,9 @@ struct gate::state {
     std::string frame;  // kProofBytes, filled as bytes arrive
     std::size_t got = 0;
     clock_type::time_point deadline;
+    // Once the proof checked out (then a certificate proof may follow).
+    gate_wire::proof_check check;
+    bool to_side = false;
   };
   std::deque<pending> waiting;  // oldest first
   // opts.max_pending, or a quarter of the process's descriptor limit if that
@@ -242,7 +245,9 @@ struct gate::state {
                 make_challenge(),
                 std::string(gate_wire::kProofBytes, '\0'),
                 0,
-                clock_type::now() + opts.handshake_timeout};
+                clock_type::now() + opts.handshake_timeout,
+                {},
+                false};
       auto hello = gate_wire::make_hello(p.challenge);
       // 72 bytes on a fresh socket always fit its send buffer.
       if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) !=
@@ -254,13 +259,13 @@ struct gate::state {
     }
   }
 
-  // Reads what `p` sent; true when it is done with (admitted or refused).
-  bool on_readable(pending& p) {
-    for (;;) {
+  // Reads what `p` sent into its frame; true when the peer closed (refused
+  // here), false when it waits for more; p.got == p.frame.size() once whole.
+  bool read_frame(pending& p) {
+    while (p.got < p.frame.size()) {
       ssize_t n = ::recv(p.fd, p.frame.data() + p.got, p.frame.size() - p.got, 0);
       if (n > 0) {
         p.got += static_cast<std::size_t>(n);
-        if (p.got == p.frame.size()) break;
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -268,6 +273,23 @@ struct gate::state {
       refuse(p, "closed the connection during the handshake", &gate_stats::refused);
       return true;
     }
+    return false;
+  }
+
+  // Reads what `p` sent; true when it is done with (admitted or refused).
+  bool on_readable(pending& p) {
+    for (;;) {
+      if (read_frame(p)) return true;
+      if (p.got < p.frame.size()) return false;
+      const auto step = p.check.name.empty() ? on_proof(p) : on_certificate(p);
+      if (step != next::read_more) return true;
+    }
+  }
+
+  enum class next { read_more, done };
+
+  // The proof frame is whole.
+  next on_proof(pending& p) {
     auto check = gate_wire::check_proof(key, p.challenge, p.frame);
     // The side door answers as its own name, so a verdict for it is never
     // one for the node (the connector checks the name it dialed).
@@ -282,7 +304,7 @@ struct gate::state {
     if (!check.problem.empty()) {
       if (check.well_formed) tell_refused();  // a wrong secret: told so
       refuse(p, check.problem, &gate_stats::refused);
-      return true;
+      return next::done;
     }
     // The proof is genuine; is it meant for this task, from a task of the
     // cluster?
@@ -290,12 +312,12 @@ struct gate::state {
       tell_refused();
       refuse(p, "its proof is meant for " + check.target + ", not this task", &gate_stats::refused,
              check.name);
-      return true;
+      return next::done;
     }
     if (!opts.allowed_peers.empty() && opts.allowed_peers.count(check.name) == 0) {
       tell_refused();
       refuse(p, check.name + " is not a task of this cluster", &gate_stats::refused, check.name);
-      return true;
+      return next::done;
     }
     if (sys && task_has_live_link(sys->node(), check.name)) {
       // No verdict: to the connector this is a listener that went away, which
@@ -305,16 +327,52 @@ struct gate::state {
              check.name + " has a live connection here already: a second connection may not " +
                  "claim a live task",
              &gate_stats::refused, check.name);
-      return true;
+      return next::done;
     }
+    p.check = std::move(check);
+    p.to_side = to_side;
+    if (!opts.certificate_proof || to_side) return accept(p);
+    // Certificates and no secret: the certificate proof's header next.
+    p.frame.assign(gate_wire::kCertHeaderBytes, '\0');
+    p.got = 0;
+    return next::read_more;
+  }
+
+  // The certificate proof's header, then its body, is whole.
+  next on_certificate(pending& p) {
+    auto tell_refused = [&](const std::string& why) {
+      send_all(
+          p.fd,
+          gate_wire::make_verdict(false, key, opts.name, p.challenge, p.check.client_challenge),
+          clock_type::now() + std::chrono::milliseconds(100));
+      refuse(p, why, &gate_stats::refused, p.check.name);
+      return next::done;
+    };
+    if (p.frame.size() == gate_wire::kCertHeaderBytes) {
+      const auto length = gate_wire::certificate_proof_length(p.frame);
+      if (length < 0) return tell_refused("no certificate proof (this cluster has no secret)");
+      p.frame.resize(gate_wire::kCertHeaderBytes + static_cast<std::size_t>(length), '\0');
+      return next::read_more;
+    }
+    const auto why = gate_certificate::check_proof(
+        opts.link, p.frame,
+        gate_wire::certificate_transcript(p.challenge, p.check.client_challenge, p.check.name,
+                                          p.check.target),
+        p.check.name);
+    if (!why.empty()) return tell_refused(why);
+    return accept(p);
+  }
+
+  next accept(pending& p) {
+    const auto& answering = p.to_side ? opts.side_door : opts.name;
     auto verdict =
-        gate_wire::make_verdict(true, key, answering, p.challenge, check.client_challenge);
+        gate_wire::make_verdict(true, key, answering, p.challenge, p.check.client_challenge);
     if (!send_all(p.fd, verdict, clock_type::now() + std::chrono::seconds(1))) {
-      refuse(p, check.name + " left during the handshake", &gate_stats::refused);
-      return true;
+      refuse(p, p.check.name + " left during the handshake", &gate_stats::refused);
+      return next::done;
     }
-    admit(p, check.name, check.client_challenge, to_side);
-    return true;
+    admit(p, p.check.name, p.check.client_challenge, p.to_side);
+    return next::done;
   }
 
   void admit(pending& p, const std::string& name, const std::string& client_challenge,
@@ -371,8 +429,10 @@ gate::gate(const std::string& host, uint16_t port, gate_options opts,
 }
 
 gate_options with_link_key(gate_options opts) {
-  if (opts.link.kind == link_security::trust::certificates && opts.secret.empty())
+  if (opts.link.kind == link_security::trust::certificates && opts.secret.empty()) {
     opts.secret = certificates_only_secret(opts.link);
+    opts.certificate_proof = true;
+  }
   if (opts.link.kind == link_security::trust::psk && opts.link.psk_key.empty())
     opts.link.psk_key = derive_key(opts.secret, key_purpose::tls_psk);
   return opts;

@@ -112,11 +112,17 @@ struct gate_options {
   // Tests: called at the start of each turn of the gate's loop.
   std::function<void()> on_turn;
   gate_admit_handler on_side_door;  // with side_door
+  // Certificates and no secret (set by with_link_key): after its proof the
+  // connector sends its certificate and a signature over the exchange
+  // (gate_wire::make_certificate_proof), and the listener admits only a
+  // certificate of its CA naming the connector, before any TLS state.
+  bool certificate_proof = false;
 };
 
 // `opts` with the key its link needs, for both sides of the gate: a psk
 // link without its key takes it from the secret; certificates without a
-// secret run the exchange with the public stand-in.
+// secret run the exchange keyed from their CA's certificate
+// (certificates_only_secret) and with the certificate proof.
 gate_options with_link_key(gate_options opts);
 
 // What the listener has seen; counters only grow.
@@ -275,6 +281,34 @@ verdict_check check_verdict(const std::string& key, const std::string& server_ch
 // did, rather than that nobody answered: a caller that retries until its
 // deadline names such an error then, as the likelier cause.
 bool names_refusal(std::string_view error);
+
+// The certificate proof (gate_options::certificate_proof), after the proof
+// frame: magic "troupeC1", the certificate's and the signature's lengths
+// (2 bytes each, big-endian), the connector's certificate (DER), its
+// signature over certificate_transcript with the certificate's key.
+inline constexpr std::size_t kCertHeaderBytes = kMagicBytes + 4;
+inline constexpr std::size_t kMaxCertBytes = 8192;
+inline constexpr std::size_t kMaxCertSignatureBytes = 1024;
+inline constexpr char kCertMagic[kMagicBytes + 1] = "troupeC1";
+std::string certificate_transcript(const std::string& server_challenge,
+                                   const std::string& client_challenge, const std::string& name,
+                                   const std::string& target);
+std::string make_certificate_proof(std::string_view certificate, std::string_view signature);
+// The bytes after the header that it announces, or -1 when it is no
+// certificate proof's header or a length is 0 or over its limit.
+int64_t certificate_proof_length(std::string_view header);
 }  // namespace gate_wire
+
+// The certificate proof's cryptography (net/gate_certificate.cpp).
+namespace gate_certificate {
+// The connector's frame: the certificate of `sec` (its cert_file or job CA
+// identity) and its signature over `transcript`; throws link_error naming
+// the file.
+std::string make_proof(const link_security& sec, std::string_view transcript);
+// The listener's check of a whole frame: "" when the certificate is of the
+// CA `sec` trusts, names `name` and signed `transcript`; else why not.
+std::string check_proof(const link_security& sec, std::string_view frame,
+                        std::string_view transcript, const std::string& name);
+}  // namespace gate_certificate
 
 }  // namespace troupe
