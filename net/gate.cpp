@@ -132,7 +132,8 @@ struct gate::state {
   caf::strong_actor_ptr whom;
   std::set<std::string> ifs;
   gate_options opts;
-  std::string key;  // derive_key(opts.secret, key_purpose::gate)
+  std::string key;          // derive_key(opts.secret, key_purpose::gate)
+  link_security side_link;  // the side door's: TLS keyed from the secret
   int listener = -1;
   uint16_t port = 0;  // also the key BASP files the served actor under
   net::reactor loop;  // the listener thread's poll; stop_thread() wakes it
@@ -150,6 +151,9 @@ struct gate::state {
     std::string frame;  // kProofBytes, filled as bytes arrive
     std::size_t got = 0;
     clock_type::time_point deadline;
+    // Once the proof checked out (then a certificate proof may follow).
+    gate_wire::proof_check check;
+    bool to_side = false;
   };
   std::deque<pending> waiting;  // oldest first
   // opts.max_pending, or a quarter of the process's descriptor limit if that
@@ -241,7 +245,9 @@ struct gate::state {
                 make_challenge(),
                 std::string(gate_wire::kProofBytes, '\0'),
                 0,
-                clock_type::now() + opts.handshake_timeout};
+                clock_type::now() + opts.handshake_timeout,
+                {},
+                false};
       auto hello = gate_wire::make_hello(p.challenge);
       // 72 bytes on a fresh socket always fit its send buffer.
       if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) !=
@@ -253,13 +259,13 @@ struct gate::state {
     }
   }
 
-  // Reads what `p` sent; true when it is done with (admitted or refused).
-  bool on_readable(pending& p) {
-    for (;;) {
+  // Reads what `p` sent into its frame; true when the peer closed (refused
+  // here), false when it waits for more; p.got == p.frame.size() once whole.
+  bool read_frame(pending& p) {
+    while (p.got < p.frame.size()) {
       ssize_t n = ::recv(p.fd, p.frame.data() + p.got, p.frame.size() - p.got, 0);
       if (n > 0) {
         p.got += static_cast<std::size_t>(n);
-        if (p.got == p.frame.size()) break;
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -267,29 +273,51 @@ struct gate::state {
       refuse(p, "closed the connection during the handshake", &gate_stats::refused);
       return true;
     }
+    return false;
+  }
+
+  // Reads what `p` sent; true when it is done with (admitted or refused).
+  bool on_readable(pending& p) {
+    for (;;) {
+      if (read_frame(p)) return true;
+      if (p.got < p.frame.size()) return false;
+      const auto step = p.check.name.empty() ? on_proof(p) : on_certificate(p);
+      if (step != next::read_more) return true;
+    }
+  }
+
+  enum class next { read_more, done };
+
+  // The proof frame is whole.
+  next on_proof(pending& p) {
     auto check = gate_wire::check_proof(key, p.challenge, p.frame);
+    // The side door answers as its own name, so a verdict for it is never
+    // one for the node (the connector checks the name it dialed).
+    const bool to_side =
+        !opts.side_door.empty() && opts.on_side_door && check.target == opts.side_door;
+    const std::string& answering = to_side ? opts.side_door : opts.name;
     auto tell_refused = [&] {
       send_all(p.fd,
-               gate_wire::make_verdict(false, key, opts.name, p.challenge, check.client_challenge),
+               gate_wire::make_verdict(false, key, answering, p.challenge, check.client_challenge),
                clock_type::now() + std::chrono::milliseconds(100));
     };
     if (!check.problem.empty()) {
       if (check.well_formed) tell_refused();  // a wrong secret: told so
       refuse(p, check.problem, &gate_stats::refused);
-      return true;
+      return next::done;
     }
     // The proof is genuine; is it meant for this task, from a task of the
     // cluster?
-    if (!check.target.empty() && check.target != opts.name) {
+    if (!check.target.empty() && check.target != opts.name && !to_side) {
       tell_refused();
       refuse(p, "its proof is meant for " + check.target + ", not this task", &gate_stats::refused,
              check.name);
-      return true;
+      return next::done;
     }
     if (!opts.allowed_peers.empty() && opts.allowed_peers.count(check.name) == 0) {
       tell_refused();
       refuse(p, check.name + " is not a task of this cluster", &gate_stats::refused, check.name);
-      return true;
+      return next::done;
     }
     if (sys && task_has_live_link(sys->node(), check.name)) {
       // No verdict: to the connector this is a listener that went away, which
@@ -299,20 +327,58 @@ struct gate::state {
              check.name + " has a live connection here already: a second connection may not " +
                  "claim a live task",
              &gate_stats::refused, check.name);
-      return true;
+      return next::done;
     }
-    auto verdict =
-        gate_wire::make_verdict(true, key, opts.name, p.challenge, check.client_challenge);
-    if (!send_all(p.fd, verdict, clock_type::now() + std::chrono::seconds(1))) {
-      refuse(p, check.name + " left during the handshake", &gate_stats::refused);
-      return true;
-    }
-    admit(p, check.name, check.client_challenge);
-    return true;
+    p.check = std::move(check);
+    p.to_side = to_side;
+    if (!opts.certificate_proof || to_side) return accept(p);
+    // Certificates and no secret: the certificate proof's header next.
+    p.frame.assign(gate_wire::kCertHeaderBytes, '\0');
+    p.got = 0;
+    return next::read_more;
   }
 
-  void admit(pending& p, const std::string& name, const std::string& client_challenge) {
-    spdlog::info("{}: {} at {} passed the gate", opts.name, name, p.peer);
+  // The certificate proof's header, then its body, is whole.
+  next on_certificate(pending& p) {
+    auto tell_refused = [&](const std::string& why) {
+      send_all(
+          p.fd,
+          gate_wire::make_verdict(false, key, opts.name, p.challenge, p.check.client_challenge),
+          clock_type::now() + std::chrono::milliseconds(100));
+      refuse(p, why, &gate_stats::refused, p.check.name);
+      return next::done;
+    };
+    if (p.frame.size() == gate_wire::kCertHeaderBytes) {
+      const auto length = gate_wire::certificate_proof_length(p.frame);
+      if (length < 0) return tell_refused("no certificate proof (this cluster has no secret)");
+      p.frame.resize(gate_wire::kCertHeaderBytes + static_cast<std::size_t>(length), '\0');
+      return next::read_more;
+    }
+    const auto why = gate_certificate::check_proof(
+        opts.link, p.frame,
+        gate_wire::certificate_transcript(p.challenge, p.check.client_challenge, p.check.name,
+                                          p.check.target),
+        p.check.name);
+    if (!why.empty()) return tell_refused(why);
+    return accept(p);
+  }
+
+  next accept(pending& p) {
+    const auto& answering = p.to_side ? opts.side_door : opts.name;
+    auto verdict =
+        gate_wire::make_verdict(true, key, answering, p.challenge, p.check.client_challenge);
+    if (!send_all(p.fd, verdict, clock_type::now() + std::chrono::seconds(1))) {
+      refuse(p, p.check.name + " left during the handshake", &gate_stats::refused);
+      return next::done;
+    }
+    admit(p, p.check.name, p.check.client_challenge, p.to_side);
+    return next::done;
+  }
+
+  void admit(pending& p, const std::string& name, const std::string& client_challenge,
+             bool to_side) {
+    spdlog::info("{}: {} at {} passed the gate{}", opts.name, name, p.peer,
+                 to_side ? " to " + opts.side_door : std::string());
     count(&gate_stats::admitted);
     const int fd = p.fd;
     p.fd = -1;  // the link's, now
@@ -320,22 +386,23 @@ struct gate::state {
     // nothing arrives before the TLS handshake succeeded.
     link_params lp;
     lp.listener = true;
-    lp.me = opts.name;
+    lp.me = to_side ? opts.side_door : opts.name;
     lp.peer_task = name;
     lp.peer_address = p.peer;
     lp.server_challenge = p.challenge;
     lp.client_challenge = client_challenge;
-    if (!on_admitted) lp.local_node = serialized_node_id(sys->node());
+    const auto& handler = to_side ? opts.on_side_door : on_admitted;
+    if (!handler) lp.local_node = serialized_node_id(sys->node());
     link_end end;
     try {
-      end = open_link(fd, opts.link, std::move(lp));
+      end = open_link(fd, to_side ? side_link : opts.link, std::move(lp));
     } catch (const link_error& e) {
       spdlog::error("{}: cannot secure the connection with {} ({}): {}", opts.name, name, p.peer,
                     e.what());
       return;  // open_link closed the socket
     }
-    if (on_admitted) {
-      on_admitted(end.plain_fd, name, p.peer);
+    if (handler) {
+      handler(end.plain_fd, name, p.peer);
       return;
     }
     auto scribe = sys->middleman().backend().new_scribe(end.plain_fd);
@@ -362,8 +429,10 @@ gate::gate(const std::string& host, uint16_t port, gate_options opts,
 }
 
 gate_options with_link_key(gate_options opts) {
-  if (opts.link.kind == link_security::trust::certificates && opts.secret.empty())
-    opts.secret = kCertificatesOnlySecret;
+  if (opts.link.kind == link_security::trust::certificates && opts.secret.empty()) {
+    opts.secret = certificates_only_secret(opts.link);
+    opts.certificate_proof = true;
+  }
   if (opts.link.kind == link_security::trust::psk && opts.link.psk_key.empty())
     opts.link.psk_key = derive_key(opts.secret, key_purpose::tls_psk);
   return opts;
@@ -375,6 +444,15 @@ void gate::start(const std::string& host, uint16_t port, gate_options opts) {
   opts = with_link_key(std::move(opts));
   st_->opts = std::move(opts);
   st_->key = derive_key(st_->opts.secret, key_purpose::gate);
+  if (!st_->opts.side_door.empty()) {
+    if (st_->opts.side_door.size() >= gate_wire::kNameBytes)
+      throw gate_error("gate: a side door name of at most 63 bytes is needed, got '" +
+                       st_->opts.side_door + "'");
+    st_->side_link.kind = link_security::trust::psk;
+    st_->side_link.psk_key = derive_key(st_->opts.secret, key_purpose::tls_psk);
+    st_->side_link.max_frame_bytes = st_->opts.link.max_frame_bytes;
+    st_->side_link.handshake_timeout = st_->opts.link.handshake_timeout;
+  }
   st_->listener = listen_on(host, port);
   port_ = st_->port = local_port(st_->listener);
   if (!st_->loop.problem().empty()) {

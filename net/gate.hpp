@@ -77,6 +77,14 @@ class gate_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A connection that proved the secret, as a plain socket (non-blocking),
+// for a protocol of troupe's own after the gate's exchange rather than BASP
+// (the rendezvous at the chief, net/rendezvous.hpp; the chief's enrolment
+// desk, net/chief_enrol.hpp). `name` is the task the peer proved it is,
+// `peer` its "host:port". The receiver owns `fd`.
+using gate_admit_handler =
+    std::function<void(int fd, const std::string& name, const std::string& peer)>;
+
 struct gate_options {
   std::string secret;  // the cluster secret (config/secret.hpp)
   std::string name;    // this process's task, e.g. "chief:0" (at most 63 bytes)
@@ -91,24 +99,31 @@ struct gate_options {
   std::string expect_peer;
   // Listener: the only tasks it admits (empty: any).
   std::set<std::string> allowed_peers;
+  // Listener: a second name this gate answers to (e.g. "chief:0/enrol"). A
+  // proof aimed at it is admitted, under the same limits and checks (a live
+  // task is refused), to `on_side_door` over TLS keyed from `secret`
+  // instead of BASP: the chief's enrolment desk (net/chief_enrol.hpp),
+  // reached before the task holds the certificate its links need. Empty:
+  // no side door.
+  std::string side_door;
   // Listener: called (on the gate's thread, after the listener is closed)
   // when the gate stops on an error, with why.
   std::function<void(const std::string&)> on_failure;
   // Tests: called at the start of each turn of the gate's loop.
   std::function<void()> on_turn;
+  gate_admit_handler on_side_door;  // with side_door
+  // Certificates and no secret (set by with_link_key): after its proof the
+  // connector sends its certificate and a signature over the exchange
+  // (gate_wire::make_certificate_proof), and the listener admits only a
+  // certificate of its CA naming the connector, before any TLS state.
+  bool certificate_proof = false;
 };
 
 // `opts` with the key its link needs, for both sides of the gate: a psk
 // link without its key takes it from the secret; certificates without a
-// secret run the exchange with the public stand-in.
+// secret run the exchange keyed from their CA's certificate
+// (certificates_only_secret) and with the certificate proof.
 gate_options with_link_key(gate_options opts);
-
-// A connection that proved the secret, as a plain socket (non-blocking),
-// for a protocol of troupe's own after the gate's exchange rather than BASP
-// (the rendezvous at the chief, net/rendezvous.hpp). `name` is the task
-// the peer proved it is, `peer` its "host:port". The receiver owns `fd`.
-using gate_admit_handler =
-    std::function<void(int fd, const std::string& name, const std::string& peer)>;
 
 // What the listener has seen; counters only grow.
 struct gate_stats {
@@ -266,6 +281,34 @@ verdict_check check_verdict(const std::string& key, const std::string& server_ch
 // did, rather than that nobody answered: a caller that retries until its
 // deadline names such an error then, as the likelier cause.
 bool names_refusal(std::string_view error);
+
+// The certificate proof (gate_options::certificate_proof), after the proof
+// frame: magic "troupeC1", the certificate's and the signature's lengths
+// (2 bytes each, big-endian), the connector's certificate (DER), its
+// signature over certificate_transcript with the certificate's key.
+inline constexpr std::size_t kCertHeaderBytes = kMagicBytes + 4;
+inline constexpr std::size_t kMaxCertBytes = 8192;
+inline constexpr std::size_t kMaxCertSignatureBytes = 1024;
+inline constexpr char kCertMagic[kMagicBytes + 1] = "troupeC1";
+std::string certificate_transcript(const std::string& server_challenge,
+                                   const std::string& client_challenge, const std::string& name,
+                                   const std::string& target);
+std::string make_certificate_proof(std::string_view certificate, std::string_view signature);
+// The bytes after the header that it announces, or -1 when it is no
+// certificate proof's header or a length is 0 or over its limit.
+int64_t certificate_proof_length(std::string_view header);
 }  // namespace gate_wire
+
+// The certificate proof's cryptography (net/gate_certificate.cpp).
+namespace gate_certificate {
+// The connector's frame: the certificate of `sec` (its cert_file or job CA
+// identity) and its signature over `transcript`; throws link_error naming
+// the file.
+std::string make_proof(const link_security& sec, std::string_view transcript);
+// The listener's check of a whole frame: "" when the certificate is of the
+// CA `sec` trusts, names `name` and signed `transcript`; else why not.
+std::string check_proof(const link_security& sec, std::string_view frame,
+                        std::string_view transcript, const std::string& name);
+}  // namespace gate_certificate
 
 }  // namespace troupe

@@ -63,6 +63,20 @@ gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_op
                                       client_challenge),
                 deadline))
     return fail(where + " closed the connection during the handshake", true);
+  if (opts.certificate_proof) {
+    // Certificates and no secret: this task's certificate and its signature
+    // over the exchange, before the verdict.
+    std::string proof;
+    try {
+      proof = gate_certificate::make_proof(
+          opts.link, gate_wire::certificate_transcript(server_challenge, client_challenge,
+                                                       opts.name, opts.expect_peer));
+    } catch (const link_error& e) {
+      return fail(e.what());
+    }
+    if (!send_all(fd, proof, deadline))
+      return fail(where + " closed the connection during the handshake", true);
+  }
   std::string verdict(gate_wire::kVerdictBytes, '\0');
   if (!recv_exact(fd, verdict, deadline, &why)) return fail(where + " " + why, true);
   auto check = gate_wire::check_verdict(key, server_challenge, client_challenge, verdict);

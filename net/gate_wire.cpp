@@ -162,4 +162,37 @@ bool names_refusal(std::string_view error) {
          error.find("TLS") != std::string_view::npos;
 }
 
+std::string certificate_transcript(const std::string& server_challenge,
+                                   const std::string& client_challenge, const std::string& name,
+                                   const std::string& target) {
+  std::string t = "gate-certificate";
+  for (const auto* part : {&server_challenge, &client_challenge, &name, &target}) {
+    t += '\0';
+    t += *part;
+  }
+  return t;
+}
+
+std::string make_certificate_proof(std::string_view certificate, std::string_view signature) {
+  std::string out(kCertMagic, kMagicBytes);
+  for (const auto n : {certificate.size(), signature.size()}) {
+    out += static_cast<char>((n >> 8) & 0xff);
+    out += static_cast<char>(n & 0xff);
+  }
+  out += certificate;
+  out += signature;
+  return out;
+}
+
+int64_t certificate_proof_length(std::string_view header) {
+  if (header.size() != kCertHeaderBytes || header.substr(0, kMagicBytes) != kCertMagic) return -1;
+  const auto at = [&](std::size_t i) {
+    return (std::size_t{static_cast<uint8_t>(header[i])} << 8) |
+           static_cast<uint8_t>(header[i + 1]);
+  };
+  const std::size_t cert = at(kMagicBytes), sig = at(kMagicBytes + 2);
+  if (cert == 0 || sig == 0 || cert > kMaxCertBytes || sig > kMaxCertSignatureBytes) return -1;
+  return static_cast<int64_t>(cert + sig);
+}
+
 }  // namespace troupe::gate_wire

@@ -130,14 +130,23 @@ task_identity enrol(int fd, const std::string& task, std::chrono::seconds timeou
   if (length < 0 || reply.size() != rendezvous_wire::kReplyHeaderBytes + std::size_t(length))
     throw failure("the launcher's answer is malformed");
   const auto payload = std::string_view(reply).substr(rendezvous_wire::kReplyHeaderBytes);
+  std::string problem;
+  auto id = identity_of_reply(payload, task, key, problem);
+  if (!problem.empty()) throw failure("the launcher " + problem);
+  return id;
+}
+
+task_identity identity_of_reply(std::string_view payload, const std::string& task,
+                                const task_key& key, std::string& problem) {
   auto j = nlohmann::json::parse(payload, nullptr, false);
-  if (j.is_object() && j.contains("error") && j["error"].is_string())
-    throw failure("the launcher refused the certificate request: " + j["error"].get<std::string>());
+  if (j.is_object() && j.contains("error") && j["error"].is_string()) {
+    problem = "refused the certificate request: " + j["error"].get<std::string>();
+    return {};
+  }
   const auto issued = rendezvous_wire::certificate_of_reply(payload);
   task_identity id{task, issued.ca, issued.certificate, key.private_pem()};
-  const auto problem = issued.certificate.empty() ? "it sent none" : check_task_identity(id);
-  if (!problem.empty())
-    throw failure("the launcher issued no usable certificate for " + task + ": " + problem);
+  problem = issued.certificate.empty() ? "it sent none" : check_task_identity(id);
+  if (!problem.empty()) problem = "issued no usable certificate for " + task + ": " + problem;
   return id;
 }
 

@@ -47,6 +47,12 @@ std::string make_frame(const std::string& task, const task_key& key);
 std::string answer(const job_authority& ca, const std::string& task, std::string_view frame,
                    std::string& refusal);
 
+// The identity a reply payload (rendezvous_wire::make_reply) issues `task`
+// for `key`, checked (its task, its key, the CA's signature); `problem` ""
+// once it is usable, else why not (the issuer's refusal, quoted).
+task_identity identity_of_reply(std::string_view payload, const std::string& task,
+                                const task_key& key, std::string& problem);
+
 // The fd in TROUPE_ENROL_FD's value `text`, checked to be an open socket;
 // throws job_ca_error naming the variable and the value.
 int fd_of_variable(const char* text);

@@ -160,7 +160,9 @@ void link_hub::run() {
     auto next = now + std::chrono::seconds(1);
     for (auto& l : links_) {
       loop_.watch(l->tcp, static_cast<short>(POLLIN | (l->pending_wire() > 0 ? POLLOUT : 0)));
-      next = std::min(next, l->deadline);
+      // A new link speaks first (a client's hello) without waiting for a
+      // byte: its wake may have been spent on the turn before it was taken.
+      next = std::min(next, l->started ? l->deadline : now);
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
     loop_.wait(static_cast<int>(std::max<int64_t>(wait, 0)));
@@ -385,6 +387,11 @@ link_security link_security_for(const cluster_spec& spec, const std::string& sec
     s.psk_key = derive_key(secret, key_purpose::tls_psk);
   }
   return s;
+}
+
+std::string certificates_only_secret(const link_security& sec) {
+  return "troupe: certificates only, the gate keyed from the cluster CA " +
+         ca_certificates_digest(sec);
 }
 
 void check_link_security(const link_security& sec) {

@@ -53,11 +53,6 @@ namespace troupe {
 struct cluster_spec;
 struct task_identity;
 
-// With certificates and no cluster secret, the gate's exchange and the node
-// handshake run with this public stand-in: they then prove nothing, and the
-// certificates authenticate every connection.
-inline constexpr const char* kCertificatesOnlySecret = "troupe: certificates only, no secret";
-
 struct link_security {
   enum class trust { psk, certificates, insecure };
   trust kind = trust::psk;
@@ -94,6 +89,17 @@ inline uint64_t unfinished_budget(uint64_t max_frame_bytes) {
 // caller's derivation.
 link_security link_security_for(const cluster_spec& spec, const std::string& secret,
                                 uint64_t max_frame_bytes);
+// With certificates and no cluster secret (cluster.tls alone), what keys the
+// gate's exchange and the node handshake in place of a secret: a value
+// derived from the cluster CA's certificate (its DER bytes, SHA-256), which
+// every task holds and a stranger does not, so a stranger is refused at the
+// gate before any TLS state is made for it. Not a secret in the strong
+// sense: whoever holds the CA certificate passes the gate, and the TLS
+// handshake (capped, max_tls_handshakes) then asks for a certificate of
+// that CA. `sec`: certificates, from files or the job CA. Throws link_error
+// naming the CA file when it holds no certificate.
+std::string certificates_only_secret(const link_security& sec);
+
 // Loads the certificates now, so a bad file is an error at start-up naming
 // it (cluster.tls.cert "x.pem": ...), not a failed connection later.
 void check_link_security(const link_security& sec);

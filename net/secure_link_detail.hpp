@@ -116,6 +116,9 @@ using ctx_ptr = std::unique_ptr<SSL_CTX, ctx_free>;
 ctx_ptr make_context(const link_security& sec);
 // One context serves every link with the same `sec`: its key in the cache.
 std::string context_key(const link_security& sec);
+// SHA-256 (hex) of the DER bytes of the CA certificates `sec` trusts (its
+// ca_file, or the job CA's); throws link_error naming the file.
+std::string ca_certificates_digest(const link_security& sec);
 // Whether `cert` names `task`: subject CN, or a DNS or URI alternative name.
 bool certificate_names(X509* cert, const std::string& task);
 

@@ -7,9 +7,11 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "crypto/crypto.hpp"
 #include "net/job_ca.hpp"
 #include "net/secure_link_detail.hpp"
 
@@ -202,6 +204,40 @@ ctx_ptr make_context(const link_security& sec) {
                      sec.cert_file + "\"");
   SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   return ctx;
+}
+
+std::string ca_certificates_digest(const link_security& sec) {
+  std::string pem = sec.identity ? sec.identity->ca_pem : std::string();
+  if (!sec.identity) {
+    std::unique_ptr<BIO, decltype(&BIO_free)> file(BIO_new_file(sec.ca_file.c_str(), "r"),
+                                                   BIO_free);
+    if (!file)
+      throw link_error("cluster.tls.ca \"" + sec.ca_file + "\": cannot read it: " + ssl_errors());
+    char buf[4096];
+    for (int n; (n = BIO_read(file.get(), buf, sizeof buf)) > 0;) {
+      pem.append(buf, static_cast<std::size_t>(n));
+      if (pem.size() > (std::size_t{1} << 20))
+        throw link_error("cluster.tls.ca \"" + sec.ca_file + "\": over 1 MiB");
+    }
+  }
+  // The certificates' DER bytes, not the file's text: the same CA gives the
+  // same key however its PEM is wrapped or commented.
+  std::unique_ptr<BIO, decltype(&BIO_free)> in(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
+  std::string der;
+  while (X509* x = PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr)) {
+    unsigned char* out = nullptr;
+    const int n = i2d_X509(x, &out);
+    if (n > 0) der.append(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
+    OPENSSL_free(out);
+    X509_free(x);
+  }
+  ERR_clear_error();  // the end of the PEM stream
+  if (der.empty())
+    throw link_error(
+        (sec.identity ? std::string("the job CA") : "cluster.tls.ca \"" + sec.ca_file + "\"") +
+        ": no certificate in it");
+  return crypto::to_hex(crypto::sha256(der));
 }
 
 std::string context_key(const link_security& sec) {

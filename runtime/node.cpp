@@ -4,6 +4,7 @@
 #include "runtime/node.hpp"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -18,6 +19,8 @@
 #include "actors/reducers/remote_ring.hpp"
 #include "config/secret.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "net/basp_guard.hpp"
+#include "net/chief_enrol.hpp"
 #include "net/secure_link.hpp"
 #include "runtime/job_trace.hpp"
 #include "runtime/local_send.hpp"
@@ -74,14 +77,26 @@ void end_node_system(std::unique_ptr<node_system> ns, const std::string& task,
 namespace {
 
 // The cluster secret; with certificates (cluster.tls) it may be absent: they
-// alone authenticate then.
+// alone authenticate then, and the gate is keyed from their CA's certificate
+// (net/secure_link.hpp, certificates_only_secret), so that a stranger
+// without it stops at the gate.
 std::string node_secret(const cluster_spec& spec, const std::string& me) {
   if (spec.tls.ca.empty()) return load_cluster_secret(spec);
   try {
     return load_cluster_secret(spec);
   } catch (const secret_error&) {
-    spdlog::info("{}: no cluster secret; the certificates of cluster.tls authenticate tasks", me);
-    return kCertificatesOnlySecret;
+  }
+  spdlog::info(
+      "{}: no cluster secret; the certificates of cluster.tls authenticate tasks, and the gate is "
+      "keyed from their CA's certificate",
+      me);
+  link_security files;
+  files.kind = link_security::trust::certificates;
+  files.ca_file = spec.tls.ca;
+  try {
+    return certificates_only_secret(files);
+  } catch (const link_error& e) {
+    throw job_error(me + ": " + e.what());
   }
 }
 
@@ -111,13 +126,16 @@ link_security node_link_security(const cluster_spec& spec, const std::string& se
         me);
   spdlog::info("{}: connections between tasks: {}; frames up to {} MiB", me, kind,
                s.max_frame_bytes / mib);
-  if (s.kind == link_security::trust::psk && spec.identity == cluster_spec::identity_mode::job_ca)
-    spdlog::info(
-        "{}: no job CA here (a task of a cluster written out in cluster.tasks gets a "
-        "certificate only when troupe launch starts it): any holder of the secret can prove any "
-        "task's name; cluster.tls gives each task its own",
-        me);
   return s;
+}
+
+// Whether this task is of a written-out cluster.tasks started by hand under
+// cluster.identity "job_ca" (no certificate from the rendezvous or troupe
+// launch, no cluster.tls, links encrypted): then the chief holds the job CA
+// and the other tasks enrol with it (net/chief_enrol.hpp).
+bool enrols_with_chief(const cluster_spec& spec) {
+  return spec.identity == cluster_spec::identity_mode::job_ca && spec.tls.ca.empty() &&
+         !spec.insecure && !issued_identity::held();
 }
 
 }  // namespace
@@ -177,6 +195,7 @@ class node_run {
     // Until the job trains, a signal stops this process at once: nothing to
     // keep (runtime/stop_policy.hpp).
     stop_policy::enter(stop_policy::phase::joining);
+    take_identity(spec);
     shared_->link = node_link_security(spec, shared_->secret, *plan_, name());
     start_trace(tracing_, c_, o_);
     // /metrics on every task; TensorBoard where the coordinator runs.
@@ -188,6 +207,44 @@ class node_run {
                    plan_->output_dir);
     }
     spawn_ring_and_node();
+  }
+
+  // A task started by hand under the job CA: the chief makes the CA and its
+  // own certificate, and opens its enrolment desk; another task enrols with
+  // it (retried until its join deadline: the chief may still be starting)
+  // and holds its name there until its link to the chief is up.
+  void take_identity(const cluster_spec& spec) {
+    if (!enrols_with_chief(spec)) return;
+    if (chief_) {
+      desk_ = std::make_unique<chief_enrol::desk>(name(), [&sys = sys_](const std::string& t) {
+        return task_has_live_link(sys.node(), t);
+      });
+      issued_identity::keep(desk_->issue_self());
+      spdlog::info("{}: made the job CA in memory; tasks started by hand enrol at {}", name(),
+                   chief_enrol::door_of(name()));
+      return;
+    }
+    const auto chief = parse_host_port(task_address(spec, {"chief", 0}));
+    const auto by =
+        clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                std::chrono::duration<double>(spec.join_timeout_seconds));
+    spdlog::info("{}: enrolling with chief:0 at {}:{} for its certificate from the job CA", name(),
+                 chief.host, chief.port);
+    try {
+      auto e = chief_enrol::enrol(shared_->secret, name(), "chief:0", chief.host, chief.port, by);
+      enrol_fd_ = e.held_fd;
+      issued_identity::keep(std::move(e.identity));
+    } catch (const job_ca_error& e) {
+      throw job_error(e.what());
+    }
+    spdlog::info("{}: enrolled with chief:0: the job CA issued its certificate", name());
+  }
+
+  // The enrolment connection holds this task's name at the chief until its
+  // link there is up (which holds it from then on).
+  void release_enrolment() {
+    if (enrol_fd_ >= 0) ::close(enrol_fd_);
+    enrol_fd_ = -1;
   }
 
   // The ring across processes joins the tasks with replicas, where the
@@ -234,6 +291,13 @@ class node_run {
 
   gate_options door_options() const {
     auto gopts = np_->gate_opts();
+    if (desk_) {
+      gopts.side_door = chief_enrol::door_of(name());
+      gopts.on_side_door = [desk = desk_.get()](int fd, const std::string& task,
+                                                const std::string& peer) {
+        desk->add(fd, task, peer);
+      };
+    }
     // A gate that stops leaves a port no one answers: this process ends its
     // run with the error, as when it loses a peer.
     gopts.on_failure = [shared = shared_, name = name()](const std::string& why) {
@@ -320,6 +384,7 @@ class node_run {
       for (const auto& p : placement_)
         if (!p.shards.empty() && p.task.job != "chief") np_->connect(p.task, {}, deadline_);
     np_->connect({"chief", 0}, hello, deadline_);
+    release_enrolment();
     // A task without replicas (ps) is built once it joined: its shards
     // serve the job, so a signal now stops the job with a checkpoint. A
     // task with replicas trains once they are built (on_build).
@@ -358,6 +423,7 @@ class node_run {
     phase_ = phase::ending;
     if (chief_) tell_tasks_the_end();
     here_.stop({caf::actor_cast<caf::actor>(ring_), caf::actor_cast<caf::actor>(node_)});
+    release_enrolment();
     door_.reset();
     shards_ = {};
     np_->joined.clear();
@@ -402,6 +468,8 @@ class node_run {
   ring_node_actor ring_;
   node_actor node_;
   std::unique_ptr<node_process> np_;
+  std::unique_ptr<chief_enrol::desk> desk_;  // chief: the job CA (before door_: it outlives it)
+  int enrol_fd_ = -1;                        // another task: its enrolment connection
   std::unique_ptr<gate> door_;
   clock_type::time_point deadline_{};  // of joining
   job_actors here_;                    // this task's workers, shards and (chief) hub

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz: config, cluster, manifest, idx,
-# npy, npz, csv, gate, message, basp, tls)
+# npy, npz, csv, gate, gatecert, enrol, message, basp, tls)
 # with clang in build/fuzz and runs each for SECONDS (default 20) from the
 # seed corpus in tests/fuzz/corpus/<target>. New inputs go to
 # build/fuzz/corpus/<target>, findings (crash-*, leak-*, timeout-*) to
@@ -12,7 +12,7 @@ seconds=${1:-20}
 cxx=${CXX_FUZZ:-clang++}
 command -v "$cxx" >/dev/null || { echo "fuzz.sh: $cxx not found (libFuzzer needs clang)" >&2; exit 2; }
 jobs=$(nproc 2>/dev/null || echo 2)
-targets=(config cluster manifest idx npy npz csv gate message basp tls)
+targets=(config cluster manifest idx npy npz csv gate gatecert enrol message basp tls)
 cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
   -DTROUPE_FUZZ=ON -DTROUPE_TESTS=OFF -DTROUPE_BENCH=OFF -DTROUPE_CUDA=OFF \
   -DTROUPE_WERROR=OFF >/dev/null  # the gcc build is the warnings gate; clang knows other flags

@@ -11,15 +11,19 @@
 #include <spdlog/spdlog.h>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "net/chief_enrol.hpp"
 #include "net/gate.hpp"
 #include "net/job_ca.hpp"
 #include "net/launch_enrol.hpp"
+#include "net/rendezvous.hpp"
 #include "net/socket.hpp"
 #include "tests/captured_log.hpp"
+#include "tests/fuzz/mutate.hpp"
 #include "tests/gate_fixtures.hpp"
 
 using namespace troupe;
@@ -285,4 +289,163 @@ TEST_CASE("TROUPE_ENROL_FD that is no launcher's socket is refused, naming the v
   enrol_pair pair;
   CHECK(launch_enrol::fd_of_variable(std::to_string(pair.task).c_str()) == pair.task);
   ::close(pair.task);
+}
+
+// The chief's enrolment desk (net/chief_enrol.hpp) behind a gate's side
+// door, as a chief started by hand serves the tasks started by hand.
+namespace {
+
+struct enrol_desk_fixture {
+  std::set<std::string> live;  // tasks with a link to the chief (is_live)
+  std::mutex live_mutex;
+  chief_enrol::desk desk{"chief:0", [this](const std::string& t) {
+                           std::lock_guard<std::mutex> g(live_mutex);
+                           return live.count(t) > 0;
+                         }};
+  std::unique_ptr<gate> door;
+  enrol_desk_fixture() {
+    gate_options o;
+    o.secret = kSecret;
+    o.name = "chief:0";
+    o.allowed_peers = {"chief:0", "worker:0", "worker:1"};
+    o.side_door = chief_enrol::door_of("chief:0");
+    o.on_side_door = [this](int fd, const std::string& task, const std::string& peer) {
+      desk.add(fd, task, peer);
+    };
+    // The node's own connections are not this test's: a handler takes them.
+    door = std::make_unique<gate>(
+        "127.0.0.1", 0, o, [](int fd, const std::string&, const std::string&) { ::close(fd); });
+  }
+  chief_enrol::enrolment enrol(const std::string& task, double seconds = 10,
+                               const std::string& secret = kSecret) {
+    return chief_enrol::enrol(secret, task, "chief:0", "127.0.0.1", door->port(),
+                              std::chrono::steady_clock::now() +
+                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(seconds)));
+  }
+  std::string enrol_error(const std::string& task, double seconds = 1.5,
+                          const std::string& secret = kSecret) {
+    try {
+      ::close(enrol(task, seconds, secret).held_fd);
+    } catch (const job_ca_error& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a task started by hand enrols with the chief: a certificate for its own key, its name") {
+  test::captured_log log;
+  enrol_desk_fixture chief;
+  auto w0 = chief.enrol("worker:0");
+  CHECK(w0.held_fd >= 0);
+  CHECK(w0.identity.task == "worker:0");
+  CHECK(check_task_identity(w0.identity) == "");
+  // Its certificate is from the chief's job CA: a link to a listener with the
+  // chief's own certificate comes up with it.
+  cert_listener node(chief.desk.issue_self());
+  CHECK(connect_as(node.door->port(), "worker:0", &w0.identity) == "");
+  CHECK(node.last_received() == "hello");
+  ::close(w0.held_fd);
+  CHECK(chief.desk.stats().issued == 1);
+  CHECK(log.text().find("chief:0: enrolment: issued worker:0") != std::string::npos);
+}
+
+TEST_CASE("the chief's enrolment: a live task's name is not issued again; a restart's is") {
+  test::captured_log log;
+  enrol_desk_fixture chief;
+  auto first = chief.enrol("worker:0");
+  // While its enrolment connection is open, a second claimant (a holder of
+  // the secret) is refused, told why, and the refusal is logged naming it.
+  auto why = chief.enrol_error("worker:0");
+  CHECK_MESSAGE(why.find("worker:0 is live") != std::string::npos, why << log.text());
+  CHECK(log.text().find("refused a certificate for worker:0") != std::string::npos);
+  // Once its link to the chief holds the name, the same.
+  {
+    std::lock_guard<std::mutex> g(chief.live_mutex);
+    chief.live.insert("worker:0");
+  }
+  ::close(first.held_fd);
+  why = chief.enrol_error("worker:0");
+  CHECK_MESSAGE(why.find("worker:0") != std::string::npos, why);
+  // The chief's own name is never issued.
+  why = chief.enrol_error("chief:0");
+  CHECK_MESSAGE(why.find("the chief's own name is never issued") != std::string::npos, why);
+  // The process gone (its link closed too): a restart gets a new certificate
+  // for its new key.
+  {
+    std::lock_guard<std::mutex> g(chief.live_mutex);
+    chief.live.clear();
+  }
+  auto again = chief.enrol("worker:0");
+  CHECK(check_task_identity(again.identity) == "");
+  CHECK(again.identity.cert_pem != first.identity.cert_pem);
+  CHECK(again.identity.key_pem != first.identity.key_pem);
+  ::close(again.held_fd);
+  CHECK(chief.desk.stats().issued == 2);
+  CHECK(chief.desk.stats().refused >= 3);
+}
+
+TEST_CASE("the chief's enrolment: a wrong secret and a request for another task get nothing") {
+  test::captured_log log;
+  enrol_desk_fixture chief;
+  const std::string other = "9f1c2e3d4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
+  auto why = chief.enrol_error("worker:1", 1.5, other);
+  CHECK_MESSAGE(why.find("wrong or missing cluster secret") != std::string::npos, why);
+  // Past the door as worker:0, a request naming worker:1 is refused.
+  gate_options o;
+  o.secret = kSecret;
+  o.name = "worker:0";
+  o.expect_peer = chief_enrol::door_of("chief:0");
+  auto s = gate_secure_handshake("127.0.0.1", chief.door->port(), o, std::chrono::seconds(5));
+  REQUIRE_MESSAGE(s.fd >= 0, s.error);
+  const task_key key;
+  const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  REQUIRE(net::send_all(s.fd, launch_enrol::make_frame("worker:1", key), by));
+  std::string header(rendezvous_wire::kReplyHeaderBytes, '\0'), err;
+  REQUIRE_MESSAGE(net::recv_exact(s.fd, header, by, &err), err);
+  std::string payload(static_cast<std::size_t>(rendezvous_wire::reply_length(header)), '\0');
+  REQUIRE_MESSAGE(net::recv_exact(s.fd, payload, by, &err), err);
+  ::close(s.fd);
+  CHECK_MESSAGE(payload.find("as 'worker:1'") != std::string::npos, payload);
+  CHECK(chief.desk.stats().issued == 0);
+  CHECK(chief.desk.stats().refused == 1);
+}
+
+TEST_CASE("mutated enrolment frames: refused or issued for the signer, never trusted past checks") {
+  const job_authority ca;
+  const task_key key;
+  const auto request = launch_enrol::make_frame("worker:0", key);
+  std::string refusal;
+  const auto reply = launch_enrol::answer(ca, "worker:0", request, refusal);
+  REQUIRE(refusal.empty());
+  const auto payload = reply.substr(rendezvous_wire::kReplyHeaderBytes);
+  fuzz::mutator mutate(40);
+  int issued = 0, read = 0;
+  for (int i = 0; i < 3000; ++i) {
+    // The desk's side: a mutant is issued a certificate only while it is the
+    // request its key signed, for worker:0 (the name proved at the gate).
+    // (The desk reads exactly a request's bytes off the stream.)
+    auto r = mutate(request);
+    r.resize(launch_enrol::kFrameBytes, '\0');
+    const auto answered = launch_enrol::answer(ca, "worker:0", r, refusal);
+    CHECK(rendezvous_wire::reply_length(answered.substr(0, rendezvous_wire::kReplyHeaderBytes)) >=
+          0);
+    if (refusal.empty()) {
+      ++issued;
+      CHECK(r == request);
+    }
+    // The task's side: an answer is taken only when its certificate names
+    // worker:0, carries this task's key and is signed by the CA it carries.
+    std::string problem;
+    const auto id = launch_enrol::identity_of_reply(mutate(payload), "worker:0", key, problem);
+    if (problem.empty()) {
+      ++read;
+      CHECK(check_task_identity(id) == "");
+    }
+  }
+  CHECK(issued > 0);  // mutants that only touched bytes past the request
+  MESSAGE("mutated enrolment frames: " << issued << " issued, " << read << " answers read");
 }

@@ -28,6 +28,7 @@
 #include "actors/reducers/remote_ring.hpp"
 #include "messages/node_messages.hpp"
 #include "net/basp_guard.hpp"
+#include "net/chief_enrol.hpp"
 #include "net/gate.hpp"
 #include "net/job_ca.hpp"
 #include "net/socket.hpp"
@@ -38,6 +39,7 @@
 #include "tests/gate_fixtures.hpp"
 #include "tests/processes.hpp"
 #include "tests/strategy_fixtures.hpp"
+#include "tests/tls_fixtures.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -78,6 +80,15 @@ void run_all(const cluster_job& job, const std::string& dir, std::vector<std::st
              double limit = 120) {
   auto procs = start_all(job, dir, extra);
   wait_all(procs, limit);
+}
+
+// A cluster whose links are keyed from the secret (cluster.identity
+// "shared_secret"): the attacks on the frame guard, the live-task rule and
+// the node handshake play a holder of the secret that gets past TLS, which
+// tasks started by hand under the job CA (the default) no longer let it.
+void keyed_from_the_secret(cluster_job& job) {
+  job.json["cluster"]["identity"] = "shared_secret";
+  std::ofstream(job.file) << job.json.dump(2);
 }
 
 nlohmann::json summary_in(const std::string& out) {
@@ -323,6 +334,70 @@ TEST_CASE("a job from the environment: the secret alone speaks as no task; refus
   CHECK(many["steps"] == one["steps"]);
   double d = max_abs_diff(variables_of(one), variables_of(many));
   MESSAGE("attacked job from the environment vs one process: max |diff| " << d);
+  CHECK(d < 1e-4);
+}
+
+// Issue 40 for tasks started by hand (a written-out cluster.tasks, no
+// launcher, no rendezvous; cluster.identity "job_ca", the default): the chief
+// holds the job CA, worker:0 enrols with it (net/chief_enrol.hpp) and links
+// by certificate. While it trains, a holder of the secret asks the chief's
+// enrolment door for worker:0's certificate (a live task), and for the
+// chief's, and opens a link keyed from the secret as chief:0: each refused
+// and logged, and the job ends as an unattacked one.
+std::string enrol_error(uint16_t port, const std::string& as) {
+  try {
+    ::close(chief_enrol::enrol(kSecret, as, "chief:0", "127.0.0.1", port,
+                               clock_type::now() + std::chrono::seconds(2))
+                .held_fd);
+  } catch (const job_ca_error& e) {
+    return e.what();
+  }
+  return "(issued)";
+}
+
+TEST_CASE(
+    "tasks started by hand enrol with the chief's job CA; a live task's claimant is refused") {
+  strategy_env env(480);
+  auto c = env.job("mirrored", "adam", 2, 48);
+  c.training.epochs = 4000;  // the attack comes while it trains
+  c.checkpoint.every_steps = 0;
+  c.logging.level = "info";  // the links' kind and the enrolments are said at info
+  auto one = run_job(c);
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
+  node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
+  REQUIRE_MESSAGE(file_shows(dir / "out/metrics.jsonl", "\"step\""), chief.output());
+  const auto port = parse_host_port(job.address.at("chief:0")).port;
+  auto why = enrol_error(port, "worker:0");
+  CHECK_MESSAGE(why.find("worker:0: cannot enrol with chief:0") != std::string::npos, why);
+  why = enrol_error(port, "chief:0");
+  CHECK_MESSAGE(why.find("the chief's own name is never issued") != std::string::npos, why);
+  auto s = handshake_with_chief(port, kSecret, "chief:0");
+  if (s.fd >= 0) {  // TLS 1.3's client may finish before the chief checked it
+    CHECK(attack::closed_within(s.fd, std::chrono::seconds(3)));
+    ::close(s.fd);
+  }
+  CHECK_MESSAGE(!fs::exists(dir / "out/summary.json"),
+                "the attack came after the job had ended: make it longer");
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(120)) == 0, chief.output());
+  CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
+  const auto log = chief.output();
+  CHECK_MESSAGE(log.find("chief:0: made the job CA in memory") != std::string::npos, log);
+  CHECK(log.find("chief:0: enrolment: issued worker:0") != std::string::npos);
+  CHECK(log.find("the certificates the job CA issued") != std::string::npos);
+  CHECK(log.find("refused a peer claiming to be worker:0") != std::string::npos);
+  CHECK(log.find("worker:0 has a live connection here already") != std::string::npos);
+  CHECK(log.find("refused a certificate for chief:0") != std::string::npos);
+  CHECK(log.find("peer did not return a certificate") != std::string::npos);
+  const auto wlog = worker.output();
+  CHECK_MESSAGE(wlog.find("worker:0: enrolled with chief:0") != std::string::npos, wlog);
+  CHECK(wlog.find("the certificates the job CA issued") != std::string::npos);
+  auto many = summary_in(dir / "out");
+  CHECK(many["steps"] == one["steps"]);
+  double d = max_abs_diff(variables_of(one), variables_of(many));
+  MESSAGE("attacked job started by hand vs one process: max |diff| " << d);
   CHECK(d < 1e-4);
 }
 
@@ -766,6 +841,7 @@ TEST_CASE("a node with a wrong or missing secret is refused") {
   temp_dir dir;
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 1, 0, /*join_timeout=*/3);
+  keyed_from_the_secret(job);
   node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
   {  // A plain CAF client never reaches BASP (the gate, net/gate.hpp).
     net_system_config cfg;
@@ -926,6 +1002,7 @@ TEST_CASE("a chief attacked at its port stays small, gives nothing away, and fin
   temp_dir dir;
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 1, 0);
+  keyed_from_the_secret(job);
   node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
   const auto port = parse_host_port(job.address.at("chief:0")).port;
   REQUIRE_MESSAGE(attack::wait_listening(port, std::chrono::seconds(30)), chief.output());
@@ -1014,6 +1091,7 @@ TEST_CASE("a holder of the secret cannot take a live worker's routes; refused, l
   temp_dir dir;
   c.logging.output_dir = dir / "out";
   cluster_job job(c, dir.str(), 1, 0);
+  keyed_from_the_secret(job);
   node_proc chief(job.file, "chief:0", dir / "chief.log", kSecret);
   node_proc worker(job.file, "worker:0", dir / "worker.log", kSecret);
   REQUIRE_MESSAGE(file_shows(dir / "out/metrics.jsonl", "\"step\""), chief.output());
@@ -1120,7 +1198,7 @@ TEST_CASE("a chief flooded with unfinished frames just under the cap stays small
   cluster_job job(c, dir.str(), 1, 0);
   // A cap the job may well ask for: 192 MiB a frame.
   job.json["cluster"]["max_message_mb"] = 192;
-  std::ofstream(job.file) << job.json.dump(2);
+  keyed_from_the_secret(job);
   // Under ASan freed memory waits in a quarantine (256 MB by default) and
   // would count as the chief's: keep it small, so RSS shows what is held.
   std::map<std::string, std::string> chief_env;
@@ -1209,6 +1287,89 @@ TEST_CASE(
   CHECK_MESSAGE(worker.wait(std::chrono::seconds(90)) == 0, worker.output());
   CHECK_MESSAGE(chief.wait(std::chrono::seconds(30)) == 0, chief.output());
   for (int fd : idle) ::close(fd);
+  CHECK(summary_in(dir / "out")["steps"].get<int64_t>() > 0);
+}
+
+// The descriptors process `pid` holds.
+int descriptors_of(pid_t pid) {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
+}
+
+// Issue 40, row 5, as a job: certificates and no secret (cluster.tls alone).
+// The gate ran on a public stand-in secret, so 5,437 connections past it,
+// each given a TLS link, took the chief to 1,023 of its 1,024 descriptors and
+// the worker's join failed. Now the gate is keyed from the CA's certificate:
+// the stranger, who has neither it nor a task's certificate, is refused at
+// the gate, within its pending limit, and the worker joins.
+TEST_CASE("certificates and no secret: 5,437 strangers leave the chief its descriptors; joined") {
+  strategy_env env(240);
+  auto c = env.job("mirrored", "sgd", 2, 24);
+  c.logging.level = "info";  // the links' kind is said at info
+  temp_dir dir;
+  c.logging.output_dir = dir / "out";
+  cluster_job job(c, dir.str(), 1, 0);
+  tls_test::test_ca ca(dir.str(), "cluster-ca");
+  auto config_of = [&](const std::string& task, const std::string& stem) {
+    const auto mine = ca.issue(task, stem);
+    auto j = job.json;
+    j["cluster"]["tls"] = {{"ca", ca.ca_file}, {"cert", mine.cert}, {"key", mine.key}};
+    const std::string file = dir / (stem + ".json");
+    std::ofstream(file) << j.dump(2);
+    return file;
+  };
+  const auto chief_file = config_of("chief:0", "chief");
+  const auto worker_file = config_of("worker:0", "worker");
+  // No secret at all: "" unsets TROUPE_SECRET.
+  node_proc chief("chief:0", dir / "chief.log", "",
+                  {"/usr/bin/prlimit", "--nofile=1024:1024", TROUPE_BIN, "node", "--config",
+                   chief_file, "--task", "chief:0"});
+  const auto port = parse_host_port(job.address.at("chief:0")).port;
+  REQUIRE_MESSAGE(attack::wait_listening(port, std::chrono::seconds(30)), chief.output());
+  // Half the connections run the gate's exchange with the public stand-in
+  // (kept when admitted, as the attack held its links), half stay idle.
+  gate_options stranger;
+  stranger.secret = "troupe: certificates only, no secret";
+  stranger.name = "worker:0";
+  constexpr int kConnections = 5437;
+  std::vector<int> held;
+  int admitted = 0, told = 0, peak = 0;
+  for (int i = 0; i < kConnections && chief.running(); ++i) {
+    if (i % 2 == 0) {
+      auto s = gate_handshake("127.0.0.1", port, stranger, std::chrono::seconds(2));
+      if (s.fd >= 0) {
+        ++admitted;
+        held.push_back(s.fd);
+      }
+      if (s.error.find("wrong or missing cluster secret") != std::string::npos) ++told;
+    } else if (int fd = attack::raw_connect(port); fd >= 0) {
+      held.push_back(fd);
+    }
+    if (i % 64 == 0) peak = std::max(peak, descriptors_of(chief.pid));
+  }
+  node_proc worker("worker:0", dir / "worker.log", "",
+                   {TROUPE_BIN, "node", "--config", worker_file, "--task", "worker:0"});
+  while (worker.running() && chief.running()) {
+    peak = std::max(peak, descriptors_of(chief.pid));
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  CHECK_MESSAGE(worker.wait(std::chrono::seconds(90)) == 0, worker.output());
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(30)) == 0, chief.output());
+  for (int fd : held) ::close(fd);
+  MESSAGE(kConnections << " connections without a certificate: " << admitted << " past the gate, "
+                       << told << " told the secret was wrong, the chief's descriptors at most "
+                       << peak << " of 1024");
+  CHECK(admitted == 0);
+  CHECK(told > 0);
+  CHECK(peak < 512);  // the gate's pending limit is a quarter of the 1,024
+  const auto log = chief.output();
+  CHECK(log.find("the gate is keyed from their CA's certificate") != std::string::npos);
+  CHECK(log.find("refused a connection from 127.0.0.1") != std::string::npos);
+  CHECK(log.find("TLS 1.3 with the certificates of cluster.tls") != std::string::npos);
   CHECK(summary_in(dir / "out")["steps"].get<int64_t>() > 0);
 }
 

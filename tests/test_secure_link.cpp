@@ -973,6 +973,14 @@ TEST_CASE("certificates: the cluster CA's admit; another CA, expired, another ta
   temp_dir dir;
   tls_test::test_ca ca(dir.str(), "cluster-ca");
   tls_test::test_ca rogue(dir.str(), "rogue-ca");
+  // With a secret as well, so that TLS is what checks the certificates (with
+  // certificates alone the gate does first: the next test cases).
+  const auto cert_opts = [](const std::string& name, const tls_test::test_ca& authority,
+                            const tls_test::pem_files& mine) {
+    auto o = ::cert_opts(name, authority, mine);
+    o.secret = kSecret;
+    return o;
+  };
   auto chief = ca.issue("chief:0", "chief");
   listener l(cert_opts("chief:0", ca, chief));
   connector c;
@@ -1015,16 +1023,22 @@ int open_descriptors() {
 
 }  // namespace
 
-// Issue 40, row 5: with certificates and no cluster secret the gate runs on a
-// public stand-in, so a stranger passes it, and every admitted socket got a
+// Issue 40, row 5: with certificates and no cluster secret the gate ran on a
+// public stand-in, so a stranger passed it, and every admitted socket got a
 // TLS link (three descriptors, a TLS state, a BASP scribe) with no cap on the
 // unfinished ones: 5,437 connections took a chief to 1,023 of its 1,024
-// descriptors and the real worker's join failed.
+// descriptors and the real worker's join failed. Now the gate is keyed from
+// the CA's certificate (certificates_only_secret) and asks for a certificate
+// of the CA, signed over the exchange, before any TLS state: a stranger, or
+// a holder of the CA's certificate without a task's, is refused there. A
+// holder of a task's certificate passes, and its links in their TLS
+// handshake are capped.
 TEST_CASE("certificates and no secret: links in their TLS handshake are capped; a peer gets in") {
   temp_dir dir;
   tls_test::test_ca ca(dir.str(), "cluster-ca");
+  tls_test::test_ca rogue(dir.str(), "rogue-ca");
   auto stand_in = [&](gate_options o) {
-    o.secret = kCertificatesOnlySecret;
+    o.secret.clear();  // certificates alone
     return o;
   };
   auto listening = stand_in(cert_opts("chief:0", ca, ca.issue("chief:0", "chief")));
@@ -1032,18 +1046,47 @@ TEST_CASE("certificates and no secret: links in their TLS handshake are capped; 
   listening.link.handshake_timeout = std::chrono::seconds(60);
   listener l(listening);
   const auto evicted = link_totals().handshakes_evicted;
+  // A stranger with the public stand-in the gate used to run on, or any
+  // secret: refused at the gate, told so, and no TLS link made for it.
+  const auto opened = link_totals().opened;
+  for (const std::string secret : {"troupe: certificates only, no secret", kSecret}) {
+    auto o = opts("worker:0");
+    o.secret = secret;
+    auto s = gate_handshake("127.0.0.1", l.port(), o, std::chrono::seconds(5));
+    CHECK(s.fd < 0);
+    CHECK_MESSAGE(s.error.find("wrong or missing cluster secret") != std::string::npos, s.error);
+  }
+  CHECK(logs.contains("wrong or missing cluster secret"));
+  // A holder of the CA's certificate: with no certificate proof, or with a
+  // certificate of another CA, or a task's certificate for another name, or
+  // one that is not signed with its key: refused at the gate, told so.
+  auto o = opts("worker:0");
+  o.secret = certificates_only_secret(listening.link);
+  auto s = gate_handshake("127.0.0.1", l.port(), o, std::chrono::seconds(5));
+  CHECK(s.fd < 0);
+  auto forged = cert_opts("worker:0", ca, rogue.issue("worker:0", "rogue-w0"));
+  auto other = cert_opts("worker:1", ca, ca.issue("worker:0", "w0-as-w1"));
+  auto stolen = cert_opts("worker:0", ca, ca.issue("worker:0", "w0-stolen"));
+  stolen.link.key_file = rogue.issue("worker:0", "rogue-key").key;  // not its key
+  for (auto* bad : {&forged, &other, &stolen}) {
+    auto r = gate_handshake("127.0.0.1", l.port(), with_link_key(stand_in(*bad)),
+                            std::chrono::seconds(5));
+    CHECK(r.fd < 0);
+    CHECK_MESSAGE(r.error.find("refused this process") != std::string::npos, r.error);
+  }
+  CHECK(link_totals().opened == opened);
   const int before = open_descriptors();
-  // Strangers that pass the gate with the public stand-in and never start
+  // Holders of worker:0's certificate that pass the gate and never start
   // TLS. Their own sockets aside, what they hold here is bounded by the cap
   // (three descriptors a link), not by how many came.
+  const auto holder = with_link_key(stand_in(cert_opts("worker:0", ca, ca.issue("worker:0", "h"))));
   constexpr int kStrangers = 200;
   std::vector<int> strangers;
   int peak = 0;
   for (int i = 0; i < kStrangers; ++i) {
-    auto s = gate_handshake("127.0.0.1", l.port(), stand_in(opts("worker:" + std::to_string(i))),
-                            std::chrono::seconds(5));
-    REQUIRE_MESSAGE(s.fd >= 0, s.error);
-    strangers.push_back(s.fd);
+    auto h = gate_handshake("127.0.0.1", l.port(), holder, std::chrono::seconds(5));
+    REQUIRE_MESSAGE(h.fd >= 0, h.error);
+    strangers.push_back(h.fd);
     peak = std::max(peak, open_descriptors() - before - (i + 1));
   }
   const auto cap = max_tls_handshakes();
@@ -1060,6 +1103,47 @@ TEST_CASE("certificates and no secret: links in their TLS handshake are capped; 
   CHECK(c.ask(*good, "hello") == 5);
   CHECK(logs.contains("connections in their TLS handshake at once: closed the oldest"));
   for (int fd : strangers) ::close(fd);
+}
+
+// The gate's certificate proof alone (net/gate_certificate.cpp): what the
+// listener refuses, each with its reason.
+TEST_CASE("gate certificate proof: only a certificate of the CA, naming the task, signed over it") {
+  temp_dir dir;
+  tls_test::test_ca ca(dir.str(), "cluster-ca");
+  tls_test::test_ca rogue(dir.str(), "rogue-ca");
+  const auto listening = cert_opts("chief:0", ca, ca.issue("chief:0", "chief")).link;
+  const auto transcript = gate_wire::certificate_transcript("S", "C", "worker:0", "chief:0");
+  auto proof_of = [&](const tls_test::pem_files& files, const std::string& t) {
+    return gate_certificate::make_proof(cert_opts("worker:0", ca, files).link, t);
+  };
+  const auto w0 = ca.issue("worker:0", "w0");
+  const auto good = proof_of(w0, transcript);
+  CHECK(gate_certificate::check_proof(listening, good, transcript, "worker:0") == "");
+  CHECK(gate_certificate::check_proof(listening, good, transcript, "worker:1") ==
+        "its certificate does not name the task worker:1");
+  // Replayed into another exchange (other challenges): refused.
+  CHECK(gate_certificate::check_proof(
+            listening, good, gate_wire::certificate_transcript("S2", "C", "worker:0", "chief:0"),
+            "worker:0") == "its signature does not check out with its certificate's key");
+  CHECK(gate_certificate::check_proof(listening, proof_of(rogue.issue("worker:0", "r"), transcript),
+                                      transcript, "worker:0") ==
+        "its certificate: unable to get local issuer certificate");
+  CHECK(gate_certificate::check_proof(
+            listening, proof_of(ca.issue("worker:0", "old", -7200, -3600), transcript), transcript,
+            "worker:0") == "its certificate: certificate has expired");
+  auto not_its_key = w0;
+  not_its_key.key = rogue.issue("worker:0", "k").key;
+  CHECK(gate_certificate::check_proof(listening, proof_of(not_its_key, transcript), transcript,
+                                      "worker:0") ==
+        "its signature does not check out with its certificate's key");
+  // Frames cut, lengthened or with a wrong header are not proofs.
+  CHECK(gate_certificate::check_proof(listening, good.substr(0, good.size() - 1), transcript,
+                                      "worker:0") == "not a certificate proof");
+  CHECK(gate_certificate::check_proof(listening, good + "x", transcript, "worker:0") ==
+        "not a certificate proof");
+  CHECK(gate_wire::certificate_proof_length(std::string(gate_wire::kCertHeaderBytes, '\0')) == -1);
+  CHECK(gate_wire::certificate_proof_length(good.substr(0, gate_wire::kCertHeaderBytes)) ==
+        static_cast<int64_t>(good.size() - gate_wire::kCertHeaderBytes));
 }
 
 TEST_CASE("certificates: a bad file is an error naming it") {

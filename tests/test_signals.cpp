@@ -263,8 +263,9 @@ void check_stopped_while_joining(const std::string& task) {
   temp_dir dir;
   auto job = two_process_job(env, dir, 1, 25, "info");
   node_proc p(job.file, task, dir / "task.log", kSecret);
-  // Its gate is open: it is joining.
-  auto s = stop_when(p, "listening on", SIGTERM);
+  // The chief's gate is open, a worker enrols with the chief (the job CA,
+  // net/chief_enrol.hpp): either is joining.
+  auto s = stop_when(p, task == "chief:0" ? "listening on" : "enrolling with chief:0", SIGTERM);
   CHECK_MESSAGE(s.rc == 143, s.log);
   CHECK(s.seconds < kPromptSeconds);
   CHECK(contains(s.log, "SIGTERM during joining the cluster: stopped at once, nothing to resume"));

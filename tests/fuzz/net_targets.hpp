@@ -8,7 +8,12 @@
 //   - message_bytes: every troupe message type, deserialized as CAF does for
 //     an authenticated peer (the first byte picks the type);
 //   - basp_frames: the BASP stream an authenticated peer sends, through the
-//     frame guard (net/basp_guard.cpp) as a listener and as a connector.
+//     frame guard (net/basp_guard.cpp) as a listener and as a connector;
+//   - certificate_proof: the gate's certificate proof (certificates and no
+//     secret) as a listener checks it (net/gate_certificate.cpp);
+//   - enrol_frames: a certificate request as the chief's enrolment desk
+//     (net/chief_enrol.hpp) and troupe launch read it, and the answer as an
+//     enrolling task reads it (net/launch_enrol.cpp).
 #include <caf/all.hpp>
 #include <caf/binary_deserializer.hpp>
 #include <cstdint>
@@ -22,6 +27,8 @@
 #include "messages/rl_messages.hpp"
 #include "net/basp_guard.hpp"
 #include "net/gate.hpp"
+#include "net/job_ca.hpp"
+#include "net/launch_enrol.hpp"
 #include "net/rendezvous.hpp"
 
 namespace troupe::fuzz {
@@ -48,6 +55,7 @@ inline bool gate_frames(std::string_view bytes) {
              .problem.empty();
   any |= gate_wire::check_verdict(secret, challenge, challenge, sized(gate_wire::kVerdictBytes))
              .authentic;
+  any |= gate_wire::certificate_proof_length(sized(gate_wire::kCertHeaderBytes)) >= 0;
   any |= rendezvous_wire::check_announce(sized(rendezvous_wire::kAnnounceBytes), 3).problem.empty();
   any |= rendezvous_wire::reply_length(sized(rendezvous_wire::kReplyHeaderBytes)) >= 0;
   try {
@@ -58,6 +66,57 @@ inline bool gate_frames(std::string_view bytes) {
   // trusted here (the rank checks it against its key and the CA).
   any |= !rendezvous_wire::certificate_of_reply(bytes).certificate.empty();
   return any;
+}
+
+// The input as a certificate proof, as it is and with its header's lengths
+// made to fit: checked against a job CA's certificate, never accepted (the
+// fuzzer holds no key of that CA).
+inline bool certificate_proof(std::string_view bytes) {
+  static const job_authority ca;
+  static const link_security listening = [] {
+    link_security sec;
+    sec.kind = link_security::trust::certificates;
+    sec.identity = std::make_shared<const task_identity>(ca.issue_self("chief:0"));
+    return sec;
+  }();
+  static const auto transcript = gate_wire::certificate_transcript("S", "C", "worker:0", "");
+  std::string fitted(gate_wire::kCertMagic, gate_wire::kMagicBytes);
+  const auto body = bytes.substr(0, gate_wire::kMaxCertBytes);
+  const std::size_t cert = body.size() / 2, sig = std::max<std::size_t>(body.size() - cert, 1);
+  for (const auto n : {std::max<std::size_t>(cert, 1), sig}) {
+    fitted += static_cast<char>((n >> 8) & 0xff);
+    fitted += static_cast<char>(n & 0xff);
+  }
+  fitted += body;
+  fitted.resize(gate_wire::kCertHeaderBytes + std::max<std::size_t>(cert, 1) + sig, '\0');
+  for (std::string_view frame : {bytes, std::string_view(fitted)})
+    if (gate_certificate::check_proof(listening, frame, transcript, "worker:0").empty())
+      throw std::logic_error("a certificate proof accepted without the CA's key");
+  return false;
+}
+
+// The input as a request (cut or zero-padded to its size, and as it is)
+// from a task proved as worker:0, answered by a job CA; and as the answer an
+// enrolling worker:0 reads: a certificate only when it names worker:0, is
+// for its key and is signed by the CA the answer carries.
+inline bool enrol_frames(std::string_view bytes) {
+  static const job_authority ca;
+  static const task_key key;
+  std::string sized(bytes.substr(0, launch_enrol::kFrameBytes));
+  sized.resize(launch_enrol::kFrameBytes, '\0');
+  bool any = false;
+  for (std::string_view request : {std::string_view(sized), bytes}) {
+    std::string refusal;
+    const auto reply = launch_enrol::answer(ca, "worker:0", request, refusal);
+    if (reply.size() < rendezvous_wire::kReplyHeaderBytes)
+      throw std::logic_error("an answer without its header");
+    any |= refusal.empty();
+  }
+  std::string problem;
+  const auto id = launch_enrol::identity_of_reply(bytes, "worker:0", key, problem);
+  if (problem.empty() && check_task_identity(id) != "")
+    throw std::logic_error("an identity trusted past its check");
+  return any || problem.empty();
 }
 
 namespace detail {
