@@ -29,7 +29,7 @@ install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${TROUPE_INSTALL_CMA
 # under their source paths. The runtime's own headers (actors, strategies,
 # runtime, devices) stay out, so a program sees none of their names.
 # custom_loop_install builds a program against exactly these.
-set(TROUPE_PUBLIC_HEADERS actors/job_options.hpp config/cluster.hpp config/job_config.hpp
+set(TROUPE_PUBLIC_HEADERS actors/job_options.hpp config/cluster.hpp config/job_config.hpp config/reducer_links.hpp
   data/dataset.hpp data/idx.hpp envs/env.hpp kernels/activation.hpp kernels/backend.hpp
   kernels/elementwise.hpp kernels/layer_ops.hpp
   kernels/optimizer.hpp messages/reduce_op.hpp messages/tensor.hpp models/model.hpp
