@@ -4,9 +4,11 @@
 # R replicas in each process (2R in all), and per round
 #   inprocess       the same 2R replicas in one process (device collectives)
 #   direct          2 processes, device collectives, the processes' sum over
-#                   direct links (strategy.reducer.transport "direct"): the
-#                   default, Unix sockets between processes of one host
-#   direct_shm      the same over shared rings (strategy.reducer.same_host "shm")
+#                   direct links (strategy.reducer.transport "direct") as the
+#                   defaults have them: shared rings between processes of one
+#                   host (strategy.reducer.same_host "shm")
+#   direct_shm      the same with same_host "shm" written out
+#   direct_unix     the same over Unix sockets (same_host "unix")
 #   direct_tcp      the same over TCP with TLS 1.3, as between hosts
 #                   (strategy.reducer.same_host "tcp")
 #   direct_tcp_plain  the same with cluster.insecure (plain bytes)
@@ -14,6 +16,10 @@
 #                   ring nodes (transport "actors")
 #   reducer_ring    2 processes, the reducer actors' ring (algorithm "ring",
 #                   the example as it was shipped before direct links)
+#   ddp             PyTorch DDP, 2 processes x 1 thread, gloo, fused Adam
+#                   (bench/pytorch_cpu_mlp.py --ddp 2 --fused, R=1 only, with
+#                   $PYTHON, default ~/.cache/troupe-bench-venv/bin/python);
+#                   not in the default list
 #
 #   bench/cross_process.sh [ROUNDS=3] [EPOCHS=2] [R=1] [SPE=1]   (BUILD=build/release)
 #
@@ -21,7 +27,8 @@
 # SETUPS="inprocess direct" runs only those.
 #
 # Prints one JSON line per run: {"bench":"cross_process","setup":...,
-# "samples_per_second":...,"test_accuracy":...}.
+# "samples_per_second":...,"test_accuracy":...,"load":...} (load: the 1-minute
+# load average after the run; other sessions may share the machine).
 set -euo pipefail
 ROUNDS=${1:-3}
 EPOCHS=${2:-2}
@@ -49,7 +56,7 @@ def base(setup):
         "chief:0": {"replicas": list(range(r)), "devices": devices[:r]},
         "worker:0": {"replicas": list(range(r, 2 * r)), "devices": devices[r:]}}
     return j
-for setup in ("direct", "direct_shm", "direct_tcp", "direct_tcp_plain", "device_actors",
+for setup in ("direct", "direct_shm", "direct_unix", "direct_tcp", "direct_tcp_plain", "device_actors",
               "reducer_ring", "inprocess"):
     j = base(setup)
     red = j["strategy"]["reducer"]
@@ -62,6 +69,8 @@ for setup in ("direct", "direct_shm", "direct_tcp", "direct_tcp_plain", "device_
         red["same_host"] = "tcp"
     if setup == "direct_shm":
         red["same_host"] = "shm"
+    if setup == "direct_unix":
+        red["same_host"] = "unix"
     if setup == "direct_tcp_plain":
         j["cluster"]["insecure"] = True
     if setup == "inprocess":
@@ -70,7 +79,22 @@ for setup in ("direct", "direct_shm", "direct_tcp", "direct_tcp_plain", "device_
 PY
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(date -u +%F), R=$R, SPE=$SPE" >&2
 for _ in $(seq "$ROUNDS"); do
-  for setup in ${SETUPS:-inprocess direct direct_shm direct_tcp direct_tcp_plain device_actors reducer_ring}; do
+  for setup in ${SETUPS:-inprocess direct direct_unix direct_tcp direct_tcp_plain device_actors reducer_ring}; do
+    if [ "$setup" = ddp ]; then
+      # the same global batch of 128, epochs and seed; one JSON line of its own
+      "${PYTHON:-$HOME/.cache/troupe-bench-venv/bin/python}" bench/pytorch_cpu_mlp.py \
+        --ddp 2 --fused --epochs "$EPOCHS" >"$work/log-ddp" 2>&1 ||
+        { cat "$work/log-ddp" >&2; exit 1; }
+      python3 - "$work/log-ddp" <<'PY'
+import json, os, sys
+s = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+print(json.dumps({"bench": "cross_process", "setup": "ddp", "replicas_per_process": 1,
+                  "samples_per_second": round(s["samples_per_second"]),
+                  "test_accuracy": s.get("final_test_accuracy"),
+                  "load": os.getloadavg()[0]}), flush=True)
+PY
+      continue
+    fi
     if [ "$setup" = inprocess ]; then
       cmd=("$BUILD/troupe" run "$work/$setup.json" --overwrite --quiet)
     else
@@ -78,12 +102,13 @@ for _ in $(seq "$ROUNDS"); do
     fi
     "${cmd[@]}" >"$work/log-$setup" 2>&1 || { cat "$work/log-$setup" >&2; exit 1; }
     python3 - "$work/out-$setup/summary.json" "$setup" "$R" <<'PY'
-import json, sys
+import json, os, sys
 s = json.load(open(sys.argv[1]))
 print(json.dumps({"bench": "cross_process", "setup": sys.argv[2],
                   "replicas_per_process": int(sys.argv[3]),
                   "samples_per_second": round(s["samples_per_second"]),
-                  "test_accuracy": s.get("test_accuracy")}), flush=True)
+                  "test_accuracy": s.get("test_accuracy"),
+                  "load": os.getloadavg()[0]}), flush=True)
 PY
   done
 done

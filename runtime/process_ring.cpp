@@ -20,6 +20,7 @@
 #include "net/tls_records.hpp"
 #include "runtime/ring_detail.hpp"
 #include "runtime/ring_shm.hpp"
+#include "trace/trace.hpp"
 
 namespace troupe {
 namespace {
@@ -37,16 +38,22 @@ constexpr std::size_t kShmReadBytes = 64 * 1024;
 // Copied into a shared ring and published at a time (whole 16 KB records of
 // the forwarding rule below: a multiple of 4).
 constexpr std::size_t kShmSendBytes = 64 * 1024;
-// A side of a shared ring that has nothing to do looks again: in a tight
-// loop for kShmSpin, then giving its core away between looks (the peer may
-// be waiting for it: two processes on one core, or beside other work) until
-// kShmYield, then it sleeps in poll() until a doorbell. On 2 vCPUs under
-// load (bench/results/2026-11-29.md) the tight loop alone lost whole time
-// slices when the peer shared the core, and the 2-process job ran faster
-// the longer it yielded before sleeping (0.5 ms: 87k samples/s, 3 ms: 152k,
-// medians of 3): the processes' steps drift apart by about a step.
-constexpr auto kShmSpin = std::chrono::microseconds(2);
-constexpr auto kShmYield = std::chrono::milliseconds(3);
+// A side of a link that has nothing to do looks again: in a tight loop for
+// kIdleSpin, then giving its core away between looks (the peer may be
+// waiting for it: two processes on one core, or beside other work) until
+// kIdleYield, then it sleeps in poll() until the socket (or a shared ring's
+// doorbell) wakes it. On 2 vCPUs under load (bench/results/2026-11-29.md)
+// the tight loop alone lost whole time slices when the peer shared the
+// core, and the 2-process job ran faster the longer it yielded before
+// sleeping (shared ring, 0.5 ms: 87k samples/s, 3 ms: 152k, medians of 3):
+// the processes' steps drift apart by about a step. Sockets too: going to
+// sleep in poll() at once, a side woke a scheduler's slice late whenever
+// other work held the cores, and the exchange waited ~0.7-1 ms a step;
+// yielding first doubled the job over TCP (TLS 46k -> 94k samples/s,
+// plaintext 70k -> 126k, Unix socket 78k -> 157k, medians of 3). A look
+// at a socket is one non-blocking recv or send.
+constexpr auto kIdleSpin = std::chrono::microseconds(2);
+constexpr auto kIdleYield = std::chrono::milliseconds(3);
 
 // A doorbell on a shared ring's socket: the peer sleeps in poll() on it. A
 // full socket buffer holds doorbells enough; a broken socket shows in poll.
@@ -233,7 +240,13 @@ class process_ring::inbound {
     const std::size_t unit = wire_size(wire_);
     if (reader_) {
       std::size_t produced = 0;
-      auto err = reader_->feed_to(raw_.data(), k, scratch_.data(), &produced);
+      std::string err;
+      {
+        trace::scoped_span opening(trace::this_thread_track(), "tls_open",
+                                   trace::category::communicate,
+                                   {.bytes = static_cast<int64_t>(k)});
+        err = reader_->feed_to(raw_.data(), k, scratch_.data(), &produced);
+      }
       if (!err.empty()) throw link_broken("a record did not open: " + err);
       if (produced % unit != 0) throw link_broken("a record does not hold whole values");
       deliver(scratch_.data(), produced / unit);
@@ -408,6 +421,9 @@ class process_ring::outbound {
       len = n * 2;
     }
     if (writer_) {
+      trace::scoped_span sealing(trace::this_thread_track(), "tls_seal",
+                                 trace::category::communicate,
+                                 {.bytes = static_cast<int64_t>(len)});
       cur_e_ = writer_->seal_to(bytes, len, sealed_.data());
       cur_ = sealed_.data();
     } else {
@@ -509,29 +525,41 @@ void process_ring::run(const std::vector<step>& steps, reduce_op op) {
   const auto deadline = clock_type::now() + timeout_;
   const std::string next = "rank " + std::to_string(mod(rank_ + 1)) + " (" + out_->peer() + ")";
   const std::string prev = "rank " + std::to_string(mod(rank_ - 1)) + " (" + in_->peer() + ")";
-  const bool spin = in_->shm() || out_->shm();
+  // A trace shows the exchange as one span and, inside it, the crypto
+  // (tls_seal, tls_open) and each stretch with nothing to move (link_wait:
+  // spinning, yielding or asleep until the peer's data or room come).
+  const trace::track_id track = trace::this_thread_track();
+  trace::scoped_span exchange(track, "across_processes", trace::category::communicate,
+                              {.bytes = static_cast<int64_t>(out_->total() + in_->total())});
+  double waiting_since = -1;
   try {
     auto idle_since = clock_type::time_point::max();
     for (;;) {
       bool moved = out_->progress(sent_bytes_);
       moved = in_->progress(received_bytes_) || moved;
+      if (moved && waiting_since >= 0) {
+        trace::complete(track, "link_wait", trace::category::communicate, waiting_since,
+                        trace::now_us());
+        waiting_since = -1;
+      }
       if (out_->done() && in_->done()) return;
       check();
       if (moved) {
         idle_since = clock_type::time_point::max();
         continue;
       }
+      if (waiting_since < 0 && trace::enabled()) waiting_since = trace::now_us();
       const auto now = clock_type::now();
       if (now >= deadline)
         fail("timed out after " + std::to_string(timeout_.count()) + " ms (received " +
              std::to_string(in_->received()) + " of " + std::to_string(in_->total()) +
              " bytes from " + prev + ", sent " + std::to_string(out_->sent()) + " of " +
              std::to_string(out_->total()) + " to " + next + ")");
-      // A shared ring's peer is a few hundred nanoseconds away: look again
-      // for a while before paying for a doorbell and a wake-up.
-      if (spin && idle_since == clock_type::time_point::max()) idle_since = now;
-      if (spin && now - idle_since < kShmYield) {
-        if (now - idle_since < kShmSpin)
+      // The peer's next bytes are usually microseconds away: look again for
+      // a while before paying for a sleep and a wake-up (kIdleYield).
+      if (idle_since == clock_type::time_point::max()) idle_since = now;
+      if (now - idle_since < kIdleYield) {
+        if (now - idle_since < kIdleSpin)
           cpu_relax();
         else
           ::sched_yield();
