@@ -5,9 +5,11 @@
 # Alternates, per round, the setups of bench/cross_process.sh that cross
 # processes (1 replica per process):
 #   direct, direct_bf16, device_actors, reducer_ring
+# and, when SETUPS names it, direct_plain (direct with cluster.insecure).
 #
 #   sudo bench/netns.sh [RATE=10gbit] [ROUNDS=3] [EPOCHS=1]    (BUILD=build/release)
 #
+# SETUPS="direct direct_bf16" runs only those.
 # RATE: a tc rate (10gbit, 1gbit, ...) or "none" (the veth pair as it is).
 # Needs root (ip netns, tc). Latency is not added: that needs tc's netem
 # qdisc, which kernels without sch_netem (this VM's) lack; the script says
@@ -48,7 +50,7 @@ export TROUPE_SECRET=${TROUPE_SECRET:-$(openssl rand -hex 32)}
 python3 - examples/fashion_mnist_mirrored_2proc.json "$work" "$EPOCHS" <<'PY'
 import json, sys
 src, work, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-for setup in ("direct", "direct_bf16", "device_actors", "reducer_ring"):
+for setup in ("direct", "direct_plain", "direct_bf16", "device_actors", "reducer_ring"):
     j = json.load(open(src))
     j["training"]["epochs"] = epochs
     j["checkpoint"] = {"every_steps": 0, "save_at_end": False}
@@ -66,11 +68,13 @@ for setup in ("direct", "direct_bf16", "device_actors", "reducer_ring"):
         red["transport"] = "actors" if setup == "device_actors" else "direct"
         if setup == "direct_bf16":
             red["wire"] = "bf16"
+    if setup == "direct_plain":
+        j["cluster"]["insecure"] = True
     json.dump(j, open(f"{work}/{setup}.json", "w"))
 PY
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, $(date -u +%F), rate $RATE" >&2
 for _ in $(seq "$ROUNDS"); do
-  for setup in direct direct_bf16 device_actors reducer_ring; do
+  for setup in ${SETUPS:-direct direct_bf16 device_actors reducer_ring}; do
     ip netns exec "$ns_b" "$BUILD/troupe" node --config "$work/$setup.json" --task worker:0 \
       --overwrite >"$work/worker-$setup.log" 2>&1 &
     worker=$!
@@ -82,11 +86,12 @@ for _ in $(seq "$ROUNDS"); do
     fi
     wait "$worker" || true
     python3 - "$work/out-$setup/summary.json" "$setup" "$RATE" <<'PY'
-import json, sys
+import json, os, sys
 s = json.load(open(sys.argv[1]))
 print(json.dumps({"bench": "netns", "rate": sys.argv[3], "setup": sys.argv[2],
                   "samples_per_second": round(s["samples_per_second"]),
-                  "test_accuracy": s.get("test_accuracy")}), flush=True)
+                  "test_accuracy": s.get("test_accuracy"),
+                  "load": os.getloadavg()[0]}), flush=True)
 PY
   done
 done
