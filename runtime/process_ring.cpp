@@ -49,9 +49,10 @@ constexpr std::size_t kShmSendBytes = 64 * 1024;
 // the processes' steps drift apart by about a step. Sockets too: going to
 // sleep in poll() at once, a side woke a scheduler's slice late whenever
 // other work held the cores, and the exchange waited ~0.7-1 ms a step;
-// yielding first doubled the job over TCP (TLS 46k -> 94k samples/s,
-// plaintext 70k -> 126k, Unix socket 78k -> 157k, medians of 3). A look
-// at a socket is one non-blocking recv or send.
+// yielding first made the 2-process job 1.6-1.9x as fast (TCP + TLS 51k
+// -> 86k samples/s, plaintext 77k -> 126k, Unix socket 83k -> 154k,
+// medians of 7 alternated pairs). A look at a socket is one non-blocking
+// recv or send.
 constexpr auto kIdleSpin = std::chrono::microseconds(2);
 constexpr auto kIdleYield = std::chrono::milliseconds(3);
 
