@@ -12,15 +12,21 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/process_ring.hpp"
 #include "runtime/ring_shm.hpp"
+#include "tests/fixtures.hpp"
+#include "trace/trace.hpp"
 
 using namespace troupe;
 using clock_type = std::chrono::steady_clock;
@@ -152,6 +158,59 @@ TEST_CASE("process ring: a shared ring carries collectives larger than itself, o
       for (std::size_t i = 0; i < n; ++i)
         ordered = ordered && y[0][i] == ring_order_sum(x, i, segment_of(i, n, P));
       CHECK(ordered);
+    }
+  }
+}
+
+TEST_CASE("process ring: a trace shows the exchange and, inside it, TLS's sealing and opening") {
+  const std::size_t n = 300'001;
+  for (bool encrypted : {true, false}) {
+    CAPTURE(encrypted);
+    auto ring = make_ring(2, encrypted);
+    test::temp_dir dir;
+    std::vector<std::vector<float>> y{random_floats(n, 1), random_floats(n, 2)};
+    {
+      trace::session traced(dir / "trace.json", {"process_ring", "mirrored", 2});
+      on_every_rank(2, [&](int r) {
+        trace::name_this_thread("device:" + std::to_string(r));
+        ring[r]->all_reduce(y[r].data(), n, reduce_op::sum);
+      });
+      traced.finish();
+    }
+    CHECK(y[0] == y[1]);
+    std::ifstream in(dir / "trace.json");
+    const auto events = nlohmann::json::parse(in)["traceEvents"];
+    std::map<int64_t, std::string> tracks;  // tid -> name
+    for (const auto& e : events)
+      if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"]] = e["args"]["name"];
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      // One exchange of everything sent and received; the crypto inside it:
+      // the plaintext floats sealed (n in all: a segment each way), the
+      // records read opened.
+      double begin = -1, end = -1;
+      int64_t exchanged = 0, sealed = 0, opened = 0, exchanges = 0;
+      std::vector<std::pair<double, double>> inner;
+      for (const auto& e : events) {
+        if (e["ph"] != "X" || tracks[e["tid"]] != "device:" + std::to_string(r)) continue;
+        const double b = e["ts"], d = e["dur"];
+        const int64_t bytes =
+            e.contains("args") ? e["args"].value("bytes", int64_t{-1}) : int64_t{-1};
+        if (e["name"] == "across_processes") {
+          ++exchanges;
+          exchanged = bytes;
+          begin = b;
+          end = b + d;
+        } else if (e["name"] == "tls_seal" || e["name"] == "tls_open") {
+          (e["name"] == "tls_seal" ? sealed : opened) += bytes;
+          inner.emplace_back(b, b + d);
+        }
+      }
+      CHECK(exchanges == 1);
+      CHECK(exchanged == static_cast<int64_t>(ring[r]->bytes_sent() + ring[r]->bytes_received()));
+      CHECK(sealed == (encrypted ? static_cast<int64_t>(n * sizeof(float)) : 0));
+      CHECK(opened == (encrypted ? static_cast<int64_t>(ring[r]->bytes_received()) : 0));
+      for (auto [b, e] : inner) CHECK((b >= begin && e <= end));
     }
   }
 }
