@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include <thread>
 
 #include "actors/reducers/collective.hpp"
+#include "collectives/idle_wait.hpp"
 #include "crypto/crypto.hpp"
 #include "net/socket.hpp"
 #include "net/tls_records.hpp"
@@ -38,24 +38,6 @@ constexpr std::size_t kShmReadBytes = 64 * 1024;
 // Copied into a shared ring and published at a time (whole 16 KB records of
 // the forwarding rule below: a multiple of 4).
 constexpr std::size_t kShmSendBytes = 64 * 1024;
-// A side of a link that has nothing to do looks again: in a tight loop for
-// kIdleSpin, then giving its core away between looks (the peer may be
-// waiting for it: two processes on one core, or beside other work) until
-// kIdleYield, then it sleeps in poll() until the socket (or a shared ring's
-// doorbell) wakes it. On 2 vCPUs under load (bench/results/2026-11-29.md)
-// the tight loop alone lost whole time slices when the peer shared the
-// core, and the 2-process job ran faster the longer it yielded before
-// sleeping (shared ring, 0.5 ms: 87k samples/s, 3 ms: 152k, medians of 3):
-// the processes' steps drift apart by about a step. Sockets too: going to
-// sleep in poll() at once, a side woke a scheduler's slice late whenever
-// other work held the cores, and the exchange waited ~0.7-1 ms a step;
-// yielding first made the 2-process job 1.6-1.9x as fast (TCP + TLS 51k
-// -> 86k samples/s, plaintext 77k -> 126k, Unix socket 83k -> 154k,
-// medians of 7 alternated pairs). A look at a socket is one non-blocking
-// recv or send.
-constexpr auto kIdleSpin = std::chrono::microseconds(2);
-constexpr auto kIdleYield = std::chrono::milliseconds(3);
-
 // A doorbell on a shared ring's socket: the peer sleeps in poll() on it. A
 // full socket buffer holds doorbells enough; a broken socket shows in poll.
 void ring_doorbell(int fd) {
@@ -75,14 +57,6 @@ bool drain_doorbells(int fd) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
     throw link_broken(errno_text("recv"));
   }
-}
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 void set_nonblocking(int fd) {
@@ -534,7 +508,7 @@ void process_ring::run(const std::vector<step>& steps, reduce_op op) {
                               {.bytes = static_cast<int64_t>(out_->total() + in_->total())});
   double waiting_since = -1;
   try {
-    auto idle_since = clock_type::time_point::max();
+    idle_wait idle;  // a side with nothing to move looks again before it sleeps
     for (;;) {
       bool moved = out_->progress(sent_bytes_);
       moved = in_->progress(received_bytes_) || moved;
@@ -546,7 +520,7 @@ void process_ring::run(const std::vector<step>& steps, reduce_op op) {
       if (out_->done() && in_->done()) return;
       check();
       if (moved) {
-        idle_since = clock_type::time_point::max();
+        idle.reset();
         continue;
       }
       if (waiting_since < 0 && trace::enabled()) waiting_since = trace::now_us();
@@ -556,17 +530,8 @@ void process_ring::run(const std::vector<step>& steps, reduce_op op) {
              std::to_string(in_->received()) + " of " + std::to_string(in_->total()) +
              " bytes from " + prev + ", sent " + std::to_string(out_->sent()) + " of " +
              std::to_string(out_->total()) + " to " + next + ")");
-      // The peer's next bytes are usually microseconds away: look again for
-      // a while before paying for a sleep and a wake-up (kIdleYield).
-      if (idle_since == clock_type::time_point::max()) idle_since = now;
-      if (now - idle_since < kIdleYield) {
-        if (now - idle_since < kIdleSpin)
-          cpu_relax();
-        else
-          ::sched_yield();
-        continue;
-      }
-      if (sleep(deadline)) idle_since = clock_type::time_point::max();
+      if (idle.look_again()) continue;
+      if (sleep(deadline)) idle.reset();
     }
   } catch (const link_broken& e) {
     // Which half broke is not known here when both moved; name both links.
