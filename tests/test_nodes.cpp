@@ -95,6 +95,23 @@ nlohmann::json summary_in(const std::string& out) {
   return nlohmann::json::parse(read_file(out + "/summary.json"));
 }
 
+// The end of a chief-and-worker job attacked while it trained: the attack
+// came before the end, both exit 0, and the result is the unattacked job's
+// (`one`). Returns the chief's output, for the attack's own log lines.
+std::string attacked_job_ends_as(const nlohmann::json& one, const temp_dir& dir, node_proc& chief,
+                                 node_proc& worker, const std::string& what) {
+  CHECK_MESSAGE(!fs::exists(dir / "out/summary.json"),
+                "the attack came after the job had ended: make it longer");
+  CHECK_MESSAGE(chief.wait(std::chrono::seconds(120)) == 0, chief.output());
+  CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
+  auto many = summary_in(dir / "out");
+  CHECK(many["steps"] == one["steps"]);
+  double d = max_abs_diff(variables_of(one), variables_of(many));
+  MESSAGE(what << " vs one process: max |diff| " << d);
+  CHECK(d < 1e-4);
+  return chief.output();
+}
+
 // The job the interrupting tests stop and resume: mirrored, 3 replicas over
 // 3 processes (chief, worker:0 with replicas 0 and 1, worker:1 with 2), 1000
 // steps, a checkpoint every 50.
@@ -379,11 +396,7 @@ TEST_CASE(
     CHECK(attack::closed_within(s.fd, std::chrono::seconds(3)));
     ::close(s.fd);
   }
-  CHECK_MESSAGE(!fs::exists(dir / "out/summary.json"),
-                "the attack came after the job had ended: make it longer");
-  CHECK_MESSAGE(chief.wait(std::chrono::seconds(120)) == 0, chief.output());
-  CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
-  const auto log = chief.output();
+  const auto log = attacked_job_ends_as(one, dir, chief, worker, "attacked job started by hand");
   CHECK_MESSAGE(log.find("chief:0: made the job CA in memory") != std::string::npos, log);
   CHECK(log.find("chief:0: enrolment: issued worker:0") != std::string::npos);
   CHECK(log.find("the certificates the job CA issued") != std::string::npos);
@@ -394,11 +407,6 @@ TEST_CASE(
   const auto wlog = worker.output();
   CHECK_MESSAGE(wlog.find("worker:0: enrolled with chief:0") != std::string::npos, wlog);
   CHECK(wlog.find("the certificates the job CA issued") != std::string::npos);
-  auto many = summary_in(dir / "out");
-  CHECK(many["steps"] == one["steps"]);
-  double d = max_abs_diff(variables_of(one), variables_of(many));
-  MESSAGE("attacked job started by hand vs one process: max |diff| " << d);
-  CHECK(d < 1e-4);
 }
 
 TEST_CASE(
@@ -1112,20 +1120,11 @@ TEST_CASE("a holder of the secret cannot take a live worker's routes; refused, l
     ::close(s.fd);
   }
   CHECK(admitted == 1);  // as chief:0 only: worker:0 is live
-  CHECK_MESSAGE(!fs::exists(dir / "out/summary.json"),
-                "the attack came after the job had ended: make it longer");
-  CHECK_MESSAGE(chief.wait(std::chrono::seconds(120)) == 0, chief.output());
-  CHECK_MESSAGE(worker.wait(std::chrono::seconds(60)) == 0, worker.output());
-  const auto log = chief.output();
+  const auto log = attacked_job_ends_as(one, dir, chief, worker, "attacked job");
   CHECK_MESSAGE(log.find("refused a peer claiming to be worker:0") != std::string::npos, log);
   CHECK(log.find("worker:0 has a live connection here already") != std::string::npos);
   CHECK(log.find("closed the connection with chief:0") != std::string::npos);
   CHECK(log.find("claims the node id of worker:0") != std::string::npos);
-  auto many = summary_in(dir / "out");
-  CHECK(many["steps"] == one["steps"]);
-  double d = max_abs_diff(variables_of(one), variables_of(many));
-  MESSAGE("attacked job vs one process: max |diff| " << d);
-  CHECK(d < 1e-4);
 }
 
 // Issue 40, row 2: a holder of the secret keeps trying 14 links to the chief,

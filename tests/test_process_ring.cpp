@@ -99,6 +99,22 @@ int segment_of(std::size_t i, std::size_t n, int P) {
   return 0;
 }
 
+// Each rank all-reduces n floats of its own (random_floats(n, seed(r))):
+// every rank ends with the same sums, each formed in the ring's order.
+void check_sums_in_ring_order(const std::vector<ring_ptr>& ring, std::size_t n,
+                              const std::function<unsigned(int)>& seed) {
+  const int P = static_cast<int>(ring.size());
+  std::vector<std::vector<float>> x, y;
+  for (int r = 0; r < P; ++r) x.push_back(random_floats(n, seed(r)));
+  y = x;
+  on_every_rank(P, [&](int r) { ring[r]->all_reduce(y[r].data(), n, reduce_op::sum); });
+  for (int r = 1; r < P; ++r) CHECK(y[r] == y[0]);
+  bool ordered = true;
+  for (std::size_t i = 0; i < n; ++i)
+    ordered = ordered && y[0][i] == ring_order_sum(x, i, segment_of(i, n, P));
+  CHECK(ordered);
+}
+
 std::string link_name(bool encrypted, same_host_link same_host) {
   if (same_host == same_host_link::shared_memory) return "shared memory, same host";
   if (same_host == same_host_link::unix_socket) return "Unix socket, same host";
@@ -123,16 +139,8 @@ TEST_CASE("process ring: all-reduce sums in the ring's order, bit-identical on e
       CHECK(ring[0]->next_link() == link_name(encrypted, same_host));
       for (std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{300'001}}) {
         CAPTURE(n);
-        std::vector<std::vector<float>> x, y;
-        for (int r = 0; r < P; ++r)
-          x.push_back(random_floats(n, 100u * static_cast<unsigned>(r) + 7));
-        y = x;
-        on_every_rank(P, [&](int r) { ring[r]->all_reduce(y[r].data(), n, reduce_op::sum); });
-        for (int r = 1; r < P; ++r) CHECK(y[r] == y[0]);
-        bool ordered = true;
-        for (std::size_t i = 0; i < n; ++i)
-          ordered = ordered && y[0][i] == ring_order_sum(x, i, segment_of(i, n, P));
-        CHECK(ordered);
+        check_sums_in_ring_order(ring, n,
+                                 [](int r) { return 100u * static_cast<unsigned>(r) + 7; });
       }
       CHECK(ring[0]->bytes_sent() > 0);
       CHECK(ring[0]->bytes_received() == ring[P - 1]->bytes_sent());
@@ -149,15 +157,7 @@ TEST_CASE("process ring: a shared ring carries collectives larger than itself, o
                           same_host_link::shared_memory);
     for (std::size_t n : {std::size_t{3'000'001}, std::size_t{5}, std::size_t{600'000}}) {
       CAPTURE(n);
-      std::vector<std::vector<float>> x, y;
-      for (int r = 0; r < P; ++r) x.push_back(random_floats(n, static_cast<unsigned>(r + 3)));
-      y = x;
-      on_every_rank(P, [&](int r) { ring[r]->all_reduce(y[r].data(), n, reduce_op::sum); });
-      for (int r = 1; r < P; ++r) CHECK(y[r] == y[0]);
-      bool ordered = true;
-      for (std::size_t i = 0; i < n; ++i)
-        ordered = ordered && y[0][i] == ring_order_sum(x, i, segment_of(i, n, P));
-      CHECK(ordered);
+      check_sums_in_ring_order(ring, n, [](int r) { return static_cast<unsigned>(r + 3); });
     }
   }
 }
