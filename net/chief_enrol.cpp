@@ -242,19 +242,17 @@ namespace {
 // identity, or "" with `problem` saying why not.
 task_identity ask(int fd, const std::string& frame, const std::string& task, const task_key& key,
                   clock_type::time_point by, std::string& problem) {
-  std::string header(rendezvous_wire::kReplyHeaderBytes, '\0');
-  if (!net::send_all(fd, frame, by) || !net::recv_exact(fd, header, by, &problem)) {
-    if (problem.empty()) problem = "closed the connection";
-    problem = "sent no answer: " + problem;
-    return {};
+  auto r = request_reply(fd, frame, by);
+  switch (r.state) {
+    case chief_reply::status::ok:
+      return launch_enrol::identity_of_reply(r.payload, task, key, problem);
+    case chief_reply::status::malformed:
+      problem = "sent a malformed answer";
+      return {};
+    default:
+      problem = "sent no answer: " + (r.why.empty() ? std::string("closed the connection") : r.why);
+      return {};
   }
-  const auto length = rendezvous_wire::reply_length(header);
-  std::string payload(static_cast<std::size_t>(std::max<int64_t>(length, 0)), '\0');
-  if (length < 0 || !net::recv_exact(fd, payload, by, &problem)) {
-    problem = "sent a malformed answer";
-    return {};
-  }
-  return launch_enrol::identity_of_reply(payload, task, key, problem);
 }
 
 }  // namespace

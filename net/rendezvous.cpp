@@ -403,22 +403,16 @@ gate_socket reach_rendezvous(const std::string& secret, const cluster_env& me,
 // `answer_by`; closes `fd`; throws rendezvous_error.
 std::string announce_and_read(int fd, const std::string& announce, const std::string& name,
                               const cluster_env& me, clock_type::time_point answer_by) {
-  std::string why;
-  std::string header(rendezvous_wire::kReplyHeaderBytes, '\0');
-  const bool sent = net::send_all(fd, announce, answer_by);
-  if (!sent || !net::recv_exact(fd, header, answer_by, &why)) {
-    ::close(fd);
-    throw rendezvous_error(name + ": the chief at " + me.chief + " did not send the cluster: " +
-                           (sent ? why : "it closed the connection"));
-  }
-  const auto length = rendezvous_wire::reply_length(header);
-  std::string payload(static_cast<std::size_t>(std::max<int64_t>(length, 0)), '\0');
-  const bool complete = length >= 0 && net::recv_exact(fd, payload, answer_by, &why);
+  auto r = request_reply(fd, announce, answer_by);
   ::close(fd);
-  if (!complete)
+  using status = chief_reply::status;
+  if (r.state == status::not_sent || r.state == status::no_answer)
+    throw rendezvous_error(name + ": the chief at " + me.chief + " did not send the cluster: " +
+                           (r.state == status::no_answer ? r.why : "it closed the connection"));
+  if (r.state == status::malformed)
     throw rendezvous_error(name + ": the chief at " + me.chief + " sent a malformed answer" +
-                           (length < 0 ? "" : ": " + why));
-  return payload;
+                           (r.why.empty() ? "" : ": " + r.why));
+  return std::move(r.payload);
 }
 
 // The identity the chief's reply issued this rank, checked; throws rendezvous_error.
@@ -434,6 +428,27 @@ task_identity identity_of_reply(const std::string& payload, const task_key& key,
 }
 
 }  // namespace
+
+chief_reply request_reply(int fd, const std::string& request, clock_type::time_point by) {
+  chief_reply r;
+  using status = chief_reply::status;
+  std::string header(rendezvous_wire::kReplyHeaderBytes, '\0');
+  if (!net::send_all(fd, request, by)) {
+    r.state = status::not_sent;
+    return r;
+  }
+  if (!net::recv_exact(fd, header, by, &r.why)) {
+    r.state = status::no_answer;
+    return r;
+  }
+  const auto length = rendezvous_wire::reply_length(header);
+  r.payload.assign(static_cast<std::size_t>(std::max<int64_t>(length, 0)), '\0');
+  if (length < 0 || !net::recv_exact(fd, r.payload, by, &r.why)) {
+    r.state = status::malformed;
+    r.payload.clear();
+  }
+  return r;
+}
 
 cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
                               const std::string& address, seconds_d timeout,

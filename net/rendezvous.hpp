@@ -95,6 +95,19 @@ cluster_tasks join_rendezvous(const std::string& secret, const cluster_env& me,
                               const std::string& address, std::chrono::duration<double> timeout,
                               task_identity* issued = nullptr);
 
+// A request to the chief and its reply frame, as the rendezvous, the chief's
+// enrolment desk (net/chief_enrol.hpp) and the tests read it: sends
+// `request` on `fd`, then reads the reply's header and, of the length the
+// header gives, its payload, by `by`. `fd` stays open.
+struct chief_reply {
+  enum class status { ok, not_sent, no_answer, malformed };
+  status state = status::ok;
+  std::string payload;  // when ok
+  std::string why;      // net::recv_exact's words (no_answer; malformed, if a read failed)
+};
+chief_reply request_reply(int fd, const std::string& request,
+                          std::chrono::steady_clock::time_point by);
+
 // The frames, without sockets (for the tests and the fuzz target).
 namespace rendezvous_wire {
 inline constexpr std::size_t kMagicBytes = 8;

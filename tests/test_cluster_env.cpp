@@ -136,14 +136,12 @@ int admitted_as(const std::string& chief_addr, const std::string& name) {
 // as join_rendezvous reads it: the tasks, or the error.
 std::string answer_to_announce(int fd, int64_t rank, int64_t world, const std::string& at) {
   const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  if (!net::send_all(fd, rendezvous_wire::make_announce(rank, world, at), by)) return "(not sent)";
-  std::string header(rendezvous_wire::kReplyHeaderBytes, '\0'), why;
-  if (!net::recv_exact(fd, header, by, &why)) return "(no answer: " + why + ")";
-  const auto n = rendezvous_wire::reply_length(header);
-  std::string payload(static_cast<std::size_t>(std::max<int64_t>(n, 0)), '\0');
-  if (n < 0 || !net::recv_exact(fd, payload, by, &why)) return "(a malformed answer)";
+  const auto r = request_reply(fd, rendezvous_wire::make_announce(rank, world, at), by);
+  if (r.state == chief_reply::status::not_sent) return "(not sent)";
+  if (r.state == chief_reply::status::no_answer) return "(no answer: " + r.why + ")";
+  if (r.state == chief_reply::status::malformed) return "(a malformed answer)";
   try {
-    return nlohmann::json(rendezvous_wire::tasks_of_reply(payload)).dump();
+    return nlohmann::json(rendezvous_wire::tasks_of_reply(r.payload)).dump();
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
