@@ -60,6 +60,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -297,6 +298,12 @@ std::string make_certificate_proof(std::string_view certificate, std::string_vie
 // The bytes after the header that it announces, or -1 when it is no
 // certificate proof's header or a length is 0 or over its limit.
 int64_t certificate_proof_length(std::string_view header);
+// A whole proof's certificate and signature; nullopt unless its header is a
+// certificate proof's and the frame holds exactly what that announces.
+struct certificate_proof_parts {
+  std::string_view certificate, signature;
+};
+std::optional<certificate_proof_parts> split_certificate_proof(std::string_view frame);
 }  // namespace gate_wire
 
 // The certificate proof's cryptography (net/gate_certificate.cpp).

@@ -93,14 +93,9 @@ std::string make_proof(const link_security& sec, std::string_view transcript) {
 
 std::string check_proof(const link_security& sec, std::string_view frame,
                         std::string_view transcript, const std::string& name) {
-  const auto length =
-      gate_wire::certificate_proof_length(frame.substr(0, gate_wire::kCertHeaderBytes));
-  if (length < 0 || frame.size() != gate_wire::kCertHeaderBytes + std::size_t(length))
-    return "not a certificate proof";
-  const std::size_t cert_len =
-      (std::size_t{static_cast<uint8_t>(frame[8])} << 8) | static_cast<uint8_t>(frame[9]);
-  const auto certificate = frame.substr(gate_wire::kCertHeaderBytes, cert_len);
-  const auto signature = frame.substr(gate_wire::kCertHeaderBytes + cert_len);
+  const auto parts = gate_wire::split_certificate_proof(frame);
+  if (!parts) return "not a certificate proof";
+  const auto [certificate, signature] = *parts;
   const auto* p = reinterpret_cast<const unsigned char*>(certificate.data());
   x509_ptr cert(d2i_X509(nullptr, &p, static_cast<long>(certificate.size())), X509_free);
   ERR_clear_error();

@@ -184,15 +184,27 @@ std::string make_certificate_proof(std::string_view certificate, std::string_vie
   return out;
 }
 
+namespace {
+// A big-endian 2-byte length at `i`.
+std::size_t length_at(std::string_view bytes, std::size_t i) {
+  return (std::size_t{static_cast<uint8_t>(bytes[i])} << 8) | static_cast<uint8_t>(bytes[i + 1]);
+}
+}  // namespace
+
 int64_t certificate_proof_length(std::string_view header) {
   if (header.size() != kCertHeaderBytes || header.substr(0, kMagicBytes) != kCertMagic) return -1;
-  const auto at = [&](std::size_t i) {
-    return (std::size_t{static_cast<uint8_t>(header[i])} << 8) |
-           static_cast<uint8_t>(header[i + 1]);
-  };
-  const std::size_t cert = at(kMagicBytes), sig = at(kMagicBytes + 2);
+  const std::size_t cert = length_at(header, kMagicBytes), sig = length_at(header, kMagicBytes + 2);
   if (cert == 0 || sig == 0 || cert > kMaxCertBytes || sig > kMaxCertSignatureBytes) return -1;
   return static_cast<int64_t>(cert + sig);
+}
+
+std::optional<certificate_proof_parts> split_certificate_proof(std::string_view frame) {
+  const auto length = certificate_proof_length(frame.substr(0, kCertHeaderBytes));
+  if (length < 0 || frame.size() != kCertHeaderBytes + static_cast<std::size_t>(length))
+    return std::nullopt;
+  const std::size_t cert = length_at(frame, kMagicBytes);
+  return certificate_proof_parts{frame.substr(kCertHeaderBytes, cert),
+                                 frame.substr(kCertHeaderBytes + cert)};
 }
 
 }  // namespace troupe::gate_wire

@@ -1144,6 +1144,13 @@ TEST_CASE("gate certificate proof: only a certificate of the CA, naming the task
   CHECK(gate_wire::certificate_proof_length(std::string(gate_wire::kCertHeaderBytes, '\0')) == -1);
   CHECK(gate_wire::certificate_proof_length(good.substr(0, gate_wire::kCertHeaderBytes)) ==
         static_cast<int64_t>(good.size() - gate_wire::kCertHeaderBytes));
+  // The parts are the certificate and the signature it was made of.
+  const auto made = gate_wire::make_certificate_proof(std::string(300, 'c'), std::string(64, 's'));
+  const auto parts = gate_wire::split_certificate_proof(made);  // views into `made`
+  REQUIRE(parts);
+  CHECK(parts->certificate == std::string(300, 'c'));
+  CHECK(parts->signature == std::string(64, 's'));
+  CHECK(!gate_wire::split_certificate_proof(good + "x"));
 }
 
 TEST_CASE("certificates: a bad file is an error naming it") {

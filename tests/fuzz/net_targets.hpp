@@ -56,6 +56,7 @@ inline bool gate_frames(std::string_view bytes) {
   any |= gate_wire::check_verdict(secret, challenge, challenge, sized(gate_wire::kVerdictBytes))
              .authentic;
   any |= gate_wire::certificate_proof_length(sized(gate_wire::kCertHeaderBytes)) >= 0;
+  any |= gate_wire::split_certificate_proof(bytes).has_value();
   any |= rendezvous_wire::check_announce(sized(rendezvous_wire::kAnnounceBytes), 3).problem.empty();
   any |= rendezvous_wire::reply_length(sized(rendezvous_wire::kReplyHeaderBytes)) >= 0;
   try {
