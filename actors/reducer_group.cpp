@@ -33,15 +33,19 @@ struct request_buffers {
   std::vector<staged_copy> staged;
 };
 
-void add_buffer(request_buffers& rb, float* data, std::size_t n) {
+void add_buffer(request_buffers& rb, float* data, std::size_t n, const buffer_owner_fn& owners) {
   const shape_t shape{static_cast<int64_t>(n)};
   if (n == 0 || reinterpret_cast<std::uintptr_t>(data) % 64 == 0) {
-    // An owner that frees nothing, but with a reference count of its own:
-    // the reducer touches the tensors after its last write and the reply is
-    // dropped here, which shows the hand-over to ThreadSanitizer (the
-    // reply's mailbox, CAF's, is not instrumented).
-    rb.tensors.push_back(
-        tensor::wrap(shape, dtype::f32, std::shared_ptr<void>(data, [](void*) {})));
+    // The buffer's owner where the caller names it, so that a reducer still
+    // touching it after an abort woke the caller touches live memory; else
+    // an owner that frees nothing. Either has a reference count the reducer
+    // touches after its last write, and the reply is dropped here, which
+    // shows the hand-over to ThreadSanitizer (the reply's mailbox, CAF's, is
+    // not instrumented).
+    std::shared_ptr<const void> owner = owners ? owners(data, n) : nullptr;
+    rb.tensors.push_back(tensor::wrap(
+        shape, dtype::f32,
+        owner ? std::shared_ptr<void>(owner, data) : std::shared_ptr<void>(data, [](void*) {})));
     return;
   }
   auto copy = tensor::uninitialized(shape);
@@ -137,7 +141,7 @@ class reducer_process_group final : public process_group {
   work issue_all_gather_spans(const std::vector<float_span>& spans) override {
     check();
     request_buffers rb;
-    for (const auto& s : spans) add_buffer(rb, s.data, s.size);
+    for (const auto& s : spans) add_buffer(rb, s.data, s.size, opts_.buffer_owners);
     send("all_gather", std::move(rb), all_gather_atom::value);
     return issued();
   }
@@ -199,7 +203,7 @@ class reducer_process_group final : public process_group {
   };
 
   work add(batch& b, float* data, std::size_t n) {
-    add_buffer(b.rb, data, n);
+    add_buffer(b.rb, data, n, opts_.buffer_owners);
     b.bytes += n * sizeof(float);
     if (b.bytes >= opts_.coalesce_bytes) flush_all();
     return issued();
@@ -224,7 +228,8 @@ class reducer_process_group final : public process_group {
       return order_.at(a.first.data) < order_.at(b.first.data);
     });
     request_buffers rb;
-    for (const auto& entry : scatter_) add_buffer(rb, entry.first.data, entry.first.size);
+    for (const auto& entry : scatter_)
+      add_buffer(rb, entry.first.data, entry.first.size, opts_.buffer_owners);
     const reduce_op op = scatter_.front().second;
     scatter_.clear();
     send("reduce_scatter", std::move(rb), reduce_scatter_atom::value, op);
@@ -308,11 +313,13 @@ std::unique_ptr<process_group> make_reducer_group(caf::actor_system& sys, caf::a
 }
 
 std::unique_ptr<process_group> make_ring_node_group(const ring_node_actor& node, int rank, int size,
-                                                    caf::duration timeout) {
+                                                    caf::duration timeout,
+                                                    buffer_owner_fn buffer_owners) {
   reducer_group_options o;
   o.rank = rank;
   o.size = size;
   o.timeout = timeout;
+  o.buffer_owners = std::move(buffer_owners);
   o.tell_abort = [rank](const caf::actor& n, const std::string& why) {
     caf::anon_send(n, ring_abort_atom::value, uint64_t{0}, static_cast<int32_t>(rank), why);
   };

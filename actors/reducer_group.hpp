@@ -31,6 +31,13 @@
 // reducers fail the collective they wait in, naming it, and every later
 // one at once) and wakes this rank's waiting thread at once. The survivors then spawn a new reducer
 // group over themselves.
+//
+// Buffers outlive a wait that an abort ends: a peer's reducer may still read
+// this rank's buffers until it hears of the abort (stop_waiting does not even
+// tell it), after the caller has stopped and freed them. So a request holds
+// each buffer's owner (reducer_group_options::buffer_owners): the memory goes
+// when the last reducer that can touch it lets go. A caller that names no
+// owner keeps its buffers alive until every rank has finished the collective.
 #include <functional>
 #include <memory>
 #include <string>
@@ -42,6 +49,9 @@
 #include "messages/remote_ring_messages.hpp"
 
 namespace troupe {
+
+using buffer_owner_fn =
+    std::function<std::shared_ptr<const void>(const float* data, std::size_t n)>;
 
 struct reducer_group_options {
   int rank = 0;
@@ -56,6 +66,10 @@ struct reducer_group_options {
   // How abort() tells the actor that this rank leaves; null: a reducer's
   // `reduce_abort(reason)` (its peers fail their collectives too).
   std::function<void(const caf::actor&, const std::string&)> tell_abort;
+  // What keeps a buffer the caller issues alive: the owner of the memory
+  // [data, data + n), or null when it knows none. Called on the calling
+  // thread, at each issue.
+  buffer_owner_fn buffer_owners;
 };
 
 // `reducer` speaks allreduce, reduce_scatter, all_gather and broadcast
@@ -68,6 +82,7 @@ std::unique_ptr<process_group> make_reducer_group(caf::actor_system& sys, caf::a
 // the processes (all-reduce only): rank `rank` of `size` processes. Its
 // abort fails the node's pending work and tells the other nodes.
 std::unique_ptr<process_group> make_ring_node_group(const ring_node_actor& node, int rank, int size,
-                                                    caf::duration timeout);
+                                                    caf::duration timeout,
+                                                    buffer_owner_fn buffer_owners = {});
 
 }  // namespace troupe

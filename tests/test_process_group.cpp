@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -277,6 +278,55 @@ TEST_CASE("a group aborted mid-collective frees every rank, and the survivors re
     actor_backend first(3, "ring"), second(2, "ring");
     check_abort_and_reform(3, first.maker(), second.maker());
   }
+}
+
+TEST_CASE("a rank that stops waiting frees its buffers, and a peer still reads live memory") {
+  // Rank 0 issues an all-reduce, stops waiting (as a replica that ends) and
+  // drops its buffer before rank 1 has even issued: rank 1's reducer reads
+  // rank 0's buffer after that. The group was told the buffer's owner, so
+  // the memory lives until the reducers let go of it.
+  constexpr std::size_t count = 200;
+  std::atomic<bool> freed{false}, dropped{false};
+  {
+    actor_backend b(2, "ring");
+    auto errors = on_ranks(2, [&](int r) {
+      reducer_group_options o;
+      o.rank = r;
+      o.size = 2;
+      o.coalesce_bytes = 1;  // sent at the issue
+      std::vector<tensor> owned;
+      o.buffer_owners = [&owned](const float* p, std::size_t) -> std::shared_ptr<const void> {
+        for (const auto& t : owned)
+          if (t.f32() == p) return std::make_shared<const tensor>(t);
+        return nullptr;
+      };
+      auto g = make_reducer_group(
+          b.sys, caf::actor_cast<caf::actor>(b.reducers[static_cast<std::size_t>(r)]), o);
+      const shape_t shape{static_cast<int64_t>(count)};
+      if (r == 0) {
+        void* mem = std::aligned_alloc(64, count * sizeof(float));
+        owned.push_back(tensor::wrap(shape, dtype::f32, std::shared_ptr<void>(mem, [&](void* q) {
+                                       freed = true;
+                                       std::free(q);
+                                     })));
+        auto v = values(0, count);
+        std::copy(v.begin(), v.end(), owned[0].f32());
+        auto w = g->issue_all_reduce(owned[0].f32(), count, reduce_op::sum);
+        g->stop_waiting("rank 0 stopped");
+        CHECK_THROWS_WITH_AS(w.wait(), doctest::Contains("rank 0 stopped"), device_error);
+        owned.clear();
+        CHECK_FALSE(freed.load());  // rank 1's reducer has not read it yet
+        dropped = true;
+        return;
+      }
+      while (!dropped) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      auto a = values(1, count);
+      g->all_reduce(a.data(), count, reduce_op::sum);
+      CHECK(a == sum_of(2, count));
+    });
+    for (const auto& e : errors) CHECK(e == "");
+  }
+  CHECK(freed.load());  // and the reducers held it no longer than they lived
 }
 
 TEST_CASE("the hierarchical group sums over processes as one flat group does") {
