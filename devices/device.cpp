@@ -170,6 +170,12 @@ void cpu_device::loop(std::shared_ptr<device_group::member> m) {
       g.lock();
       if (!done) {
         grp.jobs_.push_front(std::move(job));
+        // This thread turns to its own task next, which may wait for this
+        // very job (a step for its batch): an idle device that went to
+        // sleep while the job was out of the queue must take it up.
+        if (!m->tasks.empty())
+          for (auto* other : grp.members_)
+            if (other != m.get()) other->cv.notify_one();
       } else {
         if (job->done) job->done();
         g.unlock();

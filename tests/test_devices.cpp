@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -166,6 +167,45 @@ TEST_CASE("device_group: an idle device runs the background work of a busy one")
   CHECK(pieces == 5);
   CHECK(ran_on != busy_thread);
   CHECK(ran_on != std::thread::id{});
+}
+
+TEST_CASE("device_group: a job put back for a task is taken up by an idle device") {
+  // a runs a piece of the job while b sleeps; a task queued on a meanwhile
+  // waits for the job (as a step waits for the batch gathered in the
+  // background): b must wake and finish the job, or both wait for ever.
+  auto group = std::make_shared<device_group>();
+  std::atomic<bool> b_released{false}, b_idle{false}, piece_may_end{false};
+  std::atomic<int> pieces{0};
+  std::atomic<bool> job_done{false}, task_saw_job_done{false}, task_ended{false};
+  {
+    cpu_device a("test:cpu:a", group);
+    cpu_device b("test:cpu:b", group);
+    b.submit([&] {
+      while (!b_released) std::this_thread::yield();
+    });
+    group->submit_background(
+        [&] {
+          if (++pieces == 1)  // on a: b is busy
+            while (!piece_may_end) std::this_thread::yield();
+          return pieces == 2;
+        },
+        [&] { job_done = true; });
+    while (pieces < 1) std::this_thread::yield();
+    b_released = true;
+    b.submit([&] { b_idle = true; });
+    while (!b_idle) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // b back asleep
+    a.submit([&] {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!job_done && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      task_saw_job_done = job_done.load();
+      task_ended = true;
+    });
+    piece_may_end = true;
+    while (!task_ended) std::this_thread::yield();  // b stays up meanwhile
+  }
+  CHECK(pieces == 2);
+  CHECK(task_saw_job_done);
 }
 
 TEST_CASE("device_group: work left when devices stop is finished by the last one") {
