@@ -8,7 +8,9 @@
 // and becomes the exit reason (so down messages, the replies CAF bounces and
 // the job's final error carry it).
 #include <caf/all.hpp>
+#include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -25,5 +27,14 @@ void keep_exception_cause(Self* self, std::string who) {
   self->set_exception_handler(
       [who = std::move(who)](std::exception_ptr& x) { return exception_exit_reason(who, x); });
 }
+
+// Why a replica's collective groups are aborted as it ends ("replica 2
+// stopped"): a peer waiting in a collective fails with this in its error.
+// The coordinator reads it back (replica_named_stopped) so that the job's
+// failure names the replica that ended first, not a peer its abort failed
+// in turn, whichever down message comes first.
+std::string replica_stopped(int64_t index);
+// The replica other than `self` that `cause` names as stopped, if any.
+std::optional<int64_t> replica_named_stopped(const std::string& cause, int64_t self);
 
 }  // namespace troupe

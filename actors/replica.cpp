@@ -187,8 +187,7 @@ class replica_host_impl final : public replica_host {
 
 replica_state::replica_state() = default;
 replica_state::~replica_state() {
-  if (cfg.statistics_group)
-    cfg.statistics_group->abort("replica " + std::to_string(cfg.index) + " stopped");
+  if (cfg.statistics_group) cfg.statistics_group->abort(replica_stopped(cfg.index));
 }
 
 namespace {

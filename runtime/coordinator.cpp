@@ -518,22 +518,53 @@ bool from_here(self_ptr self, const char* what) {
   return false;
 }
 
+std::string replica_name(const coordinator_state& st, std::size_t i) {
+  std::string who = "replica " + std::to_string(i) + " (" +
+                    st.plan->config.devices[i % st.plan->config.devices.size()] + ")";
+  if (i < st.plan->replica_tasks.size())
+    who = "task " + st.plan->replica_tasks[i] + " (" + who + ")";
+  return who;
+}
+
+// Replica i is down with `cause`. False when the job goes on without it
+// (the driver's choice), or when its failure is held back: its collective
+// failed because replica k had ended first, and k's down, on its way (k
+// aborts its groups as its state goes, before CAF sends its down message),
+// names the job's failure instead. Else the failure is `failure`.
+bool replica_fails_job(self_ptr self, std::size_t i, const std::string& cause,
+                       std::string& failure) {
+  auto& st = self->state;
+  st.replica_down.resize(st.parts->replicas.size());
+  st.replica_down[i] = 1;
+  if (st.driver->replica_lost(*st.host, i, cause)) {
+    if (st.held_for == static_cast<int64_t>(i)) fail(self, st.held_failure);
+    return false;
+  }
+  failure = replica_name(st, i) + " stopped: " + cause;
+  auto k = replica_named_stopped(cause, static_cast<int64_t>(i));
+  if (k && *k < static_cast<int64_t>(st.replica_down.size()) &&
+      !st.replica_down[static_cast<std::size_t>(*k)] && st.held_for < 0) {
+    st.held_failure = failure;
+    st.held_for = *k;
+    return false;
+  }
+  return true;
+}
+
 // Who a down message names, for the failure: a replica (and its task), a
 // watched actor, or the driver's own worker that it lets go.
 void on_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   if (st.finished()) return;
   const std::string cause = dm.reason ? describe(dm.reason) : "exited";
-  std::string who = "an actor";
   const auto& replicas = st.parts->replicas;
   for (std::size_t i = 0; i < replicas.size(); ++i)
     if (dm.source == replicas[i].address()) {
-      if (st.driver->replica_lost(*st.host, i, cause)) return;
-      who = "replica " + std::to_string(i) + " (" +
-            st.plan->config.devices[i % st.plan->config.devices.size()] + ")";
-      if (i < st.plan->replica_tasks.size())
-        who = "task " + st.plan->replica_tasks[i] + " (" + who + ")";
+      std::string failure;
+      if (replica_fails_job(self, i, cause, failure)) fail(self, failure);
+      return;
     }
+  std::string who = "an actor";
   for (auto& [name, a] : st.parts->others)
     if (dm.source == a.address()) who = name;
   if (who == "an actor" && st.driver->actor_lost(*st.host, dm.source, cause)) return;

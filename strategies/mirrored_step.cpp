@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "actors/failure.hpp"
 #include "strategies/mirrored_steps.hpp"
 #include "strategies/replica_group.hpp"
 #include "trace/trace.hpp"
@@ -72,7 +73,7 @@ class mirrored_step final : public replica_step {
   // the peers' waits end as their own replicas stop with the job. So the
   // job fails naming the replica that failed, not a peer an abort failed
   // in turn (a step that throws ends its replica, and so comes here).
-  ~mirrored_step() override { (*abort_)("replica " + std::to_string(wiring_.index) + " stopped"); }
+  ~mirrored_step() override { (*abort_)(replica_stopped(wiring_.index)); }
 
   void init(compute_state& cs) override {
     cs.collectives = make_replica_group(wiring_, cs);

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "actors/failure.hpp"
 #include "actors/fault_injection.hpp"
@@ -403,6 +404,20 @@ TEST_CASE("an actor that throws ends with the exception's message as its exit re
     CHECK(reply == expected);  // was "system_error(runtime_error)"
     CHECK(down == expected);
   }
+}
+
+TEST_CASE("a peer's failure names the replica that stopped first, for the coordinator") {
+  CHECK(replica_stopped(2) == "replica 2 stopped");
+  const std::string peer_failed =
+      "replica 0: all_reduce: the group was aborted: " + replica_stopped(12);
+  CHECK(replica_named_stopped(peer_failed, 0) == std::optional<int64_t>{12});
+  CHECK(replica_named_stopped(peer_failed, 12) == std::nullopt);  // its own name
+  CHECK(replica_named_stopped("reducer collectives: rank 1 left: replica 3 stopped", 1) ==
+        std::optional<int64_t>{3});
+  CHECK(replica_named_stopped("replica 1: injected failure at step 2", 0) == std::nullopt);
+  CHECK(replica_named_stopped("replica stopped", 0) == std::nullopt);
+  CHECK(replica_named_stopped("replica 4 stopped the press", 0) == std::optional<int64_t>{4});
+  CHECK(replica_named_stopped("replica 99999999999999999999 stopped", 0) == std::nullopt);
 }
 
 TEST_CASE("a checkpoint of diverged weights is not written; the last good one stays") {
