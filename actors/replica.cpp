@@ -69,6 +69,10 @@ void compute_state::place_optimizer() {
   slots_to_device();
 }
 
+void compute_state::settle_variables() {
+  if (auto* group = std::exchange(variables_in_flight, nullptr)) group->complete();
+}
+
 void compute_state::slots_to_host() {
   for (std::size_t k = 0; k < device_slots.size(); ++k) {
     auto host = opt->slot_tensors(k);  // shared buffers: the optimizer's own
@@ -149,7 +153,11 @@ class replica_host_impl final : public replica_host {
   void submit(const char* span, std::function<void(compute_state&)> work,
               std::function<void()> then) override {
     auto& st = self_->state;
-    st.tasks->submit(self_, span, std::move(work), std::move(then), {st.current_step, -1, -1});
+    auto settled = [work = std::move(work)](compute_state& cs) {
+      cs.settle_variables();
+      work(cs);
+    };
+    st.tasks->submit(self_, span, std::move(settled), std::move(then), {st.current_step, -1, -1});
     show_activity(self_);
   }
 
@@ -221,14 +229,17 @@ void prefetch_next(self_ptr self) {
   const batch& b = s.batches.front();
   if (b.x.empty() || b.x.front().raw() == s.prefetched) return;
   s.prefetched = b.x.front().raw();
-  s.host->submit(
-      "prefetch_batch",
+  // Not through the host: it reads no variables, so it leaves an all-gather
+  // of them in flight (compute_state::variables_in_flight).
+  s.tasks->submit(
+      self, "prefetch_batch",
       [b](compute_state& cs) {
         if (cs.resident) return;  // its steps gather on the device
         b.fill_rows();
         for (std::size_t m = 0; m < b.x.size(); ++m) cs.net->prefetch(b.x[m], b.y[m]);
       },
-      [] {});
+      [] {}, {s.current_step, -1, -1});
+  show_activity(self);
 }
 
 void try_start(self_ptr self) {

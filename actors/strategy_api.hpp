@@ -52,6 +52,15 @@ struct compute_state {
   // The training set on the device and the steps that run on it
   // (data.placement), or null; declared last, so it goes first.
   std::unique_ptr<resident_steps> resident;
+  // ZeRO-1's all-gather of the variables, left in flight past the step that
+  // issued it so that it overlaps the way to the next step (the step's
+  // answer, the next request): whatever reads or writes the variables next
+  // completes it first (settle_variables(), which throws the collective's
+  // error). Every task a replica_host submits settles before its work; a
+  // step that issues it settles at its own start too (an execution runs
+  // several steps in one task).
+  process_group* variables_in_flight = nullptr;
+  void settle_variables();
 
   bool discrete() const { return net && net->device_resident(); }
   void variables_to_host() { net->variables_to_host(); }

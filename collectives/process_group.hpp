@@ -86,6 +86,12 @@ class process_group {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual memory_kind memory() const { return memory_kind::device; }
+  // Whether an issued collective completes without this rank's thread (the
+  // reducer actors): it may then stay in flight past the task that issued
+  // it, to be completed by whichever task comes next. False where the
+  // ranks' own threads move the data in complete() (the host group), so
+  // every rank must complete at the same point of its work.
+  virtual bool completes_on_its_own() const { return false; }
 
   // --- plain collectives: done on every rank when they return ---
 

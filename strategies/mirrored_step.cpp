@@ -118,6 +118,7 @@ class mirrored_step final : public replica_step {
     return [fail = h.fail_at_step(), bucket = bucket_, sharded = sharded_, chunks = chunks_,
             index = wiring_.index](compute_state& cs, const batch& b, int64_t step) {
       trace::note_step(index, step);  // the reducers label their spans with it
+      cs.settle_variables();          // the last step's all-gather, in an execution of several
       auto& group = *cs.collectives;
       auto s = group.memory() == process_group::memory_kind::host && cs.discrete()
                    ? gradients_reduced_on_host(cs, group, b, step, fail)

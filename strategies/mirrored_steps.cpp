@@ -79,7 +79,10 @@ void gather_variables(compute_state& cs, process_group& comm) {
   std::vector<tensor> vars;
   for (auto& v : cs.net->variables()) vars.push_back(v.value);
   comm.issue_all_gather_spans(spans_of(std::move(vars)));
-  comm.complete();
+  if (comm.completes_on_its_own())
+    cs.variables_in_flight = &comm;
+  else
+    comm.complete();
 }
 
 void gather_slots(compute_state& cs, process_group& comm) {

@@ -52,7 +52,9 @@ element_ranges own_shard_ranges(compute_state& cs, process_group& comm);
 // after comm.complete().
 void reduce_scatter_gradients(compute_state& cs, process_group& comm, std::size_t first,
                               std::size_t last);
-// Both gathers complete before they return.
+// The variables' gather is left in flight where the group completes it on
+// its own (compute_state::variables_in_flight: the next reader completes
+// it), else completes before it returns, as the slots' always does.
 void gather_variables(compute_state& cs, process_group& comm);
 // Every kind of optimizer slot (each laid out like the variables).
 void gather_slots(compute_state& cs, process_group& comm);
