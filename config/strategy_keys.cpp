@@ -1,5 +1,7 @@
 #include "config/strategy_keys.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -71,8 +73,15 @@ reducer_algorithm read_algorithm(const json& v, const std::string& path,
   for (auto a : allowed) names.push_back(name_of(a));
   const bool device =
       std::find(allowed.begin(), allowed.end(), reducer_algorithm::device) != allowed.end();
-  if (device && v.is_string() && v.get_ref<const std::string&>() == "nccl")
+  if (device && v.is_string() && v.get_ref<const std::string&>() == "nccl") {
+    // The former name: on cpu and sim devices these collectives are shared
+    // memory, not NCCL. Old configs keep working; the log says what to write.
+    spdlog::warn(
+        "{}: \"nccl\" is the former name of \"device\" (the device collectives: "
+        "NCCL on cuda devices, shared memory on cpu and sim); write \"device\"",
+        path);
     return reducer_algorithm::device;
+  }
   return parse_reducer_algorithm(read_enum(v, path, names));
 }
 }  // namespace

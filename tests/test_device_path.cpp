@@ -22,6 +22,7 @@
 #include "models/random.hpp"
 #include "runtime/job.hpp"
 #include "strategies/strategy.hpp"
+#include "tests/captured_log.hpp"
 #include "tests/device_fixtures.hpp"
 #include "tests/skip.hpp"
 #include "tests/strategy_fixtures.hpp"
@@ -349,11 +350,16 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
   CHECK(parse_job_config(shm).strategy.reducer.same_host == same_host_link::shared_memory);
   refused({{"devices", {"sim:0", "cpu:1"}}, {"strategy", {{"reducer", {{"algorithm", "device"}}}}}},
           "devices: the device all-reduce needs devices of one kind");
-  // "nccl", the former name, still reads as "device"; the effective config
-  // says "device".
+  // "nccl", the former name, still reads as "device", with one warning
+  // naming the new spelling; the effective config says "device".
   auto old = base;
   old.merge_patch({{"strategy", {{"reducer", {{"algorithm", "nccl"}}}}}});
+  test::captured_log log;
   const auto c = parse_job_config(old);
+  const auto text = log.text();
+  CHECK(text.find("strategy.reducer.algorithm: \"nccl\" is the former name of \"device\"") !=
+        std::string::npos);
+  CHECK(text.find("write \"device\"") != std::string::npos);
   CHECK(c.strategy.reducer.algorithm == reducer_algorithm::device);
   CHECK(to_json(c)["strategy"]["reducer"]["algorithm"] == "device");
   CHECK(parse_job_config(to_json(c)).strategy.reducer.algorithm == reducer_algorithm::device);
