@@ -152,12 +152,19 @@ class replica_host_impl final : public replica_host {
 
   void submit(const char* span, std::function<void(compute_state&)> work,
               std::function<void()> then) override {
-    auto& st = self_->state;
     auto settled = [work = std::move(work)](compute_state& cs) {
       cs.settle_variables();
       work(cs);
     };
-    st.tasks->submit(self_, span, std::move(settled), std::move(then), {st.current_step, -1, -1});
+    submit_reading_no_variables(span, std::move(settled), std::move(then));
+  }
+  // The same without settling: for a task that reads no variables (the
+  // batch prefetch), so that an all-gather of them stays in flight
+  // (compute_state::variables_in_flight).
+  void submit_reading_no_variables(const char* span, std::function<void(compute_state&)> work,
+                                   std::function<void()> then) {
+    auto& st = self_->state;
+    st.tasks->submit(self_, span, std::move(work), std::move(then), {st.current_step, -1, -1});
     show_activity(self_);
   }
 
@@ -229,17 +236,14 @@ void prefetch_next(self_ptr self) {
   const batch& b = s.batches.front();
   if (b.x.empty() || b.x.front().raw() == s.prefetched) return;
   s.prefetched = b.x.front().raw();
-  // Not through the host: it reads no variables, so it leaves an all-gather
-  // of them in flight (compute_state::variables_in_flight).
-  s.tasks->submit(
-      self, "prefetch_batch",
+  s.host->submit_reading_no_variables(
+      "prefetch_batch",
       [b](compute_state& cs) {
         if (cs.resident) return;  // its steps gather on the device
         b.fill_rows();
         for (std::size_t m = 0; m < b.x.size(); ++m) cs.net->prefetch(b.x[m], b.y[m]);
       },
-      [] {}, {s.current_step, -1, -1});
-  show_activity(self);
+      [] {});
 }
 
 void try_start(self_ptr self) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <optional>
 
 #include "actors/failure.hpp"
 #include "actors/worker_parts.hpp"
@@ -526,29 +527,29 @@ std::string replica_name(const coordinator_state& st, std::size_t i) {
   return who;
 }
 
-// Replica i is down with `cause`. False when the job goes on without it
-// (the driver's choice), or when its failure is held back: its collective
-// failed because replica k had ended first, and k's down, on its way (k
-// aborts its groups as its state goes, before CAF sends its down message),
-// names the job's failure instead. Else the failure is `failure`.
-bool replica_fails_job(self_ptr self, std::size_t i, const std::string& cause,
-                       std::string& failure) {
-  auto& st = self->state;
+// Replica i is down with `cause`: the job's failure, or none when the job
+// goes on without it (the driver's choice; a failure held back for i is
+// then reported), or when its failure is held back: its collective failed
+// because replica k had ended first, and k's down, on its way (k aborts its
+// groups as its state goes, before CAF sends its down message), names the
+// job's failure instead.
+std::optional<std::string> replica_failure(coordinator_state& st, std::size_t i,
+                                           const std::string& cause) {
   st.replica_down.resize(st.parts->replicas.size());
   st.replica_down[i] = 1;
   if (st.driver->replica_lost(*st.host, i, cause)) {
-    if (st.held_for == static_cast<int64_t>(i)) fail(self, st.held_failure);
-    return false;
+    if (st.held_for == static_cast<int64_t>(i)) return st.held_failure;
+    return std::nullopt;
   }
-  failure = replica_name(st, i) + " stopped: " + cause;
+  std::string failure = replica_name(st, i) + " stopped: " + cause;
   auto k = replica_named_stopped(cause, static_cast<int64_t>(i));
   if (k && *k < static_cast<int64_t>(st.replica_down.size()) &&
       !st.replica_down[static_cast<std::size_t>(*k)] && st.held_for < 0) {
-    st.held_failure = failure;
+    st.held_failure = std::move(failure);
     st.held_for = *k;
-    return false;
+    return std::nullopt;
   }
-  return true;
+  return failure;
 }
 
 // Who a down message names, for the failure: a replica (and its task), a
@@ -560,8 +561,7 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
   const auto& replicas = st.parts->replicas;
   for (std::size_t i = 0; i < replicas.size(); ++i)
     if (dm.source == replicas[i].address()) {
-      std::string failure;
-      if (replica_fails_job(self, i, cause, failure)) fail(self, failure);
+      if (auto failure = replica_failure(st, i, cause)) fail(self, *failure);
       return;
     }
   std::string who = "an actor";
