@@ -39,4 +39,25 @@ std::optional<int64_t> replica_named_stopped(const std::string& cause, int64_t s
   return std::nullopt;
 }
 
+std::optional<std::string> failure_order::replica_down(std::size_t i, const std::string& cause,
+                                                       std::optional<std::string> failure) {
+  if (i >= down_.size()) return failure;  // not a replica it was made for
+  down_[i] = 1;
+  if (!failure) {
+    if (held_for_ == static_cast<int64_t>(i)) return held_;
+    return std::nullopt;
+  }
+  auto k = replica_named_stopped(cause, static_cast<int64_t>(i));
+  if (k && static_cast<std::size_t>(*k) < down_.size() && !down_[static_cast<std::size_t>(*k)]) {
+    // The first held failure stands, unless it was this replica's turn:
+    // then its own, held for the one it names in turn.
+    if (held_for_ < 0 || held_for_ == static_cast<int64_t>(i)) {
+      held_ = std::move(*failure);
+      held_for_ = *k;
+    }
+    return std::nullopt;
+  }
+  return failure;
+}
+
 }  // namespace troupe

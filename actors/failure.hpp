@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace troupe {
 
@@ -36,5 +37,25 @@ void keep_exception_cause(Self* self, std::string who) {
 std::string replica_stopped(int64_t index);
 // The replica other than `self` that `cause` names as stopped, if any.
 std::optional<int64_t> replica_named_stopped(const std::string& cause, int64_t self);
+
+// Which replica's failure a job reports when several go down: a replica
+// whose error names another as stopped (replica_named_stopped) whose down
+// has not come yet is held back until that one's down, which is on its way
+// (a replica aborts its groups as its state goes, before CAF sends its down
+// message), and the first held failure stands for all such.
+class failure_order {
+ public:
+  explicit failure_order(std::size_t replicas = 0) : down_(replicas, 0) {}
+  // Replica i is down with `cause`; `failure` is the job's failure it would
+  // be, or none where the job goes on without it. Returns what the job
+  // reports now: that failure, or the one held for i; none while held.
+  std::optional<std::string> replica_down(std::size_t i, const std::string& cause,
+                                          std::optional<std::string> failure);
+
+ private:
+  std::vector<char> down_;
+  std::string held_;
+  int64_t held_for_ = -1;
+};
 
 }  // namespace troupe

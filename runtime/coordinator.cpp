@@ -527,31 +527,6 @@ std::string replica_name(const coordinator_state& st, std::size_t i) {
   return who;
 }
 
-// Replica i is down with `cause`: the job's failure, or none when the job
-// goes on without it (the driver's choice; a failure held back for i is
-// then reported), or when its failure is held back: its collective failed
-// because replica k had ended first, and k's down, on its way (k aborts its
-// groups as its state goes, before CAF sends its down message), names the
-// job's failure instead.
-std::optional<std::string> replica_failure(coordinator_state& st, std::size_t i,
-                                           const std::string& cause) {
-  st.replica_down.resize(st.parts->replicas.size());
-  st.replica_down[i] = 1;
-  if (st.driver->replica_lost(*st.host, i, cause)) {
-    if (st.held_for == static_cast<int64_t>(i)) return st.held_failure;
-    return std::nullopt;
-  }
-  std::string failure = replica_name(st, i) + " stopped: " + cause;
-  auto k = replica_named_stopped(cause, static_cast<int64_t>(i));
-  if (k && *k < static_cast<int64_t>(st.replica_down.size()) &&
-      !st.replica_down[static_cast<std::size_t>(*k)] && st.held_for < 0) {
-    st.held_failure = std::move(failure);
-    st.held_for = *k;
-    return std::nullopt;
-  }
-  return failure;
-}
-
 // Who a down message names, for the failure: a replica (and its task), a
 // watched actor, or the driver's own worker that it lets go.
 void on_down(self_ptr self, const caf::down_msg& dm) {
@@ -561,7 +536,10 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
   const auto& replicas = st.parts->replicas;
   for (std::size_t i = 0; i < replicas.size(); ++i)
     if (dm.source == replicas[i].address()) {
-      if (auto failure = replica_failure(st, i, cause)) fail(self, *failure);
+      std::optional<std::string> failure;
+      if (!st.driver->replica_lost(*st.host, i, cause))
+        failure = replica_name(st, i) + " stopped: " + cause;
+      if (auto now = st.failures.replica_down(i, cause, std::move(failure))) fail(self, *now);
       return;
     }
   std::string who = "an actor";
@@ -579,6 +557,7 @@ void watch_parts(self_ptr self) {
                               caf::actor_cast<caf::actor>(parts.shards.actors[i]));
   if (parts.hub)
     for (auto& named : parts.hub->named()) parts.others.push_back(std::move(named));
+  st.failures = failure_order(parts.replicas.size());
   for (auto& r : parts.replicas) self->monitor(r);
   for (auto& [_, a] : parts.others) self->monitor(a);
   for (auto& [_, w] : parts.workers)

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/failure.hpp"
 #include "actors/job_plan.hpp"
 #include "actors/strategy_api.hpp"
 #include "messages/coordinator_messages.hpp"
@@ -69,12 +70,8 @@ struct coordinator_state {
   std::string last_checkpoint;
   int64_t last_checkpoint_step = -1;
   nlohmann::json summary_extras = nlohmann::json::object();  // staleness, for the summary
-  // The replicas whose down message came; a replica's failure held back
-  // until the down of the replica its error names as stopped (the one that
-  // failed first: see replica_named_stopped), and that replica's index.
-  std::vector<char> replica_down;
-  std::string held_failure;
-  int64_t held_for = -1;
+  // Which replica's failure the job reports (the one that failed first).
+  failure_order failures;
   coordinator_state();
   ~coordinator_state();
   bool finished() const { return now == phase::finished; }

@@ -420,6 +420,34 @@ TEST_CASE("a peer's failure names the replica that stopped first, for the coordi
   CHECK(replica_named_stopped("replica 99999999999999999999 stopped", 0) == std::nullopt);
 }
 
+TEST_CASE("the job reports the failure of the replica that stopped first") {
+  const std::string first = "replica 1 (cpu:1) stopped: replica 1: injected failure";
+  const auto secondary = [](int i) {
+    return "replica " + std::to_string(i) + " (cpu:" + std::to_string(i) +
+           ") stopped: all_reduce: the group was aborted: " + replica_stopped(1);
+  };
+  SUBCASE("the peers' downs come first: both are held for replica 1's") {
+    failure_order order(3);
+    CHECK(order.replica_down(2, secondary(2), secondary(2)) == std::nullopt);
+    CHECK(order.replica_down(0, secondary(0), secondary(0)) == std::nullopt);
+    CHECK(order.replica_down(1, first, first) == first);
+  }
+  SUBCASE("replica 1's down comes first: it is reported at once") {
+    failure_order order(3);
+    CHECK(order.replica_down(1, first, first) == first);
+    CHECK(order.replica_down(0, secondary(0), secondary(0)) == secondary(0));
+  }
+  SUBCASE("replica 1 is lost and the job goes on: the failure held for it is reported") {
+    failure_order order(3);
+    CHECK(order.replica_down(0, secondary(0), secondary(0)) == std::nullopt);
+    CHECK(order.replica_down(1, first, std::nullopt) == secondary(0));
+  }
+  SUBCASE("a replica the job does not have is never waited for") {
+    failure_order order(1);
+    CHECK(order.replica_down(0, secondary(0), secondary(0)) == secondary(0));
+  }
+}
+
 TEST_CASE("a checkpoint of diverged weights is not written; the last good one stays") {
   tiny_env env;
   auto c = env.job("nan");
