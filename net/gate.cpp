@@ -332,10 +332,22 @@ struct gate::state {
     p.check = std::move(check);
     p.to_side = to_side;
     if (!opts.certificate_proof || to_side) return accept(p);
-    // Certificates and no secret: the certificate proof's header next.
+    // Certificates: the certificate proof's header next.
     p.frame.assign(gate_wire::kCertHeaderBytes, '\0');
     p.got = 0;
     return next::read_more;
+  }
+
+  // Past its deadline: a connection that proved the key but owes its
+  // certificate (a holder of the secret with no task's certificate, or a
+  // task configured without one) is named, any other is not.
+  void time_out(pending& p) {
+    const auto within = std::to_string(opts.handshake_timeout.count()) + " ms";
+    if (p.check.name.empty())
+      refuse(p, "no handshake within " + within, &gate_stats::timed_out);
+    else
+      refuse(p, "proved the key but sent no certificate within " + within, &gate_stats::timed_out,
+             p.check.name);
   }
 
   // The certificate proof's header, then its body, is whole.
@@ -350,7 +362,8 @@ struct gate::state {
     };
     if (p.frame.size() == gate_wire::kCertHeaderBytes) {
       const auto length = gate_wire::certificate_proof_length(p.frame);
-      if (length < 0) return tell_refused("no certificate proof (this cluster has no secret)");
+      if (length < 0)
+        return tell_refused("no certificate proof (this cluster's links need a certificate)");
       p.frame.resize(gate_wire::kCertHeaderBytes + static_cast<std::size_t>(length), '\0');
       return next::read_more;
     }
@@ -429,8 +442,11 @@ gate::gate(const std::string& host, uint16_t port, gate_options opts,
 }
 
 gate_options with_link_key(gate_options opts) {
-  if (opts.link.kind == link_security::trust::certificates && opts.secret.empty()) {
-    opts.secret = certificates_only_secret(opts.link);
+  // With certificates the gate asks for one whether or not there is a secret:
+  // a holder of the secret is not a task, so it reaches no TLS state either
+  // (the side door, for tasks that have no certificate yet, is exempt).
+  if (opts.link.kind == link_security::trust::certificates) {
+    if (opts.secret.empty()) opts.secret = certificates_only_secret(opts.link);
     opts.certificate_proof = true;
   }
   if (opts.link.kind == link_security::trust::psk && opts.link.psk_key.empty())
@@ -544,9 +560,7 @@ void gate::serve() {
       if (st.loop.revents(i + 1) != 0) {
         st.on_readable(p);
       } else if (now >= p.deadline) {
-        st.refuse(
-            p, "no handshake within " + std::to_string(st.opts.handshake_timeout.count()) + " ms",
-            &gate_stats::timed_out);
+        st.time_out(p);
       }
     }
     st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(),

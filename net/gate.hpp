@@ -34,8 +34,9 @@
 // proof from a task that has a live connection to this process already
 // (net/basp_guard.hpp): with the pre-shared key any holder of the
 // secret can prove any task's name, but not take a live one (with
-// certificates, from cluster.tls or the job CA of net/job_ca.hpp, the TLS
-// link after the gate checks the name as well); the connector
+// certificates, from cluster.tls or the job CA of net/job_ca.hpp, the
+// connector also proves the name with its certificate before the verdict,
+// gate_options::certificate_proof, and the TLS link checks it again); the connector
 // retries it like a listener that went away. Refusals are MAC'd too: a connector treats only a
 // refusal that proves K as final; garbage, a bad MAC or an unproven refusal is `unreachable`
 // (retried until the caller's deadline), since anyone may sit on a port. Only after an 'A' is the
@@ -113,17 +114,17 @@ struct gate_options {
   // Tests: called at the start of each turn of the gate's loop.
   std::function<void()> on_turn;
   gate_admit_handler on_side_door;  // with side_door
-  // Certificates and no secret (set by with_link_key): after its proof the
-  // connector sends its certificate and a signature over the exchange
-  // (gate_wire::make_certificate_proof), and the listener admits only a
-  // certificate of its CA naming the connector, before any TLS state.
+  // Certificates (set by with_link_key, with or without a secret): after its
+  // proof the connector sends its certificate and a signature over the
+  // exchange (gate_wire::make_certificate_proof), and the listener admits
+  // only a certificate of its CA naming the connector, before any TLS state.
   bool certificate_proof = false;
 };
 
 // `opts` with the key its link needs, for both sides of the gate: a psk
-// link without its key takes it from the secret; certificates without a
-// secret run the exchange keyed from their CA's certificate
-// (certificates_only_secret) and with the certificate proof.
+// link without its key takes it from the secret; certificates run the
+// exchange with the certificate proof, keyed from the secret or, without
+// one, from their CA's certificate (certificates_only_secret).
 gate_options with_link_key(gate_options opts);
 
 // What the listener has seen; counters only grow.

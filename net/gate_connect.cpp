@@ -64,7 +64,7 @@ gate_socket gate_handshake(const std::string& host, uint16_t port, const gate_op
                 deadline))
     return fail(where + " closed the connection during the handshake", true);
   if (opts.certificate_proof) {
-    // Certificates and no secret: this task's certificate and its signature
+    // Certificates: this task's certificate and its signature
     // over the exchange, before the verdict.
     std::string proof;
     try {

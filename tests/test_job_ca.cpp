@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -75,10 +77,12 @@ struct cert_listener {
   std::mutex mu;
   std::vector<int> fds;
   std::unique_ptr<gate> door;
-  cert_listener(const task_identity& id) {
+  explicit cert_listener(const task_identity& id,
+                         std::chrono::milliseconds handshake_timeout = std::chrono::seconds(5)) {
     gate_options o;
     o.secret = kSecret;
     o.name = id.task;
+    o.handshake_timeout = handshake_timeout;
     o.link.kind = link_security::trust::certificates;
     o.link.identity = std::make_shared<const task_identity>(id);
     door = std::make_unique<gate>("127.0.0.1", 0, o,
@@ -101,6 +105,16 @@ struct cert_listener {
     return fd < 0 ? "(none admitted)" : received(fd);
   }
 };
+
+// Whether `log` holds `text` within 5 s (a gate logs on its own thread).
+bool logs_soon(test::captured_log& log, const std::string& text) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (log.text().find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 // Connects to `port` as `as`, its link presenting `id` (null: the link keyed
 // from the secret alone), and says hello; the connector's error, or "".
@@ -153,37 +167,76 @@ TEST_CASE("the job CA issues a certificate naming the task, for the requester's 
 }
 
 TEST_CASE("links with the job CA's certificates: its tasks pass; the secret alone does not") {
-  test::captured_log log;
   const job_authority ca, rogue;
-  cert_listener chief(ca.issue_self("chief:0"));
-  const auto port = chief.door->port();
+  const auto chief_id = ca.issue_self("chief:0");
+  cert_listener chief(chief_id);
 
   // worker:0 with the certificate the job CA issued it: its link is up.
   const auto w0 = issued_by(ca, "worker:0");
-  CHECK(connect_as(port, "worker:0", &w0) == "");
+  CHECK(connect_as(chief.door->port(), "worker:0", &w0) == "");
   CHECK(chief.last_received() == "hello");
 
-  // A holder of the secret alone, as worker:1 (the gate admits it): its
-  // link keyed from the secret is refused, and so is a certificate for
-  // worker:1 from a CA of its own, and worker:0's certificate as worker:1.
-  // (The forger trusts the job CA, whose certificate is no secret, so that
-  // the chief, not the forger, is the one to refuse.)
+  // A holder of the secret alone, as worker:1: the gate asks for a
+  // certificate, so a link keyed from the secret gets no verdict, and a
+  // certificate for worker:1 from a CA of its own, or worker:0's, is
+  // refused, all before any TLS state. (The forger trusts the job CA, whose
+  // certificate is no secret, so that the chief, not the forger, refuses.)
   auto forged = issued_by(rogue, "worker:1");
   forged.ca_pem = ca.ca_pem();
   const auto other_task = issued_by(ca, "worker:0");
-  for (const task_identity* id : std::vector<const task_identity*>{nullptr, &forged, &other_task}) {
-    connect_as(port, "worker:1", id);
-    CHECK(chief.last_received() == "");
+  const std::vector<std::pair<const task_identity*, std::string>> attempts{
+      {nullptr, "worker:1 (127.0.0.1:"},
+      {nullptr, "proved the key but sent no certificate within 1000 ms"},
+      {&forged, "its certificate: unable to get local issuer certificate"},
+      {&other_task, "its certificate does not name the task worker:1"}};
+  for (const auto& [id, logged] : attempts) {
+    test::captured_log log;
+    cert_listener door(chief_id, std::chrono::milliseconds(1000));
+    CHECK(connect_as(door.door->port(), "worker:1", id) != "");
+    CHECK(door.last_received() == "(none admitted)");
+    CHECK_MESSAGE(logs_soon(log, logged), log.text());
   }
-  const auto text = log.text();
-  CHECK_MESSAGE(text.find("chief:0: closed the connection with worker:1") != std::string::npos,
-                text);
-  CHECK(text.find("certificate: unable to get local issuer certificate") != std::string::npos);
-  CHECK(text.find("its certificate does not name the task worker:1") != std::string::npos);
   // The listener's certificate is checked by the connector too: a listener
   // with another CA's chief:0 certificate is refused.
   cert_listener impostor(rogue.issue_self("chief:0"));
   CHECK(connect_as(impostor.door->port(), "worker:0", &w0) != "");
+}
+
+// Past the gate TLS checks the certificate again (defence in depth): a
+// connector that proves worker:1 at the gate with its own certificate, then
+// presents another CA's in TLS, gets no link.
+TEST_CASE("job CA links: a certificate swapped after the gate fails TLS") {
+  test::captured_log log;
+  const job_authority ca, rogue;
+  cert_listener chief(ca.issue_self("chief:0"));
+  gate_options o;
+  o.secret = kSecret;
+  o.name = "worker:1";
+  o.expect_peer = "chief:0";
+  o.link.kind = link_security::trust::certificates;
+  o.link.identity = std::make_shared<const task_identity>(issued_by(ca, "worker:1"));
+  const auto keyed = with_link_key(o);
+  auto s = gate_handshake("127.0.0.1", chief.door->port(), keyed, std::chrono::seconds(5));
+  REQUIRE_MESSAGE(s.fd >= 0, s.error);
+  auto swapped = issued_by(rogue, "worker:1");
+  swapped.ca_pem = ca.ca_pem();
+  auto tls = keyed.link;
+  tls.identity = std::make_shared<const task_identity>(swapped);
+  link_params lp;
+  lp.me = "worker:1";
+  lp.peer_task = s.peer;
+  lp.peer_address = "chief";
+  lp.server_challenge = s.server_challenge;
+  lp.client_challenge = s.client_challenge;
+  // TLS 1.3's client finishes before the server has checked its
+  // certificate, so the refusal shows at the chief: nothing arrives there.
+  auto end = open_link(s.fd, tls, lp);
+  REQUIRE(end.ready.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  (void)net::send_all(end.plain_fd, "hello",
+                      std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  CHECK(chief.last_received() == "");
+  ::close(end.plain_fd);
+  CHECK_MESSAGE(logs_soon(log, "certificate: unable to get local issuer certificate"), log.text());
 }
 
 // troupe launch's enrolment (net/launch_enrol.hpp): the launcher's side
