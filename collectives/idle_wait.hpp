@@ -15,7 +15,10 @@
 // time slices when the peer shared the core, and the job ran faster the
 // longer it yielded before sleeping (shared ring, 0.5 ms: 87k samples/s,
 // 3 ms: 152k, medians of 3): the processes' steps drift apart by about a
-// step. The cost: up to yield_for of a core's time per wait.
+// step. The cost: up to yield_for of a core's time per wait, which is why
+// it is a setting (strategy.reducer.yield_us): on a network whose latency
+// is well above 3 ms a waiting thread only burns a core, and on a machine
+// whose cores are all busy with other work 0 (sleep at once) may be best.
 //
 // Not for a wait whose answer needs this process's own threads: a device
 // thread that waited so for the reducer actors' reply (ZeRO-1, two waits a
@@ -29,7 +32,10 @@ namespace troupe {
 class idle_wait {
  public:
   static constexpr auto spin_for = std::chrono::microseconds(2);
-  static constexpr auto yield_for = std::chrono::milliseconds(3);
+  static constexpr auto default_yield_for = std::chrono::microseconds(3000);
+
+  explicit idle_wait(std::chrono::microseconds yield_for = default_yield_for)
+      : yield_for_(yield_for) {}
 
   // After a look that found nothing: spins or yields once and returns true
   // (look again), or returns false once the caller should sleep.
@@ -37,7 +43,7 @@ class idle_wait {
     const auto now = clock::now();
     if (since_ == clock::time_point::max()) since_ = now;
     const auto waited = now - since_;
-    if (waited >= yield_for) return false;
+    if (waited >= yield_for_) return false;
     if (waited < spin_for)
       relax();
     else
@@ -57,6 +63,7 @@ class idle_wait {
     asm volatile("yield");
 #endif
   }
+  std::chrono::microseconds yield_for_;
   clock::time_point since_ = clock::time_point::max();
 };
 

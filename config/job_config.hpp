@@ -140,6 +140,9 @@ struct reducer_settings {
   wire_format wire = wire_format::fp32;
   // Direct links between processes of one host (and network namespace).
   same_host_link same_host = same_host_link::shared_memory;
+  // On the direct links: how long a thread waiting for its peer gives its
+  // core away between looks before it sleeps (collectives/idle_wait.hpp).
+  int64_t yield_us = 3000;
 };
 
 // How variables are spread over variable shards (actors/partitioner.hpp).

@@ -106,7 +106,7 @@ strategy_key reducer(std::vector<reducer_algorithm> algorithms) {
     auto& s = c.reducer;
     object_reader r(j, path,
                     {"algorithm", "bucket_bytes", "chunk_bytes", "hierarchical", "transport",
-                     "wire", "same_host"});
+                     "wire", "same_host", "yield_us"});
     r.with("algorithm", [&](const json& v, const std::string& p) {
       s.algorithm = read_algorithm(v, p, algorithms);
     });
@@ -124,13 +124,15 @@ strategy_key reducer(std::vector<reducer_algorithm> algorithms) {
     r.with("same_host", [&](const json& v, const std::string& p) {
       s.same_host = read_named(v, p, kSameHostNames);
     });
+    r.with("yield_us",
+           [&](const json& v, const std::string& p) { s.yield_us = read_int_in(v, p, 0, 100000); });
   };
   auto write = [](const strategy_config& c) {
     return json{
         {"algorithm", name_of(c.reducer.algorithm)}, {"bucket_bytes", c.reducer.bucket_bytes},
         {"chunk_bytes", c.reducer.chunk_bytes},      {"hierarchical", c.reducer.hierarchical},
         {"transport", name_of(c.reducer.transport)}, {"wire", name_of(c.reducer.wire)},
-        {"same_host", name_of(c.reducer.same_host)}};
+        {"same_host", name_of(c.reducer.same_host)}, {"yield_us", c.reducer.yield_us}};
   };
   return {"reducer", read, write};
 }

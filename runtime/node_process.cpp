@@ -117,13 +117,16 @@ std::shared_ptr<process_group> node_process::join_links(
   how.encrypted = !spec().insecure;
   how.same_host = c.strategy.reducer.same_host;
   how.wire = c.strategy.reducer.wire == wire_format::bf16 ? ring_wire::bf16 : ring_wire::fp32;
+  how.yield_for = std::chrono::microseconds(c.strategy.reducer.yield_us);
   auto links =
       join_process_links(sys, ring, rank, ring_tasks, how, clock_type::now() + join_timeout);
   spdlog::info(
-      "{}: direct links to {} ({}) and from {} ({}), {} on the wire", name(),
-      ring_tasks[static_cast<std::size_t>((rank + 1) % ring_tasks.size())], links->next_link(),
+      "{}: direct links to {} ({}) and from {} ({}), {} on the wire, a wait yields {} us "
+      "before it sleeps",
+      name(), ring_tasks[static_cast<std::size_t>((rank + 1) % ring_tasks.size())],
+      links->next_link(),
       ring_tasks[static_cast<std::size_t>((rank + ring_tasks.size() - 1) % ring_tasks.size())],
-      links->prev_link(), name_of(c.strategy.reducer.wire));
+      links->prev_link(), name_of(c.strategy.reducer.wire), c.strategy.reducer.yield_us);
   return links;
 }
 

@@ -50,8 +50,10 @@ std::shared_ptr<process_ring> join_process_links(caf::actor_system& sys,
                              [&] { return listener.accept(deadline, left_task, how.encrypted); });
   ring_socket to_next = connect_ring_link(await_offer(sys, node, right, right_task, deadline),
                                           deadline, right_task, how.encrypted, how.same_host);
-  return std::make_shared<process_ring>(rank, P, std::move(to_next), accepted.get(),
-                                        std::chrono::seconds(60), how.wire);
+  auto ring = std::make_shared<process_ring>(rank, P, std::move(to_next), accepted.get(),
+                                             std::chrono::seconds(60), how.wire);
+  ring->set_yield_for(how.yield_for);
+  return ring;
 }
 
 }  // namespace troupe

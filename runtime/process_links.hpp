@@ -25,6 +25,8 @@ struct process_link_options {
   // A link to a process of this host: a shared ring, a Unix socket or TCP.
   same_host_link same_host = same_host_link::unix_socket;
   ring_wire wire = ring_wire::fp32;
+  // A waiting side yields its core this long before it sleeps.
+  std::chrono::microseconds yield_for = idle_wait::default_yield_for;
 };
 
 // Rank `rank` of the ring of `tasks` (this process's task is tasks[rank]).

@@ -508,7 +508,7 @@ void process_ring::run(const std::vector<step>& steps, reduce_op op) {
                               {.bytes = static_cast<int64_t>(out_->total() + in_->total())});
   double waiting_since = -1;
   try {
-    idle_wait idle;  // a side with nothing to move looks again before it sleeps
+    idle_wait idle(yield_for_);  // a side with nothing to move looks again before it sleeps
     for (;;) {
       bool moved = out_->progress(sent_bytes_);
       moved = in_->progress(received_bytes_) || moved;

@@ -71,6 +71,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/idle_wait.hpp"
 #include "collectives/process_group.hpp"
 #include "config/reducer_links.hpp"
 
@@ -109,6 +110,9 @@ class process_ring final : public process_group {
                ring_wire wire = ring_wire::fp32);
   ~process_ring() override;
   process_ring(const process_ring&) = delete;
+  // How long a side with nothing to move gives its core away between looks
+  // before it sleeps (collectives/idle_wait.hpp; strategy.reducer.yield_us).
+  void set_yield_for(std::chrono::microseconds yield_for) { yield_for_ = yield_for; }
   process_ring& operator=(const process_ring&) = delete;
 
   int rank() const override { return rank_; }
@@ -153,6 +157,7 @@ class process_ring final : public process_group {
   int size_;
   std::string next_link_, prev_link_;
   std::chrono::milliseconds timeout_;
+  std::chrono::microseconds yield_for_ = idle_wait::default_yield_for;
   std::unique_ptr<outbound> out_;
   std::unique_ptr<inbound> in_;
   std::unique_ptr<net::reactor> poller_;  // the links and the pipe abort() wakes it through

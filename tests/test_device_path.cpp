@@ -339,6 +339,14 @@ TEST_CASE("config rules for discrete devices and the device all-reduce") {
           "strategy.reducer.same_host: \"tcp\" is for the direct links between processes");
   refused({{"strategy", {{"reducer", {{"algorithm", "device"}, {"same_host", "pipe"}}}}}},
           "strategy.reducer.same_host: expected one of");
+  refused({{"strategy", {{"reducer", {{"algorithm", "ring"}, {"yield_us", 500}}}}}},
+          "strategy.reducer.yield_us: \"500\" is for the direct links between processes");
+  refused({{"strategy", {{"reducer", {{"algorithm", "device"}, {"yield_us", -1}}}}}},
+          "strategy.reducer.yield_us: expected an integer >= 0, got -1");
+  auto yield = base;
+  yield.merge_patch({{"strategy", {{"reducer", {{"algorithm", "device"}, {"yield_us", 0}}}}}});
+  CHECK(parse_job_config(yield).strategy.reducer.yield_us == 0);
+  CHECK(parse_job_config(base).strategy.reducer.yield_us == 3000);
   refused({{"strategy", {{"reducer", {{"algorithm", "gpu"}}}}}},
           "strategy.reducer.algorithm: expected one of \"ring\", \"tree\", \"reduce_to_one\", "
           "\"device\", got \"gpu\"");

@@ -423,18 +423,19 @@ TEST_CASE(
   // chief, worker:0 (replicas 0, 1: a device group of 2), worker:1 (replica 2)
   // The processes' sum over their direct links (the default: shared rings,
   // the processes share this host), over TCP with TLS as between hosts, over
-  // Unix sockets, then through the ring nodes: the same ring order, so the
-  // same bits.
+  // Unix sockets (waits sleeping at once, yield_us 0), then through the
+  // ring nodes: the same ring order, so the same bits.
   c.logging.level = "info";
   auto many = run_in_processes(c, dir, 2, 0);
   CHECK(many["steps"] == one["steps"]);
   double d = max_abs_diff(variables_of(one), variables_of(many));
   MESSAGE("mirrored nccl, 3 processes vs ring in 1: max |diff| " << d);
   CHECK(d < 2e-5);
-  auto said = [](const fs::path& log, const std::string& kind) {
+  auto said = [](const fs::path& log, const std::string& kind, int yield_us = 3000) {
     const auto text = read_file(log);
     CHECK_MESSAGE(text.find("direct links to worker:0 (" + kind + ") and from worker:0 (" + kind +
-                            "), fp32 on the wire") != std::string::npos,
+                            "), fp32 on the wire, a wait yields " + std::to_string(yield_us) +
+                            " us") != std::string::npos,
                   text);
   };
   said(dir / "worker:1.log", "shared memory, same host");
@@ -445,8 +446,10 @@ TEST_CASE(
   CHECK(max_abs_diff(variables_of(many), variables_of(over_tcp)) == 0.0);
   temp_dir dir_unix;
   c.strategy.reducer.same_host = same_host_link::unix_socket;
+  c.strategy.reducer.yield_us = 0;  // waits sleep at once: the same sums
   auto over_unix = run_in_processes(c, dir_unix, 2, 0);
-  said(dir_unix / "worker:1.log", "Unix socket, same host");
+  said(dir_unix / "worker:1.log", "Unix socket, same host", 0);
+  c.strategy.reducer.yield_us = 3000;
   CHECK(max_abs_diff(variables_of(many), variables_of(over_unix)) == 0.0);
   temp_dir dir3;
   c.strategy.reducer.same_host = same_host_link::shared_memory;

@@ -162,6 +162,29 @@ TEST_CASE("process ring: a shared ring carries collectives larger than itself, o
   }
 }
 
+// strategy.reducer.yield_us: a waiting side gives its core away between
+// looks for that long, then sleeps; with 0 it sleeps after its first empty
+// look, and the sums are the same.
+TEST_CASE("idle_wait: yields until its window ends; a window of 0 sleeps at once") {
+  idle_wait none(std::chrono::microseconds(0));
+  CHECK(!none.look_again());
+  idle_wait window(std::chrono::microseconds(20'000));
+  const auto start = std::chrono::steady_clock::now();
+  int looks = 0;
+  while (window.look_again()) ++looks;
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(looks > 0);
+  CHECK(waited >= std::chrono::microseconds(20'000));
+  window.reset();  // something moved: a fresh window
+  CHECK(window.look_again());
+  for (same_host_link link : {same_host_link::tcp, same_host_link::shared_memory}) {
+    CAPTURE(static_cast<int>(link));
+    auto ring = make_ring(2, true, std::chrono::seconds(20), ring_wire::fp32, link);
+    for (auto& r : ring) r->set_yield_for(std::chrono::microseconds(0));
+    check_sums_in_ring_order(ring, 300'001, [](int r) { return 11u * static_cast<unsigned>(r); });
+  }
+}
+
 TEST_CASE("process ring: a trace shows the exchange and, inside it, TLS's sealing and opening") {
   const std::size_t n = 300'001;
   for (bool encrypted : {true, false}) {
