@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <utility>
 
 #include "actors/visible_mailbox.hpp"
@@ -50,7 +51,11 @@ void next_update(self_ptr self, bool halting) {
 // rl.population's exploit: another member's variables and optimizer slots
 // and new hyperparameters, between two updates (no update starts while it
 // runs). The version goes on counting: the weights published next are newer
-// than any the member's actors hold.
+// than any the member's actors hold. A member of several learners is in
+// lockstep (one all-reduce an update): each of them is sent the exploit, and
+// they take it after the first update whose all-reduce counts every one of
+// them holding it (learner_state::votes), so all take it after the same
+// update and stay equal.
 void adopt(self_ptr self, std::function<void()> then) {
   auto& st = self->state;
   auto ex = std::make_shared<pending_exploit>(std::move(*st.exploit));
@@ -135,8 +140,9 @@ void report(self_ptr self, const impala_figures& f, double norm) {
   self->send(st.cfg.coordinator, learned_atom::value, std::move(r));
 }
 
-// Clip and update on the device; learner 0 copies the weights when due.
-void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
+// Clip and update on the device; learner 0 copies the weights when due;
+// then the exploit, if `take_exploit` (every learner of the member holds it).
+void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting, bool take_exploit) {
   auto& st = self->state;
   const bool publish =
       st.cfg.index == 0 && (st.cfg.inference || (st.version + 1) % st.cfg.weights_every == 0);
@@ -152,7 +158,7 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
         if (publish) weights->values = clone_values(lc.net->variables());
         if (refresh_target) copy_values(lc.net->variables(), lc.target->variables());
       },
-      [self, fig, weights, norm, publish, halting] {
+      [self, fig, weights, norm, publish, halting, take_exploit] {
         auto& st = self->state;
         ++st.version;
         report(self, *fig, *norm);
@@ -165,7 +171,8 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
           else
             self->send(st.cfg.coordinator, weights_atom::value, std::move(*weights));
         }
-        if (st.exploit) return adopt(self, [self, halting] { next_update(self, halting); });
+        if (st.exploit && take_exploit)
+          return adopt(self, [self, halting] { next_update(self, halting); });
         next_update(self, halting);
       });
 }
@@ -175,24 +182,35 @@ void apply(self_ptr self, std::shared_ptr<impala_figures> fig, bool halting) {
 void reduce(self_ptr self, std::shared_ptr<impala_figures> fig) {
   auto& st = self->state;
   if (!st.cfg.reducer) {
-    apply(self, std::move(fig), st.halt_vote);
+    apply(self, std::move(fig), st.halt_vote, true);
     return;
   }
-  // The votes to stop travel with the gradients.
+  // The votes to stop, and the exploit's, travel with the gradients.
   st.votes.f32()[0] = st.halt_vote ? 1.0f : 0.0f;
+  st.votes.f32()[1] = st.exploit ? 1.0f : 0.0f;
   auto buffers = st.grad_buffers;
   buffers.push_back(st.votes);
   st.track.set("all_reduce", trace::category::communicate, st.version);
   trace::note_step(st.cfg.index, st.version);
   self->request(st.cfg.reducer, st.cfg.request_timeout, allreduce_atom::value, reduce_op::sum,
                 std::move(buffers))
-      .then([self, fig](std::vector<tensor>&) { apply(self, fig, self->state.votes.f32()[0] > 0); },
-            [self](caf::error& e) { fail(self, "all-reduce of the gradients: " + describe(e)); });
+      .then(
+          [self, fig](std::vector<tensor>&) {
+            auto& st = self->state;
+            const auto holders = static_cast<int64_t>(std::lround(st.votes.f32()[1]));
+            apply(self, fig, st.votes.f32()[0] > 0, holders == st.cfg.learners);
+          },
+          [self](caf::error& e) { fail(self, "all-reduce of the gradients: " + describe(e)); });
 }
 
 void stop(self_ptr self) {
   auto& st = self->state;
   st.phase = learner_phase::stopped;
+  if (st.exploit) {  // its other learners stopped before holding it too
+    st.exploit->done.deliver(
+        caf::make_error(caf::sec::runtime_error, "stopped before the exploit landed"));
+    st.exploit.reset();
+  }
   for (auto& rp : std::exchange(st.halted, {})) rp.deliver(st.version);
 }
 
@@ -249,13 +267,19 @@ void maybe_compute(self_ptr self) {
       [self, fig] { reduce(self, fig); });
 }
 
-// rl.population: an exploit waits for the update in flight to end.
+// rl.population: an exploit waits for the update in flight to end; with
+// several learners a member, for the update that all of them vote for.
 caf::result<int64_t> take_exploit(self_ptr self, model_state& ms, member_hyperparameters hp) {
   auto& st = self->state;
   auto rp = self->make_response_promise<int64_t>();
   if (st.exploit) st.exploit->done.deliver(caf::make_error(caf::sec::runtime_error, "superseded"));
+  if (st.phase == learner_phase::stopped) {
+    rp.deliver(caf::make_error(caf::sec::runtime_error, "stopped before the exploit landed"));
+    return rp;
+  }
   st.exploit = pending_exploit{std::move(ms), hp, rp};
-  if (st.phase != learner_phase::updating) adopt(self, [self] { maybe_compute(self); });
+  if (st.phase != learner_phase::updating && !st.cfg.reducer)
+    adopt(self, [self] { maybe_compute(self); });
   return rp;
 }
 

@@ -84,7 +84,8 @@ struct learner_compute {
   dqn_workspace dqn;
 };
 
-// rl.population's exploit, waiting for the update in flight to end.
+// rl.population's exploit, waiting for the update in flight to end (and,
+// with several learners a member, for every one of them to hold it).
 struct pending_exploit {
   model_state state;
   member_hyperparameters hyperparameters;
@@ -117,7 +118,9 @@ struct learner_state {
   // Timeline trace: computing gradients, reducing them, updating, or
   // waiting for a batch of unrolls.
   trace::state_track track;
-  tensor votes{shape_t{1}};
+  // [0]: votes to stop; [1]: learners that hold the exploit (rl.population
+  // with several learners a member: it lands once all of them hold it).
+  tensor votes{shape_t{2}};
   std::vector<caf::typed_response_promise<int64_t>> halted;
   static inline const char* name = "learner";
 };

@@ -180,8 +180,9 @@ class actor_learner final : public strategy {
                                                    std::to_string(rl.replay.min_size));
   }
 
-  // A population is made of IMPALA learner groups, one learner each (an
-  // exploit lands between two updates of one learner), each with actors.
+  // A population is made of IMPALA learner groups of rl.learners each (an
+  // exploit lands on all of a member's learners after the same update),
+  // each with actors.
   static void validate_population(const rl_config& rl) {
     if (rl.algorithm != "impala")
       throw config_error("rl.population",
@@ -193,11 +194,6 @@ class actor_learner final : public strategy {
                          "population-based training supports rl.inference "
                          "\"local\" only, got \"" +
                              rl.inference + "\"");
-    if (rl.learners != 1)
-      throw config_error("rl.learners",
-                         "rl.population trains one learner per member: expected "
-                         "1, got " +
-                             std::to_string(rl.learners));
     if (rl.actors < rl.population.size)
       throw config_error("rl.actors", "expected at least one per member of rl.population (size " +
                                           std::to_string(rl.population.size) + "), got " +
@@ -284,8 +280,11 @@ class actor_learner final : public strategy {
                    spec.action_dims()}}));
       if (rl.algorithm == "apex_dqn") spawn_shards(sys, spec.observation_size, spec.actions);
       if (rl.inference == "central") spawn_server(sys, spec.observation_size);
+      // Each member's learners all-reduce among themselves only.
       if (rl.learners > 1)
-        reducers_ = spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c));
+        for (int64_t m = 0; m < members; ++m)
+          reducers_.push_back(
+              spawn_reducer_group(sys, static_cast<int>(rl.learners), reducer_config_of(c)));
       for (int64_t m = 0; m < members; ++m) {
         parts_.members.emplace_back();
         for (int64_t l = 0; l < rl.learners; ++l)
@@ -295,7 +294,7 @@ class actor_learner final : public strategy {
         population_controller_config pc;
         pc.population = rl.population;
         pc.seed = c.seed;
-        for (const auto& group : parts_.members) pc.learners.push_back(group.front());
+        pc.members = parts_.members;
         pc.hyperparameters = parts_.hyperparameters;
         parts_.controller = spawn_population_controller(sys, std::move(pc));
       }
@@ -340,7 +339,8 @@ class actor_learner final : public strategy {
     void stop() override {
       for (auto& group : parts_.members)
         for (auto& l : group) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
-      for (auto& r : reducers_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+      for (auto& group : reducers_)
+        for (auto& r : group) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
       for (auto& q : parts_.queues) caf::anon_send_exit(q, caf::exit_reason::user_shutdown);
       for (auto& s : shards_) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
       if (parts_.server) caf::anon_send_exit(parts_.server, caf::exit_reason::user_shutdown);
@@ -384,7 +384,8 @@ class actor_learner final : public strategy {
       lc.global_samples = rl.batch_unrolls * rl.unroll_length * rl.envs_per_actor;
       lc.weights_every = rl.weights_every;
       lc.queue = parts_.queues[static_cast<std::size_t>(m)];
-      if (!reducers_.empty()) lc.reducer = reducers_[static_cast<std::size_t>(l)];
+      if (!reducers_.empty())
+        lc.reducer = reducers_[static_cast<std::size_t>(m)][static_cast<std::size_t>(l)];
       lc.coordinator = coordinator_;
       if (l == 0) lc.inference = parts_.server;
       lc.fail_at_update = faults_or_none(plan_->options.faults).fail_learner.at_for(l);
@@ -431,9 +432,9 @@ class actor_learner final : public strategy {
     std::shared_ptr<const job_plan> plan_;
     coordinator_actor coordinator_;
     device_pool devices_;
-    actor_learner_parts parts_;               // the queues, learners, server, controller
-    std::vector<replay_shard_actor> shards_;  // Ape-X only
-    std::vector<reducer_actor> reducers_;
+    actor_learner_parts parts_;                         // the queues, learners, server, controller
+    std::vector<replay_shard_actor> shards_;            // Ape-X only
+    std::vector<std::vector<reducer_actor>> reducers_;  // each member's, with rl.learners > 1
   };
 };
 

@@ -6,10 +6,10 @@
 // sends each member's weights to its own actors and, every
 // rl.population.interval_env_steps, asks the controller for a round:
 //
-//   driver --round(scores)--> controller --state--> learner of a top member
+//   driver --round(scores)--> controller --state--> learner 0 of a top member
 //                                        <--(variables, optimizer slots)--
-//                                        --exploit(state, hyperparameters)--> learner of a bottom
-//                                        member
+//                                        --exploit(state, hyperparameters)--> every learner of a
+//                                        bottom member
 //          <--(events, hyperparameters)-- (once every exploit is in)
 //
 // Exploit is truncation selection: the bottom quantile by mean return takes
@@ -17,7 +17,8 @@
 // Explore perturbs the copied hyperparameters by a factor (x0.8 / x1.2 by
 // default) or, with a probability, draws them afresh. A learner takes an
 // exploit between two updates and goes on counting its versions, so its
-// actors take the weights it publishes next. The driver logs each event
+// actors take the weights it publishes next; a member's learners all take it
+// after the same update (actors/learner.cpp), so they stay equal. The driver logs each event
 // (a "population" metrics line), starts the bottom member's returns afresh
 // and saves the best member as the job's checkpoint.
 #include "strategies/population.hpp"
@@ -73,25 +74,33 @@ void log_event(const population_event& e) {
       e.entropy_cost_by);
 }
 
+// The member's learners take `ms`; then `done`.
+void hand_over(controller_ptr self, const model_state& ms, population_event e,
+               std::function<void(population_event&)> done,
+               std::function<void(caf::error&)> failed) {
+  const auto& learners = self->state.cfg.members.at(static_cast<std::size_t>(e.member));
+  fan_in<int64_t> taken(
+      learners.size(),
+      [e, done](std::vector<int64_t>&) mutable {
+        log_event(e);
+        done(e);
+      },
+      failed);
+  for (std::size_t l = 0; l < learners.size(); ++l)
+    self->request(learners[l], self->state.cfg.request_timeout, exploit_atom::value, ms, e.after)
+        .then(taken.reply(l), taken.error());
+}
+
 // One exploit: the source's state, then the member takes it with the
 // explored hyperparameters.
 void exploit(controller_ptr self, population_event e, std::function<void(population_event&)> done,
              std::function<void(caf::error&)> failed) {
   auto& st = self->state;
-  const auto timeout = st.cfg.request_timeout;
-  self->request(st.cfg.learners.at(static_cast<std::size_t>(e.source)), timeout, state_atom::value)
-      .then(
-          [self, e, done, failed, timeout](model_state& ms) mutable {
-            auto& learner = self->state.cfg.learners.at(static_cast<std::size_t>(e.member));
-            self->request(learner, timeout, exploit_atom::value, std::move(ms), e.after)
-                .then(
-                    [e, done](int64_t) mutable {
-                      log_event(e);
-                      done(e);
-                    },
-                    failed);
-          },
-          failed);
+  self->request(st.cfg.members.at(static_cast<std::size_t>(e.source)).front(),
+                st.cfg.request_timeout, state_atom::value)
+      .then([self, e, done,
+             failed](model_state& ms) mutable { hand_over(self, ms, e, std::move(done), failed); },
+            failed);
 }
 
 caf::result<population_round> run_round(controller_ptr self, std::vector<member_score>& scores) {
@@ -138,10 +147,11 @@ population_controller_actor::behavior_type population_controller(controller_ptr 
       [self](round_atom, std::vector<member_score>& scores) { return run_round(self, scores); },
       [self](hyperparameters_atom, std::vector<member_hyperparameters>& hp) -> int64_t {
         auto& st = self->state;
-        if (hp.size() != st.cfg.learners.size()) return 0;
+        if (hp.size() != st.cfg.members.size()) return 0;
         st.cfg.hyperparameters = hp;
         for (std::size_t m = 0; m < hp.size(); ++m)
-          self->send(st.cfg.learners[m], hyperparameters_atom::value, hp[m]);
+          for (const auto& learner : st.cfg.members[m])
+            self->send(learner, hyperparameters_atom::value, hp[m]);
         return static_cast<int64_t>(hp.size());
       },
   };

@@ -1,7 +1,7 @@
 #pragma once
 // Population-based training (rl.population; Jaderberg et al. 2017) on the
-// actor_learner setup: N members, each a learner with its own trajectory
-// queue, its own share of the rl_actors and its own hyperparameters
+// actor_learner setup: N members, each rl.learners data-parallel learners
+// with their own trajectory queue, its own share of the rl_actors and its own hyperparameters
 // (learning rate, entropy cost). The population controller, an actor beside
 // the learners, is told the members' scores every rl.population.
 // interval_env_steps environment steps and answers once the round's exploits
@@ -47,7 +47,9 @@ nlohmann::json population_line(const population_event& e, int64_t env_steps);
 struct population_controller_config {
   population_config population;
   uint64_t seed = 0;
-  std::vector<learner_actor> learners;                  // one per member
+  // Each member's learners (rl.learners of them, in lockstep): a member's
+  // state is read from its first; an exploit goes to all of them.
+  std::vector<std::vector<learner_actor>> members;
   std::vector<member_hyperparameters> hyperparameters;  // each member's, at the start
   caf::duration request_timeout = caf::infinite;
 };

@@ -220,25 +220,27 @@ rl_reports_actor::behavior_type fake_coordinator(
   };
 }
 
-// The weights of learner 0 after `updates` updates of `learners`
-// data-parallel learners over the same unrolls, publishing every
-// `weights_every` updates (rl.weights_every) to `published`.
-std::vector<tensor> train_learners(int64_t learners, int64_t updates, int64_t weights_every = 1,
-                                   std::shared_ptr<published_versions> published = nullptr) {
-  if (!published) published = std::make_shared<published_versions>();
-  system_config cfg;
-  caf::actor_system sys{cfg};
-  std::vector<tensor> out;
-  {
-    caf::scoped_actor self{sys};
-    const int64_t T = 5, M = 4, O = 4, A = 2, B = 2;
-    auto version = std::make_shared<std::atomic<int64_t>>(0);
-    auto coord = sys.spawn(fake_coordinator, version, published);
-    auto queue = spawn_trajectory_queue(sys, {B * updates, -1, {}});
+// `learners` data-parallel learners over one queue, a reducer group and a
+// stand-in coordinator; fed one update's unrolls at a time (update u trains
+// on unrolls B*u .. B*u+B-1 whatever the number of learners).
+struct learner_rig {
+  static constexpr int64_t T = 5, M = 4, O = 4, A = 2, B = 2;
+  caf::actor_system& sys;
+  caf::scoped_actor self;
+  int64_t learners;
+  std::shared_ptr<std::atomic<int64_t>> version = std::make_shared<std::atomic<int64_t>>(0);
+  rl_reports_actor coord;
+  trajectory_queue_actor queue;
+  std::vector<reducer_actor> reducers;
+  std::vector<learner_actor> ls;
+
+  learner_rig(caf::actor_system& s, int64_t n, int64_t weights_every,
+              std::shared_ptr<published_versions> published)
+      : sys(s), self(s), learners(n) {
+    coord = sys.spawn(fake_coordinator, version, std::move(published));
+    queue = spawn_trajectory_queue(sys, {B * 64, -1, {}});
     auto device = std::make_shared<cpu_device>("cpu:0");
-    std::vector<reducer_actor> reducers;
     if (learners > 1) reducers = spawn_reducer_group(sys, static_cast<int>(learners), {});
-    std::vector<learner_actor> ls;
     for (int64_t l = 0; l < learners; ++l) {
       learner_config lc;
       lc.index = l;
@@ -260,32 +262,42 @@ std::vector<tensor> train_learners(int64_t learners, int64_t updates, int64_t we
       ls.push_back(spawn_learner(sys, lc));
     }
     for (auto& l : ls) self->send(l, run_atom::value);
-    // One update's unrolls at a time, once every learner waits for its
-    // share: update u trains on unrolls B*u .. B*u+B-1 whatever the number
-    // of learners.
-    auto waiting = [&] {
-      int64_t n = 0;
-      self->request(queue, timeout, stats_atom::value)
-          .receive([&](queue_stats& q) { n = q.waiting_consumers; },
-                   [](caf::error& e) { FAIL(describe(e)); });
-      return n;
-    };
-    for (int64_t u = 0; u < updates; ++u) {
-      for (int i = 0; i < 10000 && (*version < u || waiting() < learners); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      REQUIRE(waiting() == learners);
-      for (int64_t k = B * u; k < B * (u + 1); ++k)
-        self->request(queue, timeout, enqueue_atom::value, random_unroll(k, T, M, O, A, 40 + k))
-            .receive([](int64_t) {}, [](caf::error& e) { FAIL(describe(e)); });
-    }
-    for (int i = 0; i < 10000 && *version < updates; ++i)
+  }
+  ~learner_rig() {
+    for (auto& l : ls) self->send_exit(l, caf::exit_reason::user_shutdown);
+    for (auto& r : reducers) self->send_exit(r, caf::exit_reason::user_shutdown);
+    self->send_exit(queue, caf::exit_reason::user_shutdown);
+    self->send_exit(coord, caf::exit_reason::user_shutdown);
+  }
+  int64_t waiting() {
+    int64_t n = 0;
+    self->request(queue, timeout, stats_atom::value)
+        .receive([&](queue_stats& q) { n = q.waiting_consumers; },
+                 [](caf::error& e) { FAIL(describe(e)); });
+    return n;
+  }
+  // Update u's unrolls, once update u - 1 is done and every learner waits.
+  void feed(int64_t u) {
+    for (int i = 0; i < 10000 && (*version < u || waiting() < learners); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    REQUIRE(*version == updates);
+    REQUIRE(waiting() == learners);
+    for (int64_t k = B * u; k < B * (u + 1); ++k)
+      self->request(queue, timeout, enqueue_atom::value, random_unroll(k, T, M, O, A, 40 + k))
+          .receive([](int64_t) {}, [](caf::error& e) { FAIL(describe(e)); });
+  }
+  void wait_for_version(int64_t v) {
+    for (int i = 0; i < 10000 && *version < v; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(*version == v);
+  }
+  // Every learner's weights, checked equal; learner 0's.
+  std::vector<tensor> weights(int64_t expect_version) {
+    std::vector<tensor> out;
     for (auto& l : ls)
       self->request(l, timeout, weights_atom::value)
           .receive(
               [&](policy_weights& w) {
-                CHECK(w.version == updates);
+                CHECK(w.version == expect_version);
                 if (out.empty()) {
                   out = w.values;
                 } else {  // every learner holds the same weights
@@ -293,10 +305,24 @@ std::vector<tensor> train_learners(int64_t learners, int64_t updates, int64_t we
                 }
               },
               [](caf::error& e) { FAIL(describe(e)); });
-    for (auto& l : ls) self->send_exit(l, caf::exit_reason::user_shutdown);
-    for (auto& r : reducers) self->send_exit(r, caf::exit_reason::user_shutdown);
-    self->send_exit(queue, caf::exit_reason::user_shutdown);
-    self->send_exit(coord, caf::exit_reason::user_shutdown);
+    return out;
+  }
+};
+
+// The weights of learner 0 after `updates` updates of `learners`
+// data-parallel learners over the same unrolls, publishing every
+// `weights_every` updates (rl.weights_every) to `published`.
+std::vector<tensor> train_learners(int64_t learners, int64_t updates, int64_t weights_every = 1,
+                                   std::shared_ptr<published_versions> published = nullptr) {
+  if (!published) published = std::make_shared<published_versions>();
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  std::vector<tensor> out;
+  {
+    learner_rig rig(sys, learners, weights_every, published);
+    for (int64_t u = 0; u < updates; ++u) rig.feed(u);
+    rig.wait_for_version(updates);
+    out = rig.weights(updates);
   }
   sys.await_all_actors_done();
   return out;
@@ -326,6 +352,71 @@ TEST_CASE("learners: rl.weights_every K publishes the weights after every K-th u
   CHECK(std::vector<int64_t>(every->versions.begin(), every->versions.begin() + 4) ==
         std::vector<int64_t>{1, 2, 3, 4});
   CHECK(second->versions == std::vector<int64_t>{2, 4});
+}
+
+// rl.population with rl.learners 2: a member's learners are each sent the
+// exploit, and take it after the first update whose all-reduce counts both
+// holding it, whenever each got it, so they stay equal.
+TEST_CASE("learners: a member's two learners take an exploit after the same update") {
+  kernels::init_cpu_kernels();
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  {
+    learner_rig rig(sys, 2, 1, std::make_shared<published_versions>());
+    for (int64_t u = 0; u < 2; ++u) rig.feed(u);
+    rig.wait_for_version(2);
+    // The exploit: the state of another member (here: random variables and
+    // slots at optimizer step 7), a new learning rate.
+    model_state ms;
+    rig.self->request(rig.ls[0], timeout, state_atom::value)
+        .receive([&](model_state& s) { ms = std::move(s); },
+                 [](caf::error& e) { FAIL(describe(e)); });
+    splitmix64 rng(3);
+    for (auto* list : {&ms.variables, &ms.slots})
+      for (auto& v : *list) {
+        if (v.value.type() == dtype::i64) {
+          v.value.data<int64_t>()[0] = 7;
+          continue;
+        }
+        for (int64_t i = 0; i < v.value.numel(); ++i)
+          v.value.f32()[i] = static_cast<float>(rng.normal());
+      }
+    const member_hyperparameters hp{0.02, 0.01};
+    // Learner 1 gets it first: update 2 counts one holder, so nobody takes it.
+    auto to_1 = rig.self->request(rig.ls[1], timeout, exploit_atom::value, ms, hp);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    rig.feed(2);
+    rig.wait_for_version(3);
+    {
+      const auto w = rig.weights(3);  // equal, and not the exploit's
+      CHECK(w[0] != ms.variables[0].value);
+    }
+    // Learner 0 gets it while waiting for a batch: it holds it too, and both
+    // take it after update 3.
+    auto to_0 = rig.self->request(rig.ls[0], timeout, exploit_atom::value, ms, hp);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    rig.feed(3);
+    for (auto* answer : {&to_0, &to_1})
+      answer->receive([](int64_t version) { CHECK(version == 4); },
+                      [](caf::error& e) { FAIL(describe(e)); });
+    for (auto& l : rig.ls)
+      rig.self->request(l, timeout, state_atom::value)
+          .receive(
+              [&](model_state& s) {
+                REQUIRE(s.variables.size() == ms.variables.size());
+                for (std::size_t i = 0; i < s.variables.size(); ++i)
+                  CHECK(s.variables[i].value == ms.variables[i].value);
+                REQUIRE(s.slots.size() == ms.slots.size());
+                for (std::size_t i = 0; i < s.slots.size(); ++i)
+                  CHECK(s.slots[i].value == ms.slots[i].value);
+              },
+              [](caf::error& e) { FAIL(describe(e)); });
+    // Training goes on from it in lockstep.
+    rig.feed(4);
+    rig.wait_for_version(5);
+    rig.weights(5);
+  }
+  sys.await_all_actors_done();
 }
 
 namespace {

@@ -76,9 +76,9 @@ TEST_CASE("population: bad config is refused naming the key") {
         "rl.population.exploit.quantile: expected a number in (0, 0.5], got 0.75");
   CHECK(config_error_of(R"({"rl": {"population": {"interval": 5}}})")
             .rfind("rl.population.interval: unknown key", 0) == 0);
-  // The strategy's rules: one IMPALA learner per member, an actor each.
-  CHECK(config_error_of(R"({"rl": {"learners": 2}})") ==
-        "rl.learners: rl.population trains one learner per member: expected 1, got 2");
+  // The strategy's rules: IMPALA learners (several a member, data-parallel),
+  // an actor each.
+  CHECK(config_error_of(R"({"rl": {"learners": 2, "batch_unrolls": 4}})") == "no error");
   CHECK(config_error_of(R"({"rl": {"actors": 3}})") ==
         "rl.actors: expected at least one per member of rl.population (size 4), got 3");
   CHECK(
@@ -231,7 +231,7 @@ TEST_CASE("population: an exploit copies weights and optimizer state bit for bit
   population_controller_config pc;
   pc.population.size = 2;
   pc.seed = 1;
-  pc.learners = {top, bottom};
+  pc.members = {{top}, {bottom}};
   pc.hyperparameters = {{1e-3, 0.01}, {1e-5, 0.02}};
   auto controller = spawn_population_controller(sys, pc);
   std::vector<member_score> scores = {{0, -80, 10}, {1, -400, 10}};
@@ -317,4 +317,32 @@ TEST_CASE("population: a CartPole population exploits, saves its best member and
   for (std::size_t m = 0; m < 4; ++m)
     CHECK(second["population"]["members"][m]["learning_rate"] ==
           saved["members"][m]["learning_rate"]);
+}
+
+// Data-parallel learners in each member: every exploit lands on both of a
+// member's learners (the round waits for both), and the job trains on.
+TEST_CASE("population: members of two data-parallel learners each exploit and train on") {
+  test::temp_dir tmp;
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
+  c.logging.output_dir = tmp / "run";
+  c.logging.level = "warn";
+  c.training = {};
+  c.training.max_env_steps = 30000;
+  c.rl.actors = 4;
+  c.rl.envs_per_actor = 8;
+  c.rl.learners = 2;
+  c.rl.batch_unrolls = 2;
+  c.rl.population =
+      population_of(R"({"size": 2, "interval_env_steps": 3000, "learning_rate": [1e-5, 1e-2]})");
+  auto s = run_job(c, {});
+  CHECK(s["stop_reason"] == "max_env_steps");
+  CHECK(s["learners"] == 4);
+  const auto& pop = s["population"];
+  CHECK(pop["members"].size() == 2);
+  CHECK(pop["rounds"].get<int64_t>() >= 1);
+  auto events = metrics_lines(tmp / "run", "population");
+  REQUIRE(!events.empty());
+  CHECK(static_cast<int64_t>(events.size()) == pop["exploits"].get<int64_t>());
+  for (const auto& e : events) CHECK(e["member"] != e["source"]);
+  CHECK(s["updates"].get<int64_t>() > 0);
 }
