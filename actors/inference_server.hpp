@@ -77,7 +77,9 @@ inference_server_actor spawn_inference_server(caf::actor_system& sys, inference_
 
 // One batch on the server's device: the outputs of `c`'s policy on every
 // request's observations in one forward, and each request's actions sampled
-// from its actor's stream. (The server's device task; exposed for tests.)
+// from its actor's stream (epsilon-greedy on the outputs as Q-values with a
+// request's epsilon >= 0; none with outputs_only). (The server's device
+// task; exposed for tests.)
 std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head& head,
                                          uint64_t seed, const std::vector<inference_request>& batch,
                                          int64_t version);

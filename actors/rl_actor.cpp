@@ -156,20 +156,25 @@ unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, in
   return u;
 }
 
+void set_initial_priorities(transition_batch& b, const unroll& u, const float* q_next, int64_t A) {
+  const int64_t B = b.size();
+  const float* q = u.behaviour_logits.f32();  // [T, M, A]: rows as the transitions'
+  for (int64_t i = 0; i < B; ++i) {
+    const float* qn = q_next + i * A;
+    const double y = b.returns.f32()[i] + b.discounts.f32()[i] * *std::max_element(qn, qn + A);
+    const double td = y - q[i * A + b.actions.data<int32_t>()[i]];
+    // Never 0: a transition with no priority would never be sampled.
+    b.priorities.f32()[i] = static_cast<float>(std::abs(td) + 1e-3);
+  }
+}
+
 transition_batch prioritized_transitions(rl_actor_compute& c, const unroll& u, int64_t n,
                                          double discount) {
   auto b = nstep_transitions(u, n, discount);
   const int64_t B = b.size(), A = c.head.outputs();
   std::vector<float> q_next(static_cast<std::size_t>(B * A)), values(static_cast<std::size_t>(B));
   c.net->forward(b.next_observations.f32(), B, q_next.data(), values.data());
-  const float* q = u.behaviour_logits.f32();  // [T, M, A]: rows as the transitions'
-  for (int64_t i = 0; i < B; ++i) {
-    const float* qn = q_next.data() + i * A;
-    const double y = b.returns.f32()[i] + b.discounts.f32()[i] * *std::max_element(qn, qn + A);
-    const double td = y - q[i * A + b.actions.data<int32_t>()[i]];
-    // Never 0: a transition with no priority would never be sampled.
-    b.priorities.f32()[i] = static_cast<float>(std::abs(td) + 1e-3);
-  }
+  set_initial_priorities(b, u, q_next.data(), A);
   return b;
 }
 
@@ -262,16 +267,56 @@ std::string take_reply(unroll& u, int64_t t, const inference_reply& r) {
   return {};
 }
 
+// Central inference with Ape-X: the unroll's n-step transitions, their
+// bootstrap Q-values from the server (the newest weights), then their
+// initial priorities as a local actor computes them with its own.
+void central_transitions(self_ptr self, std::shared_ptr<unroll> u,
+                         std::shared_ptr<episode_report> report) {
+  auto& st = self->state;
+  auto b = std::make_shared<transition_batch>();
+  st.track.set("transitions", trace::category::compute, st.unrolls);
+  st.tasks->submit(
+      self, "transitions",
+      [u, b, n = st.cfg.n_step, gamma = st.cfg.discount](rl_actor_compute&) {
+        *b = nstep_transitions(*u, n, gamma);
+      },
+      [self, u, report, b] {
+        auto& st = self->state;
+        inference_request req;
+        req.actor = st.cfg.index;
+        req.step = -1;  // not a step: the sampling stream goes on
+        req.observations = b->next_observations;
+        req.outputs_only = true;
+        st.track.set("infer", trace::category::communicate, st.unrolls);
+        self->request(st.cfg.inference, st.cfg.request_timeout, infer_atom::value, std::move(req))
+            .then(
+                [self, u, report, b](inference_reply& r) {
+                  const int64_t A = u->behaviour_logits.dim(2);
+                  if (r.outputs.numel() != b->size() * A || r.outputs.type() != dtype::f32)
+                    return fail(self, "inference server: bootstrap Q-values of shape " +
+                                          shape_string(r.outputs.shape()) + " for " +
+                                          std::to_string(b->size()) + " transitions");
+                  set_initial_priorities(*b, *u, r.outputs.f32(), A);
+                  unrolled(self, u, report, b);
+                },
+                [self](caf::error& e) { fail(self, "inference server: " + describe(e)); });
+      });
+}
+
 // Central inference, step t of the unroll `u`: the observations x_t to the
 // server, its actions and outputs into the unroll, one step of the
 // environments on the device, then step t + 1.
 void central_step(self_ptr self, std::shared_ptr<unroll> u, std::shared_ptr<episode_report> report,
                   int64_t t) {
   auto& st = self->state;
-  if (t == u->steps()) return unrolled(self, u, report, nullptr);
+  if (t == u->steps()) {
+    if (!st.cfg.replay.empty()) return central_transitions(self, u, report);
+    return unrolled(self, u, report, nullptr);
+  }
   inference_request req;
   req.actor = st.cfg.index;
   req.step = st.inference_requests++;
+  if (!st.cfg.replay.empty()) req.epsilon = st.cfg.epsilon;
   const int64_t M = u->envs(), O = u->observations.dim(2);
   req.observations = tensor::uninitialized({M, O});
   const float* x = u->observations.f32() + t * M * O;

@@ -137,6 +137,9 @@ unroll act_unroll(rl_actor_compute& c, int64_t actor, int64_t policy_version, in
 // actors so that new transitions are sampled by their surprise at once.
 transition_batch prioritized_transitions(rl_actor_compute& c, const unroll& u, int64_t n,
                                          double discount);
+// The same priorities from Q(x', .) given as q_next [B, A] (central
+// inference: the server's outputs on b's next observations).
+void set_initial_priorities(transition_batch& b, const unroll& u, const float* q_next, int64_t A);
 
 // An rl_actor's device state: environments reset from `seed`, a policy
 // ending in `head` (none: the one the environment's actions take)

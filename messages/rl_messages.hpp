@@ -182,6 +182,12 @@ struct inference_request {
   // actor) restarts its sampling stream.
   int64_t step = 0;
   tensor observations;  // [M, obs] f32
+  // >= 0: the outputs are Q-values and the actions epsilon-greedy under it
+  // (Ape-X); < 0: sampled from the policy head.
+  double epsilon = -1;
+  // The outputs only (no actions, the sampling stream untouched): Ape-X's
+  // bootstrap Q-values for an unroll's initial priorities.
+  bool outputs_only = false;
 };
 
 struct inference_reply {
@@ -192,7 +198,8 @@ struct inference_reply {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, inference_request& x) {
-  return f(caf::meta::type_name("inference_request"), x.actor, x.step, x.observations);
+  return f(caf::meta::type_name("inference_request"), x.actor, x.step, x.observations, x.epsilon,
+           x.outputs_only);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, inference_reply& x) {

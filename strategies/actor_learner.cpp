@@ -135,10 +135,6 @@ class actor_learner final : public strategy {
                              std::to_string(share) + "), got " + std::to_string(rl.queue_capacity));
     if (rl.algorithm == "apex_dqn") validate_apex(c);
     if (rl.population.size > 0) validate_population(rl);
-    if (rl.inference == "central" && rl.algorithm != "impala")
-      throw config_error("rl.inference",
-                         "\"central\" supports rl.algorithm \"impala\" only, got rl.algorithm \"" +
-                             rl.algorithm + "\"");
     const auto& t = c.training;
     if (t.max_steps == 0 && t.max_env_steps == 0 && !t.target_return)
       throw config_error("training",

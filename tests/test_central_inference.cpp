@@ -4,6 +4,7 @@
 // server's batches back.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "envs/policy_head.hpp"
 #include "fixtures.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "models/dqn.hpp"
 #include "models/random.hpp"
 #include "policy_fixtures.hpp"
 #include "runtime/job.hpp"
@@ -69,6 +71,52 @@ void check_central_matches_local(const std::string& env, int64_t M, int64_t T) {
   }
 }
 
+// Ape-X: an epsilon-greedy actor's unroll and initial priorities under
+// local inference, then the same steps through the server's batch function
+// with the actor's epsilon, and its bootstrap Q-values as an outputs-only
+// request: the actions and the priorities must be the actor's own.
+void check_central_apex_matches_local(int64_t M, int64_t T) {
+  kernels::init_cpu_kernels();
+  const int64_t index = 2, n = 3;
+  const double epsilon = 0.3, discount = 0.99;
+  rl_actor_compute c;
+  init_rl_actor_compute(c, "CartPole-v1", M, tiny_model(), derive_seed(job_seed, 5000 + index),
+                        job_seed);
+  c.epsilon = epsilon;
+  episode_report eps;
+  const auto u = act_unroll(c, index, 0, T, eps);
+  const auto local = prioritized_transitions(c, u, n, discount);
+  const int64_t O = c.env->spec().observation_size, A = c.head.outputs();
+  inference_compute ic;
+  ic.net = create_policy_value_model(tiny_model(), O, c.head, job_seed);
+  bool greedy_differs = false;  // epsilon matters: some action is not the argmax
+  for (int64_t t = 0; t < T; ++t) {
+    inference_request mine{index, t, tensor::uninitialized({M, O})};
+    mine.epsilon = epsilon;
+    const float* x = u.observations.f32() + t * M * O;
+    std::copy(x, x + M * O, mine.observations.f32());
+    auto r = infer_batch(ic, c.head, job_seed, {mine}, 1).at(0);
+    REQUIRE(r.actions.numel() == M);
+    CHECK(std::memcmp(r.actions.data<int32_t>(), u.actions.data<int32_t>() + t * M,
+                      static_cast<std::size_t>(M) * 4) == 0);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* q = r.outputs.f32() + m * A;
+      greedy_differs = greedy_differs || r.actions.data<int32_t>()[m] !=
+                                             static_cast<int32_t>(std::max_element(q, q + A) - q);
+    }
+  }
+  CHECK(greedy_differs);
+  auto central = nstep_transitions(u, n, discount);
+  inference_request bootstrap{index, -1, central.next_observations};
+  bootstrap.outputs_only = true;
+  const auto q_next = infer_batch(ic, c.head, job_seed, {bootstrap}, 1).at(0);
+  CHECK(q_next.actions.numel() == 0);
+  REQUIRE(q_next.outputs.numel() == central.size() * A);
+  set_initial_priorities(central, u, q_next.outputs.f32(), A);
+  REQUIRE(central.size() == local.size());
+  CHECK(central.priorities == local.priorities);
+}
+
 job_config central_cartpole(const std::string& out) {
   auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_central.json");
   c.logging.output_dir = out;
@@ -85,6 +133,21 @@ TEST_CASE("central inference: the server's actions and logits are a local actor'
   SUBCASE("Pendulum, Gaussian") {
     check_central_matches_local("Pendulum-v1", 4, 10);
   }
+}
+
+TEST_CASE("central inference: Ape-X's epsilon-greedy actions and priorities are a local actor's") {
+  check_central_apex_matches_local(8, 20);
+}
+
+TEST_CASE("central inference: Ape-X DQN solves CartPole through the inference server") {
+  test::temp_dir tmp;
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_apex_central.json");
+  c.logging.output_dir = tmp / "run";
+  c.logging.level = "warn";
+  auto s = run_job(c, {});
+  CHECK(s["solved"] == true);
+  CHECK(s["mean_return_100"].get<double>() >= 475);
+  CHECK(s["inference_batches"].get<int64_t>() > 0);
 }
 
 TEST_CASE("central inference: CartPole is solved through the inference server") {
@@ -133,9 +196,7 @@ TEST_CASE("central inference: its config rules name the keys") {
   CHECK(bad(R"({"rl": {"env": "Pendulum-v1"}})") == "no error");
   CHECK(bad(R"({"rl": {"inference": "remote"}})") ==
         R"(rl.inference: expected one of "local", "central", got "remote")");
-  CHECK(
-      bad(R"({"rl": {"algorithm": "apex_dqn"}})") ==
-      R"(rl.inference: "central" supports rl.algorithm "impala" only, got rl.algorithm "apex_dqn")");
+  CHECK(bad(R"({"rl": {"algorithm": "apex_dqn"}})") == "no error");  // Ape-X, SEED style
   CHECK(bad(R"({"rl": {"central": {"max_batch": 0}}})") ==
         "rl.central.max_batch: expected an integer >= 1, got 0");
   CHECK(bad(R"({"rl": {"central": {"max_wait_us": -1}}})") ==
