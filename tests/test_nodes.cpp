@@ -680,6 +680,22 @@ TEST_CASE("central inference with its rl_actors in another process solves CartPo
   CHECK(s["actors_live"] == 2);
 }
 
+TEST_CASE("Ape-X with its rl_actors in another process solves CartPole, local and central") {
+  // Transitions with their priorities cross to the replay shards in the
+  // chief's process; with central inference, observations, epsilons and
+  // the bootstrap requests cross to the server too.
+  for (const char* example : {"cartpole_apex.json", "cartpole_apex_central.json"}) {
+    CAPTURE(example);
+    auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/" + example);
+    c.logging.level = "warn";
+    temp_dir dir;
+    auto s = run_in_processes(c, dir, 1, 0);
+    CHECK(s["solved"] == true);
+    CHECK(s["mean_return_100"].get<double>() >= 475);
+    CHECK(s["actors_live"] == c.rl.actors);
+  }
+}
+
 namespace {
 
 // Kills worker:1's process (rl_actor 1) of `example` mid-job and starts it
