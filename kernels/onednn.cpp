@@ -163,7 +163,7 @@ void run(const key& k, const float* src, const float* weights, const float* bias
 
 void dense_forward(const float* x, const float* w, const float* b, float* y, int64_t m, int64_t k,
                    int64_t n, activation act) {
-  // tanh is left to the vector loops (the same ::tanhf as the CUDA path);
+  // tanh is left to the vector loops (ew::tanh_f, the same as the CUDA path);
   // relu is exact either way.
   const activation fused = act == activation::relu ? act : activation::none;
   run({product::forward, m, k, n, fused, b != nullptr, false}, x, w, b, y);
