@@ -7,7 +7,7 @@
 #                       [--pong-env-steps N (20000)] [--pong-setup appo|atari|appo,atari (appo)]
 #                       [--troupe PATH (build/release/troupe)]
 #                       [--bench-rl PATH (build/release/bench/bench_rl)]
-#                       [--timeout S (300)] [--raw FILE]
+#                       [--timeout S (300)] [--wait-load L (0)] [--raw FILE]
 #   bench/compare_sf.sh --table FILE
 #
 # CartPole: examples/cartpole_impala.json (troupe run) against
@@ -27,13 +27,17 @@
 # ${TROUPE_VENV:-$HOME/.cache/troupe-venv}/bin goes first.
 #
 # Prints one JSON line per run (also into --raw FILE) with uptime's 1-minute
-# load average before the run (`load`), then markdown tables.
+# load average as the run starts (`load`), then markdown tables. --wait-load L:
+# before each run, wait (at most 3 minutes) for that load average to fall to
+# L or below, as Sample Factory's processes leave a load of ~3 behind them and
+# the 2 cores are shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/compare_common.sh
 
 what=cartpole,pong seeds=1,2,3 rounds=2 pong_steps=20000 pong_setups=appo
 troupe=build/release/troupe bench_rl=build/release/bench/bench_rl timeout_s=300 raw="" table=""
+wait_load=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --what) what=$2; shift 2 ;;
@@ -44,6 +48,7 @@ while [ $# -gt 0 ]; do
     --troupe) troupe=$2; shift 2 ;;
     --bench-rl) bench_rl=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
+    --wait-load) wait_load=$2; shift 2 ;;
     --raw) raw=$2; shift 2 ;;
     --table) table=$2; shift 2 ;;
     *) echo "compare_sf: unknown argument '$1' (see the head of $0)" >&2; exit 2 ;;
@@ -74,13 +79,16 @@ if cart:
         print(f"\nSample Factory's median time / troupe's: {med['sample_factory'] / med['troupe']:.1f}x\n")
 pong = [r for r in runs if r["env"] == "ALE/Pong-v5"]
 if pong:
-    print("| Pong, frames/s (env steps x 4) | runs | median | range | load average |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| Pong, frames/s (env steps x 4) | runs | median | range | median from the first samples | load average |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for side in sorted({(r["side"], r.get("setup", "")) for r in pong}, reverse=True):
         rs = [r for r in pong if (r["side"], r.get("setup", "")) == side]
         f = sorted(r["frames_per_second"] for r in rs)
         name = side[0] + (f" ({side[1]})" if side[0] == "sample_factory" else "")
-        print(f"| {name} | {len(rs)} | {statistics.median(f):,.0f} | {f[0]:,.0f}–{f[-1]:,.0f} | {loads(rs)} |")
+        steady = [r["steady_frames_per_second"] for r in rs if "steady_frames_per_second" in r]
+        steady = f"{statistics.median(steady):,.0f}" if steady else "–"
+        print(f"| {name} | {len(rs)} | {statistics.median(f):,.0f} | {f[0]:,.0f}–{f[-1]:,.0f} | "
+              f"{steady} | {loads(rs)} |")
 PY
 }
 
@@ -123,9 +131,13 @@ run_pong_sf() {  # setup
 }
 
 one() {  # what env round arg side
-  echo "compare_sf: round $3, $1 $4, $5 (load average $(load_1m))" >&2
-  local load
+  local load i
+  for i in $(seq 1 36); do
+    python3 -c "import sys; sys.exit(float(sys.argv[1]) > float(sys.argv[2]) > 0)" "$(load_1m)" "$wait_load" && break
+    sleep 5
+  done
   load=$(load_1m)
+  echo "compare_sf: round $3, $1 $4, $5 (load average $load)" >&2
   "run_$1_$5" "$4" | tag_json "round=$3" "env='$2'" "load=$load" "cpu='''$cpu'''" | tee -a "$raw"
 }
 
