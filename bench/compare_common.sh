@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # $troupe, $work, $timeout_s: set by the sourcing script
 # Sourced by bench/compare_rl.sh and bench/compare_sf.sh: what both do on
 # troupe's side and around each run. Expects $troupe, $work and $timeout_s.
 

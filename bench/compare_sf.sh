@@ -131,8 +131,8 @@ run_pong_sf() {  # setup
 }
 
 one() {  # what env round arg side
-  local load i
-  for i in $(seq 1 36); do
+  local load
+  for _ in $(seq 1 36); do
     python3 -c "import sys; sys.exit(float(sys.argv[1]) > float(sys.argv[2]) > 0)" "$(load_1m)" "$wait_load" && break
     sleep 5
   done
