@@ -33,6 +33,7 @@
 # env steps/s, and the ratio of PyTorch's median time to troupe's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/compare_common.sh
 
 setup=impala env=CartPole-v1 rounds=1 seeds=1,2,3,4,5 threads=1
 troupe=build/release/troupe timeout_s=300 raw="" table=""
@@ -100,36 +101,17 @@ fi
 work=$(mktemp -d /tmp/troupe-compare-rl.XXXXXX)
 raw=${raw:-$work/runs.jsonl}
 echo "compare_rl: JSON lines in $raw" >&2
-cpu=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
-target=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['training']['target_return'])" "$config")
-max_steps=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['training']['max_env_steps'])" "$config")
+cpu=$(cpu_model)
+target=$(json_of_config "$config" training.target_return)
+max_steps=$(json_of_config "$config" training.max_env_steps)
 
-run_troupe() {  # seed
-  local cfg=$work/troupe_$1.json out=$work/run_troupe_$1
-  python3 - "$config" "$1" "$cfg" <<'EOF'
-import json, sys
-c = json.load(open(sys.argv[1])); c["seed"] = int(sys.argv[2])
-json.dump(c, open(sys.argv[3], "w"))
-EOF
-  if timeout "$timeout_s" "$troupe" run "$cfg" --output "$out" --overwrite --quiet >"$work/troupe.log" 2>&1; then
-    python3 - "$out/summary.json" "$1" <<'EOF'
-import json, sys
-s = json.load(open(sys.argv[1]))
-solved = bool(s.get("solved"))
-print(json.dumps({"side": "troupe", "seed": int(sys.argv[2]), "solved": solved,
-                  "seconds": s["time_to_solve_seconds"] if solved else s["wall_seconds"],
-                  "env_steps": s["env_steps"], "env_steps_per_second": s["env_steps_per_second"]}))
-EOF
-  else
-    echo "{\"side\": \"troupe\", \"seed\": $1, \"solved\": false, \"seconds\": $timeout_s, \"env_steps\": 0, \"env_steps_per_second\": 0}"
-  fi
-}
+run_troupe() { run_troupe_solve "$config" "$1"; }  # seed
 
 run_pytorch() {  # seed
   local line
   if line=$(timeout "$timeout_s" "$venv/bin/python" bench/pytorch_impala.py "$algo" --env "$env" \
       --seed "$1" --threads "$threads" --target "$target" --max-env-steps "$max_steps" 2>"$work/pytorch.log"); then
-    echo "$line" | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); r["side"]="pytorch"; print(json.dumps(r))'
+    echo "$line" | tag_json "side='pytorch'"
   else
     echo "{\"side\": \"pytorch\", \"seed\": $1, \"solved\": false, \"seconds\": $timeout_s, \"env_steps\": 0, \"env_steps_per_second\": 0}"
   fi
@@ -139,7 +121,7 @@ for r in $(seq 1 "$rounds"); do
   for s in ${seeds//,/ }; do
     for side in troupe pytorch; do
       echo "compare_rl: round $r, seed $s, $side ($setup, $env)" >&2
-      line=$("run_$side" "$s" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r.update(round=$r, setup='$setup', env='$env', cpu='''$cpu'''); print(json.dumps(r))")
+      line=$("run_$side" "$s" | tag_json "round=$r" "setup='$setup'" "env='$env'" "cpu='''$cpu'''")
       echo "$line" | tee -a "$raw"
     done
   done
