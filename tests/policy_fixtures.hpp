@@ -120,4 +120,20 @@ inline int check_finite_differences(policy_value_model& net, const std::vector<n
   return checked;
 }
 
+// `ms` made unlike a fresh learner's state (an exploit's source in the
+// population tests): normal draws from `seed` in every variable and
+// optimizer slot, the optimizer's step counters at 7.
+inline void scramble_state(model_state& ms, uint64_t seed) {
+  splitmix64 rng(seed);
+  for (auto* list : {&ms.variables, &ms.slots})
+    for (auto& v : *list) {
+      if (v.value.type() == dtype::i64) {
+        v.value.data<int64_t>()[0] = 7;
+        continue;
+      }
+      for (int64_t i = 0; i < v.value.numel(); ++i)
+        v.value.f32()[i] = static_cast<float>(rng.normal());
+    }
+}
+
 }  // namespace troupe::test

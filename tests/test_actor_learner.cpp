@@ -371,16 +371,7 @@ TEST_CASE("learners: a member's two learners take an exploit after the same upda
     rig.self->request(rig.ls[0], timeout, state_atom::value)
         .receive([&](model_state& s) { ms = std::move(s); },
                  [](caf::error& e) { FAIL(describe(e)); });
-    splitmix64 rng(3);
-    for (auto* list : {&ms.variables, &ms.slots})
-      for (auto& v : *list) {
-        if (v.value.type() == dtype::i64) {
-          v.value.data<int64_t>()[0] = 7;
-          continue;
-        }
-        for (int64_t i = 0; i < v.value.numel(); ++i)
-          v.value.f32()[i] = static_cast<float>(rng.normal());
-      }
+    test::scramble_state(ms, 3);
     const member_hyperparameters hp{0.02, 0.01};
     // Learner 1 gets it first: update 2 counts one holder, so nobody takes it.
     auto to_1 = rig.self->request(rig.ls[1], timeout, exploit_atom::value, ms, hp);

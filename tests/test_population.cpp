@@ -216,16 +216,7 @@ TEST_CASE("population: an exploit copies weights and optimizer state bit for bit
   // The top member's state made unlike a fresh one: random variables and
   // Adam slots, 7 updates.
   auto ms = state_of(self, top);
-  splitmix64 rng(5);
-  for (auto* list : {&ms.variables, &ms.slots})
-    for (auto& v : *list) {
-      if (v.value.type() == dtype::i64) {
-        v.value.data<int64_t>()[0] = 7;
-        continue;
-      }
-      for (int64_t i = 0; i < v.value.numel(); ++i)
-        v.value.f32()[i] = static_cast<float>(rng.normal());
-    }
+  test::scramble_state(ms, 5);
   self->request(top, timeout, restore_atom::value, ms)
       .receive([](int64_t v) { CHECK(v == 7); }, [](caf::error& e) { FAIL(describe(e)); });
   population_controller_config pc;
@@ -264,15 +255,26 @@ TEST_CASE("population: an exploit copies weights and optimizer state bit for bit
     self->send_exit(h, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("population: a CartPole population exploits, saves its best member and resumes") {
-  test::temp_dir tmp;
+namespace {
+
+// The CartPole example for 30,000 env steps with 4 actors of 8 envs, its
+// output under `out`.
+job_config short_cartpole(const std::string& out) {
   auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
-  c.logging.output_dir = tmp / "run";
+  c.logging.output_dir = out;
   c.logging.level = "warn";
   c.training = {};
   c.training.max_env_steps = 30000;
   c.rl.actors = 4;
   c.rl.envs_per_actor = 8;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("population: a CartPole population exploits, saves its best member and resumes") {
+  test::temp_dir tmp;
+  auto c = short_cartpole(tmp / "run");
   c.rl.population = population_of(
       R"({"size": 4, "interval_env_steps": 3000, "learning_rate": [1e-5, 1e-4, 1e-3, 1e-2]})");
   auto s = run_job(c, {});
@@ -323,13 +325,7 @@ TEST_CASE("population: a CartPole population exploits, saves its best member and
 // member's learners (the round waits for both), and the job trains on.
 TEST_CASE("population: members of two data-parallel learners each exploit and train on") {
   test::temp_dir tmp;
-  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
-  c.logging.output_dir = tmp / "run";
-  c.logging.level = "warn";
-  c.training = {};
-  c.training.max_env_steps = 30000;
-  c.rl.actors = 4;
-  c.rl.envs_per_actor = 8;
+  auto c = short_cartpole(tmp / "run");
   c.rl.learners = 2;
   c.rl.batch_unrolls = 2;
   c.rl.population =
