@@ -270,8 +270,8 @@ std::string take_reply(unroll& u, int64_t t, const inference_reply& r) {
 // Central inference with Ape-X: the unroll's n-step transitions, their
 // bootstrap Q-values from the server (the newest weights), then their
 // initial priorities as a local actor computes them with its own.
-void central_transitions(self_ptr self, std::shared_ptr<unroll> u,
-                         std::shared_ptr<episode_report> report) {
+void central_transitions(self_ptr self, const std::shared_ptr<unroll>& u,
+                         const std::shared_ptr<episode_report>& report) {
   auto& st = self->state;
   auto b = std::make_shared<transition_batch>();
   st.track.set("transitions", trace::category::compute, st.unrolls);

@@ -75,17 +75,17 @@ void log_event(const population_event& e) {
 }
 
 // The member's learners take `ms`; then `done`.
-void hand_over(controller_ptr self, const model_state& ms, population_event e,
+void hand_over(controller_ptr self, const model_state& ms, const population_event& e,
                std::function<void(population_event&)> done,
                std::function<void(caf::error&)> failed) {
   const auto& learners = self->state.cfg.members.at(static_cast<std::size_t>(e.member));
   fan_in<int64_t> taken(
       learners.size(),
-      [e, done](std::vector<int64_t>&) mutable {
-        log_event(e);
-        done(e);
+      [ev = e, done = std::move(done)](std::vector<int64_t>&) mutable {
+        log_event(ev);
+        done(ev);
       },
-      failed);
+      std::move(failed));
   for (std::size_t l = 0; l < learners.size(); ++l)
     self->request(learners[l], self->state.cfg.request_timeout, exploit_atom::value, ms, e.after)
         .then(taken.reply(l), taken.error());
