@@ -8,7 +8,6 @@
 #include "actors/failure.hpp"
 #include "actors/rl_actor.hpp"
 #include "actors/visible_mailbox.hpp"
-#include "models/dqn.hpp"
 
 namespace troupe {
 
@@ -42,13 +41,7 @@ std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head
         box ? tensor::uninitialized({M, head.actions}) : tensor::uninitialized({M}, dtype::i32);
     auto stream = c.streams.try_emplace(r.actor, 0).first;
     if (r.step == 0) stream->second = splitmix64(actor_sampling_seed(seed, r.actor));
-    if (r.epsilon >= 0 && !box) {  // Ape-X: as the actor's own epsilon_greedy
-      int32_t* a = reply.actions.data<int32_t>();
-      for (int64_t m = 0; m < M; ++m)
-        a[m] = epsilon_greedy(reply.outputs.f32() + m * P, P, r.epsilon, stream->second);
-      continue;
-    }
-    sample_policy_actions(head, reply.outputs.f32(), M, stream->second, c.probs,
+    sample_policy_actions(head, reply.outputs.f32(), M, r.epsilon, stream->second, c.probs,
                           box ? nullptr : reply.actions.data<int32_t>(),
                           box ? reply.actions.f32() : nullptr);
   }

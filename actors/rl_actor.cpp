@@ -56,8 +56,8 @@ int32_t sample_action(const float* z, int64_t A, double u, float* p) {
 }  // namespace
 
 void sample_policy_actions(const policy_head& head, const float* outputs, int64_t rows,
-                           splitmix64& rng, std::vector<float>& probs, int32_t* discrete,
-                           float* box) {
+                           double epsilon, splitmix64& rng, std::vector<float>& probs,
+                           int32_t* discrete, float* box) {
   if (head.distribution == action_distribution::gaussian) {
     // Unclipped: the environment clips it to its bounds.
     const int64_t D = head.actions;
@@ -70,6 +70,11 @@ void sample_policy_actions(const policy_head& head, const float* outputs, int64_
     return;
   }
   const int64_t P = head.outputs();
+  if (epsilon >= 0) {  // Ape-X: the outputs are Q-values
+    for (int64_t m = 0; m < rows; ++m)
+      discrete[m] = epsilon_greedy(outputs + m * P, P, epsilon, rng);
+    return;
+  }
   probs.resize(static_cast<std::size_t>(P));
   for (int64_t m = 0; m < rows; ++m)
     discrete[m] = sample_action(outputs + m * P, P, rng.uniform(), probs.data());
@@ -85,12 +90,9 @@ void infer_locally(rl_actor_compute& c, unroll& u, int64_t t) {
   float* outputs = u.behaviour_logits.f32() + t * M * P;
   c.net->forward(u.observations.f32() + t * M * O, M, outputs, c.values.data());
   const bool box = c.head.distribution == action_distribution::gaussian;
-  if (box || c.epsilon < 0)
-    return sample_policy_actions(c.head, outputs, M, c.rng, c.probs,
-                                 box ? nullptr : u.actions.data<int32_t>() + t * M,
-                                 box ? u.actions.f32() + t * M * c.head.actions : nullptr);
-  int32_t* a = u.actions.data<int32_t>() + t * M;
-  for (int64_t m = 0; m < M; ++m) a[m] = epsilon_greedy(outputs + m * P, P, c.epsilon, c.rng);
+  sample_policy_actions(c.head, outputs, M, c.epsilon, c.rng, c.probs,
+                        box ? nullptr : u.actions.data<int32_t>() + t * M,
+                        box ? u.actions.f32() + t * M * c.head.actions : nullptr);
 }
 
 }  // namespace

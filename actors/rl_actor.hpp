@@ -107,11 +107,13 @@ uint64_t actor_sampling_seed(uint64_t job_seed, int64_t index);
 
 // One action per row of `outputs` ([rows, head.outputs()]) sampled from
 // `head`'s distribution, drawing from `rng` row by row: discrete ones into
-// `discrete` (softmax; `probs` is scratch), a Box's into `box` [rows, dims]
-// (Gaussian, unclipped).
+// `discrete` (softmax; `probs` is scratch; with epsilon >= 0 epsilon-greedy
+// on the outputs as Q-values, Ape-X's), a Box's into `box` [rows, dims]
+// (Gaussian, unclipped; epsilon does not apply). Local inference and the
+// inference server both choose actions through it.
 void sample_policy_actions(const policy_head& head, const float* outputs, int64_t rows,
-                           splitmix64& rng, std::vector<float>& probs, int32_t* discrete,
-                           float* box);
+                           double epsilon, splitmix64& rng, std::vector<float>& probs,
+                           int32_t* discrete, float* box);
 
 // Copies weights into the policy, in variable order (an error names a
 // mismatch in count or shape).
