@@ -110,10 +110,11 @@ class process_ring final : public process_group {
                ring_wire wire = ring_wire::fp32);
   ~process_ring() override;
   process_ring(const process_ring&) = delete;
+  process_ring& operator=(const process_ring&) = delete;
+
   // How long a side with nothing to move gives its core away between looks
   // before it sleeps (collectives/idle_wait.hpp; strategy.reducer.yield_us).
   void set_yield_for(std::chrono::microseconds yield_for) { yield_for_ = yield_for; }
-  process_ring& operator=(const process_ring&) = delete;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

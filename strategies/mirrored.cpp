@@ -58,7 +58,8 @@ class mirrored final : public strategy {
     direct_only("wire", name_of(red.wire), red.wire == wire_format::fp32);
     direct_only("same_host", name_of(red.same_host),
                 red.same_host == same_host_link::shared_memory);
-    direct_only("yield_us", std::to_string(red.yield_us).c_str(), red.yield_us == 3000);
+    direct_only("yield_us", std::to_string(red.yield_us).c_str(),
+                red.yield_us == reducer_settings{}.yield_us);
     if (c.strategy.reducer.algorithm != reducer_algorithm::device) return;
     auto kind_of = [](const std::string& d) { return d.substr(0, d.find(':')); };
     for (const auto& d : c.devices)
