@@ -7,9 +7,11 @@
 #include <spdlog/spdlog.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace troupe::test {
 
@@ -17,14 +19,24 @@ struct captured_log {
   std::shared_ptr<std::ostringstream> out = std::make_shared<std::ostringstream>();
   std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
   spdlog::level::level_enum previous_level = spdlog::get_level();
+  std::shared_ptr<spdlog::logger> mine;
   explicit captured_log(std::optional<spdlog::level::level_enum> level = {}) {
     auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*out);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+    mine = std::make_shared<spdlog::logger>("captured", sink);
+    spdlog::set_default_logger(mine);
     spdlog::set_level(level.value_or(previous_level));
   }
+  // The logger and its stream outlive this: spdlog::warn and the like use
+  // the default logger's raw pointer, so a thread a test leaves behind (a
+  // link's pump saying it closed) may still write to it as it is replaced.
   ~captured_log() {
     spdlog::set_default_logger(previous);
     spdlog::set_level(previous_level);
+    static std::mutex mutex;
+    static std::vector<std::shared_ptr<const void>> retired;
+    std::lock_guard<std::mutex> guard(mutex);
+    retired.push_back(std::move(mine));
+    retired.push_back(std::move(out));
   }
   captured_log(const captured_log&) = delete;
   captured_log& operator=(const captured_log&) = delete;
