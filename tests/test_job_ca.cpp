@@ -96,6 +96,10 @@ struct cert_listener {
     door.reset();
     for (int fd : fds) ::close(fd);
   }
+  std::size_t admitted() {
+    std::lock_guard<std::mutex> g(mu);
+    return fds.size();
+  }
   // What the last admitted connection carried.
   std::string last_received() {
     int fd = -1;
@@ -232,6 +236,8 @@ TEST_CASE("job CA links: a certificate swapped after the gate fails TLS") {
   REQUIRE(end.ready.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   (void)net::send_all(end.plain_fd, "hello",
                       std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  // The gate hands the socket over after its verdict, on its own thread.
+  REQUIRE(attack::eventually([&] { return chief.admitted() == 1; }));
   CHECK(chief.last_received() == "");
   ::close(end.plain_fd);
   CHECK_MESSAGE(logs_soon(log, "certificate: unable to get local issuer certificate"), log.text());
