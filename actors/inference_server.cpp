@@ -11,43 +11,6 @@
 
 namespace troupe {
 
-std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head& head,
-                                         uint64_t seed, const std::vector<inference_request>& batch,
-                                         int64_t version) {
-  int64_t rows = 0;
-  for (const auto& r : batch) rows += r.observations.dim(0);
-  const int64_t O = batch.empty() ? 0 : batch.front().observations.dim(1);
-  const int64_t P = head.outputs();
-  c.observations.resize(static_cast<std::size_t>(rows * O));
-  c.outputs.resize(static_cast<std::size_t>(rows * P));
-  c.values.resize(static_cast<std::size_t>(rows));
-  float* x = c.observations.data();
-  for (const auto& r : batch)
-    x = std::copy(r.observations.f32(), r.observations.f32() + r.observations.numel(), x);
-  c.net->forward(c.observations.data(), rows, c.outputs.data(), c.values.data());
-  const bool box = head.distribution == action_distribution::gaussian;
-  std::vector<inference_reply> replies(batch.size());
-  const float* out = c.outputs.data();
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    const auto& r = batch[i];
-    const int64_t M = r.observations.dim(0);
-    auto& reply = replies[i];
-    reply.policy_version = version;
-    reply.outputs = tensor::uninitialized({M, P});
-    std::copy(out, out + M * P, reply.outputs.f32());
-    out += M * P;
-    if (r.outputs_only) continue;
-    reply.actions =
-        box ? tensor::uninitialized({M, head.actions}) : tensor::uninitialized({M}, dtype::i32);
-    auto stream = c.streams.try_emplace(r.actor, 0).first;
-    if (r.step == 0) stream->second = splitmix64(actor_sampling_seed(seed, r.actor));
-    sample_policy_actions(head, reply.outputs.f32(), M, r.epsilon, stream->second, c.probs,
-                          box ? nullptr : reply.actions.data<int32_t>(),
-                          box ? reply.actions.f32() : nullptr);
-  }
-  return replies;
-}
-
 namespace {
 
 using self_ptr = inference_server_actor::stateful_pointer<inference_server_state>;
@@ -55,16 +18,6 @@ using self_ptr = inference_server_actor::stateful_pointer<inference_server_state
 void fail(self_ptr self, const std::string& why) {
   spdlog::error("inference server: {}", why);
   self->quit(caf::make_error(caf::sec::runtime_error, "inference server: " + why));
-}
-
-// Why a request does not fit the server's policy, or "".
-std::string request_problem(const inference_request& r, int64_t observation_size) {
-  const auto& x = r.observations;
-  if (x.rank() == 2 && x.dim(0) > 0 && x.dim(1) == observation_size && x.type() == dtype::f32)
-    return {};
-  return "rl_actor " + std::to_string(r.actor) + ": observations of shape " +
-         shape_string(x.shape()) + " " + dtype_name(x.type()) + ", expected [M, " +
-         std::to_string(observation_size) + "] f32";
 }
 
 // The first requests of the waiting batch, up to max_batch rows (at least one).
@@ -100,29 +53,25 @@ void run(self_ptr self) {
   auto batch =
       std::make_shared<std::vector<inference_server_state::waiting_request>>(take_batch(st));
   ++st.batch_number;
-  if (st.overdue) ++st.ran.overdue_batches;
+  const bool overdue = st.overdue;
   st.overdue = false;
   st.running = true;
   if (!st.waiting.empty()) start_wait(self);
   auto requests = std::make_shared<std::vector<inference_request>>();
   for (auto& w : *batch) requests->push_back(std::move(w.request));
-  auto weights = st.weights ? std::make_shared<policy_weights>(std::move(*st.weights)) : nullptr;
-  st.weights.reset();
   auto replies = std::make_shared<std::vector<inference_reply>>();
-  st.track.set("infer", trace::category::compute, st.ran.batches);
+  st.track.set("infer", trace::category::compute, st.batch_number);
   st.tasks->submit(
       self, "infer",
-      [requests, weights, replies, head = st.cfg.head, seed = st.cfg.seed,
-       version = st.version](inference_compute& c) {
-        if (weights) install_policy_weights(*c.net, *weights);
-        *replies = infer_batch(c, head, seed, *requests, version);
+      [requests, replies, overdue](inference_batcher& b) {
+        std::vector<const inference_request*> pointers;
+        for (const auto& r : *requests) pointers.push_back(&r);
+        *replies = b.infer_now(pointers, overdue);
       },
-      [self, batch, replies, requests] {
+      [self, batch, replies] {
         auto& st = self->state;
         for (std::size_t i = 0; i < batch->size(); ++i)
           (*batch)[i].promise.deliver(std::move((*replies)[i]));
-        ++st.ran.batches;
-        for (const auto& r : *requests) st.ran.rows += r.observations.dim(0);
         st.running = false;
         st.track.set("wait_for_requests", trace::category::wait);
         maybe_run(self);
@@ -166,20 +115,18 @@ inference_server_actor::behavior_type inference_server(self_ptr self, inference_
   st.live = st.cfg.actors;
   st.track.open("inference_server");
   st.track.set("wait_for_requests", trace::category::wait);
-  st.compute = std::make_shared<inference_compute>();
-  st.tasks = std::make_unique<device_tasks<inference_compute>>(
-      st.cfg.device, st.compute, [self](const std::string& why) { fail(self, why); });
-  st.tasks->submit(
-      self,
-      [c = st.cfg](inference_compute& ic) {
-        ic.net = create_policy_value_model(c.model, c.observation_size, c.head, c.seed);
-      },
-      nullptr);
+  st.tasks = std::make_unique<device_tasks<inference_batcher>>(
+      st.cfg.device, st.cfg.batcher, [self](const std::string& why) { fail(self, why); });
+  // Actors of this process that wait in the batcher learn the server ended.
+  self->attach_functor([b = st.cfg.batcher, addr = self->address()](const caf::error& reason) {
+    forget_local_batcher(addr);
+    b->close("inference server stopped (" + describe(reason) + ")");
+  });
   self->set_down_handler([self](caf::down_msg& dm) { requester_down(self, dm); });
   return {
       [self](infer_atom, inference_request& r) -> caf::result<inference_reply> {
         auto& st = self->state;
-        if (auto why = request_problem(r, st.cfg.observation_size); !why.empty())
+        if (auto why = inference_request_problem(r, st.cfg.observation_size); !why.empty())
           return caf::make_error(caf::sec::invalid_argument, why);
         know_requester(self);
         auto promise = self->make_response_promise<inference_reply>();
@@ -193,10 +140,10 @@ inference_server_actor::behavior_type inference_server(self_ptr self, inference_
         auto& st = self->state;
         if (w.version <= st.version) return;
         st.version = w.version;
-        st.weights = std::move(w);
+        st.cfg.batcher->offer_weights(std::move(w));
         maybe_run(self);
       },
-      [self](stats_atom) { return self->state.ran; },
+      [self](stats_atom) { return self->state.cfg.batcher->stats(); },
       [self](flush_atom, int64_t n) {
         auto& st = self->state;
         if (n != st.batch_number) return;
@@ -208,8 +155,22 @@ inference_server_actor::behavior_type inference_server(self_ptr self, inference_
 }
 
 inference_server_actor spawn_inference_server(caf::actor_system& sys, inference_server_config cfg) {
-  return spawn_visible<inference_server_actor, inference_server_state, inference_server_config>(
-      sys, inference_server, std::move(cfg));
+  inference_batcher::settings bs;
+  bs.head = cfg.head;
+  bs.seed = cfg.seed;
+  bs.observation_size = cfg.observation_size;
+  bs.max_batch = cfg.max_batch;
+  bs.max_wait = std::chrono::microseconds(cfg.max_wait_us);
+  bs.yield_for = std::chrono::microseconds(cfg.yield_us);
+  // The policy is built here, before any actor can ask for it.
+  cfg.batcher = std::make_shared<inference_batcher>(
+      bs, create_policy_value_model(cfg.model, cfg.observation_size, cfg.head, cfg.seed));
+  auto batcher = cfg.batcher;
+  auto server =
+      spawn_visible<inference_server_actor, inference_server_state, inference_server_config>(
+          sys, inference_server, std::move(cfg));
+  register_local_batcher(caf::actor_cast<caf::actor_addr>(server), std::move(batcher));
+  return server;
 }
 
 }  // namespace troupe

@@ -269,6 +269,44 @@ std::string take_reply(unroll& u, int64_t t, const inference_reply& r) {
   return {};
 }
 
+// Central inference through the batcher of a server in this process (on
+// the actor's device thread): step t's actions and outputs into the unroll.
+void infer_in_process(rl_actor_compute& c, inference_batcher& b, unroll& u, int64_t t,
+                      double epsilon) {
+  const int64_t M = u.envs(), O = u.observations.dim(2);
+  inference_request req;
+  req.actor = u.actor;
+  req.step = c.inference_requests++;
+  req.epsilon = epsilon;
+  req.observations = tensor::uninitialized({M, O});
+  const float* x = u.observations.f32() + t * M * O;
+  std::copy(x, x + M * O, req.observations.f32());
+  const auto r = b.infer(req);
+  if (auto why = take_reply(u, t, r); !why.empty())
+    throw std::runtime_error("inference server: " + why);
+  u.policy_version = t == 0 ? r.policy_version : std::min(u.policy_version, r.policy_version);
+}
+
+// Ape-X through the batcher: the unroll's n-step transitions with initial
+// priorities from the server's bootstrap Q-values (as central_transitions).
+transition_batch transitions_in_process(inference_batcher& b, const unroll& u, int64_t n,
+                                        double discount) {
+  auto batch = nstep_transitions(u, n, discount);
+  inference_request req;
+  req.actor = u.actor;
+  req.step = -1;  // not a step: the sampling stream goes on
+  req.observations = batch.next_observations;
+  req.outputs_only = true;
+  const auto r = b.infer(req);
+  const int64_t A = u.behaviour_logits.dim(2);
+  if (r.outputs.numel() != batch.size() * A || r.outputs.type() != dtype::f32)
+    throw std::runtime_error("inference server: bootstrap Q-values of shape " +
+                             shape_string(r.outputs.shape()) + " for " +
+                             std::to_string(batch.size()) + " transitions");
+  set_initial_priorities(batch, u, r.outputs.f32(), A);
+  return batch;
+}
+
 // Central inference with Ape-X: the unroll's n-step transitions, their
 // bootstrap Q-values from the server (the newest weights), then their
 // initial priorities as a local actor computes them with its own.
@@ -342,6 +380,34 @@ void central_step(self_ptr self, std::shared_ptr<unroll> u, std::shared_ptr<epis
           [self](caf::error& e) { fail(self, "inference server: " + describe(e)); });
 }
 
+// Central inference in this process: a whole unroll in one device task,
+// each step's actions from the batcher (its batches wait for this actor
+// while it acts).
+void act_central_in_process(self_ptr self) {
+  auto& st = self->state;
+  st.phase = rl_actor_phase::unrolling;
+  auto u = std::make_shared<unroll>();
+  auto report = std::make_shared<episode_report>();
+  auto transitions = std::make_shared<transition_batch>();
+  const bool apex = !st.cfg.replay.empty();
+  st.track.set("act", trace::category::compute, st.unrolls);
+  st.tasks->submit(
+      self, "act",
+      [b = st.batcher, u, report, transitions, apex, index = st.cfg.index, T = st.cfg.unroll_length,
+       epsilon = apex ? st.cfg.epsilon : -1.0, n = st.cfg.n_step,
+       gamma = st.cfg.discount](rl_actor_compute& c) {
+        inference_batcher::acting acting(*b);
+        *u = begin_unroll(c, index, T);
+        report->actor = index;
+        for (int64_t t = 0; t < T; ++t) {
+          infer_in_process(c, *b, *u, t, epsilon);
+          step_unroll(c, *u, t, *report);
+        }
+        if (apex) *transitions = transitions_in_process(*b, *u, n, gamma);
+      },
+      [self, u, report, transitions] { unrolled(self, u, report, transitions); });
+}
+
 // Central inference: a new unroll from the current observations.
 void act_central(self_ptr self) {
   auto& st = self->state;
@@ -362,6 +428,7 @@ void act_central(self_ptr self) {
 void act(self_ptr self) {
   auto& st = self->state;
   if (st.phase != rl_actor_phase::ready) return;
+  if (st.batcher) return act_central_in_process(self);
   if (st.cfg.inference) return act_central(self);
   if (st.acting_version < 0 && !st.pending) return;
   st.phase = rl_actor_phase::unrolling;
@@ -396,6 +463,8 @@ rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
   st.track.open("rl_actor:" + std::to_string(st.cfg.index));
   st.track.set("wait_for_weights", trace::category::wait);
   st.compute = std::make_shared<rl_actor_compute>();
+  if (st.cfg.inference && st.cfg.inference_in_process)
+    st.batcher = find_local_batcher(caf::actor_cast<caf::actor_addr>(st.cfg.inference));
   st.tasks = std::make_unique<device_tasks<rl_actor_compute>>(
       st.cfg.device, st.compute, [self](const std::string& why) { fail(self, why); });
   st.tasks->submit(

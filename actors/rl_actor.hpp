@@ -10,8 +10,10 @@
 // With an inference server (rl.inference "central", messages/rl_messages.hpp)
 // the actor holds no policy of its own: per step it sends the observations
 // of its M environments to the server and steps them with the actions it
-// gets back. The unroll's pieces (begin_unroll, step_unroll) are the same
-// for both sources of actions; only where the actions come from differs.
+// gets back. A server in the actor's own process is asked through its
+// batcher instead, the whole unroll in one device task (no message a
+// step). The unroll's pieces (begin_unroll, step_unroll) are the same for
+// every source of actions; only where the actions come from differs.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,6 +23,7 @@
 #include <caf/all.hpp>
 
 #include "actors/device_tasks.hpp"
+#include "actors/inference_batcher.hpp"
 #include "config/job_config.hpp"
 #include "devices/device.hpp"
 #include "envs/env.hpp"
@@ -50,6 +53,10 @@ struct rl_actor_config {
   // Central inference: the server that chooses the actions (null: the
   // actor's own copy of the policy does, with weights it is sent).
   inference_server_actor inference;
+  // A server in this process is asked through its batcher, from the
+  // actor's device thread (actors/inference_batcher.hpp); false: by
+  // message, as one in another process (tests compare the two).
+  bool inference_in_process = true;
   // Ape-X (actors/replay_shard.hpp): with replay shards, the policy's
   // outputs are read as Q-values, actions are epsilon-greedy under
   // `epsilon`, and each unroll goes to one shard in turn as n-step
@@ -76,7 +83,8 @@ struct rl_actor_compute {
   std::vector<uint8_t> terminated, truncated;
   std::vector<double> episode_return;
   std::vector<int64_t> episode_length;
-  double epsilon = -1;  // >= 0: epsilon-greedy on the outputs as Q-values (Ape-X)
+  double epsilon = -1;             // >= 0: epsilon-greedy on the outputs as Q-values (Ape-X)
+  int64_t inference_requests = 0;  // to a batcher in this process, since the actor started
 };
 
 struct rl_actor_state {
@@ -88,7 +96,9 @@ struct rl_actor_state {
   int64_t acting_version = -1;            // installed
   rl_actor_phase phase = rl_actor_phase::built;
   int64_t unrolls = 0;
-  int64_t inference_requests = 0;  // central inference: sent since the actor started
+  int64_t inference_requests = 0;  // central inference by message: sent since the actor started
+  // Central inference in this process: the server's batcher (null: messages).
+  std::shared_ptr<inference_batcher> batcher;
   // Timeline trace: acting (stepping environments on the device), offering
   // the unroll to the queue, or waiting for the first weights.
   trace::state_track track;

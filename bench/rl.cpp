@@ -16,7 +16,8 @@
 //   bench_rl actors [actors=2] [envs=64,128,256] [seconds=3]
 //       env steps/s of rl_actors alone (no learner; a queue that takes every
 //       unroll at once) with local inference, then through an inference
-//       server.
+//       server's batcher (actors in its process), then by message (as
+//       actors in another process).
 //   bench_rl pbt [config=examples/acrobot_pbt.json] [seeds=3] [fixed=1e-5]
 //       population-based training against fixed learning rates in the same
 //       env-step budget: per seed, whether each reached the target return,
@@ -266,9 +267,12 @@ rl_reports_actor::behavior_type counting_coordinator(rl_reports_actor::pointer,
 }
 
 // env steps/s of `actors` rl_actors of M CartPole environments (T = 20)
-// over `seconds` after a warm-up, acting with their own policies or through
-// an inference server; no learner.
-double actors_rate(bool central, int64_t actors, int64_t envs, double seconds) {
+// over `seconds` after a warm-up, acting with their own policies ("local")
+// or through an inference server: its batcher ("central", the path of
+// actors in the server's process) or messages ("central_messages", the
+// path of actors in another process); no learner.
+double actors_rate(const std::string& mode, int64_t actors, int64_t envs, double seconds) {
+  const bool central = mode != "local";
   system_config cfg;
   caf::actor_system sys{cfg};
   device_pool devices;
@@ -281,8 +285,16 @@ double actors_rate(bool central, int64_t actors, int64_t envs, double seconds) {
   for (auto& v : net->variables()) w.values.push_back(v.value);
   inference_server_actor server;
   if (central) {
-    inference_server_config ic{
-        devices.get("inference_server"), policy_model(), 4, head, 1, actors, 4096, 2000};
+    inference_server_config ic{devices.get("inference_server"),
+                               policy_model(),
+                               4,
+                               head,
+                               1,
+                               actors,
+                               4096,
+                               2000,
+                               200,
+                               nullptr};
     server = spawn_inference_server(sys, ic);
     caf::anon_send(server, weights_atom::value, w);
   }
@@ -298,6 +310,7 @@ double actors_rate(bool central, int64_t actors, int64_t envs, double seconds) {
     ac.queue = queue;
     ac.coordinator = coordinator;
     ac.inference = server;
+    ac.inference_in_process = mode == "central";
     handles.push_back(spawn_rl_actor(sys, ac));
     if (!central) caf::anon_send(handles.back(), weights_atom::value, w);
     caf::anon_send(handles.back(), run_atom::value);
@@ -319,12 +332,12 @@ int acting_central(const std::vector<std::string>& a) {
   const auto envs = positive_list(arg(a, 1, "64,128,256"), "envs");
   const double seconds = positive_number(arg(a, 2, "3"), "seconds");
   for (auto m : envs)
-    for (bool central : {false, true})
+    for (const char* mode : {"local", "central", "central_messages"})
       print({{"bench", "rl_actors"},
-             {"inference", central ? "central" : "local"},
+             {"inference", mode},
              {"actors", actors},
              {"envs_per_actor", m},
-             {"env_steps_per_second", actors_rate(central, actors, m, seconds)}});
+             {"env_steps_per_second", actors_rate(mode, actors, m, seconds)}});
   return 0;
 }
 

@@ -276,10 +276,13 @@ struct replay_config {
 
 // rl.inference "central": how the inference server batches requests. A
 // batch runs once it holds max_batch rows, every live actor has asked, or
-// max_wait_us passed since its first request.
+// max_wait_us passed since its first request. An actor of the server's
+// process that waits for its batch yields its core for yield_us before it
+// sleeps (actors/inference_batcher.hpp).
 struct central_inference_config {
   int64_t max_batch = 4096;  // rows (environments) per forward
   int64_t max_wait_us = 2000;
+  int64_t yield_us = 200;
 };
 
 // rl.population: population-based training (Jaderberg et al. 2017,

@@ -156,12 +156,14 @@ void read_replay(const json& j, const std::string& path, replay_config& c) {
 }
 
 void read_central(const json& j, const std::string& path, central_inference_config& c) {
-  object_reader r(j, path, {"max_batch", "max_wait_us"});
+  object_reader r(j, path, {"max_batch", "max_wait_us", "yield_us"});
   r.with("max_batch",
          [&](const json& v, const std::string& p) { c.max_batch = read_int_in(v, p, 1, 1 << 24); });
   r.with("max_wait_us", [&](const json& v, const std::string& p) {
     c.max_wait_us = read_int_in(v, p, 0, 10000000);
   });
+  r.with("yield_us",
+         [&](const json& v, const std::string& p) { c.yield_us = read_int_in(v, p, 0, 100000); });
 }
 
 }  // namespace
@@ -252,42 +254,44 @@ void read_rl(const json& j, const std::string& path, rl_config& c) {
 
 json rl_to_json(const rl_config& rl) {
   const auto& rp = rl.replay;
-  json j = {
-      {"algorithm", rl.algorithm},
-      {"replay",
-       {{"shards", rp.shards},
-        {"capacity", rp.capacity},
-        {"alpha", rp.alpha},
-        {"beta", rp.beta},
-        {"n_step", rp.n_step},
-        {"min_size", rp.min_size},
-        {"batch_size", rp.batch_size},
-        {"target_every", rp.target_every},
-        {"samples_per_insert", rp.samples_per_insert},
-        {"epsilon", rp.epsilon},
-        {"epsilon_alpha", rp.epsilon_alpha}}},
-      {"env", env_to_json(rl)},
-      {"actors", rl.actors},
-      {"envs_per_actor", rl.envs_per_actor},
-      {"unroll_length", rl.unroll_length},
-      {"batch_unrolls", rl.batch_unrolls},
-      {"discount", rl.discount},
-      {"reward_scale", rl.reward_scale},
-      {"rho_bar", rl.rho_bar},
-      {"c_bar", rl.c_bar},
-      {"baseline_cost", rl.baseline_cost},
-      {"entropy_cost", rl.entropy_cost},
-      {"policy_head", rl.policy_head},
-      {"initial_log_std", rl.initial_log_std},
-      {"torso", rl.torso},
-      {"normalize_advantages", rl.normalize_advantages},
-      {"grad_clip", rl.grad_clip},
-      {"learners", rl.learners},
-      {"weights_every", rl.weights_every},
-      {"max_policy_lag", rl.max_policy_lag},
-      {"queue_capacity", rl.queue_capacity},
-      {"inference", rl.inference},
-      {"central", {{"max_batch", rl.central.max_batch}, {"max_wait_us", rl.central.max_wait_us}}}};
+  json j = {{"algorithm", rl.algorithm},
+            {"replay",
+             {{"shards", rp.shards},
+              {"capacity", rp.capacity},
+              {"alpha", rp.alpha},
+              {"beta", rp.beta},
+              {"n_step", rp.n_step},
+              {"min_size", rp.min_size},
+              {"batch_size", rp.batch_size},
+              {"target_every", rp.target_every},
+              {"samples_per_insert", rp.samples_per_insert},
+              {"epsilon", rp.epsilon},
+              {"epsilon_alpha", rp.epsilon_alpha}}},
+            {"env", env_to_json(rl)},
+            {"actors", rl.actors},
+            {"envs_per_actor", rl.envs_per_actor},
+            {"unroll_length", rl.unroll_length},
+            {"batch_unrolls", rl.batch_unrolls},
+            {"discount", rl.discount},
+            {"reward_scale", rl.reward_scale},
+            {"rho_bar", rl.rho_bar},
+            {"c_bar", rl.c_bar},
+            {"baseline_cost", rl.baseline_cost},
+            {"entropy_cost", rl.entropy_cost},
+            {"policy_head", rl.policy_head},
+            {"initial_log_std", rl.initial_log_std},
+            {"torso", rl.torso},
+            {"normalize_advantages", rl.normalize_advantages},
+            {"grad_clip", rl.grad_clip},
+            {"learners", rl.learners},
+            {"weights_every", rl.weights_every},
+            {"max_policy_lag", rl.max_policy_lag},
+            {"queue_capacity", rl.queue_capacity},
+            {"inference", rl.inference},
+            {"central",
+             {{"max_batch", rl.central.max_batch},
+              {"max_wait_us", rl.central.max_wait_us},
+              {"yield_us", rl.central.yield_us}}}};
   if (rl.population.size > 0) j["population"] = population_to_json(rl.population);
   return j;
 }

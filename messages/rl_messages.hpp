@@ -118,16 +118,19 @@ typename Inspector::result_type inspect(Inspector& f, unroll& x) {
 }
 // What the inference server has run since it started: batches (and those
 // that had waited max_wait_us when they ran: a full batch, or one every live
-// actor asked in, runs at once) and their rows.
+// actor asked in, runs at once), their rows, and the batches of requests
+// from actors in its own process (through its batcher, no message).
 struct inference_stats {
   int64_t batches = 0;
   int64_t overdue_batches = 0;
   int64_t rows = 0;
+  int64_t in_process_batches = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, inference_stats& x) {
-  return f(caf::meta::type_name("inference_stats"), x.batches, x.overdue_batches, x.rows);
+  return f(caf::meta::type_name("inference_stats"), x.batches, x.overdue_batches, x.rows,
+           x.in_process_batches);
 }
 
 template <class Inspector>

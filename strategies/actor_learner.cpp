@@ -405,6 +405,7 @@ class actor_learner final : public strategy {
       ic.actors = c.rl.actors;
       ic.max_batch = c.rl.central.max_batch;
       ic.max_wait_us = c.rl.central.max_wait_us;
+      ic.yield_us = c.rl.central.yield_us;
       parts_.server = spawn_inference_server(sys, ic);
     }
 

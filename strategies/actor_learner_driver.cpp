@@ -220,6 +220,7 @@ class actor_learner_driver final : public job_driver {
     const auto& s = last_inference_;
     return {{"inference_batches", s.batches},
             {"inference_overdue_batches", s.overdue_batches},
+            {"inference_in_process_batches", s.in_process_batches},
             {"inference_rows_per_batch",
              s.batches > 0 ? static_cast<double>(s.rows) / static_cast<double>(s.batches) : 0.0}};
   }

@@ -162,6 +162,8 @@ TEST_CASE("central inference: CartPole is solved through the inference server") 
   // A batch holds one actor's request (its 16 envs) at least, both at most.
   CHECK(s["inference_batches"].get<int64_t>() > 0);
   CHECK(s["inference_overdue_batches"].get<int64_t>() <= s["inference_batches"].get<int64_t>());
+  // The actors share the server's process: every batch is its batcher's.
+  CHECK(s["inference_in_process_batches"] == s["inference_batches"]);
   const double rows = s["inference_rows_per_batch"];
   CHECK(rows >= static_cast<double>(c.rl.envs_per_actor));
   CHECK(rows <= static_cast<double>(c.rl.actors * c.rl.envs_per_actor));
@@ -201,6 +203,8 @@ TEST_CASE("central inference: its config rules name the keys") {
         "rl.central.max_batch: expected an integer >= 1, got 0");
   CHECK(bad(R"({"rl": {"central": {"max_wait_us": -1}}})") ==
         "rl.central.max_wait_us: expected an integer >= 0, got -1");
+  CHECK(bad(R"({"rl": {"central": {"yield_us": 100001}}})") ==
+        "rl.central.yield_us: expected an integer in [0, 100000], got 100001");
   CHECK(bad(R"({"rl": {"central": {"max_wiat_us": 5}}})") ==
         R"(rl.central.max_wiat_us: unknown key; did you mean "max_wait_us"?)");
   // rl_actors on worker tasks reach the server across processes (test_nodes).
