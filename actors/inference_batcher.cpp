@@ -1,11 +1,13 @@
 #include "actors/inference_batcher.hpp"
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <stdexcept>
 
 #include "actors/rl_actor.hpp"
 #include "collectives/idle_wait.hpp"
+#include "devices/device_context.hpp"
 
 namespace troupe {
 
@@ -23,7 +25,10 @@ std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head
   float* x = c.observations.data();
   for (const auto* r : batch)
     x = std::copy(r->observations.f32(), r->observations.f32() + r->observations.numel(), x);
-  c.net->forward(c.observations.data(), rows, c.outputs.data(), c.values.data());
+  if (c.on_device)
+    c.on_device->forward(c.observations.data(), rows, c.outputs.data(), c.values.data());
+  else
+    c.net->forward(c.observations.data(), rows, c.outputs.data(), c.values.data());
   const bool box = head.distribution == action_distribution::gaussian;
   std::vector<inference_reply> replies(batch.size());
   const float* out = c.outputs.data();
@@ -67,6 +72,19 @@ std::string inference_request_problem(const inference_request& r, int64_t observ
 inference_batcher::inference_batcher(settings s, std::unique_ptr<policy_value_model> net)
     : s_(std::move(s)) {
   compute_.net = std::move(net);
+  if (!s_.device.empty() && parse_device(s_.device).discrete())
+    device_thread_ = std::make_shared<cpu_device>("inference:" + s_.device);
+}
+
+// The device's policy goes on the thread that made its context.
+inference_batcher::~inference_batcher() {
+  if (!device_thread_ || !compute_.on_device) return;
+  std::promise<void> released;
+  device_thread_->submit([&] {
+    compute_.on_device.reset();
+    released.set_value();
+  });
+  released.get_future().wait();
 }
 
 inference_batcher::acting::acting(inference_batcher& b) : b_(b) {
@@ -151,8 +169,6 @@ void inference_batcher::run_queued(lock& lk) {
     queue_.pop_front();
   }
   queued_rows_ -= rows;
-  if (overdue) ++ran_.overdue_batches;
-  ++ran_.in_process_batches;
   std::string error;
   std::vector<inference_reply> replies;
   try {
@@ -160,6 +176,9 @@ void inference_batcher::run_queued(lock& lk) {
   } catch (const std::exception& e) {
     error = std::string("inference batch failed: ") + e.what();
   }
+  // Counted with the batch (compute counts it), never ahead of it.
+  if (overdue) ++ran_.overdue_batches;
+  ++ran_.in_process_batches;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (error.empty()) slots[i]->reply = std::move(replies[i]);
     slots[i]->error = error;
@@ -169,7 +188,10 @@ void inference_batcher::run_queued(lock& lk) {
 }
 
 // `batch` on the policy with the newest weights, outside the lock (running_
-// keeps others off the compute state); the lock is held again on return.
+// keeps others off the compute state), on the device's own thread when the
+// forward runs on a discrete device (a thread that only computes batches,
+// so that a runner waiting for it never waits behind a waiter); the lock is
+// held again on return.
 std::vector<inference_reply> inference_batcher::compute(
     const std::vector<const inference_request*>& batch, lock& lk) {
   running_ = true;
@@ -178,19 +200,44 @@ std::vector<inference_reply> inference_batcher::compute(
   const int64_t version = version_;
   lk.unlock();
   std::vector<inference_reply> replies;
-  std::string error;
-  try {
-    if (weights) install_policy_weights(*compute_.net, *weights);
-    replies = infer_batch(compute_, s_.head, s_.seed, batch, version);
-  } catch (const std::exception& e) {
-    error = e.what();
+  std::exception_ptr error;
+  auto job = [&] {
+    try {
+      replies = run_batch(batch, weights, version);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
+  if (!device_thread_) {
+    job();
+  } else {
+    std::promise<void> ran;
+    device_thread_->submit([&] {
+      job();
+      ran.set_value();
+    });
+    ran.get_future().wait();
   }
   lk.lock();
   running_ = false;
   ++ran_.batches;
   for (const auto* r : batch) ran_.rows += r->observations.dim(0);
-  if (!error.empty()) throw std::runtime_error(error);
+  if (error) std::rethrow_exception(error);
   return replies;
+}
+
+// On the thread that computes: the weights installed (and uploaded), the
+// device's policy made on first use, then the batch.
+std::vector<inference_reply> inference_batcher::run_batch(
+    const std::vector<const inference_request*>& batch,
+    const std::optional<policy_weights>& weights, int64_t version) {
+  if (weights) install_policy_weights(*compute_.net, *weights);
+  if (device_thread_ && !compute_.on_device)
+    compute_.on_device = std::make_unique<device_policy>(
+        make_device_context(parse_device(s_.device)), s_.model, compute_.net->variables());
+  else if (weights && compute_.on_device)
+    compute_.on_device->upload(compute_.net->variables());
+  return infer_batch(compute_, s_.head, s_.seed, batch, version);
 }
 
 // Until no batch computes (the server's turn comes after it).
@@ -203,7 +250,6 @@ std::vector<inference_reply> inference_batcher::infer_now(
     const std::vector<const inference_request*>& batch, bool overdue) {
   lock lk(mu_);
   wait_turn(lk);
-  if (overdue) ++ran_.overdue_batches;
   std::vector<inference_reply> replies;
   try {
     replies = compute(batch, lk);
@@ -211,6 +257,7 @@ std::vector<inference_reply> inference_batcher::infer_now(
     changed_.notify_all();
     throw;
   }
+  if (overdue) ++ran_.overdue_batches;
   changed_.notify_all();  // a batch of the actors' may be ready now
   return replies;
 }

@@ -40,18 +40,22 @@
 
 #include <caf/actor_addr.hpp>
 
+#include "devices/device.hpp"
 #include "envs/policy_head.hpp"
 #include "messages/rl_messages.hpp"
+#include "models/device_policy.hpp"
 #include "models/policy_value.hpp"
 #include "models/random.hpp"
 
 namespace troupe {
 
-// The server's device state: its policy, each actor's sampling stream, and
+// The server's device state: its policy (and its forward on a discrete
+// device, when the server has one), each actor's sampling stream, and
 // scratch for a batch.
 struct inference_compute {
   std::unique_ptr<policy_value_model> net;
-  std::map<int64_t, splitmix64> streams;  // by actor index
+  std::unique_ptr<device_policy> on_device;  // null: net's forward on the host
+  std::map<int64_t, splitmix64> streams;     // by actor index
   std::vector<float> observations, outputs, values, probs;
 };
 
@@ -82,9 +86,16 @@ class inference_batcher {
     std::chrono::microseconds max_wait{2000};
     // How long a waiting actor yields its core before it sleeps.
     std::chrono::microseconds yield_for{200};
+    // A discrete device (sim:N, cuda:N) runs the forward, on a thread of
+    // the batcher's own that makes the device's context and only computes
+    // batches: a batch's runner hands it over and waits. Empty: the host
+    // kernels, on the runner's own thread.
+    std::string device;
+    model_config model;
   };
 
   inference_batcher(settings s, std::unique_ptr<policy_value_model> net);
+  ~inference_batcher();
   inference_batcher(const inference_batcher&) = delete;
   inference_batcher& operator=(const inference_batcher&) = delete;
 
@@ -129,10 +140,14 @@ class inference_batcher {
   void run_queued(lock& lk);
   std::vector<inference_reply> compute(const std::vector<const inference_request*>& batch,
                                        lock& lk);
+  std::vector<inference_reply> run_batch(const std::vector<const inference_request*>& batch,
+                                         const std::optional<policy_weights>& weights,
+                                         int64_t version);
   void wait_turn(lock& lk);
   void wait_for_change(lock& lk, const request_slot& mine);
 
   const settings s_;
+  std::shared_ptr<cpu_device> device_thread_;  // with a discrete device
   mutable std::mutex mu_;
   std::condition_variable changed_;
   inference_compute compute_;  // touched only by the thread that set running_

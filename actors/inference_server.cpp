@@ -162,6 +162,8 @@ inference_server_actor spawn_inference_server(caf::actor_system& sys, inference_
   bs.max_batch = cfg.max_batch;
   bs.max_wait = std::chrono::microseconds(cfg.max_wait_us);
   bs.yield_for = std::chrono::microseconds(cfg.yield_us);
+  bs.device = cfg.forward_device;
+  bs.model = cfg.model;
   // The policy is built here, before any actor can ask for it.
   cfg.batcher = std::make_shared<inference_batcher>(
       bs, create_policy_value_model(cfg.model, cfg.observation_size, cfg.head, cfg.seed));

@@ -40,7 +40,8 @@ struct inference_server_config {
   int64_t actors = 1;  // requesters a batch waits for (fewer once some died)
   int64_t max_batch = 4096;
   int64_t max_wait_us = 2000;
-  int64_t yield_us = 200;  // of an actor of this process waiting in the batcher
+  int64_t yield_us = 200;      // of an actor of this process waiting in the batcher
+  std::string forward_device;  // "sim:N", "cuda:N": the forward runs there (rl.central.device)
   // The policy and its batches (made by spawn_inference_server).
   std::shared_ptr<inference_batcher> batcher;
 };

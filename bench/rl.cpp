@@ -285,16 +285,13 @@ double actors_rate(const std::string& mode, int64_t actors, int64_t envs, double
   for (auto& v : net->variables()) w.values.push_back(v.value);
   inference_server_actor server;
   if (central) {
-    inference_server_config ic{devices.get("inference_server"),
-                               policy_model(),
-                               4,
-                               head,
-                               1,
-                               actors,
-                               4096,
-                               2000,
-                               200,
-                               nullptr};
+    inference_server_config ic;
+    ic.device = devices.get("inference_server");
+    ic.model = policy_model();
+    ic.observation_size = 4;
+    ic.head = head;
+    ic.seed = 1;
+    ic.actors = actors;
     server = spawn_inference_server(sys, ic);
     caf::anon_send(server, weights_atom::value, w);
   }

@@ -283,6 +283,9 @@ struct central_inference_config {
   int64_t max_batch = 4096;  // rows (environments) per forward
   int64_t max_wait_us = 2000;
   int64_t yield_us = 200;
+  // The server's forward on a discrete device ("sim:N", "cuda:N"); "" (or
+  // "cpu:N"): the host's kernels.
+  std::string device;
 };
 
 // rl.population: population-based training (Jaderberg et al. 2017,

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/cluster_schema.hpp"
 #include "config/json_read.hpp"
 #include "config/population_schema.hpp"
 
@@ -156,7 +157,7 @@ void read_replay(const json& j, const std::string& path, replay_config& c) {
 }
 
 void read_central(const json& j, const std::string& path, central_inference_config& c) {
-  object_reader r(j, path, {"max_batch", "max_wait_us", "yield_us"});
+  object_reader r(j, path, {"max_batch", "max_wait_us", "yield_us", "device"});
   r.with("max_batch",
          [&](const json& v, const std::string& p) { c.max_batch = read_int_in(v, p, 1, 1 << 24); });
   r.with("max_wait_us", [&](const json& v, const std::string& p) {
@@ -164,6 +165,12 @@ void read_central(const json& j, const std::string& path, central_inference_conf
   });
   r.with("yield_us",
          [&](const json& v, const std::string& p) { c.yield_us = read_int_in(v, p, 0, 100000); });
+  r.with("device", [&](const json& v, const std::string& p) {
+    if (!v.is_string() || (!v.get_ref<const std::string&>().empty() &&
+                           !valid_device(v.get_ref<const std::string&>())))
+      expected(p, "\"\" (the host), \"cpu:N\", \"sim:N\" or \"cuda:N\"", v);
+    c.device = v.get<std::string>();
+  });
 }
 
 }  // namespace
@@ -291,7 +298,8 @@ json rl_to_json(const rl_config& rl) {
             {"central",
              {{"max_batch", rl.central.max_batch},
               {"max_wait_us", rl.central.max_wait_us},
-              {"yield_us", rl.central.yield_us}}}};
+              {"yield_us", rl.central.yield_us},
+              {"device", rl.central.device}}}};
   if (rl.population.size > 0) j["population"] = population_to_json(rl.population);
   return j;
 }

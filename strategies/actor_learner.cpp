@@ -135,6 +135,7 @@ class actor_learner final : public strategy {
                              std::to_string(share) + "), got " + std::to_string(rl.queue_capacity));
     if (rl.algorithm == "apex_dqn") validate_apex(c);
     if (rl.population.size > 0) validate_population(rl);
+    validate_central_device(c, spec);
     const auto& t = c.training;
     if (t.max_steps == 0 && t.max_env_steps == 0 && !t.target_return)
       throw config_error("training",
@@ -161,6 +162,20 @@ class actor_learner final : public strategy {
           e.path(), std::string(e.what()).substr(e.path().size() + 2) + " (" + spec.name +
                         "'s observations: " + std::to_string(spec.observation_size) + " values)");
     }
+  }
+
+  // A server's forward on a discrete device runs the MLP policy's layers.
+  static void validate_central_device(const job_config& c, const envs::env_spec& spec) {
+    const auto& d = c.rl.central.device;
+    if (d.empty()) return;
+    if (c.rl.inference != "central")
+      throw config_error("rl.central.device", "applies with rl.inference \"central\" only, got \"" +
+                                                  c.rl.inference + "\"");
+    const auto kind = envs::rl_model_for(spec, c.model, c.rl.torso).kind;
+    if (!d.starts_with("cpu:") && kind != "policy_value_mlp")
+      throw config_error("rl.central.device", "an inference server on " + d +
+                                                  " runs model.kind \"policy_value_mlp\", got \"" +
+                                                  kind + "\"");
   }
 
   // Ape-X reads the policy's outputs as Q-values: discrete actions only.
@@ -406,6 +421,15 @@ class actor_learner final : public strategy {
       ic.max_batch = c.rl.central.max_batch;
       ic.max_wait_us = c.rl.central.max_wait_us;
       ic.yield_us = c.rl.central.yield_us;
+      if (!c.rl.central.device.empty()) {
+        const auto d = parse_device(c.rl.central.device);
+        try {
+          check_device_available(d);
+        } catch (const device_error& e) {
+          throw config_error("rl.central.device", e.what());
+        }
+        if (d.discrete()) ic.forward_device = c.rl.central.device;
+      }
       parts_.server = spawn_inference_server(sys, ic);
     }
 

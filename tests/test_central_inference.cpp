@@ -169,6 +169,16 @@ TEST_CASE("central inference: CartPole is solved through the inference server") 
   CHECK(rows <= static_cast<double>(c.rl.actors * c.rl.envs_per_actor));
 }
 
+TEST_CASE("central inference: the server's forward on sim:0 solves CartPole") {
+  test::temp_dir tmp;
+  auto c = central_cartpole(tmp / "run");
+  c.rl.central.device = "sim:0";
+  auto s = run_job(c, {});
+  CHECK(s["solved"] == true);
+  CHECK(s["mean_return_100"].get<double>() >= 475);
+  CHECK(s["inference_batches"].get<int64_t>() > 0);
+}
+
 TEST_CASE("central inference: a lost rl_actor is dropped and the job still solves") {
   test::temp_dir tmp;
   auto c = central_cartpole(tmp / "run");
@@ -205,6 +215,15 @@ TEST_CASE("central inference: its config rules name the keys") {
         "rl.central.max_wait_us: expected an integer >= 0, got -1");
   CHECK(bad(R"({"rl": {"central": {"yield_us": 100001}}})") ==
         "rl.central.yield_us: expected an integer in [0, 100000], got 100001");
+  CHECK(bad(R"({"rl": {"central": {"device": "sim:0"}}})") == "no error");
+  CHECK(bad(R"({"rl": {"central": {"device": "gpu:0"}}})") ==
+        R"(rl.central.device: expected "" (the host), "cpu:N", "sim:N" or "cuda:N", got "gpu:0")");
+  CHECK(bad(R"({"rl": {"inference": "local", "central": {"device": "sim:0"}}})") ==
+        R"(rl.central.device: applies with rl.inference "central" only, got "local")");
+  CHECK(
+      bad(R"({"rl": {"central": {"device": "sim:0"}},
+                "model": {"kind": "policy_value_layers", "layers": [{"type": "dense", "units": 8}]}})") ==
+      R"(rl.central.device: an inference server on sim:0 runs model.kind "policy_value_mlp", got "policy_value_layers")");
   CHECK(bad(R"({"rl": {"central": {"max_wiat_us": 5}}})") ==
         R"(rl.central.max_wiat_us: unknown key; did you mean "max_wait_us"?)");
   // rl_actors on worker tasks reach the server across processes (test_nodes).

@@ -1,8 +1,9 @@
 // inference_batcher (actors/inference_batcher.hpp), central inference's
 // path for the rl_actors of the server's own process: its batch rule (every
 // acting actor, max_batch rows, max_wait), the replies against the server's
-// batch function, weights, close(), and an rl_actor's unrolls through it
-// against the same actor's by message.
+// batch function, weights, close(), an rl_actor's unrolls through it
+// against the same actor's by message, and its forward on a discrete device
+// (sim:0) against the host's.
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>
@@ -16,9 +17,11 @@
 #include "actors/inference_server.hpp"
 #include "actors/rl_actor.hpp"
 #include "actors/system_config.hpp"
+#include "devices/device_context.hpp"
 #include "envs/policy_head.hpp"
 #include "fixtures.hpp"
 #include "kernels/cpu_kernels.hpp"
+#include "models/device_policy.hpp"
 #include "policy_fixtures.hpp"
 
 using namespace troupe;
@@ -313,4 +316,92 @@ TEST_CASE("central inference: an rl_actor's unrolls through the batcher are thos
       CHECK(same_bits(x.rewards, y.rewards));
     }
   }
+}
+
+namespace {
+
+// The host policy's forward and the same policy's on sim:0, on random rows.
+void check_device_policy_matches_host(const policy_head& head, int64_t O) {
+  kernels::init_cpu_kernels();
+  auto host = create_policy_value_model(tiny_model(), O, head, 3);
+  auto ctx = make_device_context(parse_device("sim:0"));
+  device_policy dev(ctx, tiny_model(), host->variables());
+  const int64_t rows = 9, P = head.outputs();
+  CHECK(dev.outputs() == P);
+  const auto obs = random_floats(static_cast<std::size_t>(rows * O), 4, 1.0);
+  std::vector<float> out_h(static_cast<std::size_t>(rows * P)), val_h(rows);
+  std::vector<float> out_d(out_h.size(), -1.0f), val_d(rows, -1.0f);
+  host->forward(obs.data(), rows, out_h.data(), val_h.data());
+  dev.forward(obs.data(), rows, out_d.data(), val_d.data());
+  CHECK(out_d == out_h);
+  CHECK(val_d == val_h);
+  // New weights reach the device with upload().
+  for (auto& v : host->variables())
+    for (int64_t i = 0; i < v.value.numel(); ++i) v.value.f32()[i] *= 0.5f;
+  dev.upload(host->variables());
+  host->forward(obs.data(), rows, out_h.data(), val_h.data());
+  dev.forward(obs.data(), rows, out_d.data(), val_d.data());
+  CHECK(out_d == out_h);
+  CHECK(val_d == val_h);
+  CHECK(ctx->transfers().uploads > 0);
+}
+
+}  // namespace
+
+TEST_CASE("device_policy: the forward on sim:0 is the host policy's, bit for bit") {
+  SUBCASE("CartPole, softmax") {
+    check_device_policy_matches_host(cartpole_head(), 4);
+  }
+  SUBCASE("Pendulum, Gaussian") {
+    check_device_policy_matches_host(
+        envs::policy_head_for(envs::make_env("Pendulum-v1", 1)->spec(), "auto"), 3);
+  }
+}
+
+TEST_CASE("device_policy: a model it cannot run is named") {
+  kernels::init_cpu_kernels();
+  auto host = create_policy_value_model(tiny_model(), 4, cartpole_head(), 3);
+  auto ctx = make_device_context(parse_device("sim:0"));
+  auto layers = tiny_model();
+  layers.kind = "policy_value_layers";
+  CHECK_THROWS_WITH(device_policy(ctx, layers, host->variables()),
+                    doctest::Contains("runs model.kind \"policy_value_mlp\", got "
+                                      "\"policy_value_layers\""));
+  auto vars = host->variables();
+  vars.pop_back();  // no value/bias
+  CHECK_THROWS_WITH(device_policy(ctx, tiny_model(), vars),
+                    doctest::Contains("to be 'value/bias' [1] float32, got none"));
+}
+
+TEST_CASE("inference_batcher on sim:0: its batches on the device answer as on the host") {
+  kernels::init_cpu_kernels();
+  inference_batcher::settings s;
+  s.head = cartpole_head();
+  s.seed = job_seed;
+  s.observation_size = 4;
+  s.max_wait = 600s;
+  s.device = "sim:0";
+  s.model = tiny_model();
+  inference_batcher b(s, create_policy_value_model(tiny_model(), 4, s.head, 1));
+  const auto w = weights_of(9, 2);
+  b.offer_weights(w);
+  const auto r0 = request_of(0, 0, 5, 1), r1 = request_of(1, 0, 3, 2);
+  inference_batcher::acting actor1(b);
+  auto f0 = ask(b, r0);
+  CHECK(f0.wait_for(100ms) == std::future_status::timeout);  // it waits for actor 1
+  const auto got1 = b.infer(r1);
+  REQUIRE(f0.wait_for(20s) == std::future_status::ready);
+  const auto got0 = f0.get();
+  CHECK(same_bits(got0.outputs, alone(r0, w).outputs));
+  CHECK(same_bits(got0.actions, alone(r0, w).actions));
+  CHECK(same_bits(got1.actions, alone(r1, w).actions));
+  // Newer weights are uploaded before the next batch; the server's own
+  // batch runs on the device too.
+  const auto w2 = weights_of(10, 3);
+  b.offer_weights(w2);
+  const auto by_message = request_of(4, 0, 2, 5);
+  const auto replies = b.infer_now({&by_message}, false);
+  CHECK(replies.at(0).policy_version == 3);
+  CHECK(same_bits(replies.at(0).outputs, alone(by_message, w2).outputs));
+  CHECK(b.stats().batches == 2);
 }
