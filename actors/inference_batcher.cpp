@@ -102,7 +102,9 @@ inference_batcher::acting::~acting() {
 }
 
 bool inference_batcher::batch_ready(clock::time_point now) const {
-  if (running_ || version_ < 0 || queue_.empty()) return false;
+  // A server waiting for its turn goes next: the actors' batches, back to
+  // back, would otherwise keep it waiting.
+  if (running_ || server_waiting_ > 0 || version_ < 0 || queue_.empty()) return false;
   return static_cast<int64_t>(queue_.size()) >= acting_ || queued_rows_ >= s_.max_batch ||
          now >= queue_.front()->deadline;
 }
@@ -242,7 +244,9 @@ std::vector<inference_reply> inference_batcher::run_batch(
 
 // Until no batch computes (the server's turn comes after it).
 void inference_batcher::wait_turn(lock& lk) {
+  ++server_waiting_;
   changed_.wait(lk, [this] { return !running_ || !closed_.empty(); });
+  --server_waiting_;
   if (!closed_.empty()) throw std::runtime_error(closed_);
 }
 

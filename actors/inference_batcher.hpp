@@ -155,6 +155,7 @@ class inference_batcher {
   int64_t queued_rows_ = 0;
   int64_t acting_ = 0;
   bool running_ = false;
+  int64_t server_waiting_ = 0;             // infer_now calls waiting for their turn
   std::optional<policy_weights> weights_;  // newer than the installed ones
   int64_t version_ = -1;
   std::string closed_;  // why, once closed
