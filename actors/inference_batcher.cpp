@@ -8,6 +8,7 @@
 #include "actors/rl_actor.hpp"
 #include "collectives/idle_wait.hpp"
 #include "devices/device_context.hpp"
+#include "models/device_policy.hpp"
 
 namespace troupe {
 
@@ -25,10 +26,8 @@ std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head
   float* x = c.observations.data();
   for (const auto* r : batch)
     x = std::copy(r->observations.f32(), r->observations.f32() + r->observations.numel(), x);
-  if (c.on_device)
-    c.on_device->forward(c.observations.data(), rows, c.outputs.data(), c.values.data());
-  else
-    c.net->forward(c.observations.data(), rows, c.outputs.data(), c.values.data());
+  auto& net = c.on_device ? *c.on_device : *c.net;
+  net.forward(c.observations.data(), rows, c.outputs.data(), c.values.data());
   const bool box = head.distribution == action_distribution::gaussian;
   std::vector<inference_reply> replies(batch.size());
   const float* out = c.outputs.data();
@@ -235,10 +234,16 @@ std::vector<inference_reply> inference_batcher::run_batch(
     const std::optional<policy_weights>& weights, int64_t version) {
   if (weights) install_policy_weights(*compute_.net, *weights);
   if (device_thread_ && !compute_.on_device)
-    compute_.on_device = std::make_unique<device_policy>(
-        make_device_context(parse_device(s_.device)), s_.model, compute_.net->variables());
-  else if (weights && compute_.on_device)
-    compute_.on_device->upload(compute_.net->variables());
+    compute_.on_device = create_policy_value_model_on(discrete_device_context(s_.device), s_.model,
+                                                      s_.observation_size, s_.head, s_.seed);
+  if (compute_.on_device && (weights || !device_has_weights_)) {
+    auto& host = compute_.net->variables();
+    auto& dev = compute_.on_device->variables();  // host copies, uploaded by each forward
+    for (std::size_t i = 0; i < host.size(); ++i)
+      std::copy(host[i].value.f32(), host[i].value.f32() + host[i].value.numel(),
+                dev[i].value.f32());
+    device_has_weights_ = true;
+  }
   return infer_batch(compute_, s_.head, s_.seed, batch, version);
 }
 

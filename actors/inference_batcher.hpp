@@ -43,7 +43,6 @@
 #include "devices/device.hpp"
 #include "envs/policy_head.hpp"
 #include "messages/rl_messages.hpp"
-#include "models/device_policy.hpp"
 #include "models/policy_value.hpp"
 #include "models/random.hpp"
 
@@ -54,8 +53,10 @@ namespace troupe {
 // scratch for a batch.
 struct inference_compute {
   std::unique_ptr<policy_value_model> net;
-  std::unique_ptr<device_policy> on_device;  // null: net's forward on the host
-  std::map<int64_t, splitmix64> streams;     // by actor index
+  // The same policy computing on the server's discrete device (null: net
+  // on the host); its variables follow net's.
+  std::unique_ptr<policy_value_model> on_device;
+  std::map<int64_t, splitmix64> streams;  // by actor index
   std::vector<float> observations, outputs, values, probs;
 };
 
@@ -150,7 +151,8 @@ class inference_batcher {
   std::shared_ptr<cpu_device> device_thread_;  // with a discrete device
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  inference_compute compute_;  // touched only by the thread that set running_
+  inference_compute compute_;        // touched only by the thread that set running_
+  bool device_has_weights_ = false;  // compute_.on_device took net's variables
   std::deque<request_slot*> queue_;
   int64_t queued_rows_ = 0;
   int64_t acting_ = 0;

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "actors/visible_mailbox.hpp"
+#include "devices/device_context.hpp"
+#include "models/device_policy.hpp"
 #include "models/model.hpp"
 
 namespace troupe {
@@ -308,9 +310,11 @@ learner_actor::behavior_type learner(self_ptr self, learner_config cfg) {
   st.tasks->submit(
       self,
       [c = st.cfg, buffers](learner_compute& lc) {
-        auto build = [&c] {
-          return c.head ? create_policy_value_model(c.model, c.observation_size, *c.head, c.seed)
-                        : create_policy_value_model(c.model, c.observation_size, c.actions, c.seed);
+        // On a discrete device (sim:N, cuda:N) the network computes there.
+        auto ctx = discrete_device_context(c.device->name());
+        auto build = [&c, &ctx] {
+          const auto head = c.head ? *c.head : policy_head{action_distribution::softmax, c.actions};
+          return create_policy_value_model_on(ctx, c.model, c.observation_size, head, c.seed);
         };
         lc.net = build();
         lc.opt = std::make_unique<kernels::optimizer>(c.optimizer, c.total_updates);

@@ -400,10 +400,9 @@ void read_logging(const json& j, const std::string& path, logging_config& l) {
 }
 
 // Rules that involve more than one field; run after every field is valid.
-// A strategy whose job is not a classifier (an rl job) runs on cpu:N devices
-// only.
+// A strategy that computes on the host only runs on cpu:N devices.
 void check_device_rules(const job_config& c, const strategy_rules* rules) {
-  if (!rules || rules->trains_classifier()) return;
+  if (!rules || rules->computes_on_discrete_devices()) return;
   for (const auto& d : c.devices)
     if (!d.starts_with("cpu:"))
       fail("devices",

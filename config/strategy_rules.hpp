@@ -47,6 +47,9 @@ class strategy_rules {
   // Whether the job trains a classifier on a dataset (model.kind "mlp");
   // false: a policy from environments (the "rl" section).
   virtual bool trains_classifier() const { return true; }
+  // A strategy that does not train a classifier runs on cpu:N devices only,
+  // unless it says it computes on discrete devices (sim:N, cuda:N) too.
+  virtual bool computes_on_discrete_devices() const { return trains_classifier(); }
   // Whether a lost worker task leaves the job running (its replicas are
   // dropped) instead of ending it.
   virtual bool survives_lost_workers() const { return false; }

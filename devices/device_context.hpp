@@ -122,6 +122,10 @@ class device_context {
 // (CUDA binds the device to the calling thread). Throws device_error when the
 // device cannot be used here (check_device_available's message).
 std::shared_ptr<device_context> make_device_context(const device_spec& d);
+// The context of the discrete device (sim:N, cuda:N) a device thread is
+// named after; null for cpu:N or a name that is no device (a thread's own
+// label). Same thread rule and errors as make_device_context.
+std::shared_ptr<device_context> discrete_device_context(const std::string& name);
 
 // Starts what makes a device's first use slow (a CUDA context, its library
 // handles and first calls; cuDNN's too when the model has `convolutions`) on

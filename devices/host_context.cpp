@@ -264,4 +264,14 @@ std::shared_ptr<device_context> make_device_context(const device_spec& d) {
   throw device_error("unknown device kind for " + d.str());
 }
 
+std::shared_ptr<device_context> discrete_device_context(const std::string& name) {
+  device_spec d;
+  try {
+    d = parse_device(name);
+  } catch (const device_error&) {
+    return nullptr;  // a thread's own label ("inference_server"), not a device
+  }
+  return d.discrete() ? make_device_context(d) : nullptr;
+}
+
 }  // namespace troupe

@@ -1,19 +1,19 @@
 #pragma once
-// device_policy: a policy_value_mlp's forward on a discrete device (sim:N,
-// cuda:N), for the inference server of central inference on an accelerator
-// (rl.central.device; SEED RL's point: every actor's observations in one
-// batch on the GPU). The host policy stays the source of the weights:
-// upload() copies its variables after they change, and forward() takes the
-// observations from the host and gives the outputs back there (the actions
-// are sampled on the host, from each actor's own stream). The layers are the
-// host model's calls on the device's backend, so on sim:N the outputs are
+// A policy_value_mlp computing on a discrete device (sim:N, cuda:N): the
+// learner's forward and backward (actor_learner on a device in `devices`)
+// and the inference server's batches (rl.central.device). The variables,
+// their gradients and the optimizer stay on the host, where V-trace, the
+// loss and the optimizer step read them (small for the RL policies); each
+// forward uploads the variables and the observations and brings the
+// outputs back, and backward takes the outputs' gradients up and brings the
+// variables' gradients back. The layers are the host model's calls, in its
+// order, on the device's backend, so on sim:N every output and gradient is
 // bit for bit the host's.
 //
-// Threads: construct and use it on the thread that runs the device's tasks
+// Threads: make and use it on the thread that runs the device's tasks
 // (devices/device_context.hpp).
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "config/job_config.hpp"
 #include "devices/device_context.hpp"
@@ -21,34 +21,13 @@
 
 namespace troupe {
 
-class device_policy {
- public:
-  // Mirrors `variables` (a policy_value_mlp's, a Gaussian head's log_std
-  // last) of model `c`; throws std::invalid_argument naming what it cannot
-  // run (another model kind, a layout it does not know).
-  device_policy(std::shared_ptr<device_context> ctx, const model_config& c,
-                const std::vector<named_tensor>& variables);
-
-  // The host variables, in the constructor's order and shapes, to the device.
-  void upload(const std::vector<named_tensor>& variables);
-  // outputs [rows, outputs()] (logits, or a Gaussian's means then log-stds)
-  // and values [rows] of obs [rows, observation size], all on the host.
-  void forward(const float* obs, int64_t rows, float* outputs, float* values);
-  int64_t outputs() const { return gaussian_ ? 2 * actions_ : actions_; }
-
- private:
-  void reserve(int64_t rows);
-
-  std::shared_ptr<device_context> ctx_;
-  kernels::activation act_;
-  std::vector<int64_t> widths_;  // observation size, then each hidden layer
-  int64_t actions_ = 0;          // logits, or a Gaussian's dimensions
-  bool gaussian_ = false;
-  std::vector<device_buffer> vars_;
-  std::vector<float> log_std_;  // a Gaussian's, on the host
-  int64_t capacity_ = 0;        // rows the activation buffers hold
-  device_buffer obs_, top_, logits_, values_;
-  std::vector<device_buffer> acts_;
-};
+// The policy of `c` (a Gaussian head's log-std on the host, around the
+// device's means) computing on `ctx`'s device; on the host (ctx null or
+// cpu:N) the model create_policy_value_model makes. Throws
+// std::invalid_argument naming what a device cannot run (another model
+// kind).
+std::unique_ptr<policy_value_model> create_policy_value_model_on(
+    std::shared_ptr<device_context> ctx, const model_config& c, int64_t observation_size,
+    const policy_head& head, uint64_t seed);
 
 }  // namespace troupe

@@ -77,8 +77,11 @@ std::shared_ptr<job_plan> make_plan(const job_config& c, const job_options& o, b
       throw job_error("devices[" + std::to_string(i) + "]: " + e.what());
     }
   }
+  // A classifier's model needs a device implementation (models/model.hpp);
+  // an RL strategy checks its policy itself (strategies/actor_learner.cpp).
   for (const auto& d : c.devices)
-    if (parse_device(d).discrete() && !has_device_model(c.model.kind))
+    if (plan->strat->trains_classifier() && parse_device(d).discrete() &&
+        !has_device_model(c.model.kind))
       throw config_error("model.kind",
                          "\"" + c.model.kind +
                              "\" has no device implementation, so it cannot run on " + d +

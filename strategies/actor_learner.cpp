@@ -99,11 +99,14 @@ class actor_learner final : public strategy {
  public:
   std::string name() const override { return "actor_learner"; }
   bool trains_classifier() const override { return false; }
+  // Learners compute on sim:N / cuda:N (models/device_policy.hpp); the
+  // rl_actors step their environments on the host whatever their device.
+  bool computes_on_discrete_devices() const override { return true; }
   std::string replica_unit() const override { return "rl_actor"; }
   bool own_job() const override { return true; }
 
   // Its learners all-reduce through reducer actors (no device all-reduce:
-  // it runs on cpu:N devices).
+  // their gradients come back to the host).
   std::vector<strategy_key> keys() const override {
     return {strategy_keys::reducer(
         {reducer_algorithm::ring, reducer_algorithm::tree, reducer_algorithm::reduce_to_one})};
@@ -135,7 +138,7 @@ class actor_learner final : public strategy {
                              std::to_string(share) + "), got " + std::to_string(rl.queue_capacity));
     if (rl.algorithm == "apex_dqn") validate_apex(c);
     if (rl.population.size > 0) validate_population(rl);
-    validate_central_device(c, spec);
+    validate_devices(c, spec);
     const auto& t = c.training;
     if (t.max_steps == 0 && t.max_env_steps == 0 && !t.target_return)
       throw config_error("training",
@@ -164,14 +167,24 @@ class actor_learner final : public strategy {
     }
   }
 
-  // A server's forward on a discrete device runs the MLP policy's layers.
-  static void validate_central_device(const job_config& c, const envs::env_spec& spec) {
+  // Learners, or a server's forward, on a discrete device run the MLP
+  // policy's layers (models/device_policy.hpp).
+  static void validate_devices(const job_config& c, const envs::env_spec& spec) {
+    const auto kind = envs::rl_model_for(spec, c.model, c.rl.torso).kind;
+    for (std::size_t i = 0; i < c.devices.size(); ++i)
+      if (!c.devices[i].starts_with("cpu:") && kind != "policy_value_mlp")
+        throw config_error("devices[" + std::to_string(i) + "]",
+                           "a learner on " + c.devices[i] +
+                               " runs model.kind \"policy_value_mlp\", got \"" + kind + "\"");
+    validate_central_device(c, kind);
+  }
+
+  static void validate_central_device(const job_config& c, const std::string& kind) {
     const auto& d = c.rl.central.device;
     if (d.empty()) return;
     if (c.rl.inference != "central")
       throw config_error("rl.central.device", "applies with rl.inference \"central\" only, got \"" +
                                                   c.rl.inference + "\"");
-    const auto kind = envs::rl_model_for(spec, c.model, c.rl.torso).kind;
     if (!d.starts_with("cpu:") && kind != "policy_value_mlp")
       throw config_error("rl.central.device", "an inference server on " + d +
                                                   " runs model.kind \"policy_value_mlp\", got \"" +

@@ -2,7 +2,7 @@
 // path for the rl_actors of the server's own process: its batch rule (every
 // acting actor, max_batch rows, max_wait), the replies against the server's
 // batch function, weights, close(), an rl_actor's unrolls through it
-// against the same actor's by message, and its forward on a discrete device
+// against the same actor's by message, and its batches on a discrete device
 // (sim:0) against the host's.
 #include <doctest/doctest.h>
 
@@ -17,11 +17,9 @@
 #include "actors/inference_server.hpp"
 #include "actors/rl_actor.hpp"
 #include "actors/system_config.hpp"
-#include "devices/device_context.hpp"
 #include "envs/policy_head.hpp"
 #include "fixtures.hpp"
 #include "kernels/cpu_kernels.hpp"
-#include "models/device_policy.hpp"
 #include "policy_fixtures.hpp"
 
 using namespace troupe;
@@ -316,61 +314,6 @@ TEST_CASE("central inference: an rl_actor's unrolls through the batcher are thos
       CHECK(same_bits(x.rewards, y.rewards));
     }
   }
-}
-
-namespace {
-
-// The host policy's forward and the same policy's on sim:0, on random rows.
-void check_device_policy_matches_host(const policy_head& head, int64_t O) {
-  kernels::init_cpu_kernels();
-  auto host = create_policy_value_model(tiny_model(), O, head, 3);
-  auto ctx = make_device_context(parse_device("sim:0"));
-  device_policy dev(ctx, tiny_model(), host->variables());
-  const int64_t rows = 9, P = head.outputs();
-  CHECK(dev.outputs() == P);
-  const auto obs = random_floats(static_cast<std::size_t>(rows * O), 4, 1.0);
-  std::vector<float> out_h(static_cast<std::size_t>(rows * P)), val_h(rows);
-  std::vector<float> out_d(out_h.size(), -1.0f), val_d(rows, -1.0f);
-  host->forward(obs.data(), rows, out_h.data(), val_h.data());
-  dev.forward(obs.data(), rows, out_d.data(), val_d.data());
-  CHECK(out_d == out_h);
-  CHECK(val_d == val_h);
-  // New weights reach the device with upload().
-  for (auto& v : host->variables())
-    for (int64_t i = 0; i < v.value.numel(); ++i) v.value.f32()[i] *= 0.5f;
-  dev.upload(host->variables());
-  host->forward(obs.data(), rows, out_h.data(), val_h.data());
-  dev.forward(obs.data(), rows, out_d.data(), val_d.data());
-  CHECK(out_d == out_h);
-  CHECK(val_d == val_h);
-  CHECK(ctx->transfers().uploads > 0);
-}
-
-}  // namespace
-
-TEST_CASE("device_policy: the forward on sim:0 is the host policy's, bit for bit") {
-  SUBCASE("CartPole, softmax") {
-    check_device_policy_matches_host(cartpole_head(), 4);
-  }
-  SUBCASE("Pendulum, Gaussian") {
-    check_device_policy_matches_host(
-        envs::policy_head_for(envs::make_env("Pendulum-v1", 1)->spec(), "auto"), 3);
-  }
-}
-
-TEST_CASE("device_policy: a model it cannot run is named") {
-  kernels::init_cpu_kernels();
-  auto host = create_policy_value_model(tiny_model(), 4, cartpole_head(), 3);
-  auto ctx = make_device_context(parse_device("sim:0"));
-  auto layers = tiny_model();
-  layers.kind = "policy_value_layers";
-  CHECK_THROWS_WITH(device_policy(ctx, layers, host->variables()),
-                    doctest::Contains("runs model.kind \"policy_value_mlp\", got "
-                                      "\"policy_value_layers\""));
-  auto vars = host->variables();
-  vars.pop_back();  // no value/bias
-  CHECK_THROWS_WITH(device_policy(ctx, tiny_model(), vars),
-                    doctest::Contains("to be 'value/bias' [1] float32, got none"));
 }
 
 TEST_CASE("inference_batcher on sim:0: its batches on the device answer as on the host") {
