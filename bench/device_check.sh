@@ -2,7 +2,8 @@
 # A lent GPU machine's whole check, in one call (inside bench/device_run.sh):
 # the GPU tests, compute-sanitizer's memcheck and racecheck on a short job
 # whose steps replay as CUDA graphs (where the machine's runtime lets the
-# sanitizer run), then bench/gpu_step.sh with ROUNDS rounds.
+# sanitizer run), CartPole with the learner and the inference server on
+# cuda:0, then bench/gpu_step.sh with ROUNDS rounds.
 #   bench/device_run.sh bench/device_check.sh [ROUNDS=3]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,5 +30,7 @@ for tool in memcheck racecheck; do
   timeout 240 compute-sanitizer --tool "$tool" --print-limit 5 \
     build/release/troupe run "$tmp/small.json" --output "$tmp/$tool" --quiet 2>&1 | tail -4
 done
+echo "== actor_learner on cuda:0: the learner and the central inference server (SEED)"
+timeout 120 build/release/bench/bench_rl solve examples/cartpole_seed_gpu.json 3 2>&1 | grep '^{'
 echo "== bench/gpu_step.sh $rounds"
 timeout 420 bench/gpu_step.sh "$rounds" 12 3
