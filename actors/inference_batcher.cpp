@@ -55,6 +55,7 @@ std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head
                                          uint64_t seed, const std::vector<inference_request>& batch,
                                          int64_t version) {
   std::vector<const inference_request*> pointers;
+  pointers.reserve(batch.size());
   for (const auto& r : batch) pointers.push_back(&r);
   return infer_batch(c, head, seed, pointers, version);
 }
@@ -317,7 +318,7 @@ void register_local_batcher(const caf::actor_addr& server,
                             std::shared_ptr<inference_batcher> batcher) {
   auto& r = registry();
   std::lock_guard<std::mutex> guard(r.mu);
-  r.by_server[server] = batcher;
+  r.by_server[server] = std::move(batcher);
 }
 
 void forget_local_batcher(const caf::actor_addr& server) {

@@ -157,7 +157,7 @@ class device_policy_value final : public policy_value_model {
 }  // namespace
 
 std::unique_ptr<policy_value_model> create_policy_value_model_on(
-    std::shared_ptr<device_context> ctx, const model_config& c, int64_t observation_size,
+    const std::shared_ptr<device_context>& ctx, const model_config& c, int64_t observation_size,
     const policy_head& head, uint64_t seed) {
   if (!ctx || ctx->shares_host_memory())
     return create_policy_value_model(c, observation_size, head, seed);

@@ -27,7 +27,7 @@ namespace troupe {
 // std::invalid_argument naming what a device cannot run (another model
 // kind).
 std::unique_ptr<policy_value_model> create_policy_value_model_on(
-    std::shared_ptr<device_context> ctx, const model_config& c, int64_t observation_size,
+    const std::shared_ptr<device_context>& ctx, const model_config& c, int64_t observation_size,
     const policy_head& head, uint64_t seed);
 
 }  // namespace troupe
