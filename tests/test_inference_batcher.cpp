@@ -226,7 +226,9 @@ trajectory_queue_actor::behavior_type keeping_queue(trajectory_queue_actor::poin
           [](version_atom, int64_t) {}, [](stats_atom) -> queue_stats { return {}; }};
 }
 
-rl_reports_actor::behavior_type ignoring_coordinator(rl_reports_actor::pointer) {
+// (An argument: CAF 0.17 dereferences a null argument tuple for a function
+// actor spawned without one, which UBSan reports.)
+rl_reports_actor::behavior_type ignoring_coordinator(rl_reports_actor::pointer, int) {
   return {[](episodes_atom, episode_report&) {}, [](learned_atom, learner_report&) {},
           [](weights_atom, policy_weights&) {}};
 }
@@ -243,7 +245,7 @@ central_run central_unrolls(bool in_process) {
   caf::actor_system sys{cfg};
   kept_unrolls kept;
   auto queue = sys.spawn(keeping_queue, &kept);
-  auto coordinator = sys.spawn(ignoring_coordinator);
+  auto coordinator = sys.spawn(ignoring_coordinator, 0);
   inference_server_config ic;
   ic.device = std::make_shared<cpu_device>("inference_server");
   ic.model = tiny_model();
