@@ -295,6 +295,16 @@ void inference_batcher::close(const std::string& why) {
   changed_.notify_all();
 }
 
+void inference_batcher::join_in_process() {
+  std::lock_guard<std::mutex> guard(mu_);
+  ++joined_;
+}
+
+int64_t inference_batcher::joined_in_process() const {
+  std::lock_guard<std::mutex> guard(mu_);
+  return joined_;
+}
+
 inference_stats inference_batcher::stats() const {
   std::lock_guard<std::mutex> guard(mu_);
   return ran_;

@@ -127,6 +127,11 @@ class inference_batcher {
   void close(const std::string& why);
   // Batches and rows run so far, by either path.
   inference_stats stats() const;
+  // An rl_actor of this process that will ask through the batcher, once
+  // (the server's message batches no longer wait for it), and how many did;
+  // counted for good (an actor of the server's process is not restarted).
+  void join_in_process();
+  int64_t joined_in_process() const;
 
  private:
   struct request_slot {
@@ -156,6 +161,7 @@ class inference_batcher {
   std::deque<request_slot*> queue_;
   int64_t queued_rows_ = 0;
   int64_t acting_ = 0;
+  int64_t joined_ = 0;  // rl_actors of this process that ask here
   bool running_ = false;
   int64_t server_waiting_ = 0;             // infer_now calls waiting for their turn
   std::optional<policy_weights> weights_;  // newer than the installed ones

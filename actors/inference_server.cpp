@@ -83,7 +83,9 @@ void run(self_ptr self) {
 void maybe_run(self_ptr self) {
   auto& st = self->state;
   if (st.running || st.version < 0 || st.waiting.empty()) return;
-  const bool everyone = static_cast<int64_t>(st.waiting.size()) >= st.live;
+  // The actors of this process ask the batcher, never by message.
+  const int64_t by_message = std::max<int64_t>(1, st.live - st.cfg.batcher->joined_in_process());
+  const bool everyone = static_cast<int64_t>(st.waiting.size()) >= by_message;
   if (st.overdue || everyone || st.waiting_rows >= st.cfg.max_batch) run(self);
 }
 

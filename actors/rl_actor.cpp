@@ -465,6 +465,7 @@ rl_actor_actor::behavior_type rl_actor(self_ptr self, rl_actor_config cfg) {
   st.compute = std::make_shared<rl_actor_compute>();
   if (st.cfg.inference && st.cfg.inference_in_process)
     st.batcher = find_local_batcher(caf::actor_cast<caf::actor_addr>(st.cfg.inference));
+  if (st.batcher) st.batcher->join_in_process();
   st.tasks = std::make_unique<device_tasks<rl_actor_compute>>(
       st.cfg.device, st.compute, [self](const std::string& why) { fail(self, why); });
   st.tasks->submit(

@@ -276,3 +276,38 @@ TEST_CASE("central inference: a dead requester does not hold the next batches ba
   }
   self->send_exit(server, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("central inference: message batches do not wait for the actors that ask the batcher") {
+  kernels::init_cpu_kernels();
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  inference_server_config ic;
+  ic.device = std::make_shared<cpu_device>("cpu:0");
+  ic.model = tiny_model();
+  ic.observation_size = 4;
+  ic.head = envs::policy_head_for(envs::make_env("CartPole-v1", 1)->spec(), "auto");
+  ic.actors = 2;
+  ic.max_wait_us = 600'000'000;  // only "every actor that asks by message" runs a batch here
+  auto server = spawn_inference_server(sys, ic);
+  auto net = create_policy_value_model(tiny_model(), 4, ic.head, 1);
+  policy_weights w{1, {}};
+  for (auto& v : net->variables()) w.values.push_back(v.value);
+  self->send(server, weights_atom::value, w);
+  // Actor 0 runs in the server's process and asks its batcher; actor 1
+  // (another process's) asks by message and is the only one to wait for.
+  auto batcher = find_local_batcher(caf::actor_cast<caf::actor_addr>(server));
+  REQUIRE(batcher != nullptr);
+  batcher->join_in_process();
+  bool answered = false;
+  self->request(server, std::chrono::seconds(20), infer_atom::value,
+                inference_request{1, 0, tensor({2, 4})})
+      .receive(
+          [&](inference_reply& r) {
+            answered = true;
+            CHECK(r.actions.shape() == shape_t{2});
+          },
+          [](caf::error& e) { FAIL(describe(e)); });
+  CHECK(answered);
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+}
