@@ -26,8 +26,7 @@ std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head
   float* x = c.observations.data();
   for (const auto* r : batch)
     x = std::copy(r->observations.f32(), r->observations.f32() + r->observations.numel(), x);
-  auto& net = c.on_device ? *c.on_device : *c.net;
-  net.forward(c.observations.data(), rows, c.outputs.data(), c.values.data());
+  c.net->forward(c.observations.data(), rows, c.outputs.data(), c.values.data());
   const bool box = head.distribution == action_distribution::gaussian;
   std::vector<inference_reply> replies(batch.size());
   const float* out = c.outputs.data();
@@ -54,10 +53,15 @@ std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head
 std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head& head,
                                          uint64_t seed, const std::vector<inference_request>& batch,
                                          int64_t version) {
+  return infer_batch(c, head, seed, request_pointers(batch), version);
+}
+
+std::vector<const inference_request*> request_pointers(
+    const std::vector<inference_request>& requests) {
   std::vector<const inference_request*> pointers;
-  pointers.reserve(batch.size());
-  for (const auto& r : batch) pointers.push_back(&r);
-  return infer_batch(c, head, seed, pointers, version);
+  pointers.reserve(requests.size());
+  for (const auto& r : requests) pointers.push_back(&r);
+  return pointers;
 }
 
 std::string inference_request_problem(const inference_request& r, int64_t observation_size) {
@@ -72,19 +76,39 @@ std::string inference_request_problem(const inference_request& r, int64_t observ
 inference_batcher::inference_batcher(settings s, std::unique_ptr<policy_value_model> net)
     : s_(std::move(s)) {
   compute_.net = std::move(net);
-  if (!s_.device.empty() && parse_device(s_.device).discrete())
-    device_thread_ = std::make_shared<cpu_device>("inference:" + s_.device);
+  if (s_.device.empty() || !parse_device(s_.device).discrete()) return;
+  // The policy moves to the device, on the thread that makes its context.
+  device_thread_ = std::make_shared<cpu_device>("inference:" + s_.device);
+  on_compute_thread([this] {
+    auto on_device = create_policy_value_model_on(discrete_device_context(s_.device), s_.model,
+                                                  s_.observation_size, s_.head, s_.seed);
+    policy_weights current{0, {}};
+    for (const auto& v : compute_.net->variables()) current.values.push_back(v.value);
+    install_policy_weights(*on_device, current);
+    compute_.net = std::move(on_device);
+  });
 }
 
 // The device's policy goes on the thread that made its context.
 inference_batcher::~inference_batcher() {
-  if (!device_thread_ || !compute_.on_device) return;
-  std::promise<void> released;
+  if (device_thread_) on_compute_thread([this] { compute_.net.reset(); });
+}
+
+// `work` on the thread that computes batches: the caller's, or (with a
+// discrete device) the device's own, the caller waiting; its exception is
+// the caller's.
+void inference_batcher::on_compute_thread(const std::function<void()>& work) {
+  if (!device_thread_) return work();
+  std::promise<void> done;
   device_thread_->submit([&] {
-    compute_.on_device.reset();
-    released.set_value();
+    try {
+      work();
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
   });
-  released.get_future().wait();
+  done.get_future().get();
 }
 
 inference_batcher::acting::acting(inference_batcher& b) : b_(b) {
@@ -203,22 +227,13 @@ std::vector<inference_reply> inference_batcher::compute(
   lk.unlock();
   std::vector<inference_reply> replies;
   std::exception_ptr error;
-  auto job = [&] {
-    try {
-      replies = run_batch(batch, weights, version);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  };
-  if (!device_thread_) {
-    job();
-  } else {
-    std::promise<void> ran;
-    device_thread_->submit([&] {
-      job();
-      ran.set_value();
+  try {
+    on_compute_thread([&] {
+      if (weights) install_policy_weights(*compute_.net, *weights);
+      replies = infer_batch(compute_, s_.head, s_.seed, batch, version);
     });
-    ran.get_future().wait();
+  } catch (...) {
+    error = std::current_exception();
   }
   lk.lock();
   running_ = false;
@@ -226,26 +241,6 @@ std::vector<inference_reply> inference_batcher::compute(
   for (const auto* r : batch) ran_.rows += r->observations.dim(0);
   if (error) std::rethrow_exception(error);
   return replies;
-}
-
-// On the thread that computes: the weights installed (and uploaded), the
-// device's policy made on first use, then the batch.
-std::vector<inference_reply> inference_batcher::run_batch(
-    const std::vector<const inference_request*>& batch,
-    const std::optional<policy_weights>& weights, int64_t version) {
-  if (weights) install_policy_weights(*compute_.net, *weights);
-  if (device_thread_ && !compute_.on_device)
-    compute_.on_device = create_policy_value_model_on(discrete_device_context(s_.device), s_.model,
-                                                      s_.observation_size, s_.head, s_.seed);
-  if (compute_.on_device && (weights || !device_has_weights_)) {
-    auto& host = compute_.net->variables();
-    auto& dev = compute_.on_device->variables();  // host copies, uploaded by each forward
-    for (std::size_t i = 0; i < host.size(); ++i)
-      std::copy(host[i].value.f32(), host[i].value.f32() + host[i].value.numel(),
-                dev[i].value.f32());
-    device_has_weights_ = true;
-  }
-  return infer_batch(compute_, s_.head, s_.seed, batch, version);
 }
 
 // Until no batch computes (the server's turn comes after it).

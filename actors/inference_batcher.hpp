@@ -32,6 +32,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,14 +49,11 @@
 
 namespace troupe {
 
-// The server's device state: its policy (and its forward on a discrete
-// device, when the server has one), each actor's sampling stream, and
+// The server's device state: its policy (computing on the server's
+// discrete device, when it has one), each actor's sampling stream, and
 // scratch for a batch.
 struct inference_compute {
   std::unique_ptr<policy_value_model> net;
-  // The same policy computing on the server's discrete device (null: net
-  // on the host); its variables follow net's.
-  std::unique_ptr<policy_value_model> on_device;
   std::map<int64_t, splitmix64> streams;  // by actor index
   std::vector<float> observations, outputs, values, probs;
 };
@@ -72,6 +70,10 @@ std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head
 std::vector<inference_reply> infer_batch(inference_compute& c, const policy_head& head,
                                          uint64_t seed, const std::vector<inference_request>& batch,
                                          int64_t version);
+
+// The requests as the batch functions take them (pointers into `requests`).
+std::vector<const inference_request*> request_pointers(
+    const std::vector<inference_request>& requests);
 
 // Why a request does not fit a policy over `observation_size` inputs, or "".
 std::string inference_request_problem(const inference_request& r, int64_t observation_size);
@@ -146,9 +148,7 @@ class inference_batcher {
   void run_queued(lock& lk);
   std::vector<inference_reply> compute(const std::vector<const inference_request*>& batch,
                                        lock& lk);
-  std::vector<inference_reply> run_batch(const std::vector<const inference_request*>& batch,
-                                         const std::optional<policy_weights>& weights,
-                                         int64_t version);
+  void on_compute_thread(const std::function<void()>& work);
   void wait_turn(lock& lk);
   void wait_for_change(lock& lk, const request_slot& mine);
 
@@ -156,8 +156,7 @@ class inference_batcher {
   std::shared_ptr<cpu_device> device_thread_;  // with a discrete device
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  inference_compute compute_;        // touched only by the thread that set running_
-  bool device_has_weights_ = false;  // compute_.on_device took net's variables
+  inference_compute compute_;  // touched only by the thread that set running_
   std::deque<request_slot*> queue_;
   int64_t queued_rows_ = 0;
   int64_t acting_ = 0;

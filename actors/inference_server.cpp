@@ -64,9 +64,7 @@ void run(self_ptr self) {
   st.tasks->submit(
       self, "infer",
       [requests, replies, overdue](inference_batcher& b) {
-        std::vector<const inference_request*> pointers;
-        for (const auto& r : *requests) pointers.push_back(&r);
-        *replies = b.infer_now(pointers, overdue);
+        *replies = b.infer_now(request_pointers(*requests), overdue);
       },
       [self, batch, replies] {
         auto& st = self->state;

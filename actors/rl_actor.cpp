@@ -252,7 +252,28 @@ void unrolled(self_ptr self, std::shared_ptr<unroll> u, std::shared_ptr<episode_
   insert(self, transitions);
 }
 
+// Central inference's epsilon for this actor's requests: Ape-X's, or none
+// (-1: actions sampled from the policy head).
+double central_epsilon(const rl_actor_config& c) {
+  return c.replay.empty() ? -1.0 : c.epsilon;
+}
+
+// Step t's request to the server: the observations x_t of the unroll's
+// environments, as the actor's request number `step`.
+inference_request step_request(const unroll& u, int64_t t, int64_t step, double epsilon) {
+  const int64_t M = u.envs(), O = u.observations.dim(2);
+  inference_request req;
+  req.actor = u.actor;
+  req.step = step;
+  req.epsilon = epsilon;
+  req.observations = tensor::uninitialized({M, O});
+  const float* x = u.observations.f32() + t * M * O;
+  std::copy(x, x + M * O, req.observations.f32());
+  return req;
+}
+
 // The server's answer for step t into the unroll, or why it does not fit.
+// The unroll's version: the oldest that chose any of its actions.
 std::string take_reply(unroll& u, int64_t t, const inference_reply& r) {
   const int64_t A = u.actions.numel() / u.steps();  // action elements per step
   const int64_t P = u.behaviour_logits.numel() / u.steps();
@@ -266,6 +287,29 @@ std::string take_reply(unroll& u, int64_t t, const inference_reply& r) {
   else
     std::copy(r.actions.f32(), r.actions.f32() + A, u.actions.f32() + t * A);
   std::copy(r.outputs.f32(), r.outputs.f32() + P, u.behaviour_logits.f32() + t * P);
+  u.policy_version = t == 0 ? r.policy_version : std::min(u.policy_version, r.policy_version);
+  return {};
+}
+
+// Ape-X's request for the bootstrap Q-values of the transitions' next
+// observations (outputs only: the sampling stream goes on).
+inference_request bootstrap_request(const transition_batch& b, int64_t actor) {
+  inference_request req;
+  req.actor = actor;
+  req.step = -1;  // not a step
+  req.observations = b.next_observations;
+  req.outputs_only = true;
+  return req;
+}
+
+// The server's bootstrap Q-values into the transitions' initial priorities
+// (as a local actor computes them with its own), or why they do not fit.
+std::string take_bootstrap(transition_batch& b, const unroll& u, const inference_reply& r) {
+  const int64_t A = u.behaviour_logits.dim(2);
+  if (r.outputs.numel() != b.size() * A || r.outputs.type() != dtype::f32)
+    return "bootstrap Q-values of shape " + shape_string(r.outputs.shape()) + " for " +
+           std::to_string(b.size()) + " transitions";
+  set_initial_priorities(b, u, r.outputs.f32(), A);
   return {};
 }
 
@@ -273,18 +317,9 @@ std::string take_reply(unroll& u, int64_t t, const inference_reply& r) {
 // the actor's device thread): step t's actions and outputs into the unroll.
 void infer_in_process(rl_actor_compute& c, inference_batcher& b, unroll& u, int64_t t,
                       double epsilon) {
-  const int64_t M = u.envs(), O = u.observations.dim(2);
-  inference_request req;
-  req.actor = u.actor;
-  req.step = c.inference_requests++;
-  req.epsilon = epsilon;
-  req.observations = tensor::uninitialized({M, O});
-  const float* x = u.observations.f32() + t * M * O;
-  std::copy(x, x + M * O, req.observations.f32());
-  const auto r = b.infer(req);
-  if (auto why = take_reply(u, t, r); !why.empty())
+  if (auto why = take_reply(u, t, b.infer(step_request(u, t, c.inference_requests++, epsilon)));
+      !why.empty())
     throw std::runtime_error("inference server: " + why);
-  u.policy_version = t == 0 ? r.policy_version : std::min(u.policy_version, r.policy_version);
 }
 
 // Ape-X through the batcher: the unroll's n-step transitions with initial
@@ -292,18 +327,8 @@ void infer_in_process(rl_actor_compute& c, inference_batcher& b, unroll& u, int6
 transition_batch transitions_in_process(inference_batcher& b, const unroll& u, int64_t n,
                                         double discount) {
   auto batch = nstep_transitions(u, n, discount);
-  inference_request req;
-  req.actor = u.actor;
-  req.step = -1;  // not a step: the sampling stream goes on
-  req.observations = batch.next_observations;
-  req.outputs_only = true;
-  const auto r = b.infer(req);
-  const int64_t A = u.behaviour_logits.dim(2);
-  if (r.outputs.numel() != batch.size() * A || r.outputs.type() != dtype::f32)
-    throw std::runtime_error("inference server: bootstrap Q-values of shape " +
-                             shape_string(r.outputs.shape()) + " for " +
-                             std::to_string(batch.size()) + " transitions");
-  set_initial_priorities(batch, u, r.outputs.f32(), A);
+  if (auto why = take_bootstrap(batch, u, b.infer(bootstrap_request(batch, u.actor))); !why.empty())
+    throw std::runtime_error("inference server: " + why);
   return batch;
 }
 
@@ -322,21 +347,13 @@ void central_transitions(self_ptr self, const std::shared_ptr<unroll>& u,
       },
       [self, u, report, b] {
         auto& st = self->state;
-        inference_request req;
-        req.actor = st.cfg.index;
-        req.step = -1;  // not a step: the sampling stream goes on
-        req.observations = b->next_observations;
-        req.outputs_only = true;
         st.track.set("infer", trace::category::communicate, st.unrolls);
-        self->request(st.cfg.inference, st.cfg.request_timeout, infer_atom::value, std::move(req))
+        self->request(st.cfg.inference, st.cfg.request_timeout, infer_atom::value,
+                      bootstrap_request(*b, st.cfg.index))
             .then(
                 [self, u, report, b](inference_reply& r) {
-                  const int64_t A = u->behaviour_logits.dim(2);
-                  if (r.outputs.numel() != b->size() * A || r.outputs.type() != dtype::f32)
-                    return fail(self, "inference server: bootstrap Q-values of shape " +
-                                          shape_string(r.outputs.shape()) + " for " +
-                                          std::to_string(b->size()) + " transitions");
-                  set_initial_priorities(*b, *u, r.outputs.f32(), A);
+                  if (auto why = take_bootstrap(*b, *u, r); !why.empty())
+                    return fail(self, "inference server: " + why);
                   unrolled(self, u, report, b);
                 },
                 [self](caf::error& e) { fail(self, "inference server: " + describe(e)); });
@@ -353,24 +370,14 @@ void central_step(self_ptr self, std::shared_ptr<unroll> u, std::shared_ptr<epis
     if (!st.cfg.replay.empty()) return central_transitions(self, u, report);
     return unrolled(self, u, report, nullptr);
   }
-  inference_request req;
-  req.actor = st.cfg.index;
-  req.step = st.inference_requests++;
-  if (!st.cfg.replay.empty()) req.epsilon = st.cfg.epsilon;
-  const int64_t M = u->envs(), O = u->observations.dim(2);
-  req.observations = tensor::uninitialized({M, O});
-  const float* x = u->observations.f32() + t * M * O;
-  std::copy(x, x + M * O, req.observations.f32());
   st.track.set("infer", trace::category::communicate, st.unrolls);
-  self->request(st.cfg.inference, st.cfg.request_timeout, infer_atom::value, std::move(req))
+  self->request(st.cfg.inference, st.cfg.request_timeout, infer_atom::value,
+                step_request(*u, t, st.inference_requests++, central_epsilon(st.cfg)))
       .then(
           [self, u, report, t](inference_reply& r) {
             auto& st = self->state;
             if (auto why = take_reply(*u, t, r); !why.empty())
               return fail(self, "inference server: " + why);
-            // The unroll's version: the oldest that chose any of its actions.
-            u->policy_version =
-                t == 0 ? r.policy_version : std::min(u->policy_version, r.policy_version);
             st.track.set("step", trace::category::compute, st.unrolls);
             st.tasks->submit(
                 self, "step",
@@ -394,7 +401,7 @@ void act_central_in_process(self_ptr self) {
   st.tasks->submit(
       self, "act",
       [b = st.batcher, u, report, transitions, apex, index = st.cfg.index, T = st.cfg.unroll_length,
-       epsilon = apex ? st.cfg.epsilon : -1.0, n = st.cfg.n_step,
+       epsilon = central_epsilon(st.cfg), n = st.cfg.n_step,
        gamma = st.cfg.discount](rl_actor_compute& c) {
         inference_batcher::acting acting(*b);
         *u = begin_unroll(c, index, T);
