@@ -23,6 +23,15 @@ inline std::vector<float> random_floats(std::size_t n, uint64_t seed, double sca
   return v;
 }
 
+// A bundled example's job (examples/NAME), writing into `out`, logging
+// warnings only: what the RL job tests run.
+inline job_config quiet_example_job(const std::string& name, const std::string& out) {
+  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/" + name);
+  c.logging.output_dir = out;
+  c.logging.level = "warn";
+  return c;
+}
+
 inline model_config policy_value_config(const std::string& activation,
                                         std::vector<int64_t> hidden = {8, 6}) {
   model_config c;

@@ -410,20 +410,9 @@ TEST_CASE("learners: a member's two learners take an exploit after the same upda
   sys.await_all_actors_done();
 }
 
-namespace {
-
-job_config cartpole_job(const std::string& out) {
-  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
-  c.logging.output_dir = out;
-  c.logging.level = "warn";
-  return c;
-}
-
-}  // namespace
-
 TEST_CASE("actor_learner: CartPole is solved, with the figures users look for") {
   test::temp_dir tmp;
-  auto c = cartpole_job(tmp / "run");
+  auto c = test::quiet_example_job("cartpole_impala.json", tmp / "run");
   job_options o;
   auto s = run_job(c, o);
   CHECK(s["strategy"] == "actor_learner");
@@ -461,7 +450,7 @@ TEST_CASE("actor_learner: CartPole is solved, with the figures users look for") 
 
 TEST_CASE("actor_learner: a lost rl_actor is logged and the job still solves") {
   test::temp_dir tmp;
-  auto c = cartpole_job(tmp / "run");
+  auto c = test::quiet_example_job("cartpole_impala.json", tmp / "run");
   c.rl.actors = 3;
   job_options o;
   // rl_actor 1 fails after 20 unrolls
@@ -478,7 +467,7 @@ TEST_CASE("actor_learner: a lost rl_actor is logged and the job still solves") {
 
 TEST_CASE("actor_learner: a lost learner ends the job naming it") {
   test::temp_dir tmp;
-  auto c = cartpole_job(tmp / "run");
+  auto c = test::quiet_example_job("cartpole_impala.json", tmp / "run");
   c.rl.learners = 2;
   job_options o;
   o.faults = inject_faults(fault_injection{}.fail_learner_at(1, 5));
@@ -487,7 +476,7 @@ TEST_CASE("actor_learner: a lost learner ends the job naming it") {
 
 TEST_CASE("actor_learner: a resumed job goes on from its checkpoint's update and counters") {
   test::temp_dir tmp;
-  auto c = cartpole_job(tmp / "run");
+  auto c = test::quiet_example_job("cartpole_impala.json", tmp / "run");
   c.training = {};
   c.training.max_steps = 40;
   c.checkpoint.every_steps = 20;

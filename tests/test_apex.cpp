@@ -9,6 +9,7 @@
 
 #include "config/job_config.hpp"
 #include "fixtures.hpp"
+#include "policy_fixtures.hpp"
 #include "runtime/job.hpp"
 
 using namespace troupe;
@@ -16,9 +17,7 @@ using namespace troupe;
 namespace {
 
 job_config example(const std::string& name, const std::string& out) {
-  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/" + name);
-  c.logging.output_dir = out;
-  c.logging.level = "warn";
+  auto c = test::quiet_example_job(name, out);
   c.checkpoint.save_at_end = false;
   return c;
 }

@@ -22,6 +22,7 @@
 #include "runtime/job.hpp"
 
 using namespace troupe;
+using troupe::test::quiet_example_job;
 using troupe::test::random_floats;
 using troupe::test::tiny_model;
 
@@ -117,13 +118,6 @@ void check_central_apex_matches_local(int64_t M, int64_t T) {
   CHECK(central.priorities == local.priorities);
 }
 
-job_config central_cartpole(const std::string& out) {
-  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_central.json");
-  c.logging.output_dir = out;
-  c.logging.level = "warn";
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("central inference: the server's actions and logits are a local actor's") {
@@ -152,7 +146,7 @@ TEST_CASE("central inference: Ape-X DQN solves CartPole through the inference se
 
 TEST_CASE("central inference: CartPole is solved through the inference server") {
   test::temp_dir tmp;
-  auto c = central_cartpole(tmp / "run");
+  auto c = quiet_example_job("cartpole_central.json", tmp / "run");
   c.logging.every_steps = 10;  // the server's counters come with each train line
   auto s = run_job(c, {});
   CHECK(s["solved"] == true);
@@ -171,7 +165,7 @@ TEST_CASE("central inference: CartPole is solved through the inference server") 
 
 TEST_CASE("central inference: the server's forward on sim:0 solves CartPole") {
   test::temp_dir tmp;
-  auto c = central_cartpole(tmp / "run");
+  auto c = quiet_example_job("cartpole_central.json", tmp / "run");
   c.rl.central.device = "sim:0";
   auto s = run_job(c, {});
   CHECK(s["solved"] == true);
@@ -181,7 +175,7 @@ TEST_CASE("central inference: the server's forward on sim:0 solves CartPole") {
 
 TEST_CASE("central inference: a lost rl_actor is dropped and the job still solves") {
   test::temp_dir tmp;
-  auto c = central_cartpole(tmp / "run");
+  auto c = quiet_example_job("cartpole_central.json", tmp / "run");
   c.rl.actors = 3;
   job_options o;
   o.faults = inject_faults(fault_injection{}.fail_replica_at(1, 20));  // after 20 unrolls

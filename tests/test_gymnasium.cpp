@@ -15,6 +15,7 @@
 #include "envs/python_env.hpp"
 #include "fixtures.hpp"
 #include "models/random.hpp"
+#include "policy_fixtures.hpp"
 #include "runtime/job.hpp"
 #include "skip.hpp"
 
@@ -269,9 +270,7 @@ TEST_CASE("gymnasium: an exception in step names the env and its last traceback 
 }
 
 job_config corridor_job(const std::string& out, const gymnasium_env_config& g) {
-  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
-  c.logging.output_dir = out;
-  c.logging.level = "warn";
+  auto c = test::quiet_example_job("cartpole_impala.json", out);
   c.rl.env = g.id;
   c.rl.gymnasium = g;
   c.rl.actors = 1;

@@ -260,9 +260,7 @@ namespace {
 // The CartPole example for 30,000 env steps with 4 actors of 8 envs, its
 // output under `out`.
 job_config short_cartpole(const std::string& out) {
-  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
-  c.logging.output_dir = out;
-  c.logging.level = "warn";
+  auto c = test::quiet_example_job("cartpole_impala.json", out);
   c.training = {};
   c.training.max_env_steps = 30000;
   c.rl.actors = 4;

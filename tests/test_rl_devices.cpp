@@ -18,6 +18,7 @@
 #include "runtime/job.hpp"
 
 using namespace troupe;
+using troupe::test::quiet_example_job;
 using troupe::test::random_floats;
 using troupe::test::tiny_model;
 
@@ -66,13 +67,6 @@ void check_device_matches_host(const std::string& env, int64_t O) {
   }
 }
 
-job_config cartpole(const std::string& out) {
-  auto c = load_job_config(std::string(TROUPE_SOURCE_DIR) + "/examples/cartpole_impala.json");
-  c.logging.output_dir = out;
-  c.logging.level = "warn";
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("device policy: forward and backward on sim:0 are the host's, bit for bit") {
@@ -109,7 +103,7 @@ TEST_CASE("device policy: a model kind a device cannot run is named; cpu:N is th
 
 TEST_CASE("actor_learner: a learner on sim:0 solves CartPole, the actors on the host") {
   test::temp_dir tmp;
-  auto c = cartpole(tmp / "run");
+  auto c = quiet_example_job("cartpole_impala.json", tmp / "run");
   c.devices = {"sim:0", "cpu:1"};
   auto s = run_job(c, {});
   CHECK(s["solved"] == true);
@@ -118,7 +112,7 @@ TEST_CASE("actor_learner: a learner on sim:0 solves CartPole, the actors on the 
 
 TEST_CASE("actor_learner: central inference and the learner both on sim:0 solve CartPole") {
   test::temp_dir tmp;
-  auto c = cartpole(tmp / "run");
+  auto c = quiet_example_job("cartpole_impala.json", tmp / "run");
   c.devices = {"sim:0", "cpu:1"};
   c.rl.inference = "central";
   c.rl.central.device = "sim:0";
