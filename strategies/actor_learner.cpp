@@ -172,23 +172,20 @@ class actor_learner final : public strategy {
   static void validate_devices(const job_config& c, const envs::env_spec& spec) {
     const auto kind = envs::rl_model_for(spec, c.model, c.rl.torso).kind;
     for (std::size_t i = 0; i < c.devices.size(); ++i)
-      if (!c.devices[i].starts_with("cpu:") && kind != "policy_value_mlp")
-        throw config_error("devices[" + std::to_string(i) + "]",
-                           "a learner on " + c.devices[i] +
-                               " runs model.kind \"policy_value_mlp\", got \"" + kind + "\"");
-    validate_central_device(c, kind);
-  }
-
-  static void validate_central_device(const job_config& c, const std::string& kind) {
+      check_runs_on("devices[" + std::to_string(i) + "]", "a learner", c.devices[i], kind);
     const auto& d = c.rl.central.device;
     if (d.empty()) return;
     if (c.rl.inference != "central")
       throw config_error("rl.central.device", "applies with rl.inference \"central\" only, got \"" +
                                                   c.rl.inference + "\"");
-    if (!d.starts_with("cpu:") && kind != "policy_value_mlp")
-      throw config_error("rl.central.device", "an inference server on " + d +
-                                                  " runs model.kind \"policy_value_mlp\", got \"" +
-                                                  kind + "\"");
+    check_runs_on("rl.central.device", "an inference server", d, kind);
+  }
+
+  static void check_runs_on(const std::string& path, const std::string& who,
+                            const std::string& device, const std::string& kind) {
+    if (!device.starts_with("cpu:") && kind != "policy_value_mlp")
+      throw config_error(path, who + " on " + device +
+                                   " runs model.kind \"policy_value_mlp\", got \"" + kind + "\"");
   }
 
   // Ape-X reads the policy's outputs as Q-values: discrete actions only.
